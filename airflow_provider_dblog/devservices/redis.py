@@ -1,0 +1,106 @@
+"""A throwaway Redis server as the DBLog state store: append-only file on, no RDB snapshots.
+
+The password goes in a 0600 config file (never on the command line); everything else is on the
+command line, so `ps` shows how the server runs. `restart()` keeps port, directory and AOF,
+which is what the durability tests check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from pathlib import Path
+from typing import ClassVar
+
+import redis
+
+from airflow_provider_dblog.devservices.process import (
+    LOOPBACK,
+    ServerProcess,
+    ServerStartError,
+    ServiceInfo,
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RedisInfo(ServiceInfo):
+    """How to reach a running Redis: `url` carries the password; `client()` makes a client."""
+
+    host: str
+    port: int
+    password: str = dataclasses.field(repr=False)
+    db: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://:{self.password}@{self.host}:{self.port}/{self.db}"
+
+    @property
+    def redacted_url(self) -> str:
+        return f"redis://:***@{self.host}:{self.port}/{self.db}"
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        return redis.Redis.from_url(self.url, **kwargs)
+
+    def answers(self) -> bool:
+        try:
+            with self.client(socket_connect_timeout=2, socket_timeout=2) as client:
+                return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+
+class RedisServer(ServerProcess):
+    """Redis in `base_dir` (data/ holds the AOF, redis.conf the password, redis.log)."""
+
+    name: ClassVar[str] = "redis"
+
+    def __init__(self, base_dir: Path | str, *, port: int | None = None) -> None:
+        super().__init__(base_dir, port=port)
+        self.data_dir = self.base_dir / "data"
+        self.config_file = self.base_dir / "redis.conf"
+
+    def _initialise(self) -> None:
+        if self.data_dir.exists():
+            raise ServerStartError(f"{self.data_dir} already exists; remove it first")
+        self.data_dir.mkdir()
+        fd = os.open(self.config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as config:
+            config.write(f"requirepass {self.password}\n")
+
+    def _command(self) -> list[str]:
+        binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
+        if binary is None:
+            raise FileNotFoundError("redis-server not found: run scripts/install-system-deps.sh")
+        return [
+            binary,
+            str(self.config_file),
+            "--port", str(self.port),
+            "--bind", LOOPBACK,
+            "--dir", str(self.data_dir),
+            "--appendonly", "yes",
+            "--appendfsync", "everysec",
+            "--save", "",
+            "--daemonize", "no",
+            "--logfile", "",
+        ]  # fmt: skip
+
+    def _check(self) -> None:
+        # Raises while Redis loads its AOF ("LOADING ..."), which is what we want.
+        with self.info.client(socket_connect_timeout=2, socket_timeout=2) as client:
+            client.ping()
+
+    def _bootstrap(self) -> None:
+        """Nothing to create: the password is in the config file from the start."""
+
+    @property
+    def info(self) -> RedisInfo:
+        return RedisInfo(
+            host=LOOPBACK,
+            port=self.port,
+            password=self.password,
+            data_dir=self.data_dir,
+            log_file=self.log_file,
+            server=self,
+        )
