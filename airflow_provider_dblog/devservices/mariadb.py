@@ -96,6 +96,8 @@ class MariaDBServer(ServerProcess):
 
     def __init__(self, base_dir: Path | str, *, port: int | None = None) -> None:
         super().__init__(base_dir, port=port)
+        self.mariadbd = _binary("mariadbd")
+        self.install_db = _binary("mariadb-install-db")
         self.data_dir = self.base_dir / "data"
         self.socket = self.base_dir / "run" / "mariadb.sock"
         # Must differ from the server_id of every binlog reader (mysql-replication).
@@ -109,7 +111,7 @@ class MariaDBServer(ServerProcess):
         self.socket = socket_dir(self.socket.parent, self.socket.name) / self.socket.name
         run_logged(
             [
-                _binary("mariadb-install-db"),
+                self.install_db,
                 "--no-defaults",
                 f"--datadir={self.data_dir}",
                 "--auth-root-authentication-method=normal",
@@ -124,7 +126,7 @@ class MariaDBServer(ServerProcess):
 
     def _command(self) -> list[str]:
         return [
-            _binary("mariadbd"),
+            self.mariadbd,
             "--no-defaults",  # must come first
             f"--datadir={self.data_dir}",
             f"--socket={self.socket}",

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import ClassVar
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from airflow_provider_dblog.devservices.process import (
     LOOPBACK,
@@ -43,9 +45,13 @@ class RedisInfo(ServiceInfo):
     def client(self, **kwargs: object) -> redis.Redis:
         return redis.Redis.from_url(self.url, **kwargs)
 
+    def probe_client(self) -> redis.Redis:
+        """A client that fails at once (redis-py retries 3 times with backoff by default)."""
+        return self.client(socket_connect_timeout=2, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+
     def answers(self) -> bool:
         try:
-            with self.client(socket_connect_timeout=2, socket_timeout=2) as client:
+            with self.probe_client() as client:
                 return bool(client.ping())
         except redis.RedisError:
             return False
@@ -58,6 +64,10 @@ class RedisServer(ServerProcess):
 
     def __init__(self, base_dir: Path | str, *, port: int | None = None) -> None:
         super().__init__(base_dir, port=port)
+        binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
+        if binary is None:
+            raise FileNotFoundError("redis-server not found: run scripts/install-system-deps.sh")
+        self.binary = binary
         self.data_dir = self.base_dir / "data"
         self.config_file = self.base_dir / "redis.conf"
 
@@ -70,11 +80,8 @@ class RedisServer(ServerProcess):
             config.write(f"requirepass {self.password}\n")
 
     def _command(self) -> list[str]:
-        binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
-        if binary is None:
-            raise FileNotFoundError("redis-server not found: run scripts/install-system-deps.sh")
         return [
-            binary,
+            self.binary,
             str(self.config_file),
             "--port", str(self.port),
             "--bind", LOOPBACK,
@@ -88,7 +95,7 @@ class RedisServer(ServerProcess):
 
     def _check(self) -> None:
         # Raises while Redis loads its AOF ("LOADING ..."), which is what we want.
-        with self.info.client(socket_connect_timeout=2, socket_timeout=2) as client:
+        with self.info.probe_client() as client:
             client.ping()
 
     def _bootstrap(self) -> None:

