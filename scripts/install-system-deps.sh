@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Install the Debian 12 packages that the real-server tests, the demo and development need:
+#   postgresql-15            PostgreSQL 15 server binaries (/usr/lib/postgresql/15/bin)
+#   mariadb-server           mariadbd and mariadb-install-db
+#   redis-server             redis-server
+#   openjdk-17-jre-headless  Java for Spark
+# The tests start their own servers (airflow_provider_dblog/devservices); the system services
+# are not needed, so they are kept from starting during installation.
+#
+# Idempotent and quick when everything is installed. As root it installs what is missing;
+# as another user it lists what is missing and the command to run, and exits 1.
+set -euo pipefail
+
+PACKAGES=(postgresql-15 mariadb-server redis-server openjdk-17-jre-headless)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+    if [[ "$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null)" != "install ok installed" ]]; then
+        missing+=("$package")
+    fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+    echo "system packages: all installed (${PACKAGES[*]})"
+    exit 0
+fi
+
+install_command="apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ${missing[*]}"
+
+if [[ "$(id -u)" -ne 0 ]]; then
+    echo "missing Debian packages: ${missing[*]}" >&2
+    echo "install them as root:" >&2
+    echo "  sudo sh -c '${install_command}'" >&2
+    echo "or run this script as root: sudo $0" >&2
+    exit 1
+fi
+
+if ! command -v apt-get >/dev/null; then
+    echo "apt-get not found: install ${missing[*]} with your system's package manager" >&2
+    exit 1
+fi
+
+# Keep the packages' own services (ports 5432, 3306, 6379) from starting: policy-rc.d
+# answering 101 is Debian's switch for that. Leave an existing policy alone.
+if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "system packages: installed ${missing[*]}"
