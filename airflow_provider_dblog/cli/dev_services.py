@@ -33,7 +33,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         )
         return action
 
-    up_parser = add("up", "start the servers (detached) and print how to reach them")
+    up_parser = add(
+        "up",
+        "start the servers (detached) and print how to reach them; "
+        "a stopped earlier set in the same directory is deleted first",
+    )
     up_parser.add_argument(
         "--postgres",
         choices=stack.POSTGRES_FLAVOURS,

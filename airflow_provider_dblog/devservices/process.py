@@ -119,6 +119,8 @@ def descendants(pid: int) -> list[int]:
     """All processes below `pid` (PostgreSQL backends start their own sessions, so
     a process group is not enough to find them)."""
     children: dict[int, list[int]] = {}
+    if not Path("/proc").is_dir():  # pragma: no cover - not Linux: the process group must do
+        return []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             found = _proc_stat(int(entry.name))
