@@ -1,0 +1,356 @@
+"""Dump planning: which chunks to read, in which order, and how far a dump has come.
+
+A dump request is all captured tables, one table, or a list of primary keys of one table. A
+table dump captures the table's maximum key when it starts, so an insert-heavy table cannot keep
+it running forever (rows inserted above that key reach the output through the log anyway), and
+walks the key space by keyset chunks: `key > after AND key <= upto`, never OFFSET.
+
+Keys are never ordered in Python: the bounds of every chunk are keys the database returned, and
+the database compares them in its own collation. Python only tests keys for equality.
+
+With parallelism > 1 the caller asks the database for split keys (every `chunk_size`-th key of
+the index) and several chunks on disjoint ranges are in flight at once. Progress, the point a
+restarted dump resumes from, only moves over chunks that completed without a gap.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from airflow_provider_dblog.core.errors import InvalidRequest
+from airflow_provider_dblog.core.event import Key, TableRef, freeze
+
+
+class DumpKind(StrEnum):
+    ALL = "all"
+    TABLE = "table"
+    KEYS = "keys"
+
+
+@dataclass(frozen=True, slots=True)
+class DumpRequest:
+    """What to dump. For `ALL`, `tables` is the list of captured tables when it was asked."""
+
+    dump_id: str
+    kind: DumpKind
+    tables: tuple[TableRef, ...]
+    keys: tuple[Key, ...] = ()
+    chunk_size: int = 1000
+    parallelism: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.dump_id:
+            raise InvalidRequest("a dump request needs a dump_id")
+        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int):
+            raise InvalidRequest(f"chunk_size must be an integer, got {self.chunk_size!r}")
+        if self.chunk_size < 1:
+            raise InvalidRequest(f"chunk_size must be at least 1, got {self.chunk_size}")
+        if isinstance(self.parallelism, bool) or not isinstance(self.parallelism, int):
+            raise InvalidRequest(f"parallelism must be an integer, got {self.parallelism!r}")
+        if self.parallelism < 1:
+            raise InvalidRequest(f"parallelism must be at least 1, got {self.parallelism}")
+        if not self.tables:
+            raise InvalidRequest("a dump request names no table")
+        if len(set(self.tables)) != len(self.tables):
+            raise InvalidRequest("a dump request names a table twice")
+        if self.kind is not DumpKind.ALL and len(self.tables) != 1:
+            raise InvalidRequest(f"a '{self.kind}' dump takes exactly one table")
+        if self.kind is DumpKind.KEYS and not self.keys:
+            raise InvalidRequest("a 'keys' dump needs at least one key")
+        if self.kind is not DumpKind.KEYS and self.keys:
+            raise InvalidRequest(f"a '{self.kind}' dump takes no keys")
+
+
+def parse_keys(text: str, key_columns: Sequence[str], table: TableRef) -> tuple[Key, ...]:
+    """Parse a key list given by a person.
+
+    Accepted: a JSON array of keys, each a scalar (single-column keys), an array of values in
+    primary-key order, or an object by column name; or, for single-column keys, a plain
+    comma-separated list (`1,2,3`). Duplicates are dropped, order is kept.
+    """
+    text = text.strip()
+    if not text:
+        raise InvalidRequest(f"the key list for {table} is empty")
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidRequest(f"the key list for {table} is not valid JSON: {exc}") from None
+        if not isinstance(items, list):
+            raise InvalidRequest(f"the key list for {table} must be a JSON array")
+    else:
+        if len(key_columns) != 1:
+            raise InvalidRequest(
+                f"{table} has a composite primary key ({', '.join(key_columns)}): give the keys "
+                'as JSON, e.g. [[1, "a"], [2, "b"]]'
+            )
+        items = [part.strip() for part in text.split(",")]
+    return coerce_keys(items, key_columns, table)
+
+
+def coerce_keys(
+    items: Sequence[Any], key_columns: Sequence[str], table: TableRef
+) -> tuple[Key, ...]:
+    """Validate already-parsed keys against the table's primary-key columns."""
+    if not items:
+        raise InvalidRequest(f"the key list for {table} is empty")
+    columns = ", ".join(key_columns)
+    keys: dict[Key, None] = {}
+    for number, item in enumerate(items, start=1):
+        if isinstance(item, dict):
+            if set(item) != set(key_columns):
+                raise InvalidRequest(
+                    f"key #{number} of {table} names columns {sorted(item)}, "
+                    f"the primary key is ({columns})"
+                )
+            values = [item[c] for c in key_columns]
+        elif isinstance(item, list):
+            values = item
+        else:
+            values = [item]
+        if len(values) != len(key_columns):
+            raise InvalidRequest(
+                f"key #{number} of {table} has {len(values)} value(s), "
+                f"the primary key ({columns}) has {len(key_columns)}"
+            )
+        if any(v is None or v == "" for v in values):
+            raise InvalidRequest(f"key #{number} of {table} has an empty value: {item!r}")
+        keys[tuple(freeze(v) for v in values)] = None
+    return tuple(keys)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One chunk to read between a low and a high watermark.
+
+    A range chunk reads `key > after` (no bound when None) `AND key <= upto`, in key order,
+    `LIMIT limit` when set. A key chunk reads `key IN keys`.
+    """
+
+    table: TableRef
+    seq: int
+    after: Key | None = None
+    upto: Key | None = None
+    limit: int | None = None
+    keys: tuple[Key, ...] | None = None
+
+    @property
+    def is_key_chunk(self) -> bool:
+        return self.keys is not None
+
+
+@dataclass(slots=True)
+class TableProgress:
+    """The durable progress of one table: what a restarted dump resumes from."""
+
+    table: TableRef
+    started: bool = False
+    done: bool = False
+    max_key: Key | None = None
+    after: Key | None = None
+    key_index: int = 0
+    chunks_done: int = 0
+    rows_done: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": str(self.table),
+            "started": self.started,
+            "done": self.done,
+            "max_key": _key_to_json(self.max_key),
+            "after": _key_to_json(self.after),
+            "key_index": self.key_index,
+            "chunks_done": self.chunks_done,
+            "rows_done": self.rows_done,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TableProgress:
+        return cls(
+            table=TableRef.parse(data["table"]),
+            started=data["started"],
+            done=data["done"],
+            max_key=_key_from_json(data["max_key"]),
+            after=_key_from_json(data["after"]),
+            key_index=data["key_index"],
+            chunks_done=data["chunks_done"],
+            rows_done=data["rows_done"],
+        )
+
+
+def _key_to_json(key: Key | None) -> list[Any] | None:
+    return None if key is None else list(key)
+
+
+def _key_from_json(value: list[Any] | None) -> Key | None:
+    return None if value is None else tuple(freeze(v) for v in value)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    chunk: Chunk
+    resume_after: Key | None = None
+    resume_index: int = 0
+    final: bool = False
+    completed: bool = False
+
+
+@dataclass(slots=True)
+class TablePlanner:
+    """Plans the chunks of one table of a dump and moves its durable progress.
+
+    Call `begin(max_key)` once for a range dump (the caller reads the maximum key), then ask
+    `next_chunks` and report each read with `complete`. A chunk whose window failed is simply read
+    again, with new watermarks: its bounds do not change.
+    """
+
+    progress: TableProgress
+    chunk_size: int
+    keys: tuple[Key, ...] | None = None
+    _in_flight: list[_InFlight] = field(default_factory=list)
+    _cursor_after: Key | None = None
+    _cursor_index: int = 0
+    _final_planned: bool = False
+    _next_seq: int = 0
+
+    def __post_init__(self) -> None:
+        self._cursor_after = self.progress.after
+        self._cursor_index = self.progress.key_index
+        if self.keys is not None and not self.progress.started:
+            self.progress.started = True
+            self.progress.done = not self.keys
+        if self.keys is not None:
+            self._final_planned = self._cursor_index >= len(self.keys)
+
+    @property
+    def table(self) -> TableRef:
+        return self.progress.table
+
+    @property
+    def needs_max_key(self) -> bool:
+        return self.keys is None and not self.progress.started
+
+    @property
+    def done(self) -> bool:
+        return self.progress.done
+
+    @property
+    def in_flight(self) -> int:
+        return sum(not f.completed for f in self._in_flight)
+
+    def begin(self, max_key: Key | None) -> None:
+        """Start a range dump at the table's current maximum key (None: the table is empty)."""
+        if not self.needs_max_key:
+            raise InvalidRequest(f"{self.table} is already started")
+        self.progress.started = True
+        self.progress.max_key = max_key
+        self.progress.done = max_key is None
+
+    def split_keys_wanted(self, parallelism: int) -> int:
+        """How many split keys to ask the database for before `next_chunks` (range dumps with
+        parallelism > 1; 0 otherwise)."""
+        if parallelism <= 1 or self.keys is not None or self.needs_max_key:
+            return 0
+        if self.progress.done or self._final_planned:
+            return 0
+        return max(0, parallelism - self.in_flight)
+
+    def next_chunks(self, parallelism: int, split_keys: Sequence[Key] = ()) -> list[Chunk]:
+        """Chunks to read now, at most `parallelism` in flight in all.
+
+        `split_keys` are, for a range dump with parallelism > 1, the keys at every
+        `chunk_size`-th row after the planning cursor, none beyond the maximum key and at most
+        `split_keys_wanted()` of them, as the database returned them in key order. Fewer than
+        asked means the table's range ends within the next chunk.
+        """
+        if self.needs_max_key:
+            raise InvalidRequest(f"{self.table}: read its maximum key and call begin() first")
+        free = max(0, parallelism - self.in_flight)
+        if self.progress.done or self._final_planned or free == 0:
+            return []
+        if self.keys is not None:
+            return self._next_key_chunks(free)
+        if parallelism <= 1:
+            return [self._plan_range(self._cursor_after, self.progress.max_key, self.chunk_size)]
+        if len(split_keys) > free:
+            raise InvalidRequest(f"{self.table}: {len(split_keys)} split keys for {free} chunks")
+        return self._next_split_chunks(split_keys, wanted=free)
+
+    def complete(self, chunk: Chunk, rows_read: int, last_key: Key | None) -> None:
+        """Record that `chunk` was read and its window closed; move durable progress."""
+        flight = next((f for f in self._in_flight if f.chunk.seq == chunk.seq), None)
+        if flight is None or flight.completed:
+            raise InvalidRequest(f"{self.table}: chunk {chunk.seq} is not in flight")
+        flight.completed = True
+        self.progress.rows_done += rows_read
+        self.progress.chunks_done += 1
+        if chunk.limit is not None:
+            # A LIMIT chunk: where the next one starts is only known now.
+            max_key = self.progress.max_key
+            if rows_read < chunk.limit or last_key is None or last_key == max_key:
+                flight.final = True
+                self._final_planned = True
+            else:
+                flight.resume_after = last_key
+                self._cursor_after = last_key
+        while self._in_flight and self._in_flight[0].completed:
+            head = self._in_flight.pop(0)
+            if head.chunk.keys is not None:
+                self.progress.key_index = head.resume_index
+            else:
+                self.progress.after = head.resume_after
+            if head.final:
+                self.progress.done = True
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _next_key_chunks(self, free: int) -> list[Chunk]:
+        assert self.keys is not None
+        chunks = []
+        for _ in range(free):
+            start = self._cursor_index
+            if start >= len(self.keys):
+                break
+            end = min(start + self.chunk_size, len(self.keys))
+            chunk = Chunk(self.table, self._take_seq(), keys=self.keys[start:end])
+            final = end >= len(self.keys)
+            self._in_flight.append(_InFlight(chunk, resume_index=end, final=final))
+            self._cursor_index = end
+            if final:
+                self._final_planned = True
+            chunks.append(chunk)
+        return chunks
+
+    def _next_split_chunks(self, split_keys: Sequence[Key], wanted: int) -> list[Chunk]:
+        chunks = []
+        lower = self._cursor_after
+        max_key = self.progress.max_key
+        for split in split_keys:
+            final = split == max_key
+            chunks.append(self._plan_range(lower, split, None, final))
+            lower = split
+            if final:
+                return chunks
+        if len(split_keys) < wanted:
+            chunks.append(self._plan_range(lower, max_key, None, True))
+        return chunks
+
+    def _plan_range(
+        self, after: Key | None, upto: Key | None, limit: int | None, final: bool = False
+    ) -> Chunk:
+        chunk = Chunk(self.table, self._take_seq(), after=after, upto=upto, limit=limit)
+        self._in_flight.append(_InFlight(chunk, resume_after=upto, final=final))
+        if limit is None:
+            self._cursor_after = upto
+        if final:
+            self._final_planned = True
+        return chunk
+
+    def _take_seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq

@@ -1,0 +1,251 @@
+"""The window reconciler: Algorithm 1 of the DBLog paper, for several windows at once.
+
+A dump reads a chunk of table T between a low watermark (lw) and a high watermark (hw) that it
+writes into the source. The log reader meets both. From lw on, every log event of T removes its
+key from the chunk; at hw, the chunk rows that remain are emitted, after every log event before hw
+and before every log event after it. Log events themselves are emitted at once, never held.
+
+Several windows may be open at once (chunks of disjoint key ranges); each is reconciled on its
+own. The reconciler never sees a key range: which keys a chunk holds is decided by the database,
+in its collation. It only records which keys of T changed while each window was open.
+
+Impossible sequences (hw before lw, a duplicate lw or hw, an hw whose lw was never seen because
+the tailer restarted inside the window) end that window as `Failed`; the dump retries the chunk
+with new watermarks. They never corrupt the output and never raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from airflow_provider_dblog.core.event import (
+    Event,
+    Key,
+    Op,
+    Origin,
+    Row,
+    SourceInfo,
+    TableRef,
+    key_of,
+)
+from airflow_provider_dblog.core.position import Position
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A watermark window as the dump registered it: one chunk of one table."""
+
+    window_id: str
+    dump_id: str
+    table: TableRef
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRows:
+    """What the dump read for a window, stored before it wrote hw.
+
+    `invisible_txids` names transactions that had committed when the read ran but that its
+    snapshot did not see (PostgreSQL can make a commit visible a moment after a later one). If one
+    of them committed before lw, the read is stale for its keys and the window fails.
+    """
+
+    window_id: str
+    key_columns: tuple[str, ...]
+    rows: Sequence[Row]
+    schema_version: int
+    invisible_txids: frozenset[int] = frozenset()
+
+
+class FailureReason(StrEnum):
+    HW_WITHOUT_LW = "hw_without_lw"
+    DUPLICATE_LW = "duplicate_lw"
+    DUPLICATE_HW = "duplicate_hw"
+    STALE_READ = "stale_read"
+    EXPIRED = "expired"
+    WRONG_CHUNK = "wrong_chunk"
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    window: Window
+    lw_position: Position
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    window: Window
+    reason: FailureReason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """hw was met: emit `Reconciler.chunk_events(closed, rows)` next, before any later event."""
+
+    window: Window
+    lw_position: Position
+    hw_position: Position
+    changed_keys: frozenset[Key]
+
+
+@dataclass(slots=True)
+class _OpenWindow:
+    window: Window
+    lw_position: Position
+    changed: set[Key] = field(default_factory=set)
+
+
+class _RecentCommits:
+    """Commit positions of the last `capacity` transactions seen, by transaction id."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._commits: dict[int, int] = {}
+
+    def add(self, txid: int, commit: int) -> None:
+        if txid in self._commits:
+            return
+        self._commits[txid] = commit
+        if len(self._commits) > self._capacity:
+            del self._commits[next(iter(self._commits))]
+
+    def get(self, txid: int) -> int | None:
+        return self._commits.get(txid)
+
+
+class Reconciler:
+    """Tracks open windows and decides what a window's chunk contributes to the output.
+
+    Feed it, in log order: `change(event)` for every log event of a captured table,
+    `low_watermark(window, position)` and `high_watermark(window, position)` for the watermark
+    writes of registered windows. It is one source's reconciler: `source_name` and `db` go into
+    the events it builds for dump rows.
+    """
+
+    def __init__(
+        self,
+        source_name: str,
+        db: str,
+        *,
+        recent_commits: int = 100_000,
+        remembered_ends: int = 10_000,
+    ) -> None:
+        self._source_name = source_name
+        self._db = db
+        self._open: dict[str, _OpenWindow] = {}
+        self._open_by_table: dict[TableRef, list[_OpenWindow]] = {}
+        self._ended: dict[str, None] = {}
+        self._remembered_ends = remembered_ends
+        self._recent = _RecentCommits(recent_commits)
+
+    # -- log input --------------------------------------------------------------------------
+
+    def change(self, event: Event) -> None:
+        """A log event, which the caller emits at once. Its key leaves every open chunk of T."""
+        if event.source.txid is not None:
+            self._recent.add(event.source.txid, event.position.commit)
+        windows = self._open_by_table.get(event.table)
+        if windows:
+            key = event.key_value()
+            for open_window in windows:
+                open_window.changed.add(key)
+
+    def low_watermark(self, window: Window, position: Position) -> Opened | Failed:
+        if window.window_id in self._open:
+            return self._fail(window, FailureReason.DUPLICATE_LW, f"second lw at {position}")
+        if window.window_id in self._ended:
+            return Failed(window, FailureReason.DUPLICATE_LW, f"lw at {position} after the end")
+        open_window = _OpenWindow(window, position)
+        self._open[window.window_id] = open_window
+        self._open_by_table.setdefault(window.table, []).append(open_window)
+        return Opened(window, position)
+
+    def high_watermark(self, window: Window, position: Position) -> Closed | Failed:
+        open_window = self._open.get(window.window_id)
+        if open_window is None:
+            if window.window_id in self._ended:
+                return Failed(window, FailureReason.DUPLICATE_HW, f"hw at {position} after the end")
+            self._remember_end(window.window_id)
+            return Failed(
+                window,
+                FailureReason.HW_WITHOUT_LW,
+                f"hw at {position} but its lw was not seen (hw before lw, or the tailer "
+                "restarted inside the window)",
+            )
+        self._close(open_window)
+        return Closed(window, open_window.lw_position, position, frozenset(open_window.changed))
+
+    def expire(self, window_id: str) -> Failed | None:
+        """End an open window whose hw never came (the dump died); its chunk is retried."""
+        open_window = self._open.get(window_id)
+        if open_window is None:
+            return None
+        return self._fail(open_window.window, FailureReason.EXPIRED, "hw did not come in time")
+
+    # -- chunk output -----------------------------------------------------------------------
+
+    def chunk_events(self, closed: Closed, chunk: ChunkRows) -> list[Event] | Failed:
+        """The chunk rows that survive reconciliation, as `r` events positioned after hw."""
+        window = closed.window
+        if chunk.window_id != window.window_id:
+            return Failed(
+                window, FailureReason.WRONG_CHUNK, f"rows belong to window {chunk.window_id}"
+            )
+        for txid in sorted(chunk.invisible_txids):
+            commit = self._recent.get(txid)
+            if commit is not None and commit <= closed.lw_position.commit:
+                return Failed(
+                    window,
+                    FailureReason.STALE_READ,
+                    f"transaction {txid} committed before lw but was invisible to the read",
+                )
+        hw = closed.hw_position
+        events: list[Event] = []
+        for row in chunk.rows:
+            key = key_of(row, chunk.key_columns)
+            if key in closed.changed_keys:
+                continue
+            source = SourceInfo(
+                name=self._source_name,
+                db=self._db,
+                schema=window.table.schema,
+                table=window.table.name,
+                position=Position(hw.commit, hw.seq + 1 + len(events)),
+                origin=Origin.DUMP,
+                dump_id=window.dump_id,
+                window_id=window.window_id,
+            )
+            key_row = {c: row[c] for c in chunk.key_columns}
+            events.append(Event(Op.READ, key_row, None, row, source, chunk.schema_version))
+        return events
+
+    # -- introspection ----------------------------------------------------------------------
+
+    def open_windows(self) -> Iterable[tuple[Window, Position]]:
+        return ((w.window, w.lw_position) for w in self._open.values())
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _fail(self, window: Window, reason: FailureReason, detail: str) -> Failed:
+        open_window = self._open.get(window.window_id)
+        if open_window is not None:
+            self._close(open_window)
+        else:
+            self._remember_end(window.window_id)
+        return Failed(window, reason, detail)
+
+    def _close(self, open_window: _OpenWindow) -> None:
+        window = open_window.window
+        del self._open[window.window_id]
+        siblings = self._open_by_table[window.table]
+        siblings.remove(open_window)
+        if not siblings:
+            del self._open_by_table[window.table]
+        self._remember_end(window.window_id)
+
+    def _remember_end(self, window_id: str) -> None:
+        self._ended[window_id] = None
+        if len(self._ended) > self._remembered_ends:
+            del self._ended[next(iter(self._ended))]

@@ -1,0 +1,1 @@
+"""Sources: what differs between databases lives in each source's package."""
