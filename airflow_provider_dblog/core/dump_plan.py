@@ -239,6 +239,11 @@ class TablePlanner:
         return self.progress.done
 
     @property
+    def cursor_after(self) -> Key | None:
+        """Where the next split-key search starts (beyond the chunks already planned)."""
+        return self._cursor_after
+
+    @property
     def in_flight(self) -> int:
         return sum(not f.completed for f in self._in_flight)
 

@@ -65,6 +65,7 @@ class FailureReason(StrEnum):
     STALE_READ = "stale_read"
     EXPIRED = "expired"
     WRONG_CHUNK = "wrong_chunk"
+    MISSING_CHUNK = "missing_chunk"
 
 
 @dataclass(frozen=True, slots=True)

@@ -260,7 +260,7 @@ class Dump:
         splits: list[Key] = []
         if wanted:
             assert planner.progress.max_key is not None
-            cursor = planner._cursor_after
+            cursor = planner.cursor_after
             splits = self.source.split_keys(
                 planner.table, cursor, planner.progress.max_key, self.chunk_size, wanted
             )
