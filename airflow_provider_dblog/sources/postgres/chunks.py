@@ -1,0 +1,185 @@
+"""The dump's queries on PostgreSQL: keyset chunks, split keys and the watermark write.
+
+Keys are compared by PostgreSQL (row-value comparison, in the columns' collation) and walked
+through the primary-key index, never by OFFSET over the rows. Key values travel as text cast to
+the column's type, so any key type the converters print can come back as a bound. Rows are read
+as the raw text the server prints and converted like the log's values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.event import Key, Row, TableRef, freeze
+from airflow_provider_dblog.sources.base import ChunkRead, SourceError
+from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo, TableShape, table_shape
+from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
+from airflow_provider_dblog.sources.postgres.converters import convert, to_text
+
+_INVISIBLE_COMMITTED = """
+SELECT x::text FROM pg_snapshot_xip(%s::pg_snapshot) AS x WHERE pg_xact_status(x) = 'committed'
+"""
+
+_XID_MASK = 0xFFFF_FFFF
+
+
+class PostgresChunkSource:
+    """`ChunkSource` on one autocommit connection, opened on first use."""
+
+    def __init__(self, config: PostgresSourceConfig) -> None:
+        self._config = config
+        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._shapes: dict[TableRef, TableShape] = {}
+
+    def key_columns(self, table: TableRef) -> tuple[str, ...]:
+        return self._shape(table).key_columns
+
+    def max_key(self, table: TableRef) -> Key | None:
+        shape = self._shape(table)
+        query = sql.SQL("SELECT {} FROM {} ORDER BY {} LIMIT 1").format(
+            _names(shape.key),
+            _table(table),
+            sql.SQL(", ").join(
+                sql.SQL("{} DESC").format(sql.Identifier(c.name)) for c in shape.key
+            ),
+        )
+        rows = _raw_rows(self._connection().execute(query))
+        return _key(shape.key, rows[0]) if rows else None
+
+    def split_keys(
+        self, table: TableRef, after: Key | None, upto: Key, chunk_size: int, count: int
+    ) -> list[Key]:
+        shape = self._shape(table)
+        keys: list[Key] = []
+        lower = after
+        for _ in range(count):
+            where, params = _range(shape, lower, upto)
+            query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} OFFSET {} LIMIT 1").format(
+                _names(shape.key), _table(table), where, _names(shape.key), chunk_size - 1
+            )
+            rows = _raw_rows(self._connection().execute(query, params))
+            if not rows:
+                break
+            lower = _key(shape.key, rows[0])
+            keys.append(lower)
+        return keys
+
+    def read_chunk(self, chunk: Chunk) -> ChunkRead:
+        """Read the chunk in a REPEATABLE READ transaction and name the transactions its
+        snapshot missed although they had committed by the end of the read."""
+        shape = self._shape(chunk.table)
+        if chunk.keys is not None:
+            where, params = _in_keys(shape, chunk.keys)
+        else:
+            where, params = _range(shape, chunk.after, chunk.upto)
+        query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {}").format(
+            _names(shape.columns), _table(chunk.table), where, _names(shape.key)
+        )
+        if chunk.limit is not None:
+            query = sql.SQL("{} LIMIT {}").format(query, chunk.limit)
+        conn = self._connection()
+        with conn.transaction():
+            snapshot_row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+            assert snapshot_row is not None
+            raw = _raw_rows(conn.execute(query, params))
+            committed = conn.execute(_INVISIBLE_COMMITTED, (snapshot_row[0],)).fetchall()
+        rows: list[Row] = [
+            {c.name: convert(c.type_oid, text) for c, text in zip(shape.columns, r, strict=True)}
+            for r in raw
+        ]
+        return ChunkRead(rows, frozenset(int(x) & _XID_MASK for (x,) in committed))
+
+    def write_watermark(self, value: str) -> None:
+        query = sql.SQL("UPDATE {} SET value = %s").format(_table(self._config.watermark))
+        cursor = self._connection().execute(query, (value,))
+        if cursor.rowcount != 1:
+            raise SourceError(
+                f"the watermark table {self._config.watermark} has {cursor.rowcount} rows, "
+                "not one: run ensure_setup"
+            )
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _connection(self) -> psycopg.Connection[tuple[Any, ...]]:
+        if self._conn is None or self._conn.closed:
+            conn = self._config.connect()
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            self._conn = conn
+        return self._conn
+
+    def _shape(self, table: TableRef) -> TableShape:
+        shape = self._shapes.get(table)
+        if shape is None:
+            shape = self._shapes[table] = table_shape(self._connection(), table)
+        return shape
+
+
+def _table(table: TableRef) -> sql.Identifier:
+    return sql.Identifier(table.schema, table.name)
+
+
+def _names(columns: Sequence[ColumnInfo]) -> sql.Composed:
+    return sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
+
+
+def _values(columns: Sequence[ColumnInfo], key: Key) -> tuple[sql.Composed, list[str]]:
+    """`(CAST(%s AS type), ...)` and the key's values as text parameters."""
+    if len(key) != len(columns):
+        raise SourceError(f"key {key!r} has {len(key)} values, the primary key {len(columns)}")
+    placeholders = sql.SQL(", ").join(
+        sql.SQL("CAST({} AS {})").format(sql.Placeholder(), sql.SQL(c.sql_type)) for c in columns
+    )
+    params = [to_text(c.type_oid, v) for c, v in zip(columns, key, strict=True)]
+    return sql.SQL("({})").format(placeholders), params
+
+
+def _range(
+    shape: TableShape, after: Key | None, upto: Key | None
+) -> tuple[sql.Composable, list[str]]:
+    conditions: list[sql.Composable] = []
+    params: list[str] = []
+    columns = sql.SQL("({})").format(_names(shape.key))
+    for op, bound in ((">", after), ("<=", upto)):
+        if bound is not None:
+            values, values_params = _values(shape.key, bound)
+            conditions.append(sql.SQL("{} {} {}").format(columns, sql.SQL(op), values))
+            params += values_params
+    if not conditions:
+        return sql.SQL("true"), params
+    return sql.SQL(" AND ").join(conditions), params
+
+
+def _in_keys(shape: TableShape, keys: Sequence[Key]) -> tuple[sql.Composable, list[str]]:
+    if not keys:
+        return sql.SQL("false"), []
+    params: list[str] = []
+    tuples = []
+    for key in keys:
+        values, values_params = _values(shape.key, key)
+        tuples.append(values)
+        params += values_params
+    return sql.SQL("({}) IN ({})").format(_names(shape.key), sql.SQL(", ").join(tuples)), params
+
+
+def _raw_rows(cursor: psycopg.Cursor[Any]) -> list[list[str | None]]:
+    """The result as the text the server printed, bypassing psycopg's type loaders."""
+    result = cursor.pgresult
+    if result is None:
+        return []
+    rows = []
+    for r in range(result.ntuples):
+        values = (result.get_value(r, c) for c in range(result.nfields))
+        rows.append([None if v is None else bytes(v).decode("utf-8") for v in values])
+    return rows
+
+
+def _key(columns: Sequence[ColumnInfo], raw: Sequence[str | None]) -> Key:
+    return tuple(freeze(convert(c.type_oid, text)) for c, text in zip(columns, raw, strict=True))

@@ -1,0 +1,210 @@
+"""Making a PostgreSQL database a DBLog source, and checking that it is one.
+
+`ensure_setup` creates what is missing (watermark schema and table with its one row, the
+publication, the pgoutput slot) and is safe to run again. `preflight` only reads, and raises a
+SourceError subclass whose message says what to change. The `check_*` functions are the pure
+rules, taking values read from the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError, UnknownTable
+from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
+
+_TABLE_FACTS = """
+SELECT c.relkind::text,
+       c.relreplident::text,
+       EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s
+"""
+
+_PUBLISHED = """
+SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s
+"""
+
+
+def check_wal_level(wal_level: str) -> None:
+    if wal_level != "logical":
+        raise SourceError(
+            f"wal_level is {wal_level!r}: set wal_level = logical in postgresql.conf "
+            "(or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL"
+        )
+
+
+def check_server_encoding(encoding: str) -> None:
+    if encoding != "UTF8":
+        raise SourceError(f"the database encoding is {encoding}: DBLog reads UTF8 databases only")
+
+
+def check_replication_role(role: str, can_replicate: bool) -> None:
+    if not can_replicate:
+        raise SourceError(
+            f"role {role!r} may not replicate: ALTER ROLE {role} REPLICATION "
+            "(and allow it in pg_hba.conf for replication connections)"
+        )
+
+
+def check_table(table: TableRef, facts: tuple[str, str, bool] | None) -> None:
+    """`facts` is (relkind, relreplident, has primary key), None when the table is unknown."""
+    if facts is None:
+        raise UnknownTable(f"captured table {table} does not exist: create it or stop capturing it")
+    kind, identity, has_primary_key = facts
+    if kind not in ("r", "p"):
+        raise UnknownTable(f"{table} is not a table (relkind {kind!r}): capture tables only")
+    if not has_primary_key:
+        raise NoPrimaryKey(
+            f"captured table {table} has no primary key: DBLog chunks and reconciles by primary "
+            f"key; add one (ALTER TABLE {table} ADD PRIMARY KEY (...)) or stop capturing it"
+        )
+    if identity not in ("d", "f"):
+        raise SourceError(
+            f"{table} has REPLICA IDENTITY {'NOTHING' if identity == 'n' else 'USING INDEX'}: "
+            f"updates and deletes would not carry the primary key; "
+            f"ALTER TABLE {table} REPLICA IDENTITY DEFAULT (or FULL)"
+        )
+
+
+def check_publication(
+    publication: str, published: Collection[TableRef] | None, wanted: Iterable[TableRef]
+) -> None:
+    """`published` is None when the publication does not exist."""
+    if published is None:
+        raise SourceError(f"publication {publication!r} does not exist: run ensure_setup")
+    missing = [str(t) for t in wanted if t not in published]
+    if missing:
+        raise SourceError(
+            f"publication {publication!r} lacks {', '.join(missing)}: run ensure_setup or "
+            f"ALTER PUBLICATION {publication} ADD TABLE {', '.join(missing)}"
+        )
+
+
+def check_slot(slot: str, facts: tuple[str | None, str | None] | None, database: str) -> None:
+    """`facts` is the slot's (plugin, database), None when the slot does not exist."""
+    if facts is None:
+        raise SourceError(f"replication slot {slot!r} does not exist: run ensure_setup")
+    plugin, slot_database = facts
+    if plugin != "pgoutput" or slot_database != database:
+        raise SourceError(
+            f"replication slot {slot!r} is a {plugin or 'physical'} slot of database "
+            f"{slot_database}: it must be a pgoutput slot of {database}; pick another slot name"
+        )
+
+
+def preflight(config: PostgresSourceConfig) -> None:
+    """Raise the first reason `config` cannot be used as a source; return if it can."""
+    with config.connect() as conn:
+        _check_server(conn)
+        for table in config.tables:
+            check_table(table, _table_facts(conn, table))
+        if _table_facts(conn, config.watermark) is None:
+            raise SourceError(
+                f"watermark table {config.watermark} does not exist: run ensure_setup"
+            )
+        check_publication(
+            config.publication,
+            _published(conn, config.publication),
+            (*config.tables, config.watermark),
+        )
+        check_slot(config.slot, _slot_facts(conn, config.slot), _database(conn))
+
+
+def ensure_setup(config: PostgresSourceConfig) -> None:
+    """Create the watermark table, publication and slot if missing; check everything else."""
+    with config.connect() as conn:
+        _check_server(conn)
+        for table in config.tables:
+            check_table(table, _table_facts(conn, table))
+        watermark = _identifier(config.watermark)
+        conn.execute(
+            sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                sql.Identifier(config.watermark_schema)
+            )
+        )
+        conn.execute(
+            sql.SQL("CREATE TABLE IF NOT EXISTS {} (id int PRIMARY KEY, value text)").format(
+                watermark
+            )
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (id, value) VALUES (1, NULL) ON CONFLICT (id) DO NOTHING"
+            ).format(watermark)
+        )
+        if config.replica_identity_full:
+            for table in config.tables:
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(_identifier(table))
+                )
+        wanted = (*config.tables, config.watermark)
+        published = _published(conn, config.publication)
+        publication = sql.Identifier(config.publication)
+        if published is None:
+            conn.execute(
+                sql.SQL(
+                    "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete')"
+                ).format(publication, sql.SQL(", ").join(_identifier(t) for t in wanted))
+            )
+        else:
+            missing = [t for t in wanted if t not in published]
+            if missing:
+                conn.execute(
+                    sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                        publication, sql.SQL(", ").join(_identifier(t) for t in missing)
+                    )
+                )
+        slot = _slot_facts(conn, config.slot)
+        if slot is None:
+            conn.execute(
+                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (config.slot,)
+            )
+        else:
+            check_slot(config.slot, slot, _database(conn))
+
+
+def _check_server(conn: psycopg.Connection[Any]) -> None:
+    row = conn.execute(
+        "SELECT current_setting('wal_level'), current_setting('server_encoding'), current_user,"
+        " rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
+    ).fetchone()
+    assert row is not None
+    wal_level, encoding, role, can_replicate = row
+    check_wal_level(wal_level)
+    check_server_encoding(encoding)
+    check_replication_role(role, can_replicate)
+
+
+def _identifier(table: TableRef) -> sql.Identifier:
+    return sql.Identifier(table.schema, table.name)
+
+
+def _table_facts(conn: psycopg.Connection[Any], table: TableRef) -> tuple[str, str, bool] | None:
+    row = conn.execute(_TABLE_FACTS, (table.schema, table.name)).fetchone()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+def _published(conn: psycopg.Connection[Any], publication: str) -> set[TableRef] | None:
+    exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,))
+    if exists.fetchone() is None:
+        return None
+    return {TableRef(s, t) for s, t in conn.execute(_PUBLISHED, (publication,))}
+
+
+def _slot_facts(conn: psycopg.Connection[Any], slot: str) -> tuple[str | None, str | None] | None:
+    row = conn.execute(
+        "SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def _database(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SELECT current_database()").fetchone()
+    assert row is not None
+    return str(row[0])
