@@ -1,0 +1,197 @@
+"""Rotating NDJSON files: one encoded event per line, `events-000001.ndjson`, `events-000002...`.
+
+A batch is written whole and then fsynced, so after a crash only the last line of the last file
+can be torn, and a line is complete only with its `\\n`. Opening the directory cuts such a torn
+line off, and `read_events` never returns one. A new file's directory entry is fsynced before
+any event in it counts as durable.
+
+Replays are dropped here: positions strictly increase in output order, so an event whose position
+is not greater than the last one in the files was written before a tailer restart.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from airflow_provider_dblog.core.event import Event, decode, encode
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.outputs.base import Output, OutputError, drop_replayed
+
+log = logging.getLogger(__name__)
+
+FILE_PATTERN = re.compile(r"events-(\d{6,})\.ndjson")
+LOCK_FILE = ".lock"
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+_BLOCK = 64 * 1024
+
+
+def file_name(number: int) -> str:
+    return f"events-{number:06d}.ndjson"
+
+
+def _numbered_files(directory: Path) -> list[tuple[int, Path]]:
+    found = []
+    for path in directory.iterdir():
+        match = FILE_PATTERN.fullmatch(path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def event_files(directory: Path | str) -> list[Path]:
+    """The event files of `directory` in write order (by number, not by name)."""
+    return [path for _, path in _numbered_files(Path(directory))]
+
+
+def read_events(directory: Path | str) -> Iterator[Event]:
+    """Every complete event in write order. A last line without its newline is being written
+    (or was torn by a crash) and is not returned; a torn line anywhere else is an error."""
+    files = event_files(directory)
+    for index, path in enumerate(files):
+        with path.open("rb") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.endswith(b"\n"):
+                    if index == len(files) - 1:
+                        return
+                    raise ValueError(f"{path}:{number}: torn line in a file that is not the last")
+                yield decode(line)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _last_line(fd: int, size: int) -> tuple[int, bytes | None]:
+    """The offset just after the last complete line, and that line (None if there is none).
+    Reads backwards, so opening a large file costs a few blocks, not the whole file."""
+    start, buf = size, b""
+    while start > 0:
+        step = min(_BLOCK, start)
+        start -= step
+        buf = os.pread(fd, step, start) + buf
+        newline = buf.rfind(b"\n")
+        if newline < 0:
+            continue
+        previous = buf.rfind(b"\n", 0, newline)
+        if previous >= 0 or start == 0:
+            return start + newline + 1, buf[previous + 1 : newline]
+    return 0, None
+
+
+class NdjsonOutput(Output):
+    """Appends events to numbered files in `directory`, starting a new file before one would
+    grow past `max_bytes` (a single larger event still gets a file of its own). One writer per
+    directory: a lock file refuses a second one."""
+
+    def __init__(self, directory: Path | str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        if max_bytes <= 0:
+            raise OutputError(f"ndjson max_bytes must be positive, got {max_bytes}")
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock = os.open(self.directory / LOCK_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock)
+            raise OutputError(f"another writer holds {self.directory / LOCK_FILE}") from None
+        self.last_position: Position | None = None
+        """The position of the last event in the files: later writes skip anything not newer."""
+        self._fd = -1
+        files = _numbered_files(self.directory)
+        self._number = 0
+        self._size = 0
+        if files:
+            self._number = files[-1][0]
+            self._open_current(repair=True)
+            self._find_last_position([path for _, path in files])
+        else:
+            self._rotate()
+
+    @property
+    def current_file(self) -> Path:
+        return self.directory / file_name(self._number)
+
+    def _open_current(self, *, repair: bool) -> None:
+        self._fd = os.open(self.current_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        if repair:
+            reader = os.open(self.current_file, os.O_RDONLY)
+            try:
+                end, _ = _last_line(reader, self._size)
+            finally:
+                os.close(reader)
+            if end != self._size:
+                torn = self._size - end
+                log.warning("cutting a torn last line off %s (%d bytes)", self.current_file, torn)
+                os.ftruncate(self._fd, end)
+                os.fsync(self._fd)
+                self._size = end
+
+    def _find_last_position(self, files: list[Path]) -> None:
+        for path in reversed(files):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                _, line = _last_line(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
+            if line is not None:
+                self.last_position = decode(line).position
+                return
+
+    def _rotate(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._number += 1
+        self._open_current(repair=False)
+        _fsync_dir(self.directory)
+
+    def write(self, events: Sequence[Event]) -> None:
+        if self._fd < 0:
+            raise OutputError(f"ndjson output {self.directory} is closed")
+        kept = drop_replayed(events, self.last_position)
+        if len(kept) < len(events):
+            log.info("skipped %d replayed events", len(events) - len(kept))
+        lines = [(e.position, (encode(e) + "\n").encode()) for e in kept]
+        start = 0
+        while start < len(lines):
+            if self._size and self._size + len(lines[start][1]) > self.max_bytes:
+                self._rotate()
+            end, size = start + 1, self._size + len(lines[start][1])
+            while end < len(lines) and size + len(lines[end][1]) <= self.max_bytes:
+                size += len(lines[end][1])
+                end += 1
+            self._append(b"".join(line for _, line in lines[start:end]))
+            self.last_position = lines[end - 1][0]
+            start = end
+
+    def _append(self, data: bytes) -> None:
+        """Write and fsync `data`; on failure cut the file back, so no torn line stays behind
+        for the next batch to be appended to."""
+        before = self._size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fsync(self._fd)
+        except OSError:
+            os.ftruncate(self._fd, before)
+            raise
+        self._size = before + len(data)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
