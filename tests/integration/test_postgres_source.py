@@ -4,6 +4,8 @@ reader over a replication slot, and the chunk source, which must give the log's 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -306,7 +308,7 @@ def test_acknowledge_moves_the_slot_forward_never_back(
     assert [e.key for e in again] == [{"id": 3}]
 
 
-def test_a_lost_server_raises_source_unavailable(pg15: PostgresInfo, tmp_path: Path) -> None:
+def test_a_lost_server_raises_source_unavailable(pg15: PostgresInfo) -> None:
     env = "DBLOG_TEST_PG_LOST_PASSWORD"
     table = TableRef("public", unique("t"))
     execute(pg15, f"CREATE TABLE {table} (id int PRIMARY KEY)")
@@ -409,11 +411,20 @@ def test_preflight_refuses_a_role_without_replication(
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
+@pytest.fixture
+def server_dir() -> Iterator[Path]:
+    """A directory for a throwaway server. Not under tmp_path: a concurrent pytest session
+    resets /tmp/pytest-of-<user> to 0700, which the server's own user then cannot reach."""
+    path = Path(tempfile.mkdtemp(prefix="dblog-pg-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def test_preflight_refuses_a_server_without_logical_decoding(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     try:
-        server = ReplicaWalServer(tmp_path)
+        server = ReplicaWalServer(server_dir)
     except FileNotFoundError as missing:
         pytest.skip(str(missing))
     with server:
