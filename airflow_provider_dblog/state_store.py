@@ -17,7 +17,7 @@ every key of a source lives in one slot and every Lua script below may touch any
 | P window:<id>:rows     | list   | the chunk rows, one JSON array of up to 1000 rows each      |
 | P window:<id>:rowsmeta | hash   | key_columns, schema_version, invisible_txids (JSON), rows   |
 | P window:<id>:ended    | list   | one element once the window ended (waiters block on it)     |
-| P dumps                | zset   | dump ids by creation time (ms)                              |
+| P dumps                | list   | dump ids in the order they were created                     |
 | P dump:<id>            | string | the DumpRequest and the tables' key columns (JSON)          |
 | P dump:<id>:status     | hash   | state, reason, chunks, rows, windows_retried,               |
 |                        |        | created_ms, started_ms, finished_ms, updated_ms             |
@@ -83,7 +83,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal, ParamSpec, TypeVar, cast
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import redis
 from redis.typing import EncodableT, FieldT
@@ -299,7 +299,7 @@ redis.call('HSET', KEYS[2], 'state', 'pending', 'reason', '', 'chunks', 0, 'rows
            'windows_retried', 0, 'created_ms', now, 'updated_ms', now)
 redis.call('HSET', KEYS[3], 'paused', 0, 'cancelled', 0, 'chunk_size', ARGV[3],
            'delay_ms', 0, 'max_rows_per_s', 0)
-redis.call('ZADD', KEYS[4], now, ARGV[1])
+redis.call('RPUSH', KEYS[4], ARGV[1])
 return 1
 """
 )
@@ -613,7 +613,7 @@ class StateStore:
             WindowState.CLOSING,
         )
 
-    def abandon_window(self, window_id: str, reason: str) -> bool:
+    def abandon_window(self, window_id: str, reason: str = "the dump stopped waiting") -> bool:
         """The dump gave up waiting for the window: registered/open -> abandoned. Exactly one of
         `claim_window` and this wins a race; False means the tailer claimed or ended the window
         first: read its state, and if it is closing, wait for the tailer to close it."""
@@ -725,8 +725,7 @@ class StateStore:
     @_reachable
     def list_dumps(self) -> list[str]:
         """Dump ids, oldest first."""
-        ids = cast(list[bytes | str], self._r.zrange(self.prefix + "dumps", 0, -1))
-        return [_text(d) for d in ids]
+        return [_text(d) for d in self._r.lrange(self.prefix + "dumps", 0, -1)]
 
     @_reachable
     def save_progress(self, dump_id: str, progress: TableProgress) -> None:

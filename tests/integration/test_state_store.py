@@ -34,9 +34,10 @@ T = TableRef("public", "orders")
 TTL_S = 600.0
 
 
-@pytest.fixture
-def client(redis_server: RedisInfo) -> Iterator[redis.Redis]:
-    with redis_server.client() as client:
+@pytest.fixture(params=[False, True], ids=["bytes", "decoded"])
+def client(redis_server: RedisInfo, request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
+    """Clients that return bytes and clients that decode: the store works with either."""
+    with redis_server.client(decode_responses=request.param) as client:
         yield client
 
 
@@ -100,7 +101,7 @@ def test_window_lifecycle(store: StateStore, client: redis.Redis) -> None:
     assert final.updated_ms >= final.registered_ms
     assert store.get_chunk_rows(window.window_id) is None, "rows are deleted when it ends"
     # What is left of the window expires; everything lives under the source's namespace.
-    keys = [k.decode() for k in client.scan_iter(match=f"*{store.source}*")]
+    keys = [k if isinstance(k, str) else k.decode() for k in client.scan_iter(f"*{store.source}*")]
     assert keys and all(k.startswith(f"dblog:{{{store.source}}}:") for k in keys)
     assert all(0 < client.pttl(k) <= TTL_S * 1000 for k in keys if ":window:" in k or ":wm:" in k)
 
