@@ -2,13 +2,20 @@
 
 ```
 {"type": "ndjson", "directory": "/data/dblog", "max_bytes": 67108864}
+{"type": "redis_stream", "url_env": "DBLOG_OUTPUT_REDIS_URL",
+ "per_table": false, "maxlen": 1000000, "max_age_s": null, "prefix": "dblog"}
 ```
+Connection strings carry passwords, so a config names the environment variable that holds one
+(`url_env`), never the value: configs can be logged and stored as they are.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import redis
 
 from airflow_provider_dblog.outputs.base import (
     Output,
@@ -17,16 +24,28 @@ from airflow_provider_dblog.outputs.base import (
     TargetTableMissing,
 )
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, read_events
+from airflow_provider_dblog.outputs.redis_stream import RedisStreamOutput
 
 __all__ = [
     "NdjsonOutput",
     "Output",
     "OutputError",
     "OutputUnavailable",
+    "RedisStreamOutput",
     "TargetTableMissing",
     "open_output",
     "read_events",
 ]
+
+
+def _secret(kind: str, options: dict[str, Any], option: str) -> str:
+    name = options.pop(option, None)
+    if not name:
+        raise OutputError(f"{kind} output: '{option}' (the environment variable) is required")
+    value = os.environ.get(name)
+    if not value:
+        raise OutputError(f"{kind} output: environment variable {name} ({option}) is not set")
+    return value
 
 
 def _ndjson(options: dict[str, Any]) -> Output:
@@ -35,8 +54,17 @@ def _ndjson(options: dict[str, Any]) -> Output:
     return NdjsonOutput(options.pop("directory"), **options)
 
 
+def _redis_stream(options: dict[str, Any]) -> Output:
+    client = redis.Redis.from_url(_secret("redis_stream", options, "url_env"))
+    return RedisStreamOutput(client, **options)
+
+
 _OUTPUTS: dict[str, tuple[Callable[[dict[str, Any]], Output], frozenset[str]]] = {
     "ndjson": (_ndjson, frozenset({"directory", "max_bytes"})),
+    "redis_stream": (
+        _redis_stream,
+        frozenset({"url_env", "per_table", "maxlen", "max_age_s", "prefix"}),
+    ),
 }
 
 
