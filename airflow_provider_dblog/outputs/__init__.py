@@ -4,9 +4,11 @@
 {"type": "ndjson", "directory": "/data/dblog", "max_bytes": 67108864}
 {"type": "redis_stream", "url_env": "DBLOG_OUTPUT_REDIS_URL",
  "per_table": false, "maxlen": 1000000, "max_age_s": null, "prefix": "dblog"}
+{"type": "sql_apply", "dsn_env": "DBLOG_TARGET_DSN", "monotonic": true,
+ "table_map": {"app.users": "replica.users"}, "connect_timeout": 10}
 ```
 Connection strings carry passwords, so a config names the environment variable that holds one
-(`url_env`), never the value: configs can be logged and stored as they are.
+(`url_env`, `dsn_env`), never the value: configs can be logged and stored as they are.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from airflow_provider_dblog.outputs.base import (
 )
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, read_events
 from airflow_provider_dblog.outputs.redis_stream import RedisStreamOutput
+from airflow_provider_dblog.outputs.sql_apply import SqlApplyOutput
 
 __all__ = [
     "NdjsonOutput",
@@ -32,6 +35,7 @@ __all__ = [
     "OutputError",
     "OutputUnavailable",
     "RedisStreamOutput",
+    "SqlApplyOutput",
     "TargetTableMissing",
     "open_output",
     "read_events",
@@ -59,11 +63,19 @@ def _redis_stream(options: dict[str, Any]) -> Output:
     return RedisStreamOutput(client, **options)
 
 
+def _sql_apply(options: dict[str, Any]) -> Output:
+    return SqlApplyOutput(_secret("sql_apply", options, "dsn_env"), **options)
+
+
 _OUTPUTS: dict[str, tuple[Callable[[dict[str, Any]], Output], frozenset[str]]] = {
     "ndjson": (_ndjson, frozenset({"directory", "max_bytes"})),
     "redis_stream": (
         _redis_stream,
         frozenset({"url_env", "per_table", "maxlen", "max_age_s", "prefix"}),
+    ),
+    "sql_apply": (
+        _sql_apply,
+        frozenset({"dsn_env", "monotonic", "table_map", "connect_timeout"}),
     ),
 }
 

@@ -1,11 +1,16 @@
-"""Outputs on real servers: Redis Streams round trip and trimming."""
+"""Outputs on real servers: Redis Streams round trip and trimming; SQL apply into PostgreSQL."""
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
 
+import psycopg
 import pytest
 import redis
 from redis.backoff import NoBackoff
@@ -13,12 +18,15 @@ from redis.retry import Retry
 
 from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo, TableRef, decode
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs import (
     OutputError,
     OutputUnavailable,
     RedisStreamOutput,
+    SqlApplyOutput,
+    TargetTableMissing,
     open_output,
 )
 
@@ -171,3 +179,283 @@ def test_redis_stream_from_config(
     assert stream_client.xlen(f"dblog:{source}:events:a.b") == 1
     with pytest.raises(OutputError, match="environment variable NOT_SET_ANYWHERE"):
         open_output({"type": "redis_stream", "url_env": "NOT_SET_ANYWHERE"})
+
+
+# --- SQL apply -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def target(postgres: PostgresInfo) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to the target database for set-up and checks."""
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        yield conn
+
+
+def create(conn: psycopg.Connection[Any], ddl: str) -> TableRef:
+    """Creates `ddl` (with `{t}` for the table name) under a unique name in public."""
+    name = unique("t")
+    conn.execute(ddl.format(t=name))
+    return TableRef("public", name)
+
+
+def rows(conn: psycopg.Connection[Any], table: TableRef, order: str = "1") -> list[tuple[Any, ...]]:
+    return conn.execute(f'SELECT * FROM {table.schema}."{table.name}" ORDER BY {order}').fetchall()
+
+
+def test_sql_upserts_and_deletes(postgres: PostgresInfo, target: psycopg.Connection[Any]) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, name text, n int)")
+    with SqlApplyOutput(postgres.dsn) as out:
+        out.write(
+            [
+                ev(t, Op.READ, {"id": 1}, {"id": 1, "name": "a", "n": 1}, 10, 0),
+                ev(t, Op.CREATE, {"id": 2}, {"id": 2, "name": "b", "n": 2}, 11, 0),
+                ev(t, Op.CREATE, {"id": 3}, {"id": 3, "name": "c", "n": 3}, 11, 1),
+                ev(t, Op.UPDATE, {"id": 2}, {"id": 2, "name": "B", "n": None}, 12, 0),
+                ev(t, Op.DELETE, {"id": 3}, None, 13, 0),
+                ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "name": "A", "n": 10}, 14, 0),
+            ]
+        )
+        assert rows(target, t) == [(1, "A", 10), (2, "B", None)]
+        out.write(
+            [ev(t, Op.DELETE, {"id": 1}, None, 15, 0), ev(t, Op.DELETE, {"id": 9}, None, 15, 1)]
+        )
+    assert rows(target, t) == [(2, "B", None)]
+
+
+def test_sql_composite_and_uuid_keys(
+    postgres: PostgresInfo, target: psycopg.Connection[Any]
+) -> None:
+    t = create(target, "CREATE TABLE {t} (region text, n int, v text, PRIMARY KEY (region, n))")
+    u = create(target, "CREATE TABLE {t} (id uuid PRIMARY KEY, v text)")
+    ids = [str(uuid.uuid4()) for _ in range(2)]
+    with SqlApplyOutput(postgres.dsn) as out:
+        out.write(
+            [
+                ev(t, Op.CREATE, {"region": "eu", "n": 1}, {"region": "eu", "n": 1, "v": "x"}, 1),
+                ev(t, Op.CREATE, {"region": "eu", "n": 2}, {"region": "eu", "n": 2, "v": "y"}, 2),
+                ev(t, Op.CREATE, {"region": "us", "n": 1}, {"region": "us", "n": 1, "v": "z"}, 3),
+                ev(t, Op.UPDATE, {"region": "eu", "n": 2}, {"region": "eu", "n": 2, "v": "Y"}, 4),
+                ev(t, Op.DELETE, {"region": "eu", "n": 1}, None, 5),
+                ev(u, Op.CREATE, {"id": ids[0]}, {"id": ids[0], "v": "a"}, 6),
+                ev(u, Op.CREATE, {"id": ids[1]}, {"id": ids[1], "v": "b"}, 7),
+                ev(u, Op.DELETE, {"id": ids[1]}, None, 8),
+            ]
+        )
+    assert rows(target, t, "1, 2") == [("eu", 2, "Y"), ("us", 1, "z")]
+    assert rows(target, u) == [(uuid.UUID(ids[0]), "a")]
+
+
+def test_sql_value_types(postgres: PostgresInfo, target: psycopg.Connection[Any]) -> None:
+    t = create(
+        target,
+        """CREATE TABLE {t} (
+            id bigint PRIMARY KEY, amount numeric(30, 10), doc jsonb, raw json, ints int[],
+            grid int[][], nums numeric[], blob bytea, blobs bytea[], at timestamptz, day date,
+            code char(3), flag boolean, ratio double precision, label varchar(5), note text)""",
+    )
+    blob = bytes(range(256))
+    after = {
+        "id": 2**62,
+        "amount": "12345678901234567890.0123456789",
+        "doc": {"a": [1, 2, {"b": None}], "s": "ü"},
+        "raw": [1, "two"],
+        "ints": [1, None, 3],
+        "grid": [[1, 2], [3, 4]],
+        "nums": ["1.5", "NaN"],
+        "blob": base64.b64encode(blob).decode(),
+        "blobs": [base64.b64encode(b"\x00\x01").decode(), None],
+        "at": "2024-02-29T23:59:59.123456+00:00",
+        "day": "2024-02-29",
+        "code": "ab",
+        "flag": True,
+        "ratio": 0.1,
+        "label": "ünï",
+        "note": None,
+    }
+    with SqlApplyOutput(postgres.dsn) as out:
+        out.write([ev(t, Op.READ, {"id": 2**62}, after, 1)])
+    (row,) = target.execute(
+        f"SELECT id, amount, doc, raw, ints, grid, nums, blob, blobs, at, day::text, code, flag,"
+        f' ratio, label, note, at = %s::timestamptz FROM public."{t.name}"',
+        (after["at"],),
+    ).fetchall()
+    assert row[:6] == (
+        2**62,
+        Decimal("12345678901234567890.0123456789"),
+        after["doc"],
+        [1, "two"],
+        [1, None, 3],
+        [[1, 2], [3, 4]],
+    )
+    assert [str(n) for n in row[6]] == ["1.5", "NaN"]  # NaN != NaN
+    assert row[7:9] == (blob, [b"\x00\x01", None])
+    assert row[10:16] == ("2024-02-29", "ab ", True, 0.1, "ünï", None)
+    assert row[16] is True
+
+
+def test_sql_oversized_value_is_refused_not_truncated(
+    postgres: PostgresInfo, target: psycopg.Connection[Any]
+) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, label varchar(3))")
+    with SqlApplyOutput(postgres.dsn) as out, pytest.raises(OutputError, match="too long"):
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "label": "abcd"}, 1)])
+    assert rows(target, t) == []
+
+
+def test_sql_absent_column_is_kept(postgres: PostgresInfo, target: psycopg.Connection[Any]) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, big text, n int)")
+    with SqlApplyOutput(postgres.dsn) as out:
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "big": "x" * 10_000, "n": 1}, 1)])
+        # An update that did not touch the TOASTed column: the source could not send it.
+        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "n": 2}, 2)])
+    assert rows(target, t) == [(1, "x" * 10_000, 2)]
+
+
+def test_sql_update_that_changes_the_key(
+    postgres: PostgresInfo, target: psycopg.Connection[Any]
+) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+    with SqlApplyOutput(postgres.dsn, monotonic=True) as out:
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "v": "a"}, 1)])
+        out.write([ev(t, Op.UPDATE, {"id": 2}, {"id": 2, "v": "a"}, 2, before={"id": 1})])
+        assert rows(target, t) == [(2, "a")]
+        out.write([ev(t, Op.READ, {"id": 1}, {"id": 1, "v": "old"}, 1, 5)])  # older than the move
+    assert rows(target, t) == [(2, "a")]
+
+
+def test_sql_replayed_batch_is_idempotent(
+    postgres: PostgresInfo, target: psycopg.Connection[Any]
+) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, v int)")
+    batch = [
+        ev(t, Op.CREATE, {"id": 1}, {"id": 1, "v": 1}, 1),
+        ev(t, Op.CREATE, {"id": 2}, {"id": 2, "v": 1}, 1, 1),
+        ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "v": 2}, 2),
+        ev(t, Op.DELETE, {"id": 2}, None, 3),
+    ]
+    for monotonic in (False, True):
+        target.execute(f'TRUNCATE public."{t.name}"')
+        with SqlApplyOutput(postgres.dsn, monotonic=monotonic) as out:
+            out.write(batch)
+            out.write(batch)
+        with SqlApplyOutput(postgres.dsn, monotonic=monotonic) as out:  # after a restart
+            out.write(batch[1:])
+        assert rows(target, t) == [(1, 2)]
+
+
+def test_sql_monotonic_refuses_older_accepts_newer(
+    postgres: PostgresInfo, target: psycopg.Connection[Any]
+) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+    with SqlApplyOutput(postgres.dsn, monotonic=True) as out:
+        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "v": "at 10"}, 10, 3)])
+        out.write([ev(t, Op.READ, {"id": 1}, {"id": 1, "v": "at 10/2"}, 10, 2)])
+        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "v": "at 9"}, 9, 7)])
+        assert rows(target, t) == [(1, "at 10")]
+        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "v": "at 10/4"}, 10, 4)])
+        assert rows(target, t) == [(1, "at 10/4")]
+        out.write([ev(t, Op.DELETE, {"id": 1}, None, 12)])
+        out.write([ev(t, Op.READ, {"id": 1}, {"id": 1, "v": "stale dump row"}, 11)])
+        assert rows(target, t) == []
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "v": "again"}, 13)])
+        # The same key of another source is tracked on its own.
+        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "v": "other"}, 1, source="other")])
+    assert rows(target, t) == [(1, "other")]
+    stored = target.execute(
+        "SELECT source, key, commit, seq FROM dblog_positions WHERE tbl = %s ORDER BY source",
+        (t.name,),
+    ).fetchall()
+    assert stored == [("other", {"id": 1}, 1, 0), ("src", {"id": 1}, 13, 0)]
+
+
+def test_sql_table_map(postgres: PostgresInfo, target: psycopg.Connection[Any]) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+    source = TableRef("app", "users")
+    table_map = {"app.users": f"public.{t.name}"}
+    with SqlApplyOutput(postgres.dsn, table_map=table_map) as out:
+        assert out.target_of(source) == t
+        out.write([ev(source, Op.CREATE, {"id": 1}, {"id": 1, "v": "a"}, 1)])
+    assert rows(target, t) == [(1, "a")]
+
+
+def test_sql_missing_target_table_is_named(postgres: PostgresInfo) -> None:
+    table = TableRef("public", unique("absent"))
+    with (
+        SqlApplyOutput(postgres.dsn) as out,
+        pytest.raises(TargetTableMissing, match=f"target table {table} .*does not exist"),
+    ):
+        out.write([ev(table, Op.CREATE, {"id": 1}, {"id": 1}, 1)])
+
+
+def test_sql_target_that_differs_is_named(
+    postgres: PostgresInfo, target: psycopg.Connection[Any]
+) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+    nokey = create(target, "CREATE TABLE {t} (id int, v text)")
+    with SqlApplyOutput(postgres.dsn) as out:
+        with pytest.raises(TargetTableMissing, match=f"{t} has no column extra"):
+            out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "extra": 1}, 1)])
+        with pytest.raises(TargetTableMissing, match=rf"{t} has primary key \(id\) but"):
+            out.write([ev(t, Op.CREATE, {"v": "a"}, {"id": 1, "v": "a"}, 1)])
+        with pytest.raises(TargetTableMissing, match=f"{nokey} has no primary key"):
+            out.write([ev(nokey, Op.CREATE, {"id": 1}, {"id": 1}, 1)])
+        # A column added to the target later is picked up.
+        target.execute(f'ALTER TABLE public."{t.name}" ADD COLUMN extra int')
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "v": "a", "extra": 5}, 2)])
+    assert rows(target, t) == [(1, "a", 5)]
+
+
+def test_sql_target_table_dropped_under_the_output(
+    postgres: PostgresInfo, target: psycopg.Connection[Any]
+) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY)")
+    with SqlApplyOutput(postgres.dsn) as out:
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1}, 1)])
+        target.execute(f'DROP TABLE public."{t.name}"')
+        with pytest.raises(TargetTableMissing, match=t.name):
+            out.write([ev(t, Op.CREATE, {"id": 2}, {"id": 2}, 2)])
+        with pytest.raises(TargetTableMissing, match=f"target table {t} .*does not exist"):
+            out.write([ev(t, Op.CREATE, {"id": 2}, {"id": 2}, 2)])
+
+
+def test_sql_target_server_going_away(
+    postgres: PostgresInfo, target: psycopg.Connection[Any]
+) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY)")
+    app = unique("out")
+    with SqlApplyOutput(f"{postgres.dsn}?application_name={app}") as out:
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1}, 1)])
+        with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s",
+                (app,),
+            ).fetchall()
+        assert killed == [(True,)]
+        with pytest.raises(OutputUnavailable, match="went away"):
+            out.write([ev(t, Op.CREATE, {"id": 2}, {"id": 2}, 2)])
+        out.write([ev(t, Op.CREATE, {"id": 2}, {"id": 2}, 2)])  # reconnects; the batch is retried
+    assert rows(target, t) == [(1,), (2,)]
+
+
+def test_sql_unreachable_target_is_unavailable() -> None:
+    dsn = f"postgresql://u:secret-pw@127.0.0.1:{free_port()}/x"
+    with pytest.raises(OutputUnavailable, match="cannot connect") as raised:
+        SqlApplyOutput(dsn, connect_timeout=2)
+    assert "secret-pw" not in str(raised.value)
+
+
+def test_sql_apply_from_config(
+    postgres: PostgresInfo, target: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, doc jsonb)")
+    monkeypatch.setenv("TEST_DBLOG_TARGET_DSN", postgres.dsn)
+    config = {"type": "sql_apply", "dsn_env": "TEST_DBLOG_TARGET_DSN", "monotonic": True}
+    with open_output(config) as out:
+        assert isinstance(out, SqlApplyOutput) and out.monotonic
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "doc": json.loads('{"a": 1}')}, 1)])
+    assert rows(target, t) == [(1, {"a": 1})]
+    with pytest.raises(OutputError, match=r"'dsn_env' .* is required"):
+        open_output({"type": "sql_apply"})
+    with pytest.raises(OutputError, match="unknown option 'dsn'"):
+        open_output({"type": "sql_apply", "dsn": postgres.dsn})

@@ -1,0 +1,356 @@
+"""Apply the change stream to tables in a PostgreSQL target: upsert c/u/r, delete d, by key.
+
+Each batch is one transaction, sent in one pipeline. The target tables must exist with the
+source's columns and primary key: creating them from events would guess types, so a missing or
+different table is an error naming it. Column types are read from the target once per table and
+values adapted to them: dicts and lists for json/jsonb, base64 text for bytea, lists for arrays;
+every parameter is cast to its column's type, so numeric, uuid, timestamptz and the like travel as
+the strings the source made of them. A column absent from `after` (an unchanged TOAST value the
+source could not send) is left as it is in the target.
+
+A replay (the tailer re-sends everything after its last acknowledged position) ends in the same
+state, since it repeats the same images in the same order; but while it catches up, a key can go
+back to an older image for a moment. Monotonic mode rules that out, and any other older image (a
+dump row older than what the target holds): it keeps the last applied position of every key in
+`dblog_positions`, updated in the same statement as the row, and skips an event whose position is
+not newer. Deleted keys keep their row there, so an old image cannot bring a deleted row back;
+that table therefore grows with every key ever seen.
+
+A JSON null and an SQL NULL arrive alike (None) and are written as SQL NULL.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Json, Jsonb
+
+from airflow_provider_dblog.core.event import Event, JsonValue, Op, Row, TableRef, key_of
+from airflow_provider_dblog.outputs.base import (
+    Output,
+    OutputError,
+    OutputUnavailable,
+    TargetTableMissing,
+)
+
+POSITIONS_TABLE = "dblog_positions"
+
+_CREATE_POSITIONS = sql.SQL(
+    """CREATE TABLE IF NOT EXISTS {table} (
+    source text NOT NULL,
+    schema text NOT NULL,
+    tbl text NOT NULL,
+    key jsonb NOT NULL,
+    commit numeric(20, 0) NOT NULL,
+    seq int NOT NULL,
+    PRIMARY KEY (source, schema, tbl, key)
+)"""
+).format(table=sql.Identifier(POSITIONS_TABLE))
+
+# The (only) CTE of a monotonic statement: records the event's position for its key if it is
+# newer than the stored one, and returns a row only then.
+_NEWER = sql.SQL(
+    """WITH newer AS (
+    INSERT INTO {table} AS p (source, schema, tbl, key, commit, seq)
+    VALUES (%s, %s, %s, %s::jsonb, %s::numeric, %s::int)
+    ON CONFLICT (source, schema, tbl, key)
+    DO UPDATE SET commit = EXCLUDED.commit, seq = EXCLUDED.seq
+    WHERE (p.commit, p.seq) < (EXCLUDED.commit, EXCLUDED.seq)
+    RETURNING 1
+) """
+).format(table=sql.Identifier(POSITIONS_TABLE))
+
+_RELATION = """
+SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
+"""
+
+# Domains are looked through to their base type, arrays to their element type. Parameters are
+# cast to the type without its modifier: an explicit cast to varchar(n) truncates silently, while
+# the assignment to the column errors. bpchar and bit keep theirs: alone they mean length 1.
+_COLUMNS = """
+SELECT a.attname, b.typname, e.typname, format_type(
+    a.atttypid,
+    CASE WHEN coalesce(e.typname, b.typname) IN ('bpchar', 'bit') THEN a.atttypmod END
+)
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = a.atttypid
+JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+LEFT JOIN pg_type e ON e.oid = b.typelem AND b.typcategory = 'A'
+WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+_PRIMARY_KEY = """
+SELECT a.attname
+FROM pg_index i
+CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %s AND i.indisprimary
+ORDER BY k.n
+"""
+
+
+def _adapter(type_name: str) -> Callable[[JsonValue], Any]:
+    """How a JSON value becomes a parameter for a column of base type `type_name`."""
+    if type_name == "jsonb":
+        return Jsonb
+    if type_name == "json":
+        return Json
+    if type_name == "bytea":
+        return lambda v: base64.b64decode(v) if isinstance(v, str) else v
+    return lambda v: v
+
+
+def _array_adapter(element: Callable[[JsonValue], Any]) -> Callable[[JsonValue], Any]:
+    def adapt(value: JsonValue) -> Any:
+        if isinstance(value, list):
+            return [None if v is None else adapt(v) for v in value]  # nested: multi-dim arrays
+        return element(value)
+
+    return adapt
+
+
+@dataclass(frozen=True)
+class _Column:
+    type_sql: str
+    """`format_type` of the column: what every parameter is cast to."""
+    adapt: Callable[[JsonValue], Any]
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A target table as the catalog describes it."""
+
+    ref: TableRef
+    columns: Mapping[str, _Column]
+    key: tuple[str, ...]
+
+    def placeholder(self, column: str) -> sql.Composable:
+        return sql.SQL("%s::{}").format(sql.SQL(self.columns[column].type_sql))
+
+    def check(self, source: TableRef, key: Row, columns: Sequence[str]) -> None:
+        if set(key) != set(self.key):
+            raise TargetTableMissing(
+                f"target table {self.ref} has primary key ({', '.join(self.key)}) but events "
+                f"of {source} are keyed by ({', '.join(key)}): give it the source's primary key"
+            )
+        missing = [c for c in columns if c not in self.columns]
+        if missing:
+            raise TargetTableMissing(
+                f"target table {self.ref} has no column {', '.join(missing)} that events of "
+                f"{source} carry: add the column"
+            )
+
+
+@dataclass(frozen=True)
+class _Action:
+    """One statement's worth of an event: upsert `values`, or delete `key` when values is None."""
+
+    event: Event
+    target: _Target
+    key: Row
+    values: Row | None
+
+    def shape(self) -> tuple[TableRef, tuple[str, ...] | None]:
+        return self.target.ref, None if self.values is None else tuple(self.values)
+
+
+class SqlApplyOutput(Output):
+    """Upserts and deletes into a PostgreSQL target over one connection (`dsn`).
+
+    `table_map` maps a source table ("schema.table") to its target table ("schema.table", or a
+    bare name in the source's schema); unmapped tables go to the same schema and name.
+    `monotonic` turns on the per-key position check described in the module docstring.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        monotonic: bool = False,
+        table_map: Mapping[str, str] | None = None,
+        connect_timeout: int = 10,
+    ) -> None:
+        self._dsn = dsn
+        self.monotonic = monotonic
+        self._connect_timeout = connect_timeout
+        self._table_map = {
+            TableRef.parse(src): TableRef.parse(dst, default_schema=TableRef.parse(src).schema)
+            for src, dst in (table_map or {}).items()
+        }
+        self._targets: dict[TableRef, _Target] = {}
+        self._statements: dict[tuple[TableRef, tuple[str, ...] | None], sql.Composed] = {}
+        self._conn: psycopg.Connection[Any] | None = None
+        self._closed = False
+        conn = self._connection()
+        if monotonic:
+            with self._errors():
+                conn.execute(_CREATE_POSITIONS)
+
+    def target_of(self, source: TableRef) -> TableRef:
+        return self._table_map.get(source, source)
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The open connection, or a new one if the last one broke (a batch is retried whole)."""
+        if self._closed:
+            raise OutputError("sql_apply output is closed")
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            try:
+                self._conn = psycopg.connect(
+                    self._dsn, autocommit=True, connect_timeout=self._connect_timeout
+                )
+            except psycopg.OperationalError as exc:
+                raise OutputUnavailable(f"cannot connect to the SQL target: {exc}") from exc
+        return self._conn
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """psycopg errors as the output's error types, with messages that say what to do."""
+        try:
+            yield
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+            self._targets.clear()  # described again at the next write
+            raise TargetTableMissing(f"a target table went away or changed: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise OutputUnavailable(f"the SQL target went away: {exc}") from exc
+        except psycopg.Error as exc:
+            if self._conn is not None and self._conn.broken:
+                raise OutputUnavailable(f"the SQL target went away: {exc}") from exc
+            raise OutputError(f"the SQL target refused a batch: {exc}") from exc
+
+    def write(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        conn = self._connection()
+        with self._errors():
+            actions = list(self._actions(conn, events))
+            with conn.transaction(), conn.pipeline(), conn.cursor() as cur:
+                start = 0
+                while start < len(actions):
+                    end = start + 1
+                    while end < len(actions) and actions[end].shape() == actions[start].shape():
+                        end += 1
+                    group = actions[start:end]
+                    cur.executemany(self._statement(group[0]), [self._params(a) for a in group])
+                    start = end
+
+    def _actions(self, conn: psycopg.Connection[Any], events: Sequence[Event]) -> Iterator[_Action]:
+        for event in events:
+            target = self._target(conn, event)
+            if event.op is Op.DELETE:
+                yield _Action(event, target, event.key, None)
+                continue
+            if event.after is None:
+                raise OutputError(f"{event.op.value} event of {event.table} has no 'after' row")
+            old_key = self._changed_key(event, target)
+            if old_key is not None:
+                yield _Action(event, target, old_key, None)
+            yield _Action(event, target, event.key, {**event.after, **event.key})
+
+    @staticmethod
+    def _changed_key(event: Event, target: _Target) -> Row | None:
+        """The old key of an update that changed the primary key: that row must go."""
+        if event.op is not Op.UPDATE or not event.before:
+            return None
+        if not all(c in event.before for c in target.key):
+            return None
+        if key_of(event.before, target.key) == key_of(event.key, target.key):
+            return None
+        return {c: event.before[c] for c in target.key}
+
+    def _target(self, conn: psycopg.Connection[Any], event: Event) -> _Target:
+        columns = list(event.key) + list(event.after or ())
+        target = self._targets.get(event.table)
+        if target is None or any(c not in target.columns for c in columns):
+            # New table, or the target may have been altered since it was read.
+            target = self._targets[event.table] = self._describe(conn, event.table)
+            self._statements.clear()
+        target.check(event.table, event.key, columns)
+        return target
+
+    def _describe(self, conn: psycopg.Connection[Any], source: TableRef) -> _Target:
+        ref = self.target_of(source)
+        row = conn.execute(_RELATION, (ref.schema, ref.name)).fetchone()
+        if row is None:
+            raise TargetTableMissing(
+                f"target table {ref} (for {source}) does not exist: create it with the "
+                "source's columns and primary key"
+            )
+        oid = row[0]
+        columns = {}
+        for name, base, element, type_sql in conn.execute(_COLUMNS, (oid,)):
+            adapt = _array_adapter(_adapter(element)) if element else _adapter(base)
+            columns[name] = _Column(type_sql, adapt)
+        key = tuple(r[0] for r in conn.execute(_PRIMARY_KEY, (oid,)))
+        if not key:
+            raise TargetTableMissing(f"target table {ref} has no primary key: give it the source's")
+        return _Target(ref, columns, key)
+
+    def _statement(self, action: _Action) -> sql.Composed:
+        shape = action.shape()
+        statement = self._statements.get(shape)
+        if statement is None:
+            statement = self._statements[shape] = self._build(action.target, shape[1])
+        return statement
+
+    def _build(self, target: _Target, columns: tuple[str, ...] | None) -> sql.Composed:
+        table = sql.Identifier(target.ref.schema, target.ref.name)
+        newer = sql.SQL(" AND EXISTS (SELECT FROM newer)") if self.monotonic else sql.SQL("")
+        prefix = _NEWER if self.monotonic else sql.SQL("")
+        if columns is None:
+            match = sql.SQL(" AND ").join(
+                sql.SQL("{} = {}").format(sql.Identifier(c), target.placeholder(c))
+                for c in target.key
+            )
+            return sql.SQL("{}DELETE FROM {} WHERE {}{}").format(prefix, table, match, newer)
+        names = sql.SQL(", ").join(map(sql.Identifier, columns))
+        values = sql.SQL(", ").join(target.placeholder(c) for c in columns)
+        updates = [c for c in columns if c not in target.key]
+        on_conflict: sql.Composable
+        if updates:
+            on_conflict = sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in updates
+                )
+            )
+        else:
+            on_conflict = sql.SQL("DO NOTHING")
+        source = (
+            sql.SQL("SELECT {} WHERE EXISTS (SELECT FROM newer)").format(values)
+            if self.monotonic
+            else sql.SQL("VALUES ({})").format(values)
+        )
+        return sql.SQL("{}INSERT INTO {} ({}) {} ON CONFLICT ({}) {}").format(
+            prefix,
+            table,
+            names,
+            source,
+            sql.SQL(", ").join(map(sql.Identifier, target.key)),
+            on_conflict,
+        )
+
+    def _params(self, action: _Action) -> list[Any]:
+        params: list[Any] = []
+        if self.monotonic:
+            event = action.event
+            params += [event.source.name, event.table.schema, event.table.name]
+            params += [Jsonb(action.key), event.position.commit, event.position.seq]
+        columns = action.target.columns
+        if action.values is None:
+            return params + [columns[c].adapt(action.key[c]) for c in action.target.key]
+        return params + [
+            None if v is None else columns[c].adapt(v) for c, v in action.values.items()
+        ]
+
+    def close(self) -> None:
+        self._closed = True
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
