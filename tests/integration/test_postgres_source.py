@@ -19,7 +19,7 @@ from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Event, Op, TableRef
 from airflow_provider_dblog.core.log import Change, Idle, LogItem, TransactionEnd, WatermarkWrite
 from airflow_provider_dblog.core.position import parse_pg_lsn
-from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
 from airflow_provider_dblog.sources.base import (
     NoPrimaryKey,
     SourceError,
@@ -308,6 +308,15 @@ def test_acknowledge_moves_the_slot_forward_never_back(
     assert [e.key for e in again] == [{"id": 3}]
 
 
+def restart(info: PostgresInfo) -> None:
+    """Start a killed session server again. A concurrent pytest session may have reset
+    /tmp/pytest-of-<user> to 0700 since it first started: let its user reach its data again."""
+    server = info.server
+    assert isinstance(server, PostgresServer)
+    server.run_as.make_reachable(server.base_dir)
+    info.start()
+
+
 def test_a_lost_server_raises_source_unavailable(pg15: PostgresInfo) -> None:
     env = "DBLOG_TEST_PG_LOST_PASSWORD"
     table = TableRef("public", unique("t"))
@@ -334,7 +343,7 @@ def test_a_lost_server_raises_source_unavailable(pg15: PostgresInfo) -> None:
                 with pytest.raises(SourceUnavailable):
                     next(reader.items())  # cannot reconnect while it is down
             finally:
-                pg15.start()
+                restart(pg15)
             execute(pg15, f"INSERT INTO {table} VALUES (1)")
             again = changes(read_until(reader.items(), ends(1)))  # reconnects
             assert [e.key for e in again] == [{"id": 1}]

@@ -207,7 +207,7 @@ class PostgresLogReader:
         pgconn = stream.conn.pgconn
         pgconn.send_query(command.as_bytes(stream.catalog))
         while pgconn.is_busy():
-            select.select([pgconn.socket], [], [])
+            _wait(pgconn.socket, select.POLLIN, None)
             pgconn.consume_input()
         result = pgconn.get_result()
         if result is None or result.status != pq.ExecStatus.COPY_BOTH:
@@ -240,8 +240,7 @@ class PostgresLogReader:
                 raise psycopg.OperationalError(f"replication stream ended: {message.strip()}")
             if now >= deadline:
                 return None
-            readable, _, _ = select.select([pgconn.socket], [], [], deadline - now)
-            if readable:
+            if _wait(pgconn.socket, select.POLLIN, deadline - now):
                 pgconn.consume_input()
 
     def _send_status(self, stream: _Stream, *, reply_wanted: bool = False) -> None:
@@ -252,7 +251,7 @@ class PostgresLogReader:
         pgconn = stream.conn.pgconn
         pgconn.put_copy_data(message)
         while pgconn.flush() > 0:
-            select.select([], [pgconn.socket], [])
+            _wait(pgconn.socket, select.POLLOUT, None)
         stream.last_status = time.monotonic()
 
     # -- messages -----------------------------------------------------------------------------
@@ -349,6 +348,13 @@ class PostgresLogReader:
                 yield event(Op.CREATE, new_key, None, new)
             else:
                 yield event(Op.UPDATE, new_key, old, new)
+
+
+def _wait(fd: int, events: int, timeout: float | None) -> bool:
+    """Wait until `fd` is ready for `events` (poll has no descriptor-number limit)."""
+    poller = select.poll()
+    poller.register(fd, events)
+    return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
 
 
 def _row(
