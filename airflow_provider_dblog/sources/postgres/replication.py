@@ -107,8 +107,8 @@ class PostgresLogReader:
     # -- LogReader ----------------------------------------------------------------------------
 
     def items(self) -> Iterator[LogItem]:
-        stream = self._stream or self._connect()
         try:
+            stream = self._stream or self._connect()
             while True:
                 frame = self._next_frame(stream)
                 if frame is None:
