@@ -9,12 +9,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_dblog.cli import dev_services
+from airflow_provider_dblog.cli import demo, dev_services, dump, tail
+from airflow_provider_dblog.core.errors import DBLogError
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dblog", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
+    demo.register(subparsers)
+    tail.register(subparsers)
+    dump.register(subparsers)
     dev_services.register(subparsers)
     return parser
 
@@ -22,7 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except DBLogError as exc:
+        print(f"dblog: error: {exc}", file=sys.stderr)
+        return 2
     return result
 
 

@@ -1,0 +1,76 @@
+"""One chunk between watermarks, as a library function: the CLI dump and Spark both call it.
+
+Register the window, write lw, read the chunk (a non-stale read), put the rows into Redis,
+write hw, then wait for the tailer to close the window. The rows are in Redis before hw is in
+the log, so the tailer never waits for the dump. If the window does not close in time the dump
+abandons it; the tailer and the dump race on that transition in Redis and exactly one wins.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.event import Key, key_of
+from airflow_provider_dblog.core.reconciler import ChunkRows, Window
+from airflow_provider_dblog.sources.base import ChunkSource
+from airflow_provider_dblog.state_store import StateStore, WindowState
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkOutcome:
+    completed: bool
+    rows: int
+    last_key: Key | None
+    reason: str | None = None
+
+
+def chunk_to_json(chunk: Chunk) -> dict[str, object]:
+    return {
+        "table": str(chunk.table),
+        "seq": chunk.seq,
+        "after": None if chunk.after is None else list(chunk.after),
+        "upto": None if chunk.upto is None else list(chunk.upto),
+        "limit": chunk.limit,
+        "keys": None if chunk.keys is None else len(chunk.keys),
+    }
+
+
+def run_chunk(
+    store: StateStore,
+    source: ChunkSource,
+    dump_id: str,
+    chunk: Chunk,
+    key_columns: tuple[str, ...],
+    *,
+    window_timeout_s: float = 60.0,
+) -> ChunkOutcome:
+    """Read one chunk between a fresh lw and hw and wait until the tailer has emitted it."""
+    window = Window(uuid.uuid4().hex, dump_id, chunk.table)
+    lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
+    store.register_window(window, lw, hw, chunk_to_json(chunk), ttl_s=window_timeout_s * 10)
+    try:
+        source.write_watermark(lw)
+        read = source.read_chunk(chunk)
+        rows = ChunkRows(window.window_id, key_columns, read.rows, 0, read.invisible_txids)
+        if not store.put_chunk_rows(window.window_id, rows):
+            # The tailer already ended this window (it expired, or hw came before lw):
+            # writing hw would only be ignored.
+            status = store.window_state(window.window_id)
+            reason = status.reason if status else "window vanished"
+            return ChunkOutcome(False, 0, None, reason)
+        source.write_watermark(hw)
+    except BaseException:
+        store.abandon_window(window.window_id)
+        raise
+    status = store.wait_window(window.window_id, window_timeout_s)
+    if not status.state.ended:
+        if store.abandon_window(window.window_id, f"not closed in {window_timeout_s}s"):
+            return ChunkOutcome(False, 0, None, f"window not closed in {window_timeout_s}s")
+        # The tailer claimed it first: its rows are being made durable.
+        status = store.wait_window(window.window_id, window_timeout_s)
+    if status.state is not WindowState.CLOSED:
+        return ChunkOutcome(False, 0, None, status.reason or f"window {status.state}")
+    last_key = key_of(read.rows[-1], key_columns) if read.rows else None
+    return ChunkOutcome(True, len(read.rows), last_key)

@@ -1,0 +1,178 @@
+"""`dblog dump`, `status`, `pause`, `resume`, `cancel`, `throttle`: dumps and their controls.
+
+`dump` registers a request in Redis and runs it in this process with the chunk procedure;
+a dump of the same `--dump-id` run again resumes from its last completed chunk. The controls
+act on a running dump from anywhere: it reads them between chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import uuid
+from typing import Any
+
+from airflow_provider_dblog.cli.common import add_config_option, config_of, store_of
+from airflow_provider_dblog.config import Config
+from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, TableProgress, parse_keys
+from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.dump_runner import run_dump
+from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
+from airflow_provider_dblog.state_store import StateStore
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    dump = subparsers.add_parser("dump", help="dump all tables, one table, or keys of a table")
+    add_config_option(dump)
+    dump.add_argument("--table", help="one table, 'schema.table' (default: all captured tables)")
+    dump.add_argument("--keys", help="primary keys of --table: '1,2,3' or JSON '[[1,\"a\"]]'")
+    dump.add_argument("--chunk-size", type=int, default=1000)
+    dump.add_argument("--parallelism", type=int, default=1)
+    dump.add_argument("--dump-id", help="resume this dump, or give a new one its id")
+    dump.add_argument("--window-timeout", type=float, default=60.0, help="seconds")
+    dump.set_defaults(func=_dump)
+
+    status = subparsers.add_parser("status", help="tailer health and dumps")
+    add_config_option(status)
+    status.set_defaults(func=_status)
+
+    for name, help_text in (
+        ("pause", "pause a dump after its current chunk"),
+        ("resume", "resume a paused dump"),
+        ("cancel", "cancel a dump after its current chunk"),
+    ):
+        control = subparsers.add_parser(name, help=help_text)
+        add_config_option(control)
+        control.add_argument("dump_id")
+        control.set_defaults(func=_control, action=name)
+
+    throttle = subparsers.add_parser("throttle", help="change a dump's pace while it runs")
+    add_config_option(throttle)
+    throttle.add_argument("dump_id")
+    throttle.add_argument("--chunk-size", type=int)
+    throttle.add_argument("--delay-ms", type=int, help="pause between chunks")
+    throttle.add_argument("--max-rows-per-s", type=float, help="0 removes the limit")
+    throttle.set_defaults(func=_throttle)
+
+
+def build_request(
+    config: Config,
+    source: PostgresChunkSource,
+    *,
+    dump_id: str,
+    table: str | None,
+    keys: str | None,
+    chunk_size: int,
+    parallelism: int,
+) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
+    """A validated dump request; unknown tables and malformed keys are refused here."""
+    if keys is not None and table is None:
+        raise DBLogError("--keys needs --table")
+    if table is None:
+        tables = config.source.tables
+        kind = DumpKind.ALL
+    else:
+        ref = TableRef.parse(table, default_schema="public")
+        if ref not in config.source.tables:
+            captured = ", ".join(str(t) for t in config.source.tables)
+            raise DBLogError(
+                f"table {ref} is not captured by source {config.source.name}: "
+                f"the captured tables are {captured}"
+            )
+        tables = (ref,)
+        kind = DumpKind.KEYS if keys is not None else DumpKind.TABLE
+    key_columns = {t: source.key_columns(t) for t in tables}
+    parsed = parse_keys(keys, key_columns[tables[0]], tables[0]) if keys is not None else ()
+    request = DumpRequest(dump_id, kind, tables, parsed, chunk_size, parallelism)
+    return request, key_columns
+
+
+def _dump(args: argparse.Namespace) -> int:
+    config = config_of(args)
+    store = store_of(config)
+    dump_id = args.dump_id or uuid.uuid4().hex[:12]
+    if store.get_dump(dump_id) is None:
+        source = PostgresChunkSource(config.source)
+        try:
+            request, key_columns = build_request(
+                config,
+                source,
+                dump_id=dump_id,
+                table=args.table,
+                keys=args.keys,
+                chunk_size=args.chunk_size,
+                parallelism=args.parallelism,
+            )
+        finally:
+            source.close()
+        store.create_dump(request, key_columns)
+    print(f"dump {dump_id}: running (dblog pause|resume|cancel|throttle {dump_id})")
+    state = run_dump(
+        store,
+        lambda: PostgresChunkSource(config.source),
+        dump_id,
+        window_timeout_s=args.window_timeout,
+        on_progress=_print_progress,
+    )
+    print(f"\ndump {dump_id}: {state}")
+    return 0 if state == "done" else 1
+
+
+def _print_progress(dump_id: str, progress: TableProgress) -> None:
+    state = "done" if progress.done else "running"
+    line = f"{progress.table}: {progress.chunks_done} chunks, {progress.rows_done} rows, {state}"
+    sys.stdout.write(f"\r  {line}   ")
+    sys.stdout.flush()
+
+
+def _status(args: argparse.Namespace) -> int:
+    config = config_of(args)
+    store = store_of(config)
+    print(status_table(store))
+    return 0
+
+
+def status_table(store: StateStore) -> str:
+    lines = []
+    health = store.tailer_health()
+    if health is None:
+        lines.append("tailer: no heartbeat (not running?)")
+    else:
+        metrics = health["metrics"]
+        lines.append(f"tailer: {health['owner']}, heartbeat {health['age_ms']} ms ago, {metrics}")
+    lines.append(f"{'dump':14} {'state':10} {'chunks':>8} {'rows':>10} {'retried':>8}  reason")
+    for dump_id in store.list_dumps():
+        status = store.dump_status(dump_id)
+        if status is None:
+            continue
+        lines.append(
+            f"{dump_id:14} {status.state:10} {status.chunks:>8} {status.rows:>10} "
+            f"{status.windows_retried:>8}  {status.reason}"
+        )
+    return "\n".join(lines)
+
+
+def _control(args: argparse.Namespace) -> int:
+    store = store_of(config_of(args))
+    action = {"pause": store.pause_dump, "resume": store.resume_dump, "cancel": store.cancel_dump}
+    if not action[args.action](args.dump_id):
+        print(f"dump {args.dump_id} is finished or unknown", file=sys.stderr)
+        return 1
+    print(f"dump {args.dump_id}: {args.action} requested")
+    return 0
+
+
+def _throttle(args: argparse.Namespace) -> int:
+    store = store_of(config_of(args))
+    changed = store.throttle_dump(
+        args.dump_id,
+        chunk_size=args.chunk_size,
+        delay_ms=args.delay_ms,
+        max_rows_per_s=args.max_rows_per_s,
+    )
+    if not changed:
+        print(f"dump {args.dump_id} is finished or unknown", file=sys.stderr)
+        return 1
+    print(f"dump {args.dump_id}: throttle updated")
+    return 0

@@ -1,0 +1,159 @@
+"""Runs one stored dump request to the end: chunk after chunk, obeying its controls.
+
+Progress is saved after each chunk, so a dump killed at any moment resumes from its last
+completed chunk when run again. Between chunks it reads the controls in Redis (pause, resume,
+cancel, chunk size, delay, rows/s), so they can be changed while it runs. Used by `dblog dump`;
+the Spark application runs the same chunk procedure.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from airflow_provider_dblog.chunk_procedure import ChunkOutcome, run_chunk
+from airflow_provider_dblog.core.dump_plan import Chunk, TablePlanner, TableProgress
+from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.sources.base import ChunkSource
+from airflow_provider_dblog.state_store import DumpControls, DumpState, StateStore
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[str, TableProgress], None]
+PAUSE_POLL_S = 0.5
+
+
+class DumpFailed(DBLogError):
+    pass
+
+
+def run_dump(
+    store: StateStore,
+    open_source: Callable[[], ChunkSource],
+    dump_id: str,
+    *,
+    window_timeout_s: float = 60.0,
+    max_attempts: int = 5,
+    on_progress: ProgressCallback | None = None,
+    stop: threading.Event | None = None,
+) -> DumpState:
+    """Run the dump until done, cancelled or failed; returns the final status."""
+    stored = store.get_dump(dump_id)
+    if stored is None:
+        raise DumpFailed(f"no dump request {dump_id!r} in the store")
+    request = stored.request
+    progress = store.load_progress(dump_id)
+    parallelism = request.parallelism
+    sources = [open_source() for _ in range(parallelism)]
+    store.mark_dump(dump_id, DumpState.RUNNING)
+    try:
+        with ThreadPoolExecutor(parallelism, thread_name_prefix="dblog-chunk") as pool:
+            for table in request.tables:
+                key_columns = sources[0].key_columns(table)
+                planner = TablePlanner(
+                    progress.get(table) or TableProgress(table),
+                    request.chunk_size,
+                    request.keys if request.keys else None,
+                )
+                if planner.needs_max_key:
+                    planner.begin(sources[0].max_key(table))
+                    store.save_progress(dump_id, planner.progress)
+                while not planner.done:
+                    controls = store.controls(dump_id)
+                    if stop is not None and stop.is_set():
+                        return DumpState.RUNNING
+                    if controls is None or controls.cancelled:
+                        store.mark_dump(dump_id, DumpState.CANCELLED)
+                        return DumpState.CANCELLED
+                    if controls.paused:
+                        store.mark_dump(dump_id, DumpState.PAUSED)
+                        (stop or threading.Event()).wait(PAUSE_POLL_S)
+                        continue
+                    store.mark_dump(dump_id, DumpState.RUNNING)
+                    planner.chunk_size = controls.chunk_size
+                    chunks = _plan(planner, sources[0], parallelism)
+                    started = time.monotonic()
+                    runs = [
+                        pool.submit(
+                            _run_with_retries,
+                            store,
+                            source,
+                            dump_id,
+                            chunk,
+                            key_columns,
+                            window_timeout_s,
+                            max_attempts,
+                        )
+                        for chunk, source in zip(chunks, sources, strict=False)
+                    ]
+                    outcomes = [run.result() for run in runs]
+                    rows = 0
+                    for chunk, outcome in zip(chunks, outcomes, strict=True):
+                        planner.complete(chunk, outcome.rows, outcome.last_key)
+                        rows += outcome.rows
+                    store.save_progress(dump_id, planner.progress)
+                    store.count_dump(dump_id, chunks=len(chunks), rows=rows)
+                    if on_progress is not None:
+                        on_progress(dump_id, planner.progress)
+                    _throttle(controls, rows, time.monotonic() - started, stop)
+        store.mark_dump(dump_id, DumpState.DONE)
+        return DumpState.DONE
+    except DumpFailed as exc:
+        store.mark_dump(dump_id, DumpState.FAILED, reason=str(exc))
+        raise
+    finally:
+        for source in sources:
+            source.close()
+
+
+def _plan(planner: TablePlanner, source: ChunkSource, parallelism: int) -> list[Chunk]:
+    wanted = planner.split_keys_wanted(parallelism)
+    splits = []
+    if wanted:
+        assert planner.progress.max_key is not None
+        splits = source.split_keys(
+            planner.table,
+            planner.cursor_after,
+            planner.progress.max_key,
+            planner.chunk_size,
+            wanted,
+        )
+    return planner.next_chunks(parallelism, splits)
+
+
+def _run_with_retries(
+    store: StateStore,
+    source: ChunkSource,
+    dump_id: str,
+    chunk: Chunk,
+    key_columns: tuple[str, ...],
+    window_timeout_s: float,
+    max_attempts: int,
+) -> ChunkOutcome:
+    reasons = []
+    for _ in range(max_attempts):
+        outcome = run_chunk(
+            store, source, dump_id, chunk, key_columns, window_timeout_s=window_timeout_s
+        )
+        if outcome.completed:
+            return outcome
+        reasons.append(outcome.reason or "unknown")
+        store.count_dump(dump_id, windows_retried=1)
+        log.info("chunk %s of %s retried: %s", chunk.seq, chunk.table, outcome.reason)
+    raise DumpFailed(
+        f"chunk {chunk.seq} of {chunk.table} failed {max_attempts} times; last: {reasons[-1]}. "
+        "Is the tailer running (dblog status)?"
+    )
+
+
+def _throttle(
+    controls: DumpControls, rows: int, elapsed: float, stop: threading.Event | None
+) -> None:
+    pause = controls.delay_ms / 1000
+    if controls.max_rows_per_s:
+        pause = max(pause, rows / controls.max_rows_per_s - elapsed)
+    if pause > 0:
+        (stop or threading.Event()).wait(pause)
