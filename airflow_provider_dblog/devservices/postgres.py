@@ -160,6 +160,11 @@ class PostgresServer(ServerProcess):
             conf.write(CONFIG)
         (self.data_dir / "pg_hba.conf").write_text(PG_HBA)
 
+    def _prepare(self) -> None:
+        # Another pytest session may have reset its temp root to 0700 since the last start,
+        # which locks the `postgres` user out of a data directory below it.
+        self.run_as.make_reachable(self.base_dir)
+
     def _command(self) -> list[str]:
         return [
             str(self.bin_dir / "postgres"),

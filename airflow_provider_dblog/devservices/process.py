@@ -406,6 +406,10 @@ class ServerProcess(abc.ABC):
     def _bootstrap(self) -> None:
         """Create the application user and database (first start only)."""
 
+    def _prepare(self) -> None:
+        """Before every start: undo what others may have changed since (default: nothing)."""
+        return None
+
     @property
     @abc.abstractmethod
     def info(self) -> ServiceInfo:
@@ -420,6 +424,7 @@ class ServerProcess(abc.ABC):
         if first:
             self.base_dir.mkdir(parents=True, exist_ok=True)
             self._initialise()
+        self._prepare()
         for attempt in range(3):
             if not self.port:
                 self.port = free_port()
