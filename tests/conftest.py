@@ -68,3 +68,11 @@ def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBInfo]:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisInfo]:
     with _server(RedisServer, tmp_path_factory.mktemp("redis")) as server:
         yield server.info
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test by its folder, so `-m unit` and `-m integration` never miss one."""
+    for item in items:
+        folder = item.path.parent.name
+        if folder in ("unit", "integration"):
+            item.add_marker(getattr(pytest.mark, folder))
