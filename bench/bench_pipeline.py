@@ -1,0 +1,508 @@
+"""Pipeline benchmark: log read throughput, log latency under a dump, tailer memory.
+
+Starts a private PostgreSQL 15 and Redis in a temp dir and prints, in one run:
+
+P1  events/s from WAL into NDJSON through our tailer (PostgresLogReader -> Tailer ->
+    NdjsonOutput) for a backlog of N inserts written before the tailer starts, and the same WAL
+    read by `pg_recvlogical` with pgoutput (the ceiling: server-side decoding, no client work).
+P3  log event latency, commit -> durable in the output, p50/p99, without and with a concurrent
+    full dump (`dblog dump`, chunk size 5000, in its own process).
+P4  the peak RSS of a `dblog tail` process through one transaction of 1M inserted rows.
+
+    .venv/bin/python bench/bench_pipeline.py [--quick]
+
+No figure is checked against a threshold: this measures, it does not test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from airflow_provider_dblog.core.event import Event, Op, TableRef
+from airflow_provider_dblog.core.position import parse_pg_lsn
+from airflow_provider_dblog.devservices.postgres import SYSTEM_BIN_DIR, PostgresInfo, PostgresServer
+from airflow_provider_dblog.devservices.redis import RedisInfo, RedisServer
+from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
+from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
+from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
+from airflow_provider_dblog.sources.postgres.setup import ensure_setup
+from airflow_provider_dblog.state_store import StateStore
+from airflow_provider_dblog.tailer import Tailer, TailerSettings
+
+PG_PASSWORD_ENV = "DBLOG_BENCH_PG_PASSWORD"
+REDIS_PASSWORD_ENV = "DBLOG_BENCH_REDIS_PASSWORD"
+PG_RECVLOGICAL = SYSTEM_BIN_DIR / "pg_recvlogical"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    p1_rows: int
+    p1_rows_per_tx: int
+    p3_rate: float
+    p3_seconds: float
+    p3_dump_rows: int
+    p3_chunk_size: int
+    p4_rows: int
+
+    @classmethod
+    def full(cls) -> Sizes:
+        return cls(200_000, 1000, 200.0, 10.0, 1_000_000, 5000, 1_000_000)
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(20_000, 1000, 200.0, 3.0, 100_000, 5000, 100_000)
+
+
+@dataclass
+class P1Result:
+    rows: int
+    ours_s: float
+    ceiling_s: float
+    ceiling_bytes: int
+
+    @property
+    def ours_rate(self) -> float:
+        return self.rows / self.ours_s
+
+    @property
+    def ceiling_rate(self) -> float:
+        return self.rows / self.ceiling_s
+
+
+@dataclass
+class LatencyResult:
+    label: str
+    samples: list[float]
+    missing: int
+    dump_rows_during: int
+    dump_overlapped: bool | None
+
+    def quantile(self, q: float) -> float:
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+@dataclass
+class P4Result:
+    rows: int
+    baseline_rss_kib: int
+    baseline_hwm_kib: int
+    peak_hwm_kib: int
+    seconds: float
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+class Env:
+    """The private servers and how to reach them without a password on any command line."""
+
+    def __init__(self, base: Path, pg: PostgresInfo, rds: RedisInfo) -> None:
+        self.base = base
+        self.pg = pg
+        self.rds = rds
+        os.environ[PG_PASSWORD_ENV] = pg.password
+        os.environ[REDIS_PASSWORD_ENV] = rds.password
+        self.libpq_dsn = f"host={pg.host} port={pg.port} dbname={pg.dbname} user={pg.user}"
+
+    def source(self, name: str, tables: Sequence[str]) -> PostgresSourceConfig:
+        return PostgresSourceConfig(
+            name=name,
+            dsn=self.libpq_dsn,
+            tables=tuple(TableRef.parse(t, default_schema="public") for t in tables),
+            password_env=PG_PASSWORD_ENV,
+            slot=name,
+            publication=name,
+        )
+
+    def write_toml(self, name: str, tables: Sequence[str], output_dir: Path) -> Path:
+        path = self.base / f"{name}.toml"
+        table_list = ", ".join(f'"{t}"' for t in tables)
+        path.write_text(
+            "[source]\n"
+            'type = "postgres"\n'
+            f'name = "{name}"\n'
+            f'dsn = "{self.libpq_dsn}"\n'
+            f'password_env = "{PG_PASSWORD_ENV}"\n'
+            f"tables = [{table_list}]\n"
+            f'slot = "{name}"\n'
+            f'publication = "{name}"\n\n'
+            "[redis]\n"
+            f'url = "redis://{self.rds.host}:{self.rds.port}/{self.rds.db}"\n'
+            f'password_env = "{REDIS_PASSWORD_ENV}"\n\n'
+            "[output]\n"
+            'type = "ndjson"\n'
+            f'directory = "{output_dir}"\n'
+        )
+        return path
+
+    def sql(self, statement: str, params: Sequence[Any] | None = None) -> Any:
+        """Run one statement; the first column of its first row, if it returns rows."""
+        with psycopg.connect(self.pg.dsn, autocommit=True) as conn:
+            cursor = conn.execute(statement, params)
+            row = cursor.fetchone() if cursor.description else None
+        return None if row is None else row[0]
+
+    def wal_lsn(self) -> int:
+        return parse_pg_lsn(self.sql("SELECT pg_current_wal_lsn()::text"))
+
+    def confirmed_flush(self, slot: str) -> int:
+        value = self.sql(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (slot,),
+        )
+        return parse_pg_lsn(value) if value else 0
+
+    def drop_slot(self, slot: str) -> None:
+        self.sql("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+    def store(self, source: str) -> StateStore:
+        return StateStore(self.rds.client(), source)
+
+
+class TimedNdjson(NdjsonOutput):
+    """NDJSON that counts the events it made durable and notes when each insert of
+    `timed_table` (by its `id`) became durable."""
+
+    def __init__(self, directory: Path, timed_table: str | None = None) -> None:
+        super().__init__(directory)
+        self.durable_events = 0
+        self.timed_table = timed_table
+        self.durable_at: dict[int, float] = {}
+
+    def write(self, events: Sequence[Event]) -> None:
+        super().write(events)
+        now = time.time()
+        self.durable_events += len(events)
+        if self.timed_table is not None:
+            for event in events:
+                if event.op is Op.CREATE and event.source.table == self.timed_table:
+                    self.durable_at[int(event.key["id"])] = now
+
+
+class RunningTailer:
+    """A Tailer in a thread of this process, started and stopped around a block."""
+
+    def __init__(self, env: Env, config: PostgresSourceConfig, output: TimedNdjson) -> None:
+        self.output = output
+        self.tailer = Tailer(
+            config.name,
+            env.pg.dbname,
+            lambda: PostgresLogReader(config),
+            env.store(config.name),
+            output,
+            f"bench-{config.name}",
+            TailerSettings(window_ttl_s=60),
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self.tailer.run, args=(self._stop,), daemon=True)
+
+    def __enter__(self) -> RunningTailer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.output.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"bench: {what} did not happen within {timeout_s:.0f}s")
+        time.sleep(0.005)
+
+
+def say(message: str) -> None:
+    print(f"  .. {message}", flush=True)
+
+
+# -- P1: read throughput ----------------------------------------------------------------------
+
+
+def bench_p1(env: Env, sizes: Sizes) -> P1Result:
+    name, ceiling_slot = "bench_p1", "bench_p1_ceiling"
+    env.sql("CREATE TABLE public.p1_rows (id bigint PRIMARY KEY, name text, n int, ts timestamptz)")
+    config = env.source(name, ["public.p1_rows"])
+    ensure_setup(config)
+    env.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (ceiling_slot,))
+    say(f"P1: writing a backlog of {sizes.p1_rows} inserts ({sizes.p1_rows_per_tx} per tx)")
+    with psycopg.connect(env.pg.dsn, autocommit=True) as conn:
+        for start in range(0, sizes.p1_rows, sizes.p1_rows_per_tx):
+            end = min(start + sizes.p1_rows_per_tx, sizes.p1_rows)
+            conn.execute(
+                "INSERT INTO p1_rows SELECT i, 'name-' || i, i %% 1000, now()"
+                " FROM generate_series(%s::bigint, %s::bigint) AS i",
+                (start + 1, end),
+            )
+    end_lsn = env.wal_lsn()
+
+    say("P1: pg_recvlogical (pgoutput) reading the backlog")
+    ceiling_file = env.base / "p1-ceiling.bin"
+    command = [
+        str(PG_RECVLOGICAL),
+        "--dbname",
+        env.libpq_dsn,
+        "--slot",
+        ceiling_slot,
+        "--start",
+        "--no-loop",
+        "--option",
+        "proto_version=1",
+        "--option",
+        f"publication_names={name}",
+        "--endpos",
+        f"{end_lsn >> 32:X}/{end_lsn & 0xFFFFFFFF:X}",
+        "--file",
+        str(ceiling_file),
+    ]
+    started = time.monotonic()
+    subprocess.run(
+        command, check=True, timeout=600, env={**os.environ, "PGPASSWORD": env.pg.password}
+    )
+    ceiling_s = time.monotonic() - started
+    env.drop_slot(ceiling_slot)
+
+    say("P1: our tailer reading the backlog into NDJSON")
+    output = TimedNdjson(env.base / "p1-out")
+    started = time.monotonic()
+    with RunningTailer(env, config, output):
+        wait_until(lambda: output.durable_events >= sizes.p1_rows, 600, "P1 tailer catch-up")
+        ours_s = time.monotonic() - started
+    env.drop_slot(name)
+    return P1Result(sizes.p1_rows, ours_s, ceiling_s, ceiling_file.stat().st_size)
+
+
+# -- P3: latency with and without a dump ------------------------------------------------------
+
+
+class PacedWriter:
+    """Commits single-row inserts at `rate` per second, noting the wall time after each commit."""
+
+    def __init__(self, dsn: str, rate: float, seconds: float) -> None:
+        self._dsn, self._rate, self._seconds = dsn, rate, seconds
+        self.committed: dict[int, float] = {}
+
+    def run(self) -> None:
+        with psycopg.connect(self._dsn, autocommit=True) as conn:
+            started = time.monotonic()
+            total = int(self._rate * self._seconds)
+            for i in range(total):
+                delay = started + i / self._rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                row = conn.execute(
+                    "INSERT INTO p3_latency (payload) VALUES (%s) RETURNING id", (f"row {i}",)
+                ).fetchone()
+                assert row is not None
+                self.committed[row[0]] = time.time()
+
+
+def measure_latency(
+    env: Env, output: TimedNdjson, sizes: Sizes, label: str, during: Callable[[], int] | None
+) -> LatencyResult:
+    writer = PacedWriter(env.pg.dsn, sizes.p3_rate, sizes.p3_seconds)
+    dump_before = during() if during else 0
+    writer.run()
+    dump_rows = (during() - dump_before) if during else 0
+    committed = writer.committed
+    with contextlib.suppress(TimeoutError):  # what never arrives is reported as missing
+        wait_until(lambda: all(k in output.durable_at for k in committed), 120, "P3 catch-up")
+    samples = [output.durable_at[k] - t for k, t in committed.items() if k in output.durable_at]
+    return LatencyResult(label, samples, len(committed) - len(samples), dump_rows, None)
+
+
+def bench_p3(env: Env, sizes: Sizes) -> list[LatencyResult]:
+    name = "bench_p3"
+    say(f"P3: filling the dump table with {sizes.p3_dump_rows} rows")
+    env.sql(
+        "CREATE TABLE public.p3_latency (id bigserial PRIMARY KEY, payload text,"
+        " created timestamptz DEFAULT clock_timestamp())"
+    )
+    env.sql("CREATE TABLE public.p3_dump (id bigint PRIMARY KEY, name text, n int, pad text)")
+    env.sql(
+        "INSERT INTO p3_dump SELECT i, 'name-' || i, i % 1000, repeat('x', 40)"
+        f" FROM generate_series(1, {sizes.p3_dump_rows}) AS i"
+    )
+    env.sql("VACUUM ANALYZE p3_dump")
+    tables = ["public.p3_latency", "public.p3_dump"]
+    config = env.source(name, tables)
+    ensure_setup(config)
+    toml = env.write_toml(name, tables, env.base / "p3-unused")
+    output = TimedNdjson(env.base / "p3-out", timed_table="p3_latency")
+    results = []
+    with RunningTailer(env, config, output) as running:
+        store = env.store(name)
+        wait_until(lambda: store.tailer_health() is not None, 30, "P3 tailer heartbeat")
+        say(f"P3: {sizes.p3_rate:.0f} commits/s for {sizes.p3_seconds:.0f}s, no dump")
+        results.append(measure_latency(env, output, sizes, "no dump", None))
+
+        say(f"P3: the same with a full dump of p3_dump (chunk size {sizes.p3_chunk_size})")
+        dump_log = (env.base / "p3-dump.log").open("wb")
+        dump = subprocess.Popen(
+            [
+                *dblog_command(),
+                "dump",
+                "--config",
+                str(toml),
+                "--table",
+                "public.p3_dump",
+                "--chunk-size",
+                str(sizes.p3_chunk_size),
+                "--dump-id",
+                "p3",
+            ],
+            stdout=dump_log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_until(lambda: running.tailer.stats.windows_closed >= 1, 60, "first dump chunk")
+            result = measure_latency(
+                env, output, sizes, "with dump", lambda: running.tailer.stats.dump_rows
+            )
+            result.dump_overlapped = dump.poll() is None
+            results.append(result)
+        finally:
+            if dump.poll() is None:
+                store.cancel_dump("p3")
+            dump.wait(60)
+            dump_log.close()
+    env.drop_slot(name)
+    return results
+
+
+def dblog_command() -> list[str]:
+    return [sys.executable, "-m", "airflow_provider_dblog.cli"]
+
+
+# -- P4: tailer memory through a 1M-row transaction -------------------------------------------
+
+
+def proc_status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def bench_p4(env: Env, sizes: Sizes) -> P4Result:
+    name = "bench_p4"
+    env.sql("CREATE TABLE public.p4_big (id bigint PRIMARY KEY, name text, n int)")
+    toml = env.write_toml(name, ["public.p4_big"], env.base / "p4-out")
+    tail_log = (env.base / "p4-tail.log").open("wb")
+    tail = subprocess.Popen(
+        [*dblog_command(), "tail", "--config", str(toml), "--owner", "bench-p4"],
+        stdout=tail_log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        store = env.store(name)
+        wait_until(lambda: store.tailer_health() is not None, 60, "the P4 tailer's heartbeat")
+        baseline_rss = proc_status_kib(tail.pid, "VmRSS")
+        baseline_hwm = proc_status_kib(tail.pid, "VmHWM")
+        say(f"P4: one transaction of {sizes.p4_rows} inserts; tailer pid {tail.pid}")
+        env.sql(
+            "INSERT INTO p4_big SELECT i, 'name-' || i, i % 1000"
+            f" FROM generate_series(1, {sizes.p4_rows}) AS i"
+        )
+        end_lsn = env.wal_lsn()
+        started = time.monotonic()
+        wait_until(lambda: env.confirmed_flush(name) >= end_lsn, 900, "P4 tailer catch-up")
+        seconds = time.monotonic() - started
+        peak_hwm = proc_status_kib(tail.pid, "VmHWM")
+    finally:
+        tail.terminate()
+        tail.wait(60)
+        tail_log.close()
+    return P4Result(sizes.p4_rows, baseline_rss, baseline_hwm, peak_hwm, seconds)
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def report(p1: P1Result, p3: list[LatencyResult], p4: P4Result) -> str:
+    mib = 1024.0
+    lines = [
+        "",
+        f"{'figure':<44} {'value':>14}",
+        "-" * 59,
+        f"{'P1 backlog (inserts)':<44} {p1.rows:>14,}",
+        f"{'P1 ours: tailer -> NDJSON (events/s)':<44} {p1.ours_rate:>14,.0f}",
+        f"{'P1 ceiling: pg_recvlogical pgoutput (ev/s)':<44} {p1.ceiling_rate:>14,.0f}",
+        f"{'P1 ratio ours/ceiling':<44} {p1.ours_rate / p1.ceiling_rate:>14.3f}",
+    ]
+    for result in p3:
+        tag = f"P3 latency {result.label}"
+        lines.append(
+            f"{tag + ' p50/p99 (ms)':<44} "
+            f"{f'{result.quantile(0.5):.1f} / {result.quantile(0.99):.1f}':>14}"
+        )
+        extra = f"n={len(result.samples)}, missing={result.missing}"
+        if result.dump_overlapped is not None:
+            overlap = "whole run" if result.dump_overlapped else "ended early"
+            extra += f", dump rows meanwhile={result.dump_rows_during:,} ({overlap})"
+        lines.append(f"{'':<6}{extra}")
+    lines += [
+        f"{'P4 transaction size (rows)':<44} {p4.rows:>14,}",
+        f"{'P4 tailer baseline RSS (MiB)':<44} {p4.baseline_rss_kib / mib:>14.1f}",
+        f"{'P4 tailer peak RSS, VmHWM (MiB)':<44} {p4.peak_hwm_kib / mib:>14.1f}",
+        f"{'':<6}peak before the transaction {p4.baseline_hwm_kib / mib:.1f} MiB; "
+        f"caught up in {p4.seconds:.1f}s ({p4.rows / p4.seconds:,.0f} events/s)",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
+    args = parser.parse_args(argv)
+    sizes = Sizes.quick() if args.quick else Sizes.full()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dblog-bench-") as tmp:
+        base = Path(tmp)
+        say(f"starting PostgreSQL 15 and Redis in {base}")
+        with PostgresServer(base / "pg") as pg, RedisServer(base / "redis") as rds:
+            env = Env(base, pg.info, rds.info)
+            p1 = bench_p1(env, sizes)
+            print(
+                f"P1 ours {p1.ours_rate:.0f} events/s, ceiling {p1.ceiling_rate:.0f} events/s "
+                f"(pg_recvlogical, pgoutput proto 1, {p1.ceiling_bytes:,} bytes), "
+                f"ratio {p1.ours_rate / p1.ceiling_rate:.3f}",
+                flush=True,
+            )
+            p3 = bench_p3(env, sizes)
+            for r in p3:
+                print(
+                    f"P3 latency {r.label}: p50 {r.quantile(0.5):.1f} ms, "
+                    f"p99 {r.quantile(0.99):.1f} ms (n={len(r.samples)})",
+                    flush=True,
+                )
+            p4 = bench_p4(env, sizes)
+            print(
+                f"P4 peak RSS {p4.peak_hwm_kib / 1024:.1f} MiB, "
+                f"baseline RSS {p4.baseline_rss_kib / 1024:.1f} MiB "
+                f"({p4.rows} rows in one transaction)",
+                flush=True,
+            )
+    print(report(p1, p3, p4))
+    print(f"\ntotal {time.monotonic() - started:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
