@@ -1,0 +1,325 @@
+"""Shared pieces of the end-to-end tests: private databases, the writer process, a fan-out
+output, `dblog` subprocesses, and the checks on NDJSON output and targets."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.event import Event, Op, Row, TableRef
+from airflow_provider_dblog.core.position import parse_pg_lsn
+from airflow_provider_dblog.demo import SCHEMA, TABLES, seed
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.outputs.base import Output
+from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
+from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
+
+REPO = Path(__file__).resolve().parents[2]
+DBLOG = str(Path(sys.executable).with_name("dblog"))
+PASSWORD_ENV = "E2E_SOURCE_PASSWORD"
+REDIS_PASSWORD_ENV = "E2E_REDIS_PASSWORD"
+RowKey = tuple[str, str]
+"""(table name, JSON list of the key values in primary-key order)."""
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll `condition` until true; fail the test with `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s}s")
+        time.sleep(0.05)
+
+
+@dataclass
+class Databases:
+    """A private source database (and optionally a target) on a shared server."""
+
+    pg: PostgresInfo
+    source_db: str
+    target_db: str | None
+    config: PostgresSourceConfig
+
+    @property
+    def source_dsn(self) -> str:
+        return self._dsn(self.source_db)
+
+    @property
+    def target_dsn(self) -> str:
+        assert self.target_db is not None
+        return self._dsn(self.target_db)
+
+    def _dsn(self, dbname: str) -> str:
+        return self.pg.dsn.rsplit("/", 1)[0] + "/" + dbname
+
+
+def make_databases(pg: PostgresInfo, rows: int, *, target: bool, seed_value: int) -> Databases:
+    """A fresh source database with the three demo tables (`rows` rows each, written before
+    capture starts) and its own slot and source name; and an empty target with the same tables."""
+    suffix = secrets.token_hex(4)
+    source_db, target_db = f"e2e_src_{suffix}", f"e2e_tgt_{suffix}" if target else None
+    with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:
+        for db in (source_db, target_db):
+            if db is not None:
+                conn.execute(f"CREATE DATABASE {db} OWNER {pg.user}")
+    base = pg.dsn.rsplit("/", 1)[0]
+    with psycopg.connect(f"{base}/{source_db}", autocommit=True) as conn:
+        if rows:
+            seed(conn, rows, random.Random(seed_value))
+        else:
+            conn.execute(SCHEMA)
+    if target_db is not None:
+        with psycopg.connect(f"{base}/{target_db}", autocommit=True) as conn:
+            conn.execute(SCHEMA)
+    os.environ[PASSWORD_ENV] = pg.password
+    config = PostgresSourceConfig(
+        name=f"e2e_{suffix}",
+        dsn=f"host={pg.host} port={pg.port} dbname={source_db} user={pg.user}",
+        tables=TABLES,
+        password_env=PASSWORD_ENV,
+        slot=f"e2e_{suffix}",
+    )
+    return Databases(pg, source_db, target_db, config)
+
+
+def drop_databases(dbs: Databases) -> None:
+    """Drop the slot and the databases so the shared server does not keep WAL for them."""
+    with psycopg.connect(dbs.pg.admin_dsn, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = %s AND NOT active",
+            (dbs.config.slot,),
+        )
+        for db in (dbs.source_db, dbs.target_db):
+            if db is not None:
+                conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+def wait_caught_up(dbs: Databases, timeout_s: float = 60) -> None:
+    """Wait until the slot's confirmed position passes everything written until now."""
+    with psycopg.connect(dbs.source_dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    end = parse_pg_lsn(row[0])
+
+    def caught_up() -> bool:
+        with psycopg.connect(dbs.source_dsn) as conn:
+            found = conn.execute(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                (dbs.config.slot,),
+            ).fetchone()
+        return found is not None and found[0] is not None and parse_pg_lsn(found[0]) >= end
+
+    wait_until(caught_up, timeout_s, "the tailer catching up with the source")
+
+
+class Writer:
+    """The write workload of e2e_writer.py, in another process; `stop()` returns its journal."""
+
+    def __init__(self, dbs: Databases, work: Path, seed_value: int) -> None:
+        self.journal = work / f"writes-{seed_value}.ndjson"
+        self._stop_file = work / f"stop-writer-{seed_value}"
+        env = dict(os.environ, E2E_WRITER_DSN=dbs.source_dsn)
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.integration.e2e_writer",
+                str(seed_value),
+                str(self.journal),
+                str(self._stop_file),
+            ],
+            cwd=REPO,
+            env=env,
+        )
+
+    def transactions(self) -> list[dict[str, Any]]:
+        if not self.journal.exists():
+            return []
+        lines = self.journal.read_text().splitlines(keepends=True)
+        return [json.loads(line) for line in lines if line.endswith("\n")]
+
+    def wait_for(self, transactions: int, timeout_s: float = 30) -> None:
+        wait_until(
+            lambda: self._alive() and len(self.transactions()) >= transactions,
+            timeout_s,
+            f"the writer committing {transactions} transactions",
+        )
+
+    def _alive(self) -> bool:
+        if self._process.poll() is not None:
+            raise AssertionError(f"the writer exited with {self._process.returncode}")
+        return True
+
+    def stop(self) -> list[dict[str, Any]]:
+        self._stop_file.touch()
+        assert self._process.wait(30) == 0, "the writer failed"
+        return self.transactions()
+
+    def kill(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+
+
+class FanOut(Output):
+    """Writes every batch to each of several outputs, in order (a test-local output)."""
+
+    def __init__(self, *outputs: Output) -> None:
+        self._outputs = outputs
+
+    def write(self, events: Sequence[Event]) -> None:
+        for output in self._outputs:
+            output.write(events)
+
+    def close(self) -> None:
+        for output in self._outputs:
+            output.close()
+
+
+def write_config(
+    path: Path,
+    dbs: Databases,
+    redis: RedisInfo,
+    output: dict[str, Any],
+    tailer: dict[str, Any] | None = None,
+    *,
+    port: int | None = None,
+    password_env: str = PASSWORD_ENV,
+) -> Path:
+    """A `dblog` TOML file for this source (passwords only by environment variable name)."""
+    cfg = dbs.config
+    lines = [
+        "[source]",
+        'type = "postgres"',
+        f'name = "{cfg.name}"',
+        f'dsn = "host={dbs.pg.host} port={port or dbs.pg.port} dbname={dbs.source_db} '
+        f'user={dbs.pg.user}"',
+        f'password_env = "{password_env}"',
+        "tables = [" + ", ".join(f'"{t}"' for t in cfg.tables) + "]",
+        f'slot = "{cfg.slot}"',
+        "",
+        "[redis]",
+        f'url = "redis://{redis.host}:{redis.port}/{redis.db}"',
+        f'password_env = "{REDIS_PASSWORD_ENV}"',
+        "",
+        "[output]",
+        *(f"{k} = {json.dumps(v)}" for k, v in output.items()),
+        "",
+    ]
+    if tailer:
+        lines += ["[tailer]", *(f"{k} = {json.dumps(v)}" for k, v in tailer.items()), ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def cli_env(dbs: Databases, redis: RedisInfo, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, **extra)
+    env[PASSWORD_ENV] = dbs.pg.password
+    env[REDIS_PASSWORD_ENV] = redis.password
+    return env
+
+
+@dataclass
+class TailProcess:
+    """`dblog tail` as a subprocess, its stdout and stderr in one log file."""
+
+    config: Path
+    owner: str
+    env: dict[str, str]
+    log: Path
+    process: subprocess.Popen[bytes] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.start()
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [DBLOG, "tail", "--config", str(self.config), "--owner", self.owner],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+            )
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(30)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+def row_key(table: str, key_values: Iterable[Any]) -> RowKey:
+    return table, json.dumps(list(key_values))
+
+
+def backwards(events: Iterable[Event]) -> list[str]:
+    """Keys whose position goes back in output order (exact duplicates are allowed)."""
+    last: dict[RowKey, Any] = {}
+    problems = []
+    for event in events:
+        key = row_key(event.source.table, event.key.values())
+        before = last.get(key)
+        if before is not None and event.position < before:
+            problems.append(f"{key} went from {before} back to {event.position}")
+        last[key] = event.position if before is None else max(before, event.position)
+    return problems
+
+
+def materialize(events: Iterable[Event]) -> dict[RowKey, Row]:
+    """The state of every table the event stream describes: each key's last row, deletes gone."""
+    state: dict[RowKey, Row | None] = {}
+    for event in events:
+        key = row_key(event.source.table, event.key.values())
+        state[key] = None if event.op is Op.DELETE else event.after
+    return {k: v for k, v in state.items() if v is not None}
+
+
+def source_state(
+    config: PostgresSourceConfig, tables: Sequence[TableRef] = TABLES
+) -> dict[RowKey, Row]:
+    """Every row of the source, converted as the dump converts it."""
+    source = PostgresChunkSource(config)
+    try:
+        state = {}
+        for table in tables:
+            columns = source.key_columns(table)
+            for row in source.read_chunk(Chunk(table, 0)).rows:
+                state[row_key(table.name, (row[c] for c in columns))] = row
+        return state
+    finally:
+        source.close()
+
+
+def state_differences(expected: dict[RowKey, Row], actual: dict[RowKey, Row]) -> list[str]:
+    missing = sorted(set(expected) - set(actual))
+    extra = sorted(set(actual) - set(expected))
+    differ = sorted(k for k in set(expected) & set(actual) if expected[k] != actual[k])
+    problems = [
+        f"{len(missing)} missing (e.g. {missing[:3]})" if missing else "",
+        f"{len(extra)} extra (e.g. {extra[:3]})" if extra else "",
+        f"{len(differ)} differ (e.g. {[(k, expected[k], actual[k]) for k in differ[:2]]})"
+        if differ
+        else "",
+    ]
+    return [p for p in problems if p]
