@@ -114,6 +114,9 @@ class Tailer:
 
     `open_reader()` opens the log from where the source keeps it (PostgreSQL: the slot's
     confirmed flush position), so a restarted tailer re-reads what was not acknowledged.
+    `output` is an open output, or a function that opens one: then it is opened only once this
+    tailer holds the lease (a standby must not take, e.g., the NDJSON directory's lock) and
+    closed when `run` returns.
     """
 
     def __init__(
@@ -122,7 +125,7 @@ class Tailer:
         db: str,
         open_reader: Callable[[], LogReader],
         store: StateStore,
-        output: Output,
+        output: Output | Callable[[], Output],
         owner: str,
         settings: TailerSettings | None = None,
     ) -> None:
@@ -130,7 +133,8 @@ class Tailer:
         self._db = db
         self._open_reader = open_reader
         self._store = store
-        self._output = output
+        self._open_output = output
+        self._output: Output | None = output if isinstance(output, Output) else None
         self._owner = owner
         self._settings = settings or TailerSettings()
         self.stats = _Stats()
@@ -141,7 +145,11 @@ class Tailer:
             return
         log.info("tailer %s holds the lease (token %d)", self._owner, token)
         delay = 0.5
+        opened_here = self._output is None
         try:
+            if self._output is None:
+                assert not isinstance(self._open_output, Output)
+                self._output = self._open_output()
             while not stop.is_set():
                 try:
                     self._run_session(stop, token)
@@ -155,12 +163,16 @@ class Tailer:
                 delay = min(delay * 2, self._settings.reconnect_max_s)
                 token = self._renew_or_reacquire(token)
         finally:
+            if opened_here and self._output is not None:
+                self._output.close()
+                self._output = None
             self._store.release_lease(self._owner, token)
 
     # -- one connected session ----------------------------------------------------------------
 
     def _run_session(self, stop: threading.Event, token: int) -> None:
         reconciler = Reconciler(self._source_name, self._db)
+        assert self._output is not None
         writer = _Writer(self._output, self._store, token, self._settings)
         writer.start()
         reader = self._open_reader()
@@ -310,10 +322,14 @@ class Tailer:
 
     def _wait_for_lease(self, stop: threading.Event) -> int | None:
         ttl = self._settings.lease_ttl_ms
+        standby = False
         while not stop.is_set():
             token = self._store.acquire_lease(self._owner, ttl)
             if token is not None:
                 return token
+            if not standby:
+                standby = True
+                log.info("tailer %s is a standby: another tailer holds the lease", self._owner)
             stop.wait(ttl / 4000)
         return None
 

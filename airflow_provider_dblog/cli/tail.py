@@ -36,15 +36,16 @@ def _tail(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     owner = args.owner or f"{socket.gethostname()}:{threading.get_native_id()}"
-    with open_output(config.output) as output:
-        tailer = Tailer(
-            config.source.name,
-            current_database(config),
-            lambda: PostgresLogReader(config.source),
-            store_of(config),
-            output,
-            owner,
-            TailerSettings(**config.tailer),
-        )
-        tailer.run(stop)
+    tailer = Tailer(
+        config.source.name,
+        current_database(config),
+        lambda: PostgresLogReader(config.source),
+        store_of(config),
+        # Opened once the lease is held: a standby must not take the output (NDJSON locks its
+        # directory, so a standby opening it first would exit instead of waiting).
+        lambda: open_output(config.output),
+        owner,
+        TailerSettings(**config.tailer),
+    )
+    tailer.run(stop)
     return 0
