@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
-from airflow_provider_dblog.core.event import Origin
+from airflow_provider_dblog.core.event import Event, Origin
 from airflow_provider_dblog.demo import TABLES, compare
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
@@ -30,18 +32,29 @@ from airflow_provider_dblog.tailer import Tailer, TailerSettings
 from tests.integration.e2e_support import (
     Databases,
     FanOut,
+    TailProcess,
     Writer,
     backwards,
+    cli_env,
     drop_databases,
     make_databases,
     materialize,
+    row_key,
     source_state,
     state_differences,
     wait_caught_up,
     wait_until,
+    write_config,
 )
 
 pytestmark = pytest.mark.integration
+LEASE_TTL_MS = 2000
+
+
+def holder(store: StateStore) -> object:
+    """The owner of the last tailer heartbeat (only the lease holder beats), or None."""
+    health = store.tailer_health()
+    return None if health is None else health["owner"]
 
 
 @pytest.fixture
@@ -128,3 +141,80 @@ def test_full_dump_under_writes_reaches_sql_target_and_ndjson_in_order(
     first, last = dump_events[0].position, dump_events[-1].position
     interleaved = [e for e in events if e.source.origin is Origin.LOG and first < e.position < last]
     assert interleaved, "log events are interleaved with the dump's chunks"
+
+
+@pytest.fixture
+def empty_source(pg15: PostgresInfo) -> Iterator[Databases]:
+    """A private source whose three tables are empty when capture starts (no target)."""
+    databases = make_databases(pg15, 0, target=False, seed_value=0)
+    yield databases
+    drop_databases(databases)
+
+
+def missing_changes(transactions: list[dict[str, Any]], events: list[Event]) -> list[str]:
+    """Committed changes (by the writer's journal) that have no event of their transaction."""
+    seen = {(e.source.txid, row_key(e.source.table, e.key.values())) for e in events}
+    return [
+        f"xid {t['xid']}: {table} {key}"
+        for t in transactions
+        for table, key in t["changes"]
+        if (t["xid"], row_key(table, key)) not in seen
+    ]
+
+
+def test_standby_takes_over_after_the_active_tailer_is_killed(
+    empty_source: Databases, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """Two `dblog tail` processes on one source: the standby waits (without touching the NDJSON
+    directory), takes the lease within its TTL after the active one is SIGKILLed, and goes on
+    from the slot's acknowledged position, so every committed change is in the output."""
+    dbs = empty_source
+    store = StateStore(redis_server.client(), dbs.config.name)
+    events_dir = tmp_path / "events"
+    config = write_config(
+        tmp_path / "dblog.toml",
+        dbs,
+        redis_server,
+        {"type": "ndjson", "directory": str(events_dir)},
+        {"lease_ttl_ms": LEASE_TTL_MS, "heartbeat_s": 0.2},
+    )
+    env = cli_env(dbs, redis_server)
+    active = TailProcess(config, "tailer-a", env, tmp_path / "a.log")
+    standby: TailProcess | None = None
+    writer: Writer | None = None
+    try:
+        wait_until(lambda: holder(store) == "tailer-a", 30, "tailer-a taking the lease")
+        standby = TailProcess(config, "tailer-b", env, tmp_path / "b.log")
+        wait_until(
+            lambda: "is a standby" in (tmp_path / "b.log").read_text(),
+            30,
+            "tailer-b waiting as a standby",
+        )
+        writer = Writer(dbs, tmp_path, seed_value=23)
+        writer.wait_for(40)
+        assert standby.alive() and holder(store) == "tailer-a", "the standby waits"
+
+        active.kill()
+        killed = time.monotonic()
+        wait_until(lambda: holder(store) == "tailer-b", 10, "tailer-b taking over")
+        takeover_s = time.monotonic() - killed
+        writer.wait_for(len(writer.transactions()) + 40)
+        transactions = writer.stop()
+        wait_caught_up(dbs)
+        assert standby.stop() == 0, (tmp_path / "b.log").read_text()
+    finally:
+        if writer is not None:
+            writer.kill()
+        for tail in (active, standby):
+            if tail is not None and tail.alive():
+                tail.kill()
+
+    # The standby polls every TTL/4 and beats every 0.2 s: it leads within TTL + 1 s.
+    assert takeover_s < LEASE_TTL_MS / 1000 + 1.0, f"takeover took {takeover_s:.1f}s"
+    events = list(read_events(events_dir))
+    assert {e.source.origin for e in events} == {Origin.LOG}
+    assert missing_changes(transactions, events) == []
+    assert backwards(events) == []
+    assert state_differences(source_state(dbs.config), materialize(events)) == []
+    for log in ("a.log", "b.log"):
+        assert dbs.pg.password not in (tmp_path / log).read_text()
