@@ -174,14 +174,14 @@ class Env:
 
 
 class TimedNdjson(NdjsonOutput):
-    """NDJSON that counts the events it made durable and notes when each insert of
-    `timed_table` (by its `id`) became durable."""
+    """NDJSON that counts the events it made durable and notes, for each insert into
+    `timed_table`, how long after its `created` time (epoch seconds) it became durable."""
 
     def __init__(self, directory: Path, timed_table: str | None = None) -> None:
         super().__init__(directory)
         self.durable_events = 0
         self.timed_table = timed_table
-        self.durable_at: dict[int, float] = {}
+        self.latency: dict[int, float] = {}
 
     def write(self, events: Sequence[Event]) -> None:
         super().write(events)
@@ -190,7 +190,8 @@ class TimedNdjson(NdjsonOutput):
         if self.timed_table is not None:
             for event in events:
                 if event.op is Op.CREATE and event.source.table == self.timed_table:
-                    self.durable_at[int(event.key["id"])] = now
+                    assert event.after is not None
+                    self.latency[int(event.key["id"])] = now - float(event.after["created"])
 
 
 class RunningTailer:
@@ -292,11 +293,13 @@ def bench_p1(env: Env, sizes: Sizes) -> P1Result:
 
 
 class PacedWriter:
-    """Commits single-row inserts at `rate` per second, noting the wall time after each commit."""
+    """Commits single-row inserts at `rate` per second. Each row's `created` is the server's
+    clock_timestamp() at insert, just before its commit: a client-side time noted after
+    COMMIT returns would be late whenever this thread waits for the GIL."""
 
     def __init__(self, dsn: str, rate: float, seconds: float) -> None:
         self._dsn, self._rate, self._seconds = dsn, rate, seconds
-        self.committed: dict[int, float] = {}
+        self.committed: list[int] = []
 
     def run(self) -> None:
         with psycopg.connect(self._dsn, autocommit=True) as conn:
@@ -310,7 +313,7 @@ class PacedWriter:
                     "INSERT INTO p3_latency (payload) VALUES (%s) RETURNING id", (f"row {i}",)
                 ).fetchone()
                 assert row is not None
-                self.committed[row[0]] = time.time()
+                self.committed.append(row[0])
 
 
 def measure_latency(
@@ -322,8 +325,8 @@ def measure_latency(
     dump_rows = (during() - dump_before) if during else 0
     committed = writer.committed
     with contextlib.suppress(TimeoutError):  # what never arrives is reported as missing
-        wait_until(lambda: all(k in output.durable_at for k in committed), 120, "P3 catch-up")
-    samples = [output.durable_at[k] - t for k, t in committed.items() if k in output.durable_at]
+        wait_until(lambda: all(k in output.latency for k in committed), 120, "P3 catch-up")
+    samples = [output.latency[k] for k in committed if k in output.latency]
     return LatencyResult(label, samples, len(committed) - len(samples), dump_rows, None)
 
 
@@ -332,7 +335,7 @@ def bench_p3(env: Env, sizes: Sizes) -> list[LatencyResult]:
     say(f"P3: filling the dump table with {sizes.p3_dump_rows} rows")
     env.sql(
         "CREATE TABLE public.p3_latency (id bigserial PRIMARY KEY, payload text,"
-        " created timestamptz DEFAULT clock_timestamp())"
+        " created double precision DEFAULT extract(epoch FROM clock_timestamp()))"
     )
     env.sql("CREATE TABLE public.p3_dump (id bigint PRIMARY KEY, name text, n int, pad text)")
     env.sql(
@@ -452,7 +455,8 @@ def report(p1: P1Result, p3: list[LatencyResult], p4: P4Result) -> str:
             f"{tag + ' p50/p99 (ms)':<44} "
             f"{f'{result.quantile(0.5):.1f} / {result.quantile(0.99):.1f}':>14}"
         )
-        extra = f"n={len(result.samples)}, missing={result.missing}"
+        extra = f"n={len(result.samples)}, min={min(result.samples, default=0) * 1000:.1f} ms"
+        extra += f", missing={result.missing}"
         if result.dump_overlapped is not None:
             overlap = "whole run" if result.dump_overlapped else "ended early"
             extra += f", dump rows meanwhile={result.dump_rows_during:,} ({overlap})"
