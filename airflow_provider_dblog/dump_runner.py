@@ -17,13 +17,19 @@ from concurrent.futures import ThreadPoolExecutor
 from airflow_provider_dblog.chunk_procedure import ChunkOutcome, run_chunk
 from airflow_provider_dblog.core.dump_plan import Chunk, TablePlanner, TableProgress
 from airflow_provider_dblog.core.errors import DBLogError
-from airflow_provider_dblog.sources.base import ChunkSource
-from airflow_provider_dblog.state_store import DumpControls, DumpState, StateStore
+from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
+from airflow_provider_dblog.state_store import (
+    DumpControls,
+    DumpState,
+    StateStore,
+    StateStoreUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[str, TableProgress], None]
 PAUSE_POLL_S = 0.5
+UNAVAILABLE_BACKOFF_S = 0.25
 
 
 class DumpFailed(DBLogError):
@@ -134,14 +140,23 @@ def _run_with_retries(
     max_attempts: int,
 ) -> ChunkOutcome:
     reasons = []
-    for _ in range(max_attempts):
-        outcome = run_chunk(
-            store, source, dump_id, chunk, key_columns, window_timeout_s=window_timeout_s
-        )
+    for attempt in range(max_attempts):
+        try:
+            outcome = run_chunk(
+                store, source, dump_id, chunk, key_columns, window_timeout_s=window_timeout_s
+            )
+        except (StateStoreUnavailable, SourceUnavailable) as exc:
+            # Redis or the source went away for a moment (a restart): the window is retried
+            # with new watermarks, like one the tailer did not close.
+            outcome = ChunkOutcome(False, 0, None, str(exc))
+            time.sleep(min(UNAVAILABLE_BACKOFF_S * 2**attempt, 5.0))
         if outcome.completed:
             return outcome
         reasons.append(outcome.reason or "unknown")
-        store.count_dump(dump_id, windows_retried=1)
+        try:
+            store.count_dump(dump_id, windows_retried=1)
+        except StateStoreUnavailable:
+            log.warning("could not count a retried window of %s: the state store is away", dump_id)
         log.info("chunk %s of %s retried: %s", chunk.seq, chunk.table, outcome.reason)
     raise DumpFailed(
         f"chunk {chunk.seq} of {chunk.table} failed {max_attempts} times; last: {reasons[-1]}. "
