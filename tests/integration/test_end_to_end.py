@@ -8,28 +8,35 @@ with a deadline.
 
 from __future__ import annotations
 
+import json
 import random
+import secrets
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Event, Origin
-from airflow_provider_dblog.demo import TABLES, compare
+from airflow_provider_dblog.demo import TABLES, compare, snapshot
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump_runner import run_dump
-from airflow_provider_dblog.outputs import NdjsonOutput, SqlApplyOutput, read_events
+from airflow_provider_dblog.outputs import NdjsonOutput, Output, SqlApplyOutput, read_events
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
 from airflow_provider_dblog.sources.postgres.setup import ensure_setup
 from airflow_provider_dblog.state_store import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 from tests.integration.e2e_support import (
+    DBLOG,
+    PASSWORD_ENV,
     Databases,
     FanOut,
     TailProcess,
@@ -68,7 +75,7 @@ def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
 class InProcessTailer:
     """The tailer in a thread of the test process, writing to `output`."""
 
-    def __init__(self, dbs: Databases, store: StateStore, output: FanOut) -> None:
+    def __init__(self, dbs: Databases, store: StateStore, output: Output) -> None:
         ensure_setup(dbs.config)
         self.output = output
         self.tailer = Tailer(
@@ -309,3 +316,117 @@ class DumpThread:
         if self.error is not None:
             raise self.error
         assert self.state == "done", self.state
+
+
+def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [DBLOG, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_repair_fixes_exactly_the_given_keys(
+    dbs: Databases, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """After a full dump the target equals the source; rows corrupted on purpose in the target
+    are repaired by `dblog dump --table T --keys ...` (bigint keys as a list, composite keys as
+    JSON) for exactly the listed keys: corrupted rows that were not listed stay corrupted."""
+    store = StateStore(redis_server.client(), dbs.config.name)
+    tailer = InProcessTailer(dbs, store, SqlApplyOutput(dbs.target_dsn, monotonic=True))
+    rng = random.Random()
+    try:
+        store.create_dump(DumpRequest("full", DumpKind.ALL, TABLES, chunk_size=100, parallelism=3))
+        assert run_dump(store, lambda: PostgresChunkSource(dbs.config), "full") == "done"
+        wait_caught_up(dbs)
+        assert compare(dbs.source_dsn, dbs.target_dsn) == []
+
+        with psycopg.connect(dbs.target_dsn, autocommit=True) as conn:
+            ids = rng.sample(range(1, 601), 20)
+            conn.execute("UPDATE accounts SET owner = 'CORRUPTED' WHERE id = ANY(%s)", (ids,))
+            orders = [(r, n) for r in ("eu", "us", "ap", "sa") for n in range(1, 151)]
+            bad_orders = rng.sample(orders, 6)
+            for region, n in bad_orders:
+                conn.execute(
+                    "UPDATE orders SET note = 'CORRUPTED' WHERE region = %s AND n = %s",
+                    (region, n),
+                )
+        repair_ids, kept_ids = sorted(ids[:10]), sorted(ids[10:])
+        repair_orders, kept_orders = sorted(bad_orders[:3]), sorted(bad_orders[3:])
+        config = write_config(
+            tmp_path / "dblog.toml",
+            dbs,
+            redis_server,
+            {"type": "ndjson", "directory": str(tmp_path / "unused")},
+        )
+        env = cli_env(dbs, redis_server)
+        keys = ",".join(map(str, repair_ids))
+        for table, key_text, dump_id in (
+            ("public.accounts", keys, "repair-accounts"),
+            ("public.orders", json.dumps(repair_orders), "repair-orders"),
+        ):
+            done = run_cli(
+                "dump", "-c", str(config), "--table", table, "--keys", key_text,
+                "--chunk-size", "4", "--dump-id", dump_id, env=env,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stdout + done.stderr
+        wait_caught_up(dbs)
+    finally:
+        tailer.stop()
+
+    with psycopg.connect(dbs.target_dsn) as conn:
+        bad = conn.execute("SELECT id FROM accounts WHERE owner = 'CORRUPTED' ORDER BY id")
+        still_bad = [r[0] for r in bad]
+        bad = conn.execute("SELECT region, n FROM orders WHERE note = 'CORRUPTED' ORDER BY 1, 2")
+        still_bad_orders = [tuple(r) for r in bad]
+    assert still_bad == kept_ids
+    assert still_bad_orders == kept_orders
+    source, target = snapshot(dbs.source_dsn), snapshot(dbs.target_dsn)
+    assert len(set(source["accounts"]) - set(target["accounts"])) == len(kept_ids)
+    assert len(set(source["orders"]) - set(target["orders"])) == len(kept_orders)
+    assert source["items"] == target["items"]
+    for dump_id, count in (("repair-accounts", 10), ("repair-orders", 3)):
+        status = store.dump_status(dump_id)
+        assert status is not None and status.state == "done" and status.rows == count
+
+
+def test_cli_refuses_bad_input_with_clear_errors_and_exit_code_2(
+    empty_source: Databases, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """Unknown table, malformed keys, chunk size 0, an unset or wrong password and a closed
+    port: each `dblog` run exits 2 with a message naming the problem, registers no dump, and
+    prints no password."""
+    dbs = empty_source
+    output = {"type": "ndjson", "directory": str(tmp_path / "events")}
+    good = write_config(tmp_path / "good.toml", dbs, redis_server, output)
+    unset = write_config(
+        tmp_path / "unset.toml", dbs, redis_server, output, password_env="E2E_UNSET_PASSWORD"
+    )
+    closed = write_config(tmp_path / "closed.toml", dbs, redis_server, output, port=free_port())
+    env = cli_env(dbs, redis_server)
+    env.pop("E2E_UNSET_PASSWORD", None)
+    wrong_password = "wrong-" + secrets.token_hex(8)
+    wrong_env = dict(env, **{PASSWORD_ENV: wrong_password})
+    cases: list[tuple[list[str], dict[str, str], list[str]]] = [
+        (["dump", "-c", str(good), "--table", "public.nope"], env, ["public.nope", "captured"]),
+        (["dump", "-c", str(good), "--table", "public.accounts", "--keys", "[1,"], env,
+         ["public.accounts", "not valid JSON"]),
+        (["dump", "-c", str(good), "--table", "public.orders", "--keys", "1,2"], env,
+         ["public.orders", "composite primary key"]),
+        (["dump", "-c", str(good), "--keys", "1,2"], env, ["--keys needs --table"]),
+        (["dump", "-c", str(good), "--chunk-size", "0"], env, ["chunk_size", "at least 1"]),
+        (["dump", "-c", str(unset)], env, ["E2E_UNSET_PASSWORD", "not set"]),
+        (["dump", "-c", str(good)], wrong_env, ["password authentication failed"]),
+        (["dump", "-c", str(closed)], env, ["cannot connect", "refused"]),
+        (["tail", "-c", str(closed)], env, ["cannot connect", "refused"]),
+        (["dump", "-c", str(tmp_path / "missing.toml")], env, ["missing.toml", "does not exist"]),
+    ]  # fmt: skip
+    store = StateStore(redis_server.client(), dbs.config.name)
+    for args, case_env, expected in cases:
+        done = run_cli(*args, env=case_env)
+        said = done.stdout + done.stderr
+        assert done.returncode == 2, (args, said)
+        for words in expected:
+            assert words in said, (args, said)
+        assert "Traceback" not in said, (args, said)
+        for secret in (dbs.pg.password, redis_server.password, wrong_password):
+            assert secret not in said, (args, "a password was printed")
+    assert store.list_dumps() == [], "a refused request must not be registered"
