@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -253,7 +254,7 @@ def test_dump_completes_through_tailer_kills_and_a_redis_restart(
         writer.wait_for(20)
         dump.start(DumpRequest("crashy", DumpKind.ALL, TABLES, chunk_size=20, parallelism=3))
         for step, at_chunks in enumerate(sorted(rng.sample(range(5, 80), 4))):
-            wait_until(lambda n=at_chunks: dump.chunks() >= n, 120, f"{at_chunks} chunks")
+            wait_until(partial(dump.reached, at_chunks), 120, f"the dump at {at_chunks} chunks")
             if step == 2:
                 redis_server.restart()
             else:
@@ -309,6 +310,9 @@ class DumpThread:
             raise AssertionError(f"the dump failed: {self.error!r}") from self.error
         status = self._store.dump_status(self._dump_id)
         return 0 if status is None else status.chunks
+
+    def reached(self, chunks: int) -> bool:
+        return self.chunks() >= chunks
 
     def join(self, timeout_s: float) -> None:
         self._thread.join(timeout_s)
