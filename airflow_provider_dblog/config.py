@@ -18,7 +18,7 @@ names (`password_env`), so it never appears on a command line, in a log line or 
 
     [output]
     type = "ndjson"                    # or "redis_stream", "sql_apply": see outputs/
-    path = "out/events"
+    directory = "out/events"
 
     [tailer]                           # optional
     window_ttl_s = 120
@@ -26,6 +26,7 @@ names (`password_env`), so it never appears on a command line, in a log line or 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tomllib
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ import redis
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
+from airflow_provider_dblog.tailer import TailerSettings
 
 
 class ConfigError(DBLogError):
@@ -103,5 +105,16 @@ def load_config(path: str | Path) -> Config:
         redis_url=redis_section.get("url", "redis://127.0.0.1:6379/0"),
         redis_password_env=redis_section.get("password_env"),
         output=output,
-        tailer=dict(data.get("tailer", {})),
+        tailer=_tailer_options(path, data.get("tailer", {})),
     )
+
+
+def _tailer_options(path: Path, section: dict[str, Any]) -> dict[str, Any]:
+    known = {f.name for f in dataclasses.fields(TailerSettings)}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise ConfigError(
+            f"[tailer] in {path} has unknown option(s) {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(known))}"
+        )
+    return dict(section)

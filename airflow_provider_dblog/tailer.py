@@ -12,6 +12,7 @@ Only the lease holder writes: a standby waits for the lease, and a tailer that l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from airflow_provider_dblog.core.event import Event, TableRef
 from airflow_provider_dblog.core.log import Change, Idle, LogItem, TransactionEnd, WatermarkWrite
 from airflow_provider_dblog.core.reconciler import Closed, Failed, FailureReason, Reconciler
-from airflow_provider_dblog.outputs.base import Output
+from airflow_provider_dblog.outputs.base import Output, OutputUnavailable
 from airflow_provider_dblog.sources.base import LogReader, SourceUnavailable
 from airflow_provider_dblog.state_store import FencedOut, StateStore, StateStoreUnavailable
 
@@ -56,6 +57,8 @@ class _Stats:
     dump_rows: int = 0
     last_commit: int = 0
     last_ts_ms: int = 0
+    caught_up: bool = False
+    """The source had nothing more to send and everything handed over was durable."""
     windows_closed: int = 0
     windows_failed: int = 0
     started: float = field(default_factory=time.monotonic)
@@ -140,9 +143,17 @@ class Tailer:
         self.stats = _Stats()
 
     def run(self, stop: threading.Event) -> None:
-        token = self._wait_for_lease(stop)
-        if token is None:
-            return
+        """Lead while holding the lease; after losing it, wait again as a standby."""
+        while not stop.is_set():
+            token = self._wait_for_lease(stop)
+            if token is None:
+                return
+            try:
+                self._lead(stop, token)
+            except FencedOut as exc:
+                log.warning("%s; waiting for the lease again as a standby", exc)
+
+    def _lead(self, stop: threading.Event, token: int) -> None:
         log.info("tailer %s holds the lease (token %d)", self._owner, token)
         delay = 0.5
         opened_here = self._output is None
@@ -158,15 +169,18 @@ class Tailer:
                     log.warning("source unavailable (%s); reconnecting in %.1fs", exc, delay)
                 except StateStoreUnavailable as exc:
                     log.warning("state store unavailable (%s); reconnecting in %.1fs", exc, delay)
+                except OutputUnavailable as exc:
+                    log.warning("output unavailable (%s); retrying in %.1fs", exc, delay)
                 if stop.wait(delay):
                     return
                 delay = min(delay * 2, self._settings.reconnect_max_s)
-                token = self._renew_or_reacquire(token)
+                self._renew(token)
         finally:
             if opened_here and self._output is not None:
                 self._output.close()
                 self._output = None
-            self._store.release_lease(self._owner, token)
+            with contextlib.suppress(StateStoreUnavailable):
+                self._store.release_lease(self._owner, token)
 
     # -- one connected session ----------------------------------------------------------------
 
@@ -192,20 +206,19 @@ class Tailer:
                     writer.queue.put(event)
                     self.stats.events += 1
                     self.stats.last_ts_ms = event.source.ts_ms or self.stats.last_ts_ms
+                    self.stats.caught_up = False
                 elif isinstance(item, WatermarkWrite):
                     self._watermark(item, reconciler, writer, token, opened_at, schema_versions)
                 elif isinstance(item, TransactionEnd):
                     handed_commit = item.commit
                     self.stats.last_commit = item.commit
                     writer.queue.put(item)
-                elif (
-                    isinstance(item, Idle)
-                    and writer.idle.is_set()
-                    and writer.durable_commit >= handed_commit
-                    and item.log_end > acknowledged
-                ):
-                    reader.acknowledge(item.log_end)
-                    acknowledged = item.log_end
+                elif isinstance(item, Idle):
+                    drained = writer.idle.is_set() and writer.durable_commit >= handed_commit
+                    self.stats.caught_up = drained
+                    if drained and item.log_end > acknowledged:
+                        reader.acknowledge(item.log_end)
+                        acknowledged = item.log_end
                 if writer.durable_commit > acknowledged:
                     acknowledged = writer.durable_commit
                     reader.acknowledge(acknowledged)
@@ -304,7 +317,9 @@ class Tailer:
                 expired = reconciler.expire(window_id)
                 if expired is not None:
                     self._fail(expired, token)
-        lag_ms = int(time.time() * 1000) - self.stats.last_ts_ms if self.stats.last_ts_ms else 0
+        lag_ms = 0
+        if self.stats.last_ts_ms and not self.stats.caught_up:
+            lag_ms = int(time.time() * 1000) - self.stats.last_ts_ms
         self._store.heartbeat(
             self._owner,
             {
@@ -324,7 +339,11 @@ class Tailer:
         ttl = self._settings.lease_ttl_ms
         standby = False
         while not stop.is_set():
-            token = self._store.acquire_lease(self._owner, ttl)
+            try:
+                token = self._store.acquire_lease(self._owner, ttl)
+            except StateStoreUnavailable as exc:
+                log.warning("state store unavailable (%s); cannot take the lease yet", exc)
+                token = None
             if token is not None:
                 return token
             if not standby:
@@ -333,7 +352,8 @@ class Tailer:
             stop.wait(ttl / 4000)
         return None
 
-    def _renew_or_reacquire(self, token: int) -> int:
-        if self._store.renew_lease(self._owner, token, self._settings.lease_ttl_ms):
-            return token
-        raise FencedOut(f"tailer {self._owner} lost its lease while reconnecting")
+    def _renew(self, token: int) -> None:
+        """Before reconnecting: still the leader? (Redis may still be down: try again later.)"""
+        with contextlib.suppress(StateStoreUnavailable):
+            if not self._store.renew_lease(self._owner, token, self._settings.lease_ttl_ms):
+                raise FencedOut(f"tailer {self._owner} lost its lease (token {token})")

@@ -1,0 +1,65 @@
+"""The TOML configuration: what it accepts, and clear errors for what it does not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_dblog.config import ConfigError, load_config
+from airflow_provider_dblog.core.event import TableRef
+
+GOOD = """
+[source]
+name = "shop"
+dsn = "host=127.0.0.1 port=5432 dbname=shop user=dblog"
+password_env = "SHOP_PASSWORD"
+tables = ["public.accounts", "orders"]
+
+[redis]
+url = "redis://127.0.0.1:6379/0"
+
+[output]
+type = "ndjson"
+directory = "out"
+
+[tailer]
+window_ttl_s = 30
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "dblog.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_good_config_loads(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, GOOD))
+    assert config.source.tables == (TableRef("public", "accounts"), TableRef("public", "orders"))
+    assert config.source.password_env == "SHOP_PASSWORD"
+    assert config.output == {"type": "ndjson", "directory": "out"}
+    assert config.tailer == {"window_ttl_s": 30}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (GOOD.replace("[redis]", "[cache]"), r"no \[redis\] section"),
+        (GOOD.replace("window_ttl_s", "window_ttl"), "unknown option.*window_ttl"),
+        (GOOD.replace('name = "shop"', 'name = "shop"\npassword = "x"'), "holds a password"),
+        (GOOD.replace('tables = ["public.accounts", "orders"]', ""), "needs 'tables'"),
+        (GOOD.replace('"orders"', '"a.b.c"'), "schema.table"),
+        (GOOD.replace("[source]", "[source"), "not valid TOML"),
+        (GOOD.replace('user=dblog"', 'user=dblog password=x"'), "must not hold the password"),
+    ],
+)
+def test_bad_configs_name_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(Exception, match=message) as raised:
+        load_config(write(tmp_path, text))
+    assert "password=x" not in str(raised.value)
+
+
+def test_a_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml")
