@@ -1,0 +1,129 @@
+"""The Parquet compaction on Spark local[2]: random change streams for two tables (one with a
+composite key) fold into the latest state, and a second run reads only the new bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from airflow_provider_dblog.compaction import CompactState
+from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo, encode
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
+from spark_jobs.compact import compact
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLES = {"users": ("id",), "items": ("shop", "sku")}
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("test-compact")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+class Stream:
+    """Random events and, independently of the compaction's code, the state they lead to."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.commit = 100
+        self.state: dict[str, dict[str, Row]] = {"app.users": {}, "app.items": {}}
+
+    def _key(self, table: str) -> Row:
+        if table == "users":
+            return {"id": self.rng.randrange(30)}
+        return {"shop": self.rng.choice(["a", "b"]), "sku": self.rng.randrange(15)}
+
+    def batch(self, transactions: int) -> list[Event]:
+        events = []
+        for _ in range(transactions):
+            self.commit += self.rng.randrange(1, 1000)
+            for seq in range(self.rng.randrange(1, 5)):
+                table = self.rng.choice(list(TABLES))
+                key = self._key(table)
+                rows = self.state[f"app.{table}"]
+                name = json.dumps(key, separators=(",", ":"))
+                value = {"n": self.rng.random(), "tags": [seq, None], "big": f"v{self.commit}"}
+                if name in rows and self.rng.random() < 0.3:
+                    op, after = Op.DELETE, None
+                    del rows[name]
+                elif name in rows and self.rng.random() < 0.5:
+                    op, after = Op.UPDATE, {**key, "n": value["n"]}  # "big" unchanged: TOAST
+                    rows[name] = {**rows[name], **after}
+                else:
+                    op, after = self.rng.choice([Op.CREATE, Op.READ]), {**key, **value}
+                    rows[name] = after
+                source = SourceInfo(
+                    "src", "db", "app", table, Position(self.commit, seq), Origin.LOG
+                )
+                events.append(Event(op, key, None, after, source, 1))
+        return events
+
+
+def lake(spark: SparkSession, output: Path) -> dict[str, dict[str, Row]]:
+    found = {}
+    for table in ("app.users", "app.items"):
+        rows = spark.read.parquet(str(output / table)).collect()
+        found[table] = {r.key: json.loads(r.row) for r in rows}
+    return found
+
+
+def write(directory: Path, events: list[Event], replayed: list[Event]) -> None:
+    with NdjsonOutput(directory, max_bytes=4000) as out:
+        out.write(events)
+    with event_files(directory)[-1].open("ab") as f:  # at-least-once: the same events again
+        f.write("".join(encode(e) + "\n" for e in replayed).encode())
+
+
+def test_fold_then_fold_only_the_new_events(spark: SparkSession, tmp_path: Path) -> None:
+    stream, events_dir, output = Stream(7), tmp_path / "events", tmp_path / "lake"
+    first = stream.batch(150)
+    write(events_dir, first, first[-5:])
+    state = compact(spark, events_dir, output)
+    assert lake(spark, output) == stream.state
+    assert state.position == first[-1].position.to_json()
+    assert state.files == {p.name: p.stat().st_size for p in event_files(events_dir)}
+
+    second = stream.batch(100)
+    write(events_dir, second, first[-3:] + second[-2:])
+    # Bytes already folded are never read again: garbled, they would fail the run.
+    for name, offset in state.files.items():
+        with (events_dir / name).open("r+b") as f:
+            f.write(b" " * (offset - 1) + b"\n")
+    state = compact(spark, events_dir, output)
+    assert lake(spark, output) == stream.state
+    assert state.position == second[-1].position.to_json()
+    assert sorted(os.listdir(output / ".versions" / "app.users")) == [state.tables["app.users"]]
+
+    assert compact(spark, events_dir, output) == state  # nothing new: nothing done
+
+
+def test_command_line(tmp_path: Path) -> None:
+    stream, events_dir, output = Stream(3), tmp_path / "events", tmp_path / "lake"
+    write(events_dir, stream.batch(20), [])
+    command = [sys.executable, str(ROOT / "spark_jobs" / "compact.py")]
+    args = ["--input", str(events_dir), "--output", str(output), "--master", "local[2]"]
+    done = subprocess.run(command + args, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["tables"] == ["app.items", "app.users"]
+    assert CompactState.load(output).position == report["position"]
