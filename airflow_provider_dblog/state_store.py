@@ -15,7 +15,9 @@ every key of a source lives in one slot and every Lua script below may touch any
 | P wm:<value>           | string | the window a watermark value belongs to: JSON {window_id,   |
 |                        |        | dump_id, table, mark: "lw" or "hw"}                         |
 | P window:<id>:rows     | list   | the chunk rows, one JSON array of up to 1000 rows each      |
-| P window:<id>:rowsmeta | hash   | key_columns, schema_version, invisible_txids (JSON), rows   |
+| P window:<id>:rowsmeta | hash   | key_columns, schema_version, invisible_txids (JSON), rows;  |
+|                        |        | appended rows add part:<n> (its row count) and              |
+|                        |        | invisible_txids:<n> (JSON) per part                         |
 | P window:<id>:ended    | list   | one element once the window ended (waiters block on it)     |
 | P dumps                | list   | dump ids in the order they were created                     |
 | P dump:<id>            | string | the DumpRequest and the tables' key columns (JSON)          |
@@ -304,6 +306,29 @@ return 1
 """
 )
 
+# KEYS: window, rows, rowsmeta. ARGV: part, row count, key_columns json, invisible_txids json,
+# pages... Returns {1, rows stored for the part}, {0, 0} (window past open), {-1, 0} (unknown).
+# A part is stored once: a Spark task run again (retry, speculation) appends nothing more.
+_APPEND_ROWS = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {-1, 0} end
+if state ~= 'registered' and state ~= 'open' then return {0, 0} end
+local stored = redis.call('HGET', KEYS[3], 'part:' .. ARGV[1])
+if stored then return {1, tonumber(stored)} end
+local ttl = redis.call('PTTL', KEYS[1])
+redis.call('HSETNX', KEYS[3], 'key_columns', ARGV[3])
+redis.call('HSETNX', KEYS[3], 'schema_version', 0)
+redis.call('HSETNX', KEYS[3], 'invisible_txids', '[]')
+redis.call('HSET', KEYS[3], 'part:' .. ARGV[1], ARGV[2], 'invisible_txids:' .. ARGV[1], ARGV[4])
+redis.call('HINCRBY', KEYS[3], 'rows', ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ttl)
+if #ARGV > 4 then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 5))
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+return {1, tonumber(ARGV[2])}
+"""
+
 _FINISHED = "local finished = {cancelled = true, failed = true, done = true}\n"
 
 # KEYS: status. ARGV: state, reason. Returns 1, 0 (finished already), -1 (no such dump).
@@ -442,6 +467,7 @@ class StateStore:
         self._mark_dump = client.register_script(_MARK_DUMP)
         self._count_dump = client.register_script(_COUNT_DUMP)
         self._control = client.register_script(_CONTROL)
+        self._append_rows = client.register_script(_APPEND_ROWS)
 
     @property
     def address(self) -> str:
@@ -563,6 +589,36 @@ class StateStore:
                     continue
 
     @_reachable
+    def append_chunk_rows(
+        self,
+        window_id: str,
+        part: int,
+        rows: Sequence[Row],
+        key_columns: Sequence[str],
+        invisible_txids: frozenset[int],
+    ) -> int | None:
+        """Add one part of a window's chunk rows (a sub-range read by one Spark task) in one
+        atomic script, so rows reach Redis straight from the reader, never via the dump's driver.
+        The window's rows are the union of its parts and its invisible txids the union of theirs.
+        A part already stored is kept as it is (a task run twice appends once). Returns the rows
+        stored for the part, or None if the window is past open: the chunk is retried."""
+        _, rows_key, meta_key = self._window_keys(window_id)[:3]
+        pages = [_dumps(list(rows[i : i + _PAGE_ROWS])) for i in range(0, len(rows), _PAGE_ROWS)]
+        status, stored = self._append_rows(
+            keys=[self._window_key(window_id), rows_key, meta_key],
+            args=[
+                part,
+                len(rows),
+                _dumps(list(key_columns)),
+                _dumps(sorted(invisible_txids)),
+                *pages,
+            ],
+        )
+        if status == -1:
+            raise UnknownWindow(f"window {window_id} is not registered")
+        return int(stored) if status == 1 else None
+
+    @_reachable
     def get_chunk_rows(self, window_id: str) -> ChunkRows | None:
         """The rows the dump stored for a window; None if there are none (never stored, or the
         window ended and they were deleted): the tailer then fails the window."""
@@ -575,12 +631,18 @@ class StateStore:
             return None
         meta = _hash(raw_meta)
         rows: list[Row] = [row for page in pages for row in json.loads(page)]
+        txids = (
+            txid
+            for field, value in meta.items()
+            if field == "invisible_txids" or field.startswith("invisible_txids:")
+            for txid in json.loads(value)
+        )
         return ChunkRows(
             window_id=window_id,
             key_columns=tuple(json.loads(meta["key_columns"])),
             rows=rows,
             schema_version=int(meta["schema_version"]),
-            invisible_txids=frozenset(json.loads(meta["invisible_txids"])),
+            invisible_txids=frozenset(txids),
         )
 
     def open_window(self, window_id: str, token: int) -> bool:

@@ -250,6 +250,29 @@ def test_chunk_rows_round_trip_exactly(store: StateStore) -> None:
         store.put_chunk_rows(window.window_id, ChunkRows("other", ("id",), [], 1))
 
 
+def test_appended_parts_make_one_chunk(store: StateStore) -> None:
+    """Spark tasks append their sub-ranges: rows and invisible txids are the union of the parts,
+    a part appended twice (a retried task) counts once, and an ended window takes nothing."""
+    window, _, _ = new_window(store)
+    first = [{"id": i} for i in range(1500)]
+    second = [{"id": i} for i in range(1500, 1600)]
+    assert store.append_chunk_rows(window.window_id, 1, second, ("id",), frozenset({7})) == 100
+    assert store.append_chunk_rows(window.window_id, 0, first, ("id",), frozenset({5, 7})) == 1500
+    assert store.append_chunk_rows(window.window_id, 2, [], ("id",), frozenset()) == 0
+    assert store.append_chunk_rows(window.window_id, 1, second[:3], ("id",), frozenset()) == 100
+    back = store.get_chunk_rows(window.window_id)
+    assert back is not None
+    assert back.key_columns == ("id",) and back.schema_version == 0
+    assert sorted(r["id"] for r in back.rows) == list(range(1600))
+    assert back.invisible_txids == {5, 7}
+
+    assert store.abandon_window(window.window_id)
+    assert store.append_chunk_rows(window.window_id, 3, first, ("id",), frozenset()) is None
+    assert store.get_chunk_rows(window.window_id) is None
+    with pytest.raises(UnknownWindow):
+        store.append_chunk_rows("never-registered", 0, [], ("id",), frozenset())
+
+
 def test_50k_rows_are_stored_and_read_fast(store: StateStore) -> None:
     window, _, _ = new_window(store)
     rows: list[dict[str, object]] = [
