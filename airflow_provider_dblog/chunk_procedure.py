@@ -10,12 +10,52 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Protocol
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, key_of
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state_store import StateStore, WindowState
+
+
+@dataclass(frozen=True, slots=True)
+class StoredChunk:
+    """What a chunk reader put into Redis: how many rows, and the last key read (for a LIMIT
+    chunk, where the next one starts; None when no row was read or the reader does not know)."""
+
+    rows: int
+    last_key: Key | None
+
+
+class ChunkReader(Protocol):
+    """Reads a chunk and stores its rows for the window, after lw and before hw. Returns None if
+    the window is already past open (the tailer ended it): the chunk is then retried."""
+
+    def __call__(
+        self,
+        store: StateStore,
+        source: ChunkSource,
+        window_id: str,
+        chunk: Chunk,
+        key_columns: tuple[str, ...],
+    ) -> StoredChunk | None: ...
+
+
+def read_in_process(
+    store: StateStore,
+    source: ChunkSource,
+    window_id: str,
+    chunk: Chunk,
+    key_columns: tuple[str, ...],
+) -> StoredChunk | None:
+    """The `ChunkReader` of `dblog dump`: one query on this process's connection."""
+    read = source.read_chunk(chunk)
+    rows = ChunkRows(window_id, key_columns, read.rows, 0, read.invisible_txids)
+    if not store.put_chunk_rows(window_id, rows):
+        return None
+    last_key = key_of(read.rows[-1], key_columns) if read.rows else None
+    return StoredChunk(len(read.rows), last_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,16 +85,17 @@ def run_chunk(
     key_columns: tuple[str, ...],
     *,
     window_timeout_s: float = 60.0,
+    read: ChunkReader = read_in_process,
 ) -> ChunkOutcome:
-    """Read one chunk between a fresh lw and hw and wait until the tailer has emitted it."""
+    """Read one chunk between a fresh lw and hw (with `read`: in this process, or by Spark
+    tasks) and wait until the tailer has emitted it."""
     window = Window(uuid.uuid4().hex, dump_id, chunk.table)
     lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
     store.register_window(window, lw, hw, chunk_to_json(chunk), ttl_s=window_timeout_s * 10)
     try:
         source.write_watermark(lw)
-        read = source.read_chunk(chunk)
-        rows = ChunkRows(window.window_id, key_columns, read.rows, 0, read.invisible_txids)
-        if not store.put_chunk_rows(window.window_id, rows):
+        stored = read(store, source, window.window_id, chunk, key_columns)
+        if stored is None:
             # The tailer already ended this window (it expired, or hw came before lw):
             # writing hw would only be ignored.
             status = store.window_state(window.window_id)
@@ -72,5 +113,4 @@ def run_chunk(
         status = store.wait_window(window.window_id, window_timeout_s)
     if status.state is not WindowState.CLOSED:
         return ChunkOutcome(False, 0, None, status.reason or f"window {status.state}")
-    last_key = key_of(read.rows[-1], key_columns) if read.rows else None
-    return ChunkOutcome(True, len(read.rows), last_key)
+    return ChunkOutcome(True, stored.rows, stored.last_key)

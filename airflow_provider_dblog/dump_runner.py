@@ -2,8 +2,9 @@
 
 Progress is saved after each chunk, so a dump killed at any moment resumes from its last
 completed chunk when run again. Between chunks it reads the controls in Redis (pause, resume,
-cancel, chunk size, delay, rows/s), so they can be changed while it runs. Used by `dblog dump`;
-the Spark application runs the same chunk procedure.
+cancel, chunk size, delay, rows/s), so they can be changed while it runs. Used by `dblog dump`
+(chunks read in this process) and by the Spark application (`spark_jobs/dump.py`: the same
+loop, each chunk read by Spark tasks through another `ChunkReader`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,15 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import TypeVar
 
-from airflow_provider_dblog.chunk_procedure import ChunkOutcome, run_chunk
+from airflow_provider_dblog.chunk_procedure import (
+    ChunkOutcome,
+    ChunkReader,
+    read_in_process,
+    run_chunk,
+)
 from airflow_provider_dblog.core.dump_plan import Chunk, TablePlanner, TableProgress
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
@@ -30,6 +38,8 @@ log = logging.getLogger(__name__)
 ProgressCallback = Callable[[str, TableProgress], None]
 PAUSE_POLL_S = 0.5
 UNAVAILABLE_BACKOFF_S = 0.25
+STORE_PATIENCE_S = 60.0
+T = TypeVar("T")
 
 
 class DumpFailed(DBLogError):
@@ -45,8 +55,12 @@ def run_dump(
     max_attempts: int = 5,
     on_progress: ProgressCallback | None = None,
     stop: threading.Event | None = None,
+    read: ChunkReader = read_in_process,
+    bounded_chunks: bool = False,
 ) -> DumpState:
-    """Run the dump until done, cancelled or failed; returns the final status."""
+    """Run the dump until done, cancelled or failed; returns the final status. `read` reads
+    each chunk into Redis; `bounded_chunks` plans range chunks with an upper bound always
+    (see `TablePlanner.bounded`), as a reader that splits a chunk needs."""
     stored = store.get_dump(dump_id)
     if stored is None:
         raise DumpFailed(f"no dump request {dump_id!r} in the store")
@@ -63,12 +77,13 @@ def run_dump(
                     progress.get(table) or TableProgress(table),
                     request.chunk_size,
                     request.keys if request.keys else None,
+                    bounded=bounded_chunks,
                 )
                 if planner.needs_max_key:
                     planner.begin(sources[0].max_key(table))
                     store.save_progress(dump_id, planner.progress)
                 while not planner.done:
-                    controls = store.controls(dump_id)
+                    controls = _patiently(partial(store.controls, dump_id))
                     if stop is not None and stop.is_set():
                         return DumpState.RUNNING
                     if controls is None or controls.cancelled:
@@ -78,7 +93,7 @@ def run_dump(
                         store.mark_dump(dump_id, DumpState.PAUSED)
                         (stop or threading.Event()).wait(PAUSE_POLL_S)
                         continue
-                    store.mark_dump(dump_id, DumpState.RUNNING)
+                    _patiently(partial(store.mark_dump, dump_id, DumpState.RUNNING))
                     planner.chunk_size = controls.chunk_size
                     chunks = _plan(planner, sources[0], parallelism)
                     started = time.monotonic()
@@ -92,6 +107,7 @@ def run_dump(
                             key_columns,
                             window_timeout_s,
                             max_attempts,
+                            read,
                         )
                         for chunk, source in zip(chunks, sources, strict=False)
                     ]
@@ -100,8 +116,8 @@ def run_dump(
                     for chunk, outcome in zip(chunks, outcomes, strict=True):
                         planner.complete(chunk, outcome.rows, outcome.last_key)
                         rows += outcome.rows
-                    store.save_progress(dump_id, planner.progress)
-                    store.count_dump(dump_id, chunks=len(chunks), rows=rows)
+                    _patiently(partial(store.save_progress, dump_id, planner.progress))
+                    _patiently(partial(store.count_dump, dump_id, chunks=len(chunks), rows=rows))
                     if on_progress is not None:
                         on_progress(dump_id, planner.progress)
                     _throttle(controls, rows, time.monotonic() - started, stop)
@@ -113,6 +129,20 @@ def run_dump(
     finally:
         for source in sources:
             source.close()
+
+
+def _patiently(call: Callable[[], T]) -> T:
+    """A store call between chunks rides out a Redis restart instead of ending the dump."""
+    delay, deadline = UNAVAILABLE_BACKOFF_S, time.monotonic() + STORE_PATIENCE_S
+    while True:
+        try:
+            return call()
+        except StateStoreUnavailable as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("state store unavailable (%s); retrying in %.2fs", exc, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def _plan(planner: TablePlanner, source: ChunkSource, parallelism: int) -> list[Chunk]:
@@ -138,12 +168,19 @@ def _run_with_retries(
     key_columns: tuple[str, ...],
     window_timeout_s: float,
     max_attempts: int,
+    read: ChunkReader,
 ) -> ChunkOutcome:
     reasons = []
     for attempt in range(max_attempts):
         try:
             outcome = run_chunk(
-                store, source, dump_id, chunk, key_columns, window_timeout_s=window_timeout_s
+                store,
+                source,
+                dump_id,
+                chunk,
+                key_columns,
+                window_timeout_s=window_timeout_s,
+                read=read,
             )
         except (StateStoreUnavailable, SourceUnavailable) as exc:
             # Redis or the source went away for a moment (a restart): the window is retried

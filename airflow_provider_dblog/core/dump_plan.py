@@ -211,6 +211,9 @@ class TablePlanner:
     progress: TableProgress
     chunk_size: int
     keys: tuple[Key, ...] | None = None
+    bounded: bool = False
+    """Plan every range chunk with an upper bound from split keys, even at parallelism 1 (no
+    LIMIT chunks): the Spark dump needs a chunk's end before it splits it across tasks."""
     _in_flight: list[_InFlight] = field(default_factory=list)
     _cursor_after: Key | None = None
     _cursor_index: int = 0
@@ -257,8 +260,8 @@ class TablePlanner:
 
     def split_keys_wanted(self, parallelism: int) -> int:
         """How many split keys to ask the database for before `next_chunks` (range dumps with
-        parallelism > 1; 0 otherwise)."""
-        if parallelism <= 1 or self.keys is not None or self.needs_max_key:
+        parallelism > 1 or `bounded`; 0 otherwise)."""
+        if (parallelism <= 1 and not self.bounded) or self.keys is not None or self.needs_max_key:
             return 0
         if self.progress.done or self._final_planned:
             return 0
@@ -267,7 +270,7 @@ class TablePlanner:
     def next_chunks(self, parallelism: int, split_keys: Sequence[Key] = ()) -> list[Chunk]:
         """Chunks to read now, at most `parallelism` in flight in all.
 
-        `split_keys` are, for a range dump with parallelism > 1, the keys at every
+        `split_keys` are, for a range dump with parallelism > 1 (or `bounded`), the keys at every
         `chunk_size`-th row after the planning cursor, none beyond the maximum key and at most
         `split_keys_wanted()` of them, as the database returned them in key order. Fewer than
         asked means the table's range ends within the next chunk.
@@ -279,7 +282,7 @@ class TablePlanner:
             return []
         if self.keys is not None:
             return self._next_key_chunks(free)
-        if parallelism <= 1:
+        if parallelism <= 1 and not self.bounded:
             return [self._plan_range(self._cursor_after, self.progress.max_key, self.chunk_size)]
         if len(split_keys) > free:
             raise InvalidRequest(f"{self.table}: {len(split_keys)} split keys for {free} chunks")
