@@ -1,0 +1,212 @@
+"""The dump as a PySpark application: one stored dump request, each chunk one Spark job.
+
+    spark-submit spark_jobs/dump.py --dump-id ID --config dblog.toml
+    python spark_jobs/dump.py --dump-id ID --config dblog.toml --master 'local[2]'
+
+The driver runs the same loop as `dblog dump` (`run_dump`: planning, controls, progress, retries,
+up to `parallelism` windows in flight, each in its own driver thread and so its own Spark job).
+For each chunk it registers the window, writes lw, splits the chunk into key sub-ranges with
+split keys the database finds through the primary-key index (a key chunk: its key list in
+slices), and runs one Spark job of one task per sub-range. Each task opens its own source
+connection, reads its sub-range and appends the rows straight into Redis: rows never pass
+through the driver, only counts come back. Then the driver writes hw, waits for the tailer to
+close the window and stores progress. A run of the same request after a kill resumes from the
+last completed chunk; a window the killed run left open expires in the tailer.
+
+Credentials never travel in argv or Spark properties: each task reads the passwords from the
+environment variables the TOML names (`password_env`). Local executors inherit the driver's
+environment; on a cluster, set those variables on the workers (their spark-env.sh, or the
+container's secrets), never with `spark.executorEnv.*`, which the UI shows.
+
+Executors need this package importable: installed on the workers, or shipped with
+`--py-files` (a wheel or zip of `airflow_provider_dblog`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import math
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+
+from airflow_provider_dblog.chunk_procedure import StoredChunk
+from airflow_provider_dblog.config import Config, load_config
+from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.event import Key, key_of
+from airflow_provider_dblog.dump_runner import DumpFailed, run_dump
+from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
+from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
+from airflow_provider_dblog.state_store import DumpState, StateStore
+
+log = logging.getLogger("dblog.spark_dump")
+
+PartResult = tuple[int, int | None, Key | None]
+"""What a task sends back: part index, rows stored (None: the window ended), last key read."""
+
+
+class ChunkJobFailed(SourceUnavailable):
+    """A chunk's Spark job failed (a task's source or Redis went away, an executor was lost,
+    after Spark's own task retries): the chunk is retried with new watermarks."""
+
+
+def sub_ranges(source: ChunkSource, chunk: Chunk, tasks: int, chunk_size: int) -> list[Chunk]:
+    """The chunk as up to `tasks` disjoint parts that together read exactly the chunk.
+
+    A range chunk `(after, upto]` is cut at every `chunk_size / tasks`-th key (asked of the
+    database); a key chunk's key list is sliced. A LIMIT chunk cannot be cut before it is read
+    (its end is unknown): it stays one part; `run_dump(bounded_chunks=True)` plans none.
+    """
+    if chunk.keys is not None:
+        step = math.ceil(len(chunk.keys) / tasks)
+        slices = [chunk.keys[i : i + step] for i in range(0, len(chunk.keys), step)]
+        return [Chunk(chunk.table, chunk.seq, keys=keys) for keys in slices] or [chunk]
+    if chunk.limit is not None or chunk.upto is None or tasks <= 1:
+        return [chunk]
+    step = max(1, math.ceil(chunk_size / tasks))
+    splits = source.split_keys(chunk.table, chunk.after, chunk.upto, step, tasks - 1)
+    if splits and splits[-1] == chunk.upto:
+        splits.pop()  # the last part would be (upto, upto]: empty
+    bounds: list[Key | None] = [chunk.after, *splits, chunk.upto]
+    return [Chunk(chunk.table, chunk.seq, after=a, upto=b) for a, b in pairwise(bounds)]
+
+
+def read_parts(
+    config: Config,
+    window_id: str,
+    key_columns: tuple[str, ...],
+    parts: Iterable[tuple[int, Chunk]],
+) -> list[PartResult]:
+    """One Spark task: read its parts on its own connection and append the rows to the window
+    in Redis. Runs on an executor; reads passwords from its environment."""
+    source = PostgresChunkSource(config.source)
+    client = config.redis_client()
+    store = StateStore(client, config.source.name)
+    try:
+        results: list[PartResult] = []
+        for index, part in parts:
+            read = source.read_chunk(part)
+            stored = store.append_chunk_rows(
+                window_id, index, read.rows, key_columns, read.invisible_txids
+            )
+            last = key_of(read.rows[-1], key_columns) if read.rows else None
+            results.append((index, stored, last))
+        return results
+    finally:
+        source.close()
+        client.close()
+
+
+@dataclass(frozen=True)
+class SparkChunkReader:
+    """The `ChunkReader` of the Spark dump: each chunk one Spark job, one task per sub-range."""
+
+    sc: SparkContext
+    config: Config
+    dump_id: str
+    tasks: int
+    default_chunk_size: int
+
+    def __call__(
+        self,
+        store: StateStore,
+        source: ChunkSource,
+        window_id: str,
+        chunk: Chunk,
+        key_columns: tuple[str, ...],
+    ) -> StoredChunk | None:
+        controls = store.controls(self.dump_id)
+        chunk_size = controls.chunk_size if controls else self.default_chunk_size
+        parts = sub_ranges(source, chunk, self.tasks, chunk_size)
+        task = functools.partial(read_parts, self.config, window_id, key_columns)
+        self.sc.setJobDescription(f"dblog dump {self.dump_id}: {chunk.table} chunk {chunk.seq}")
+        try:
+            results = (
+                self.sc.parallelize(list(enumerate(parts)), len(parts))
+                .mapPartitions(task)
+                .collect()
+            )
+        except Exception as exc:  # py4j's error for a failed job: the chunk is retried
+            raise ChunkJobFailed(f"the Spark job of chunk {chunk.seq} failed: {exc}") from exc
+        return _combine(results)
+
+
+def _combine(results: Sequence[PartResult]) -> StoredChunk | None:
+    """The chunk's outcome from its parts' (None if any part found the window ended)."""
+    if any(stored is None for _, stored, _ in results):
+        return None
+    ordered = sorted(results, key=lambda r: r[0])
+    last_keys = [last for _, _, last in ordered if last is not None]
+    return StoredChunk(
+        sum(stored or 0 for _, stored, _ in ordered), last_keys[-1] if last_keys else None
+    )
+
+
+def run_spark_dump(
+    sc: SparkContext,
+    config: Config,
+    dump_id: str,
+    *,
+    tasks: int | None = None,
+    window_timeout_s: float = 60.0,
+) -> DumpState:
+    """Run one stored dump request in this Spark application; returns its final state."""
+    store = StateStore(config.redis_client(), config.source.name)
+    stored = store.get_dump(dump_id)
+    if stored is None:
+        raise DumpFailed(f"no dump request {dump_id!r} in the store")
+    reader = SparkChunkReader(
+        sc, config, dump_id, tasks or sc.defaultParallelism, stored.request.chunk_size
+    )
+    return run_dump(
+        store,
+        lambda: PostgresChunkSource(config.source),
+        dump_id,
+        window_timeout_s=window_timeout_s,
+        read=reader,
+        bounded_chunks=True,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dump-id", required=True, help="a dump request stored in Redis")
+    parser.add_argument("--config", required=True, help="the dblog TOML file")
+    parser.add_argument("--tasks", type=int, help="tasks per chunk (default: Spark's parallelism)")
+    parser.add_argument("--window-timeout", type=float, default=60.0, help="seconds")
+    parser.add_argument("--master", help="when run with python, not spark-submit: e.g. local[2]")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    config = load_config(args.config)
+    # Executors run this interpreter (it has the package) unless the deployment says otherwise.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(f"dblog-dump-{args.dump_id}")
+    if args.master:
+        builder = builder.master(args.master)
+    spark = builder.getOrCreate()
+    try:
+        state = run_spark_dump(
+            spark.sparkContext,
+            config,
+            args.dump_id,
+            tasks=args.tasks,
+            window_timeout_s=args.window_timeout,
+        )
+    except DumpFailed as exc:
+        log.error("dump %s failed: %s", args.dump_id, exc)
+        return 1
+    finally:
+        spark.stop()
+    log.info("dump %s ended %s", args.dump_id, state)
+    return 0 if state is DumpState.DONE else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
