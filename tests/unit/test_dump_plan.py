@@ -81,6 +81,22 @@ def test_sequential_range_chunks_walk_to_the_captured_max_key() -> None:
     assert planner.done and planner.progress.rows_done == 4
 
 
+def test_bounded_chunks_have_an_end_even_one_at_a_time() -> None:
+    """The Spark dump splits each chunk across tasks, so it needs the chunk's end first: no
+    LIMIT chunks, and fewer rows than the chunk size (deletes) never end the table early."""
+    planner = TablePlanner(TableProgress(T), chunk_size=2, bounded=True)
+    planner.begin((5,))
+    assert planner.split_keys_wanted(1) == 1
+    (first,) = planner.next_chunks(1, [(2,)])
+    assert (first.after, first.upto, first.limit) == (None, (2,), None)
+    planner.complete(first, 0, None)  # its rows were deleted meanwhile
+    assert planner.progress.after == (2,) and not planner.done
+    (last,) = planner.next_chunks(1, [])  # no split key left: the rest up to the max key
+    assert (last.after, last.upto) == ((2,), (5,))
+    planner.complete(last, 3, None)
+    assert planner.done and planner.progress.rows_done == 3
+
+
 def test_empty_table_is_done_at_once() -> None:
     planner = TablePlanner(TableProgress(T), chunk_size=10)
     planner.begin(None)
