@@ -19,6 +19,7 @@ from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
 from spark_jobs.compact import compact
+from tests.integration.spark_support import stop_spark
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +38,7 @@ def spark() -> Iterator[SparkSession]:
         .getOrCreate()
     )
     yield session
-    session.stop()
+    stop_spark(session)
 
 
 class Stream:

@@ -45,6 +45,7 @@ from tests.integration.e2e_support import (
     wait_until,
     write_config,
 )
+from tests.integration.spark_support import stop_spark
 
 pytestmark = pytest.mark.integration
 ROWS = 600
@@ -63,7 +64,7 @@ def spark(pg15: PostgresInfo, redis_server: RedisInfo) -> Iterator[SparkSession]
         .getOrCreate()
     )
     yield session
-    session.stop()
+    stop_spark(session)
 
 
 @dataclass
