@@ -220,6 +220,7 @@ class Dump:
     keys: tuple[Key, ...] | None
     chunk_size: int
     parallelism: int
+    bounded: bool = False
     progress: dict[TableRef, TableProgress] = field(default_factory=dict)
     flights: list[Flight] = field(default_factory=list)
     windows_failed: int = 0
@@ -231,7 +232,10 @@ class Dump:
     def _restart_planners(self) -> None:
         self.planners = {
             t: TablePlanner(
-                TableProgress.from_json(self.progress[t].to_json()), self.chunk_size, self.keys
+                TableProgress.from_json(self.progress[t].to_json()),
+                self.chunk_size,
+                self.keys,
+                bounded=self.bounded,
             )
             for t in self.tables
         }

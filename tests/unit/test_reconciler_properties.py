@@ -75,6 +75,7 @@ class History:
     table: TableRef
     chunk_size: int
     parallelism: int
+    bounded: bool
     initial_writes: int
     key_count: int
     seed: int
@@ -89,6 +90,7 @@ histories = st.builds(
     table=st.sampled_from([TABLE_A, TABLE_B]),
     chunk_size=st.integers(1, 6),
     parallelism=st.integers(1, 3),
+    bounded=st.booleans(),
     initial_writes=st.integers(0, 30),
     key_count=st.integers(1, 8),
     seed=st.integers(0, 2**32 - 1),
@@ -125,6 +127,7 @@ def run_history(history: History, reconciler_class: type[Reconciler] = Reconcile
         keys,
         chunk_size=history.chunk_size,
         parallelism=history.parallelism,
+        bounded=history.bounded,
     )
     at_start = {t: dict(rows) for t, rows in source.tables.items()}
     touched: set[tuple[TableRef, Key]] = set()
