@@ -4,6 +4,8 @@
 #   mariadb-server           mariadbd and mariadb-install-db
 #   redis-server             redis-server
 #   openjdk-17-jre-headless  Java for Spark
+#   libpostgresql-jdbc-java  PostgreSQL JDBC driver (/usr/share/java/postgresql.jar), for the
+#                            Spark JDBC read that bench/bench_spark_dump.py compares with ours
 # The tests start their own servers (airflow_provider_dblog/devservices); the system services
 # are not needed, so they are kept from starting during installation.
 #
@@ -11,7 +13,7 @@
 # as another user it lists what is missing and the command to run, and exits 1.
 set -euo pipefail
 
-PACKAGES=(postgresql-15 mariadb-server redis-server openjdk-17-jre-headless)
+PACKAGES=(postgresql-15 mariadb-server redis-server openjdk-17-jre-headless libpostgresql-jdbc-java)
 
 missing=()
 for package in "${PACKAGES[@]}"; do
