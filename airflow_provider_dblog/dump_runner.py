@@ -10,10 +10,13 @@ loop, each chunk read by Spark tasks through another `ChunkReader`).
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import partial
 from typing import TypeVar
 
@@ -39,6 +42,8 @@ ProgressCallback = Callable[[str, TableProgress], None]
 PAUSE_POLL_S = 0.5
 UNAVAILABLE_BACKOFF_S = 0.25
 STORE_PATIENCE_S = 60.0
+DRIVER_TTL_MS = 15_000
+"""A dump whose process has not beaten for this long is taken for dead (see `beat_dump`)."""
 T = TypeVar("T")
 
 
@@ -70,7 +75,10 @@ def run_dump(
     sources = [open_source() for _ in range(parallelism)]
     store.mark_dump(dump_id, DumpState.RUNNING)
     try:
-        with ThreadPoolExecutor(parallelism, thread_name_prefix="dblog-chunk") as pool:
+        with (
+            _beating(store, dump_id),
+            ThreadPoolExecutor(parallelism, thread_name_prefix="dblog-chunk") as pool,
+        ):
             for table in request.tables:
                 key_columns = sources[0].key_columns(table)
                 planner = TablePlanner(
@@ -129,6 +137,29 @@ def run_dump(
     finally:
         for source in sources:
             source.close()
+
+
+@contextmanager
+def _beating(store: StateStore, dump_id: str) -> Iterator[None]:
+    """Beat for the dump while it runs, from a thread, so a long chunk still beats."""
+    owner = f"{socket.gethostname()}:{os.getpid()}"
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.is_set():
+            try:
+                store.beat_dump(dump_id, owner, DRIVER_TTL_MS)
+            except StateStoreUnavailable as exc:
+                log.warning("could not beat for dump %s: %s", dump_id, exc)
+            done.wait(DRIVER_TTL_MS / 5000)
+
+    thread = threading.Thread(target=beat, name="dblog-dump-beat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _patiently(call: Callable[[], T]) -> T:

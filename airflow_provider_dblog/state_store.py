@@ -25,6 +25,7 @@ every key of a source lives in one slot and every Lua script below may touch any
 |                        |        | created_ms, started_ms, finished_ms, updated_ms             |
 | P dump:<id>:controls   | hash   | paused, cancelled, chunk_size, delay_ms, max_rows_per_s     |
 | P dump:<id>:progress   | hash   | table ("schema.name") -> TableProgress JSON                 |
+| P dump:<id>:driver     | string | the process running the dump; expires (PX) unless renewed   |
 | P tailer:checkpoint    | string | the commit position the tailer restarts from                |
 | P tailer:token         | string | the last fencing token handed out                           |
 | P tailer:lease         | hash   | owner, token of the active tailer; expires (PX)             |
@@ -88,6 +89,7 @@ from enum import StrEnum
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import redis
+import redis.asyncio
 from redis.typing import EncodableT, FieldT
 
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, TableProgress
@@ -375,6 +377,22 @@ return 1
 """
 )
 
+# KEYS: status, controls. ARGV: none. Returns 1, 0 (done: nothing to run again), -1 (no such
+# dump). A failed or cancelled dump, or one whose process died, becomes pending again with its
+# pause and cancel cleared; its progress is kept, so the next run resumes from it.
+_REOPEN_DUMP = (
+    _NOW_MS
+    + """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return -1 end
+if state == 'done' then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'pending', 'reason', '', 'updated_ms', now)
+redis.call('HDEL', KEYS[1], 'finished_ms')
+redis.call('HSET', KEYS[2], 'paused', 0, 'cancelled', 0)
+return 1
+"""
+)
+
 
 # -- helpers -------------------------------------------------------------------------------------
 
@@ -445,6 +463,37 @@ def _request_from_json(data: dict[str, Any]) -> DumpRequest:
     )
 
 
+def _dump_status(raw: Mapping[Any, Any]) -> DumpStatus | None:
+    if not raw:
+        return None
+    data = _hash(raw)
+    return DumpStatus(
+        state=DumpState(data["state"]),
+        reason=data["reason"],
+        chunks=int(data["chunks"]),
+        rows=int(data["rows"]),
+        windows_retried=int(data["windows_retried"]),
+        created_ms=int(data["created_ms"]),
+        started_ms=_optional_int(data.get("started_ms")),
+        finished_ms=_optional_int(data.get("finished_ms")),
+        updated_ms=int(data["updated_ms"]),
+    )
+
+
+def _tailer_health(raw: Mapping[Any, Any], now: tuple[int, int]) -> dict[str, JsonValue] | None:
+    if not raw:
+        return None
+    data = _hash(raw)
+    at_ms = int(data["at_ms"])
+    seconds, micros = now
+    return {
+        "owner": data["owner"],
+        "at_ms": at_ms,
+        "age_ms": seconds * 1000 + micros // 1000 - at_ms,
+        "metrics": json.loads(data["metrics"]),
+    }
+
+
 class StateStore:
     """The state of one source in Redis. Thread-safe as far as the redis client is (redis-py's
     connection pool is): the dump's threads and the tailer may share one store."""
@@ -467,6 +516,7 @@ class StateStore:
         self._mark_dump = client.register_script(_MARK_DUMP)
         self._count_dump = client.register_script(_COUNT_DUMP)
         self._control = client.register_script(_CONTROL)
+        self._reopen_dump = client.register_script(_REOPEN_DUMP)
         self._append_rows = client.register_script(_APPEND_ROWS)
 
     @property
@@ -803,21 +853,7 @@ class StateStore:
 
     @_reachable
     def dump_status(self, dump_id: str) -> DumpStatus | None:
-        raw = self._r.hgetall(self._dump_key(dump_id, ":status"))
-        if not raw:
-            return None
-        data = _hash(raw)
-        return DumpStatus(
-            state=DumpState(data["state"]),
-            reason=data["reason"],
-            chunks=int(data["chunks"]),
-            rows=int(data["rows"]),
-            windows_retried=int(data["windows_retried"]),
-            created_ms=int(data["created_ms"]),
-            started_ms=_optional_int(data.get("started_ms")),
-            finished_ms=_optional_int(data.get("finished_ms")),
-            updated_ms=int(data["updated_ms"]),
-        )
+        return _dump_status(self._r.hgetall(self._dump_key(dump_id, ":status")))
 
     @_reachable
     def mark_dump(self, dump_id: str, state: DumpState, reason: str = "") -> bool:
@@ -841,6 +877,30 @@ class StateStore:
         )
         if result == -1:
             raise UnknownDump(f"no dump {dump_id}")
+
+    @_reachable
+    def reopen_dump(self, dump_id: str) -> bool:
+        """Make a failed, cancelled or interrupted dump pending again (pause and cancel
+        cleared, progress kept), so that running it again resumes it. False if it is done."""
+        result = self._reopen_dump(
+            keys=[self._dump_key(dump_id, ":status"), self._dump_key(dump_id, ":controls")]
+        )
+        if result == -1:
+            raise UnknownDump(f"no dump {dump_id}")
+        return bool(result)
+
+    @_reachable
+    def beat_dump(self, dump_id: str, owner: str, ttl_ms: int) -> None:
+        """The process running the dump says it is alive; without a beat within `ttl_ms` it
+        counts as gone (whoever waits on the dump can then tell a dead driver from a slow
+        chunk)."""
+        self._r.set(self._dump_key(dump_id, ":driver"), owner, px=ttl_ms)
+
+    @_reachable
+    def dump_driver(self, dump_id: str) -> str | None:
+        """The process running the dump, or None if none beat within its TTL."""
+        raw = self._r.get(self._dump_key(dump_id, ":driver"))
+        return None if raw is None else _text(raw)
 
     # -- dump controls ------------------------------------------------------------------------
 
@@ -971,14 +1031,32 @@ class StateStore:
         with self._r.pipeline(transaction=False) as pipe:
             pipe.hgetall(self.prefix + "tailer:heartbeat")
             pipe.time()
-            raw, (seconds, micros) = pipe.execute()
-        if not raw:
-            return None
-        data = _hash(raw)
-        at_ms = int(data["at_ms"])
-        return {
-            "owner": data["owner"],
-            "at_ms": at_ms,
-            "age_ms": seconds * 1000 + micros // 1000 - at_ms,
-            "metrics": json.loads(data["metrics"]),
-        }
+            raw, now = pipe.execute()
+        return _tailer_health(raw, now)
+
+
+class AsyncStateReader:
+    """What Airflow's triggers poll, on an asyncio Redis client: dump status, whether its
+    driver is alive, tailer health. Read only; the same keys and parsing as `StateStore`."""
+
+    def __init__(self, client: redis.asyncio.Redis, source: str) -> None:
+        if not _SOURCE_NAME.fullmatch(source):
+            raise InvalidRequest(
+                f"a source name is letters, digits, '_', '.' and '-', got {source!r}"
+            )
+        self._r = client
+        self.prefix = f"dblog:{{{source}}}:"
+
+    async def dump_status(self, dump_id: str) -> DumpStatus | None:
+        return _dump_status(await self._r.hgetall(f"{self.prefix}dump:{dump_id}:status"))
+
+    async def dump_driver(self, dump_id: str) -> str | None:
+        raw = await self._r.get(f"{self.prefix}dump:{dump_id}:driver")
+        return None if raw is None else _text(raw)
+
+    async def tailer_health(self) -> dict[str, JsonValue] | None:
+        async with self._r.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.prefix + "tailer:heartbeat")
+            pipe.time()
+            raw, now = await pipe.execute()
+        return _tailer_health(raw, now)

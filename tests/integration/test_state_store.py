@@ -3,6 +3,7 @@ the tailer's checkpoint, lease and fencing, heartbeats, restarts and a Redis tha
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -10,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import redis
+import redis.asyncio
 
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, TableProgress
 from airflow_provider_dblog.core.errors import InvalidRequest
@@ -18,6 +20,7 @@ from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state_store import (
     AlreadyExists,
+    AsyncStateReader,
     DumpControls,
     DumpState,
     FencedOut,
@@ -447,6 +450,65 @@ def test_heartbeat_and_health(store: StateStore) -> None:
     assert health["owner"] == "tailer-a" and health["metrics"] == metrics
     assert isinstance(health["age_ms"], int) and 0 <= health["age_ms"] < 1000
     wait_for(lambda: store.tailer_health() is None, 5, "the heartbeat expiring")
+
+
+def test_a_failed_or_cancelled_dump_reopens_with_its_progress(store: StateStore) -> None:
+    request = DumpRequest("again", DumpKind.TABLE, (T,), chunk_size=10)
+    store.create_dump(request)
+    store.mark_dump("again", DumpState.RUNNING)
+    progress = TableProgress(T, chunks_done=3, rows_done=30, max_key=(99,))
+    store.save_progress("again", progress)
+    store.pause_dump("again")
+    store.cancel_dump("again")
+    store.mark_dump("again", DumpState.CANCELLED)
+    assert store.mark_dump("again", DumpState.RUNNING) is False  # finished stays finished
+
+    assert store.reopen_dump("again") is True
+    status, controls = store.dump_status("again"), store.controls("again")
+    assert status is not None and status.state is DumpState.PENDING and status.finished_ms is None
+    assert controls is not None and not controls.cancelled and not controls.paused
+    assert store.load_progress("again") == {T: progress}
+    assert store.mark_dump("again", DumpState.DONE) is True
+    assert store.reopen_dump("again") is False
+    with pytest.raises(UnknownDump):
+        store.reopen_dump("never")
+
+
+def test_dump_driver_beats_and_expires(store: StateStore) -> None:
+    assert store.dump_driver("d1") is None
+    store.beat_dump("d1", "host:42", ttl_ms=300)
+    assert store.dump_driver("d1") == "host:42"
+    wait_for(lambda: store.dump_driver("d1") is None, 5, "the driver's beat expiring")
+
+
+def test_async_reader_sees_what_the_store_wrote(store: StateStore, redis_server: RedisInfo) -> None:
+    request = DumpRequest("seen", DumpKind.TABLE, (T,), chunk_size=10)
+    store.create_dump(request)
+    store.mark_dump("seen", DumpState.RUNNING)
+    store.count_dump("seen", chunks=2, rows=20)
+    store.beat_dump("seen", "host:7", ttl_ms=60_000)
+    store.heartbeat("tailer-b", {"lag_ms": 12}, ttl_s=60)
+
+    async def read() -> tuple[object, object, object, object]:
+        client = redis.asyncio.Redis(
+            host=redis_server.host, port=redis_server.port, password=redis_server.password
+        )
+        try:
+            reader = AsyncStateReader(client, store.source)
+            return (
+                await reader.dump_status("seen"),
+                await reader.dump_driver("seen"),
+                await reader.tailer_health(),
+                await reader.dump_status("missing"),
+            )
+        finally:
+            await client.aclose()
+
+    status, driver, health, missing = asyncio.run(read())
+    assert status == store.dump_status("seen")
+    assert driver == "host:7" and missing is None
+    assert isinstance(health, dict) and health["owner"] == "tailer-b"
+    assert health["metrics"] == {"lag_ms": 12}
 
 
 # --- Redis restarts and outages --------------------------------------------------------------
