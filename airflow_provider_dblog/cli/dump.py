@@ -13,10 +13,9 @@ import uuid
 from typing import Any
 
 from airflow_provider_dblog.cli.common import add_config_option, config_of, store_of
-from airflow_provider_dblog.config import Config
-from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, TableProgress, parse_keys
+from airflow_provider_dblog.core.dump_plan import TableProgress
 from airflow_provider_dblog.core.errors import DBLogError
-from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.dump_request import build_request
 from airflow_provider_dblog.dump_runner import run_dump
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.state_store import StateStore
@@ -56,38 +55,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     throttle.set_defaults(func=_throttle)
 
 
-def build_request(
-    config: Config,
-    source: PostgresChunkSource,
-    *,
-    dump_id: str,
-    table: str | None,
-    keys: str | None,
-    chunk_size: int,
-    parallelism: int,
-) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
-    """A validated dump request; unknown tables and malformed keys are refused here."""
-    if keys is not None and table is None:
-        raise DBLogError("--keys needs --table")
-    if table is None:
-        tables = config.source.tables
-        kind = DumpKind.ALL
-    else:
-        ref = TableRef.parse(table, default_schema="public")
-        if ref not in config.source.tables:
-            captured = ", ".join(str(t) for t in config.source.tables)
-            raise DBLogError(
-                f"table {ref} is not captured by source {config.source.name}: "
-                f"the captured tables are {captured}"
-            )
-        tables = (ref,)
-        kind = DumpKind.KEYS if keys is not None else DumpKind.TABLE
-    key_columns = {t: source.key_columns(t) for t in tables}
-    parsed = parse_keys(keys, key_columns[tables[0]], tables[0]) if keys is not None else ()
-    request = DumpRequest(dump_id, kind, tables, parsed, chunk_size, parallelism)
-    return request, key_columns
-
-
 def _dump(args: argparse.Namespace) -> int:
     config = config_of(args)
     store = store_of(config)
@@ -95,11 +62,13 @@ def _dump(args: argparse.Namespace) -> int:
     if store.get_dump(dump_id) is None:
         source = PostgresChunkSource(config.source)
         try:
+            if args.keys is not None and args.table is None:
+                raise DBLogError("--keys needs --table")
             request, key_columns = build_request(
                 config,
                 source,
                 dump_id=dump_id,
-                table=args.table,
+                tables=None if args.table is None else [args.table],
                 keys=args.keys,
                 chunk_size=args.chunk_size,
                 parallelism=args.parallelism,

@@ -1,0 +1,69 @@
+"""A validated dump request from what a person gave: table names, a key list, sizes.
+
+Shared by `dblog dump` and the Airflow operators, so both refuse the same bad input with the
+same message, before anything is stored or submitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from airflow_provider_dblog.config import Config
+from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, coerce_keys, parse_keys
+from airflow_provider_dblog.core.errors import InvalidRequest
+from airflow_provider_dblog.core.event import Key, TableRef
+from airflow_provider_dblog.sources.base import ChunkSource
+
+
+def captured_tables(config: Config, tables: Sequence[str] | None) -> tuple[TableRef, ...]:
+    """The tables named (all captured tables if None), each checked to be captured."""
+    if tables is None:
+        return config.source.tables
+    if isinstance(tables, str) or not tables:
+        raise InvalidRequest(f"tables must be a non-empty list of 'schema.table', got {tables!r}")
+    refs = []
+    for name in tables:
+        try:
+            ref = TableRef.parse(name, default_schema="public")
+        except (ValueError, AttributeError):
+            raise InvalidRequest(f"{name!r} is not a table name ('schema.table')") from None
+        if ref not in config.source.tables:
+            captured = ", ".join(str(t) for t in config.source.tables)
+            raise InvalidRequest(
+                f"table {ref} is not captured by source {config.source.name}: "
+                f"the captured tables are {captured}"
+            )
+        refs.append(ref)
+    return tuple(refs)
+
+
+def build_request(
+    config: Config,
+    source: ChunkSource,
+    *,
+    dump_id: str,
+    tables: Sequence[str] | None,
+    keys: str | Sequence[object] | None,
+    chunk_size: int,
+    parallelism: int,
+) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
+    """A validated request and the tables' key columns. `keys` (text as `dblog dump --keys`
+    takes it, or already-parsed JSON values) needs exactly one table. Unknown tables, tables
+    without a primary key and malformed keys are refused here with a message naming them."""
+    refs = captured_tables(config, tables)
+    if keys is not None and len(refs) != 1:
+        raise InvalidRequest(f"keys need exactly one table, got {len(refs)}")
+    key_columns = {t: source.key_columns(t) for t in refs}
+    parsed: tuple[Key, ...] = ()
+    if isinstance(keys, str):
+        parsed = parse_keys(keys, key_columns[refs[0]], refs[0])
+    elif keys is not None:
+        parsed = coerce_keys(list(keys), key_columns[refs[0]], refs[0])
+    if keys is not None:
+        kind = DumpKind.KEYS
+    elif tables is None:
+        kind = DumpKind.ALL
+    else:
+        kind = DumpKind.TABLE if len(refs) == 1 else DumpKind.ALL
+    request = DumpRequest(dump_id, kind, refs, parsed, chunk_size, parallelism)
+    return request, key_columns

@@ -1,0 +1,285 @@
+"""The DBLog hook: one Airflow connection for one DBLog deployment (one source).
+
+The connection (type `dblog`) is the Redis state store where dumps are requested, controlled
+and followed: host, port, login, password and schema (the Redis database number). Its extras
+name the source (`source_name`, as in events and Redis keys) and the deployment's TOML file
+(`config_path`, the same file the tailer and the Spark dump read). The source's password comes
+from `source_password`, or from the password of another connection (`source_conn_id`, e.g. an
+existing postgres connection); both stay in Airflow's secrets. They reach the Spark dump only
+through the environment variables the TOML names (`password_env`), never argv or properties.
+
+Nothing here touches the network until a method is called.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+import redis.asyncio
+from airflow.sdk import BaseHook
+
+from airflow_provider_dblog.config import Config, ConfigError, load_config
+from airflow_provider_dblog.core.dump_plan import DumpRequest
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.dump_request import build_request
+from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
+from airflow_provider_dblog.state_store import AsyncStateReader, DumpStatus, StateStore
+
+
+@dataclass(frozen=True)
+class DBLogConnection:
+    """What a `dblog` connection holds, read once."""
+
+    host: str
+    port: int
+    db: int
+    username: str | None
+    password: str | None = field(repr=False)
+    ssl: bool
+    source_name: str
+    config_path: str
+    source_password: str | None = field(repr=False)
+
+    @classmethod
+    def parse(cls, conn: Any, source_password: str | None) -> DBLogConnection:
+        extra = conn.extra_dejson
+        missing = [name for name in ("source_name", "config_path") if not extra.get(name)]
+        if missing:
+            raise ConfigError(
+                f"connection {conn.conn_id!r} needs {' and '.join(missing)} in its extras"
+            )
+        schema = conn.schema or "0"
+        if not str(schema).isdigit():
+            raise ConfigError(
+                f"connection {conn.conn_id!r}: schema is the Redis database number, got {schema!r}"
+            )
+        return cls(
+            host=conn.host or "127.0.0.1",
+            port=int(conn.port or 6379),
+            db=int(schema),
+            username=conn.login or None,
+            password=conn.password or None,
+            ssl=str(extra.get("ssl", "false")).lower() in ("true", "1", "yes"),
+            source_name=extra["source_name"],
+            config_path=extra["config_path"],
+            source_password=source_password,
+        )
+
+    def redis_kwargs(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "db": self.db,
+            "username": self.username,
+            "password": self.password,
+            "ssl": self.ssl,
+            "socket_timeout": 30,
+            "socket_connect_timeout": 10,
+        }
+
+
+class DBLogHook(BaseHook):
+    """Requests, follows and controls dumps of one DBLog source through its Redis state store.
+
+    :param dblog_conn_id: a connection of type `dblog`.
+    """
+
+    conn_name_attr = "dblog_conn_id"
+    default_conn_name = "dblog_default"
+    conn_type = "dblog"
+    hook_name = "DBLog"
+
+    def __init__(self, dblog_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.dblog_conn_id = dblog_conn_id
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        from flask_appbuilder.fieldwidgets import BS3PasswordFieldWidget, BS3TextFieldWidget
+        from flask_babel import lazy_gettext
+        from wtforms import BooleanField, PasswordField, StringField
+        from wtforms.validators import InputRequired, Optional
+
+        return {
+            "source_name": StringField(
+                lazy_gettext("Source name"),
+                widget=BS3TextFieldWidget(),
+                description="[source] name in the DBLog TOML: it names the source in events",
+                validators=[InputRequired()],
+            ),
+            "config_path": StringField(
+                lazy_gettext("DBLog config path"),
+                widget=BS3TextFieldWidget(),
+                description="The deployment's TOML, readable by the workers and the Spark driver",
+                validators=[InputRequired()],
+            ),
+            "source_conn_id": StringField(
+                lazy_gettext("Source connection id"),
+                widget=BS3TextFieldWidget(),
+                description="Optional: a postgres connection whose password is the source's",
+                validators=[Optional()],
+            ),
+            "source_password": PasswordField(
+                lazy_gettext("Source password"),
+                widget=BS3PasswordFieldWidget(),
+                description="Optional, instead of a source connection id",
+                validators=[Optional()],
+            ),
+            "ssl": BooleanField(lazy_gettext("Redis over TLS"), default=False),
+        }
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["extra"],
+            "relabeling": {
+                "host": "Redis host",
+                "port": "Redis port",
+                "schema": "Redis database number",
+                "login": "Redis user (ACL)",
+                "password": "Redis password",
+            },
+            "placeholders": {
+                "host": "redis.internal",
+                "port": "6379",
+                "schema": "0",
+                "source_name": "shop",
+                "config_path": "/etc/dblog/dblog.toml",
+            },
+        }
+
+    # -- the connection ------------------------------------------------------------------------
+
+    @cached_property
+    def settings(self) -> DBLogConnection:
+        conn = self.get_connection(self.dblog_conn_id)
+        return DBLogConnection.parse(conn, self._source_password(conn.extra_dejson))
+
+    def _source_password(self, extra: dict[str, Any]) -> str | None:
+        if extra.get("source_password"):
+            return str(extra["source_password"])
+        if extra.get("source_conn_id"):
+            return self.get_connection(extra["source_conn_id"]).password or None
+        return None
+
+    @cached_property
+    def config(self) -> Config:
+        """The deployment's TOML, checked to describe the same source and Redis as the
+        connection (the Spark dump reads the TOML: both must point at one store)."""
+        settings = self.settings
+        config = load_config(settings.config_path)
+        if config.source.name != settings.source_name:
+            raise ConfigError(
+                f"connection {self.dblog_conn_id!r} names source {settings.source_name!r} but "
+                f"{settings.config_path} configures source {config.source.name!r}"
+            )
+        url = urlsplit(config.redis_url)
+        toml_db = int(url.path.strip("/") or 0)
+        toml_at = (url.hostname or "127.0.0.1", url.port or 6379, toml_db)
+        if toml_at != (settings.host, settings.port, settings.db):
+            raise ConfigError(
+                f"connection {self.dblog_conn_id!r} points at Redis "
+                f"{settings.host}:{settings.port}/{settings.db} but {settings.config_path} at "
+                f"{toml_at[0]}:{toml_at[1]}/{toml_at[2]}: the dump would report elsewhere"
+            )
+        return config
+
+    def secret_env(self) -> dict[str, str]:
+        """The passwords under the environment variable names the TOML gives them: what the
+        Spark dump (driver and local executors) needs. Never log or template it."""
+        config, settings = self.config, self.settings
+        env = {}
+        if config.redis_password_env and settings.password:
+            env[config.redis_password_env] = settings.password
+        if config.source.password_env and settings.source_password:
+            env[config.source.password_env] = settings.source_password
+        return env
+
+    def export_secrets(self) -> None:
+        """Put `secret_env()` into this process's environment (a task process), for the source
+        reads done here and for the `spark-submit` it starts, which inherits it."""
+        os.environ.update(self.secret_env())
+
+    def get_conn(self) -> StateStore:
+        return StateStore(redis.Redis(**self.settings.redis_kwargs()), self.settings.source_name)
+
+    @cached_property
+    def store(self) -> StateStore:
+        return self.get_conn()
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Reach Redis and read the TOML; what the UI's Test button shows."""
+        try:
+            store = self.get_conn()
+            health = store.tailer_health()
+            config = self.config
+        except Exception as exc:
+            return False, str(exc)
+        tailer = "no tailer heartbeat" if health is None else f"tailer {health['owner']} alive"
+        tables = ", ".join(str(t) for t in config.source.tables)
+        return (
+            True,
+            f"Redis at {store.address} reached; source {config.source.name} ({tables}); {tailer}",
+        )
+
+    # -- dumps -----------------------------------------------------------------------------------
+
+    def build_request(
+        self,
+        dump_id: str,
+        *,
+        tables: list[str] | None = None,
+        keys: str | list[Any] | None = None,
+        chunk_size: int = 1000,
+        parallelism: int = 1,
+    ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
+        """A validated request: reads the tables' primary keys from the source."""
+        self.export_secrets()
+        source = PostgresChunkSource(self.config.source)
+        try:
+            return build_request(
+                self.config,
+                source,
+                dump_id=dump_id,
+                tables=tables,
+                keys=keys,
+                chunk_size=chunk_size,
+                parallelism=parallelism,
+            )
+        finally:
+            source.close()
+
+    def submit_or_resume(
+        self, request: DumpRequest, key_columns: dict[TableRef, tuple[str, ...]]
+    ) -> DumpStatus:
+        """Store the request, or, if a request of that id exists (a task retry), make it
+        runnable again so that it resumes from its last completed chunk."""
+        store = self.store
+        if store.get_dump(request.dump_id) is None:
+            store.create_dump(request, key_columns)
+        else:
+            store.reopen_dump(request.dump_id)
+        status = store.dump_status(request.dump_id)
+        assert status is not None
+        return status
+
+    def dump_status(self, dump_id: str) -> DumpStatus | None:
+        return self.store.dump_status(dump_id)
+
+    def tailer_health(self) -> dict[str, Any] | None:
+        return self.store.tailer_health()
+
+    # -- for triggers (asyncio) -----------------------------------------------------------------
+
+    @classmethod
+    async def async_reader(cls, dblog_conn_id: str) -> tuple[AsyncStateReader, redis.asyncio.Redis]:
+        """A reader on an asyncio client; close the client when done."""
+        conn = await cls.aget_connection(dblog_conn_id)
+        settings = DBLogConnection.parse(conn, None)
+        client = redis.asyncio.Redis(**settings.redis_kwargs())
+        return AsyncStateReader(client, settings.source_name), client

@@ -1,0 +1,1 @@
+"""operators of the DBLog Airflow provider."""

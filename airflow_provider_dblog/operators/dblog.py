@@ -1,0 +1,370 @@
+"""Operators: run a dump on Spark (all tables, some tables, or keys of a table), check a dump
+request, and act on a running dump (pause, resume, cancel, throttle).
+
+The dump operator registers the request in Redis and submits `spark_jobs/dump.py` through the
+Spark provider's `SparkSubmitHook`, with the Spark connection's master, deploy mode and binary.
+Its dump id is stable across task retries (dag, run, task, map index), so a retry resumes the
+same request from its last completed chunk instead of starting over. Deferrable, it starts the
+application detached from the task and hands the wait to `DBLogDumpTrigger`: no worker slot is
+held while the dump runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk import BaseOperator, Context, conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.hooks.dblog import DBLogHook
+from airflow_provider_dblog.state_store import DumpState
+from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger, status_payload
+
+DUMP_APPLICATION = Path(__file__).resolve().parents[2] / "spark_jobs" / "dump.py"
+
+
+def default_dump_id(context: Context) -> str:
+    """The same id for every try of one task instance: a retry resumes, it does not restart."""
+    ti = context["ti"]
+    parts = [ti.dag_id, ti.run_id, ti.task_id]
+    if getattr(ti, "map_index", -1) >= 0:
+        parts.append(str(ti.map_index))
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", ".".join(parts))
+
+
+def positive_int(name: str, value: Any) -> int:
+    """A count from a param or a template ("1000" as well as 1000), refused clearly."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise AirflowFailException(f"{name} must be a whole number, got {value!r}") from None
+    if number < 1 or str(number) != str(value).strip():
+        raise AirflowFailException(f"{name} must be a whole number of at least 1, got {value!r}")
+    return number
+
+
+def optional_list(name: str, value: Any) -> list[Any] | None:
+    """None, or a non-empty list (an empty list or "" from a form means: not given)."""
+    if value in (None, "", []):
+        return None
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list | tuple):
+        raise AirflowFailException(f"{name} must be a list, got {value!r}")
+    return list(value)
+
+
+class DBLogCheckDumpRequestOperator(BaseOperator):
+    """Check a dump request without running it: unknown tables, tables without a primary
+    key, malformed keys and sizes below 1 fail the task at once (no retry), naming the problem.
+    Put it first in a DAG so that bad params fail the run before anything waits.
+
+    :param dblog_conn_id: the `dblog` connection.
+    :param tables: tables ("schema.table"); None or empty: every captured table.
+    :param keys: primary keys of the one table given: a list of JSON values (a scalar, a list
+        in key order, or an object by column), or text as `dblog dump --keys` takes it.
+    :param chunk_size: rows per chunk.
+    :param parallelism: windows in flight at once, on disjoint key ranges.
+    """
+
+    template_fields: Sequence[str] = ("tables", "keys", "chunk_size", "parallelism")
+    ui_color = "#e8f4ff"
+
+    def __init__(
+        self,
+        *,
+        dblog_conn_id: str = DBLogHook.default_conn_name,
+        tables: list[str] | str | None = None,
+        keys: list[Any] | str | None = None,
+        chunk_size: int | str = 1000,
+        parallelism: int | str = 1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.dblog_conn_id = dblog_conn_id
+        self.tables = tables
+        self.keys = keys
+        self.chunk_size = chunk_size
+        self.parallelism = parallelism
+
+    def _build(self, hook: DBLogHook, dump_id: str) -> Any:
+        tables = optional_list("tables", self.tables)
+        keys: str | list[Any] | None = optional_list("keys", self.keys)
+        if isinstance(self.keys, str) and self.keys.strip():
+            keys = self.keys
+        try:
+            return hook.build_request(
+                dump_id,
+                tables=tables,
+                keys=keys,
+                chunk_size=positive_int("chunk_size", self.chunk_size),
+                parallelism=positive_int("parallelism", self.parallelism),
+            )
+        except DBLogError as exc:
+            raise AirflowFailException(f"bad dump request: {exc}") from None
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        request, _ = self._build(DBLogHook(self.dblog_conn_id), default_dump_id(context))
+        tables = [str(t) for t in request.tables]
+        self.log.info("dump request is valid: %s of %s", request.kind.value, ", ".join(tables))
+        return {"kind": request.kind.value, "tables": tables, "keys": len(request.keys)}
+
+
+class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
+    """Run a dump as a Spark application and wait for it to end; returns its final status.
+
+    Fails with the dump's reason when it fails; a cancelled dump fails the task too. `on_kill`
+    cancels the dump and stops the Spark application.
+
+    :param dblog_conn_id: the `dblog` connection (Redis state store, source, TOML path).
+    :param spark_conn_id: the Spark connection (master, deploy mode, spark-submit binary).
+    :param tables: see `DBLogCheckDumpRequestOperator`; likewise `keys`, `chunk_size` and
+        `parallelism`.
+    :param dump_id: the dump's id; default: stable per task instance, so retries resume.
+    :param tasks_per_chunk: Spark tasks that read one chunk (default: Spark's parallelism).
+    :param window_timeout_s: how long a chunk waits for the tailer before it is retried.
+    :param spark_conf: extra Spark properties (never secrets: the UI shows them).
+    :param deferrable: start the application detached and wait in the triggerer.
+    :param poll_interval: seconds between polls of the dump's status when deferred.
+    :param driver_timeout_s: when deferred, how long the dump may go without a live driver
+        before the task fails (a retry then resumes it).
+    """
+
+    template_fields: Sequence[str] = (
+        *DBLogCheckDumpRequestOperator.template_fields,
+        "dump_id",
+        "spark_conf",
+    )
+    ui_color = "#c7e3ff"
+
+    def __init__(
+        self,
+        *,
+        spark_conn_id: str = "spark_default",
+        dump_id: str | None = None,
+        tasks_per_chunk: int | None = None,
+        window_timeout_s: float = 60.0,
+        spark_conf: dict[str, Any] | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 5.0,
+        driver_timeout_s: float = 180.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.spark_conn_id = spark_conn_id
+        self.dump_id = dump_id
+        self.tasks_per_chunk = tasks_per_chunk
+        self.window_timeout_s = window_timeout_s
+        self.spark_conf = spark_conf
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self.driver_timeout_s = driver_timeout_s
+        self._hook: DBLogHook | None = None
+        self._spark: SparkSubmitHook | None = None
+        self._detached: subprocess.Popen[bytes] | None = None
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        hook = self._hook = DBLogHook(self.dblog_conn_id)
+        dump_id = self.dump_id = self.dump_id or default_dump_id(context)
+        request, key_columns = self._build(hook, dump_id)
+        status = hook.submit_or_resume(request, key_columns)
+        if status.state is DumpState.DONE:
+            self.log.info("dump %s is already done", dump_id)
+            return status_payload(dump_id, status, "done")
+        self.log.info(
+            "dump %s: %s of %s, chunk size %d, parallelism %d, %d chunks done before",
+            dump_id,
+            request.kind.value,
+            ", ".join(str(t) for t in request.tables),
+            request.chunk_size,
+            request.parallelism,
+            status.chunks,
+        )
+        spark = self._spark = self._spark_hook(hook, dump_id)
+        if not self.deferrable:
+            try:
+                spark.submit(str(DUMP_APPLICATION))
+            except AirflowException as exc:
+                self.log.error("the Spark dump application failed: %s", exc)
+            return self._finish(status_payload(dump_id, hook.dump_status(dump_id), "ended"))
+        self._launch_detached(spark, dump_id)
+        self.defer(
+            trigger=DBLogDumpTrigger(
+                self.dblog_conn_id, dump_id, self.poll_interval, self.driver_timeout_s
+            ),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        return self._finish(event)
+
+    def _finish(self, event: dict[str, Any]) -> dict[str, Any]:
+        dump_id, state, reason = event["dump_id"], event.get("state"), event.get("reason")
+        if event["outcome"] == "stalled":
+            raise AirflowException(
+                f"dump {dump_id} has had no running Spark driver for {self.driver_timeout_s}s "
+                "(it died, or never started: see the Spark application's log); a retry of "
+                "this task resumes it from its last completed chunk"
+            )
+        if state == DumpState.DONE:
+            self.log.info(
+                "dump %s done: %s chunks, %s rows", dump_id, event["chunks"], event["rows"]
+            )
+            return event
+        if state == DumpState.FAILED:
+            raise AirflowException(f"dump {dump_id} failed: {reason}")
+        if state == DumpState.CANCELLED:
+            raise AirflowException(f"dump {dump_id} was cancelled ({reason or 'by request'})")
+        raise AirflowException(
+            f"dump {dump_id} ended {state or 'missing'} without finishing ({reason}): the Spark "
+            "application stopped early; a retry resumes it"
+        )
+
+    def _spark_hook(self, hook: DBLogHook, dump_id: str) -> SparkSubmitHook:
+        hook.export_secrets()
+        # A client-mode driver runs the Python that runs Airflow unless the deployment says
+        # otherwise; it has this package.
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        args = [
+            "--dump-id",
+            dump_id,
+            "--config",
+            hook.settings.config_path,
+            "--window-timeout",
+            str(self.window_timeout_s),
+        ]
+        if self.tasks_per_chunk:
+            args += ["--tasks", str(self.tasks_per_chunk)]
+        return SparkSubmitHook(
+            conn_id=self.spark_conn_id,
+            conf=dict(self.spark_conf or {}),
+            application_args=args,
+            name=f"dblog-dump-{dump_id}",
+        )
+
+    def _launch_detached(self, spark: SparkSubmitHook, dump_id: str) -> None:
+        """spark-submit in its own session, outliving this task process (which ends when it
+        defers). The command is the one the hook builds from the Spark connection."""
+        command = spark._build_spark_submit_command(str(DUMP_APPLICATION))
+        log_path = Path(tempfile.gettempdir()) / f"dblog-spark-{dump_id}.log"
+        with log_path.open("ab") as log_file:
+            self._detached = subprocess.Popen(
+                command,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.log.info(
+            "dump %s submitted (pid %d); its log: %s", dump_id, self._detached.pid, log_path
+        )
+
+    def on_kill(self) -> None:
+        if self._hook is not None and self.dump_id:
+            try:
+                self._hook.store.cancel_dump(self.dump_id)
+                self.log.info("dump %s cancelled", self.dump_id)
+            except DBLogError as exc:
+                self.log.warning("could not cancel dump %s: %s", self.dump_id, exc)
+        if self._spark is not None:
+            self._spark.on_kill()
+        if self._detached is not None and self._detached.poll() is None:
+            self._detached.kill()
+
+
+class _DumpControlOperator(BaseOperator):
+    template_fields: Sequence[str] = ("dump_id",)
+    ui_color = "#fff3c7"
+    action = ""
+
+    def __init__(
+        self, *, dump_id: str, dblog_conn_id: str = DBLogHook.default_conn_name, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.dump_id = dump_id
+        self.dblog_conn_id = dblog_conn_id
+
+    def execute(self, context: Context) -> None:
+        store = DBLogHook(self.dblog_conn_id).store
+        try:
+            changed = self._apply(store)
+        except DBLogError as exc:
+            raise AirflowFailException(f"cannot {self.action} dump {self.dump_id}: {exc}") from None
+        if not changed:
+            raise AirflowFailException(
+                f"dump {self.dump_id} has finished: nothing to {self.action}"
+            )
+        self.log.info(
+            "dump %s: %s requested; it applies it between chunks", self.dump_id, self.action
+        )
+
+    def _apply(self, store: Any) -> bool:
+        raise NotImplementedError
+
+
+class DBLogPauseDumpOperator(_DumpControlOperator):
+    """Pause a running dump after its current chunk."""
+
+    action = "pause"
+
+    def _apply(self, store: Any) -> bool:
+        return bool(store.pause_dump(self.dump_id))
+
+
+class DBLogResumeDumpOperator(_DumpControlOperator):
+    """Resume a paused dump."""
+
+    action = "resume"
+
+    def _apply(self, store: Any) -> bool:
+        return bool(store.resume_dump(self.dump_id))
+
+
+class DBLogCancelDumpOperator(_DumpControlOperator):
+    """Cancel a dump after its current chunk; its task (if any) fails as cancelled."""
+
+    action = "cancel"
+
+    def _apply(self, store: Any) -> bool:
+        return bool(store.cancel_dump(self.dump_id))
+
+
+class DBLogThrottleDumpOperator(_DumpControlOperator):
+    """Change a running dump's pace from its next chunk: chunk size, delay between chunks,
+    maximum rows per second (0 lifts the limit). Unset values stay as they are."""
+
+    action = "throttle"
+    template_fields: Sequence[str] = ("dump_id", "chunk_size", "delay_ms", "max_rows_per_s")
+
+    def __init__(
+        self,
+        *,
+        chunk_size: int | None = None,
+        delay_ms: int | None = None,
+        max_rows_per_s: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.chunk_size = chunk_size
+        self.delay_ms = delay_ms
+        self.max_rows_per_s = max_rows_per_s
+
+    def _apply(self, store: Any) -> bool:
+        return bool(
+            store.throttle_dump(
+                self.dump_id,
+                chunk_size=None if self.chunk_size is None else int(self.chunk_size),
+                delay_ms=None if self.delay_ms is None else int(self.delay_ms),
+                max_rows_per_s=None if self.max_rows_per_s is None else float(self.max_rows_per_s),
+            )
+        )

@@ -1,0 +1,1 @@
+"""sensors of the DBLog Airflow provider."""

@@ -1,0 +1,131 @@
+"""Sensors: a dump has finished; the tailer is healthy with a lag below a threshold.
+
+Both can poke (a worker slot while waiting, cheap for short waits) or defer to a trigger in
+the triggerer (`deferrable=True`, for long waits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context, conf
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_dblog.hooks.dblog import DBLogHook
+from airflow_provider_dblog.state_store import DumpState
+from airflow_provider_dblog.triggers.dblog import (
+    DBLogDumpTrigger,
+    DBLogTailerHealthTrigger,
+    health_ok,
+    status_payload,
+)
+
+
+class DBLogDumpSensor(BaseSensorOperator):
+    """Waits until a dump is done; fails if it failed, was cancelled, or is unknown.
+
+    :param dump_id: the dump to wait for.
+    :param dblog_conn_id: the `dblog` connection.
+    :param deferrable: wait in the triggerer.
+    :param driver_timeout_s: when deferred, fail if no process has run the dump for this long.
+    """
+
+    template_fields: Sequence[str] = ("dump_id",)
+
+    def __init__(
+        self,
+        *,
+        dump_id: str,
+        dblog_conn_id: str = DBLogHook.default_conn_name,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        driver_timeout_s: float = 24 * 3600.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.dump_id = dump_id
+        self.dblog_conn_id = dblog_conn_id
+        self.deferrable = deferrable
+        self.driver_timeout_s = driver_timeout_s
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        self.defer(
+            trigger=DBLogDumpTrigger(
+                self.dblog_conn_id, self.dump_id, self.poke_interval, self.driver_timeout_s
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def poke(self, context: Context) -> bool:
+        status = DBLogHook(self.dblog_conn_id).dump_status(self.dump_id)
+        state = None if status is None else status.state
+        self._check(status_payload(self.dump_id, status, state.value if state else "missing"))
+        return state is DumpState.DONE
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        self._check(event)
+        if event["outcome"] == "stalled":
+            raise AirflowException(
+                f"dump {self.dump_id} has had no running process for {self.driver_timeout_s}s"
+            )
+        return event
+
+    def _check(self, event: dict[str, Any]) -> None:
+        state, reason = event.get("state"), event.get("reason")
+        if state is None:
+            raise AirflowException(f"no dump {self.dump_id} in the state store")
+        if state == DumpState.FAILED:
+            raise AirflowException(f"dump {self.dump_id} failed: {reason}")
+        if state == DumpState.CANCELLED:
+            raise AirflowException(f"dump {self.dump_id} was cancelled")
+
+
+class DBLogTailerHealthSensor(BaseSensorOperator):
+    """Waits until the source's tailer beats with a lag of at most `max_lag_ms`: put it before
+    a dump, whose chunks only complete while a tailer runs.
+
+    :param dblog_conn_id: the `dblog` connection.
+    :param max_lag_ms: the largest acceptable lag behind the source's log.
+    :param deferrable: wait in the triggerer.
+    """
+
+    template_fields: Sequence[str] = ("max_lag_ms",)
+
+    def __init__(
+        self,
+        *,
+        dblog_conn_id: str = DBLogHook.default_conn_name,
+        max_lag_ms: int = 60_000,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.dblog_conn_id = dblog_conn_id
+        self.max_lag_ms = max_lag_ms
+        self.deferrable = deferrable
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        self.defer(
+            trigger=DBLogTailerHealthTrigger(
+                self.dblog_conn_id, int(self.max_lag_ms), self.poke_interval
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def poke(self, context: Context) -> bool:
+        health = DBLogHook(self.dblog_conn_id).tailer_health()
+        if not health_ok(health, int(self.max_lag_ms)):
+            self.log.info("tailer not healthy yet: %s", health or "no heartbeat")
+            return False
+        return True
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        self.log.info("tailer healthy: %s", event.get("health"))
+        return event

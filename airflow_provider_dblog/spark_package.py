@@ -1,0 +1,64 @@
+"""This package as a zip for Spark executors (`--py-files`, `SparkContext.addPyFile`), so the
+workers of a cluster need only the third-party dependencies installed (psycopg, redis).
+
+The zip is named by a hash of its contents: it is built once per version of the code and gets
+a new name when the code changes (one Spark application refuses two files of one name).
+Its timestamps are fixed, so the same code always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tempfile
+import zipfile
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def package_zip(directory: Path | str | None = None, *, package: Path = PACKAGE) -> Path:
+    """The path of the package's zip in `directory` (default: a private directory of this user
+    under the temp dir), built if no zip of the same contents is there yet. For the
+    SparkSubmitHook's `py_files`, or `SparkContext.addPyFile`."""
+    files = [
+        (f"{package.name}/{path.relative_to(package).as_posix()}", path.read_bytes())
+        for path in sorted(package.rglob("*"))
+        if path.is_file()
+        and "__pycache__" not in path.parts
+        and path.suffix not in (".pyc", ".pyo")
+        and not path.name.startswith(".")
+    ]
+    digest = hashlib.sha256()
+    for name, data in files:
+        digest.update(f"{name}\0{len(data)}\0".encode() + data)
+    where = Path(directory) if directory is not None else _private_temp_dir()
+    where.mkdir(parents=True, exist_ok=True)
+    target = where / f"{package.name}-{digest.hexdigest()[:16]}.zip"
+    if target.exists():
+        return target
+    fd, tmp = tempfile.mkstemp(dir=where, prefix=".", suffix=".zip")
+    try:
+        with os.fdopen(fd, "wb") as out, zipfile.ZipFile(out, "w") as archive:
+            for name, data in files:
+                info = zipfile.ZipInfo(name, _EPOCH)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = 0o644 << 16
+                archive.writestr(info, data)
+        os.replace(tmp, target)  # a concurrent builder writes the same bytes: either one wins
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _private_temp_dir() -> Path:
+    """A cache directory only this user can write: executors run the code found in it."""
+    where = Path(tempfile.gettempdir()) / f"dblog-spark-package-{os.getuid()}"
+    where.mkdir(mode=0o700, exist_ok=True)
+    info = where.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise PermissionError(f"{where} is not a private directory of this user: pass another")
+    return where

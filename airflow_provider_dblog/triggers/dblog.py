@@ -1,0 +1,145 @@
+"""Deferrable triggers: follow a dump to its end, wait for the tailer to be healthy.
+
+They poll Redis with an asyncio client from the triggerer, so a waiting task holds no worker
+slot. Their serialized form holds ids and numbers only, never a secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_provider_dblog.hooks.dblog import DBLogHook
+from airflow_provider_dblog.state_store import DumpStatus
+
+
+def status_payload(dump_id: str, status: DumpStatus | None, outcome: str) -> dict[str, Any]:
+    """What a dump trigger reports (and what the operator returns as its XCom)."""
+    if status is None:
+        return {"dump_id": dump_id, "outcome": outcome, "state": None, "reason": "no such dump"}
+    return {
+        "dump_id": dump_id,
+        "outcome": outcome,
+        "state": status.state.value,
+        "reason": status.reason,
+        "chunks": status.chunks,
+        "rows": status.rows,
+        "windows_retried": status.windows_retried,
+    }
+
+
+class DBLogDumpTrigger(BaseTrigger):
+    """Fires when the dump finishes (done, failed, cancelled), when it is missing, or when no
+    process has run it for `driver_timeout_s` (its Spark driver died: outcome `stalled`, and
+    a task retry resumes it). Logs each step of its progress.
+
+    :param dblog_conn_id: the `dblog` connection.
+    :param dump_id: the dump to follow.
+    :param poll_interval: seconds between polls of Redis.
+    :param driver_timeout_s: how long a dump may go without a running process (counted from
+        when this trigger starts, so a driver that is still starting is not taken for dead).
+    """
+
+    def __init__(
+        self,
+        dblog_conn_id: str,
+        dump_id: str,
+        poll_interval: float = 5.0,
+        driver_timeout_s: float = 120.0,
+    ) -> None:
+        super().__init__()
+        self.dblog_conn_id = dblog_conn_id
+        self.dump_id = dump_id
+        self.poll_interval = poll_interval
+        self.driver_timeout_s = driver_timeout_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "dblog_conn_id": self.dblog_conn_id,
+                "dump_id": self.dump_id,
+                "poll_interval": self.poll_interval,
+                "driver_timeout_s": self.driver_timeout_s,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        reader, client = await DBLogHook.async_reader(self.dblog_conn_id)
+        try:
+            last_seen = time.monotonic()
+            logged: tuple[Any, ...] = ()
+            while True:
+                status = await reader.dump_status(self.dump_id)
+                if status is None:
+                    yield TriggerEvent(status_payload(self.dump_id, None, "missing"))
+                    return
+                if status.state.finished:
+                    yield TriggerEvent(status_payload(self.dump_id, status, status.state.value))
+                    return
+                now = (status.state.value, status.chunks, status.rows, status.windows_retried)
+                if now != logged:
+                    self.log.info(
+                        "dump %s: %s, %d chunks, %d rows, %d windows retried",
+                        self.dump_id,
+                        *now,
+                    )
+                    logged = now
+                if await reader.dump_driver(self.dump_id) is not None:
+                    last_seen = time.monotonic()
+                elif time.monotonic() - last_seen > self.driver_timeout_s:
+                    yield TriggerEvent(status_payload(self.dump_id, status, "stalled"))
+                    return
+                await asyncio.sleep(self.poll_interval)
+        finally:
+            await client.aclose()
+
+
+class DBLogTailerHealthTrigger(BaseTrigger):
+    """Fires once the source's tailer beats with a lag of at most `max_lag_ms`.
+
+    :param dblog_conn_id: the `dblog` connection.
+    :param max_lag_ms: the largest acceptable lag behind the source's log.
+    :param poll_interval: seconds between polls of Redis.
+    """
+
+    def __init__(self, dblog_conn_id: str, max_lag_ms: int = 60_000, poll_interval: float = 5.0):
+        super().__init__()
+        self.dblog_conn_id = dblog_conn_id
+        self.max_lag_ms = max_lag_ms
+        self.poll_interval = poll_interval
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "dblog_conn_id": self.dblog_conn_id,
+                "max_lag_ms": self.max_lag_ms,
+                "poll_interval": self.poll_interval,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        reader, client = await DBLogHook.async_reader(self.dblog_conn_id)
+        try:
+            while True:
+                health = await reader.tailer_health()
+                if health_ok(health, self.max_lag_ms):
+                    yield TriggerEvent({"healthy": True, "health": health})
+                    return
+                self.log.info("tailer not healthy yet: %s", health or "no heartbeat")
+                await asyncio.sleep(self.poll_interval)
+        finally:
+            await client.aclose()
+
+
+def health_ok(health: dict[str, Any] | None, max_lag_ms: int) -> bool:
+    """A tailer beats and lags at most `max_lag_ms` behind its source."""
+    if health is None:
+        return False
+    lag = health.get("metrics", {}).get("lag_ms")
+    return isinstance(lag, int) and lag <= max_lag_ms
