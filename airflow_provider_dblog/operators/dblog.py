@@ -76,7 +76,13 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
     :param parallelism: windows in flight at once, on disjoint key ranges.
     """
 
-    template_fields: Sequence[str] = ("tables", "keys", "chunk_size", "parallelism")
+    template_fields: Sequence[str] = (
+        "dblog_conn_id",
+        "tables",
+        "keys",
+        "chunk_size",
+        "parallelism",
+    )
     ui_color = "#e8f4ff"
 
     def __init__(

@@ -32,7 +32,7 @@ class DBLogDumpSensor(BaseSensorOperator):
     :param driver_timeout_s: when deferred, fail if no process has run the dump for this long.
     """
 
-    template_fields: Sequence[str] = ("dump_id",)
+    template_fields: Sequence[str] = ("dump_id", "dblog_conn_id")
 
     def __init__(
         self,
@@ -93,7 +93,7 @@ class DBLogTailerHealthSensor(BaseSensorOperator):
     :param deferrable: wait in the triggerer.
     """
 
-    template_fields: Sequence[str] = ("max_lag_ms",)
+    template_fields: Sequence[str] = ("max_lag_ms", "dblog_conn_id")
 
     def __init__(
         self,
