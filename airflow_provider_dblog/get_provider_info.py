@@ -11,6 +11,33 @@ from airflow_provider_dblog import __version__
 
 _P = "airflow_provider_dblog"
 
+_CONN_FIELDS = {
+    "source_name": {
+        "label": "Source name",
+        "description": "[source] name in the DBLog TOML: it names the source in events",
+        "schema": {"type": "string", "minLength": 1},
+    },
+    "config_path": {
+        "label": "DBLog config path",
+        "description": "The deployment's TOML, readable by the workers and the Spark driver",
+        "schema": {"type": "string", "minLength": 1},
+    },
+    "source_conn_id": {
+        "label": "Source connection id",
+        "description": "Optional: a postgres connection whose password is the source's",
+        "schema": {"type": ["string", "null"]},
+    },
+    "source_password": {
+        "label": "Source password",
+        "description": "Optional, instead of a source connection id",
+        "schema": {"type": ["string", "null"], "format": "password"},
+    },
+    "ssl": {
+        "label": "Redis over TLS",
+        "schema": {"type": ["boolean", "null"], "default": False},
+    },
+}
+
 
 def get_provider_info() -> dict[str, Any]:
     return {
@@ -33,6 +60,29 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [{"integration-name": "DBLog", "python-modules": [f"{_P}.sensors.dblog"]}],
         "triggers": [{"integration-name": "DBLog", "python-modules": [f"{_P}.triggers.dblog"]}],
         "connection-types": [
-            {"hook-class-name": f"{_P}.hooks.dblog.DBLogHook", "connection-type": "dblog"}
+            {
+                "hook-class-name": f"{_P}.hooks.dblog.DBLogHook",
+                "hook-name": "DBLog",
+                "connection-type": "dblog",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["extra"],
+                    "relabeling": {
+                        "host": "Redis host",
+                        "port": "Redis port",
+                        "schema": "Redis database number",
+                        "login": "Redis user (ACL)",
+                        "password": "Redis password",
+                    },
+                    "placeholders": {
+                        "host": "redis.internal",
+                        "port": "6379",
+                        "schema": "0",
+                        "source_name": "shop",
+                        "config_path": "/etc/dblog/dblog.toml",
+                        "source_conn_id": "postgres_shop",
+                    },
+                },
+                "conn-fields": _CONN_FIELDS,
+            }
         ],
     }

@@ -31,6 +31,13 @@ from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.state_store import AsyncStateReader, DumpStatus, StateStore
 
 
+def connection_extras(conn: Any) -> dict[str, Any]:
+    """The connection's extras by field name; forms of older UIs store them prefixed
+    (`extra__dblog__source_name`)."""
+    prefix = f"extra__{DBLogHook.conn_type}__"
+    return {k.removeprefix(prefix): v for k, v in conn.extra_dejson.items() if v not in ("", None)}
+
+
 @dataclass(frozen=True)
 class DBLogConnection:
     """What a `dblog` connection holds, read once."""
@@ -47,7 +54,7 @@ class DBLogConnection:
 
     @classmethod
     def parse(cls, conn: Any, source_password: str | None) -> DBLogConnection:
-        extra = conn.extra_dejson
+        extra = connection_extras(conn)
         missing = [name for name in ("source_name", "config_path") if not extra.get(name)]
         if missing:
             raise ConfigError(
@@ -86,6 +93,9 @@ class DBLogConnection:
 class DBLogHook(BaseHook):
     """Requests, follows and controls dumps of one DBLog source through its Redis state store.
 
+    Its connection form is declared in `get_provider_info` (`conn-fields`), as Airflow 3.2+
+    wants, so the UI renders it without importing this module.
+
     :param dblog_conn_id: a connection of type `dblog`.
     """
 
@@ -98,67 +108,12 @@ class DBLogHook(BaseHook):
         super().__init__(**kwargs)
         self.dblog_conn_id = dblog_conn_id
 
-    @classmethod
-    def get_connection_form_widgets(cls) -> dict[str, Any]:
-        from flask_appbuilder.fieldwidgets import BS3PasswordFieldWidget, BS3TextFieldWidget
-        from flask_babel import lazy_gettext
-        from wtforms import BooleanField, PasswordField, StringField
-        from wtforms.validators import InputRequired, Optional
-
-        return {
-            "source_name": StringField(
-                lazy_gettext("Source name"),
-                widget=BS3TextFieldWidget(),
-                description="[source] name in the DBLog TOML: it names the source in events",
-                validators=[InputRequired()],
-            ),
-            "config_path": StringField(
-                lazy_gettext("DBLog config path"),
-                widget=BS3TextFieldWidget(),
-                description="The deployment's TOML, readable by the workers and the Spark driver",
-                validators=[InputRequired()],
-            ),
-            "source_conn_id": StringField(
-                lazy_gettext("Source connection id"),
-                widget=BS3TextFieldWidget(),
-                description="Optional: a postgres connection whose password is the source's",
-                validators=[Optional()],
-            ),
-            "source_password": PasswordField(
-                lazy_gettext("Source password"),
-                widget=BS3PasswordFieldWidget(),
-                description="Optional, instead of a source connection id",
-                validators=[Optional()],
-            ),
-            "ssl": BooleanField(lazy_gettext("Redis over TLS"), default=False),
-        }
-
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["extra"],
-            "relabeling": {
-                "host": "Redis host",
-                "port": "Redis port",
-                "schema": "Redis database number",
-                "login": "Redis user (ACL)",
-                "password": "Redis password",
-            },
-            "placeholders": {
-                "host": "redis.internal",
-                "port": "6379",
-                "schema": "0",
-                "source_name": "shop",
-                "config_path": "/etc/dblog/dblog.toml",
-            },
-        }
-
     # -- the connection ------------------------------------------------------------------------
 
     @cached_property
     def settings(self) -> DBLogConnection:
         conn = self.get_connection(self.dblog_conn_id)
-        return DBLogConnection.parse(conn, self._source_password(conn.extra_dejson))
+        return DBLogConnection.parse(conn, self._source_password(connection_extras(conn)))
 
     def _source_password(self, extra: dict[str, Any]) -> str | None:
         if extra.get("source_password"):

@@ -1,0 +1,97 @@
+"""Airflow for the tests: a private AIRFLOW_HOME (sqlite), connections from the environment,
+and `dag.test()` runs in a subprocess, so the pytest process never imports a configured
+Airflow and each run starts from a clean interpreter.
+
+The passwords reach Airflow only as connections (`AIRFLOW_CONN_*` in the subprocess's
+environment); the password variables of the dblog TOML are removed from that environment, so a
+dump that works proves the operator handed the connection's secrets to Spark itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from tests.integration.e2e_support import PASSWORD_ENV, REDIS_PASSWORD_ENV, REPO
+
+BIN = Path(sys.executable).parent
+RESULT_MARK = "DBLOG-DAG-TEST-RESULT "
+
+
+def dblog_connection(
+    redis_server: RedisInfo, pg: PostgresInfo, source_name: str, config_path: Path
+) -> dict[str, Any]:
+    return {
+        "conn_type": "dblog",
+        "host": redis_server.host,
+        "port": redis_server.port,
+        "schema": str(redis_server.db),
+        "password": redis_server.password,
+        "extra": {
+            "source_name": source_name,
+            "config_path": str(config_path),
+            "source_password": pg.password,
+        },
+    }
+
+
+def airflow_env(home: Path, dblog_conn: dict[str, Any], **extra: str) -> dict[str, str]:
+    """The environment of an Airflow process of the tests, in `home`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    for secret in (PASSWORD_ENV, REDIS_PASSWORD_ENV):
+        env.pop(secret, None)
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__PARALLELISM="2",
+        AIRFLOW_CONN_DBLOG_DEFAULT=json.dumps(dblog_conn),
+        AIRFLOW_CONN_SPARK_DEFAULT=json.dumps(
+            {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}
+        ),
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        PYSPARK_PYTHON=sys.executable,
+        DBLOG_POLL_S="0.5",
+    )
+    env.update(extra)
+    return env
+
+
+def migrate(env: dict[str, str]) -> None:
+    done = subprocess.run(
+        [str(BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@dataclass
+class DagTestResult:
+    state: str
+    tasks: dict[str, str]
+    output: str
+
+
+def dag_test(env: dict[str, str], dag_id: str, conf: dict[str, Any]) -> DagTestResult:
+    """`dag.test(run_conf=conf)` in a subprocess; the run's state, its tasks' states and all
+    it printed (task logs included)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.integration.dag_test_runner", dag_id, json.dumps(conf)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    output = done.stdout + done.stderr
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT_MARK):
+            result = json.loads(line[len(RESULT_MARK) :])
+            return DagTestResult(result["state"], result["tasks"], output)
+    return DagTestResult("error", {}, output)
