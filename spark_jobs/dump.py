@@ -18,8 +18,11 @@ environment variables the TOML names (`password_env`). Local executors inherit t
 environment; on a cluster, set those variables on the workers (their spark-env.sh, or the
 container's secrets), never with `spark.executorEnv.*`, which the UI shows.
 
-Executors need this package importable: installed on the workers, or shipped with
-`--py-files` (a wheel or zip of `airflow_provider_dblog`).
+On a cluster the workers need Python with `psycopg[binary]` and `redis` installed, named by
+`spark.pyspark.python` (or PYSPARK_PYTHON) when it is not their `python3`, and the password
+variables in their environment. This package need not be installed there: the application
+ships it to the executors itself, as a zip (`airflow_provider_dblog.spark_package`), unless
+given `--no-ship-package` or the zip is already among its `--py-files`.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from airflow_provider_dblog.core.event import Key, key_of
 from airflow_provider_dblog.dump_runner import DumpFailed, run_dump
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
+from airflow_provider_dblog.spark_package import package_zip
 from airflow_provider_dblog.state_store import DumpState, StateStore
 
 log = logging.getLogger("dblog.spark_dump")
@@ -175,6 +179,15 @@ def run_spark_dump(
     )
 
 
+def ship_package(sc: SparkContext) -> None:
+    """Send this package to the executors, unless spark-submit's `--py-files` already did
+    (Spark refuses a second file of the same name)."""
+    zipped = package_zip()
+    if zipped.name not in sc.getConf().get("spark.submit.pyFiles", ""):
+        sc.addPyFile(str(zipped))
+        log.info("shipping %s to the executors", zipped.name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dump-id", required=True, help="a dump request stored in Redis")
@@ -182,16 +195,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, help="tasks per chunk (default: Spark's parallelism)")
     parser.add_argument("--window-timeout", type=float, default=60.0, help="seconds")
     parser.add_argument("--master", help="when run with python, not spark-submit: e.g. local[2]")
+    parser.add_argument(
+        "--no-ship-package",
+        dest="ship_package",
+        action="store_false",
+        help="the workers have airflow_provider_dblog installed: do not send it to them",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     config = load_config(args.config)
-    # Executors run this interpreter (it has the package) unless the deployment says otherwise.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(f"dblog-dump-{args.dump_id}")
     if args.master:
         builder = builder.master(args.master)
+        if args.master.startswith("local"):
+            # Local executors run this interpreter, which has the dependencies installed.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = builder.getOrCreate()
     try:
+        if args.ship_package:
+            ship_package(spark.sparkContext)
         state = run_spark_dump(
             spark.sparkContext,
             config,
