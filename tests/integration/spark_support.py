@@ -1,13 +1,39 @@
-"""Stopping a test's Spark for good, so the next test module starts a fresh JVM.
+"""Shared pieces of the Spark tests: the dump pipeline (source, target, tailer) and stopping a
+test's Spark for good.
 
 Python workers inherit the environment the JVM was launched with; a JVM left over from an
-earlier module would not know the passwords a later module puts in the environment.
+earlier module would not know the passwords a later module puts in the environment, so each
+module stops its JVM (`stop_spark`).
 """
 
 from __future__ import annotations
 
+import os
+import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
+
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.outputs import SqlApplyOutput
+from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
+from airflow_provider_dblog.sources.postgres.setup import ensure_setup
+from airflow_provider_dblog.state_store import StateStore
+from airflow_provider_dblog.tailer import Tailer, TailerSettings
+from tests.integration.e2e_support import (
+    REDIS_PASSWORD_ENV,
+    Databases,
+    drop_databases,
+    make_databases,
+    wait_until,
+    write_config,
+)
 
 
 def stop_spark(session: SparkSession) -> None:
@@ -17,3 +43,49 @@ def stop_spark(session: SparkSession) -> None:
         gateway.shutdown()
         SparkContext._gateway = None
         SparkContext._jvm = None
+
+
+@dataclass
+class Pipeline:
+    dbs: Databases
+    config_path: Path
+    store: StateStore
+    tailer_stop: threading.Event
+    tailer_thread: threading.Thread
+
+
+@contextmanager
+def running_pipeline(
+    pg: PostgresInfo, redis_server: RedisInfo, work: Path, rows: int
+) -> Iterator[Pipeline]:
+    """A private source (`rows` rows per table before capture), an empty SQL target, and a
+    tailer applying the log and the dump rows into it, in this process. Sets the password
+    variables in this process's environment (a Spark JVM started later passes them on)."""
+    dbs = make_databases(pg, rows, target=True, seed_value=random.randrange(1 << 30))
+    os.environ[REDIS_PASSWORD_ENV] = redis_server.password
+    config_path = write_config(
+        work / "dblog.toml", dbs, redis_server, {"type": "ndjson", "directory": "unused"}
+    )
+    ensure_setup(dbs.config)
+    store = StateStore(redis_server.client(), dbs.config.name)
+    output = SqlApplyOutput(dbs.target_dsn, monotonic=True)
+    tailer = Tailer(
+        dbs.config.name,
+        dbs.source_db,
+        lambda: PostgresLogReader(dbs.config),
+        store,
+        output,
+        "spark-test-tailer",
+        TailerSettings(window_ttl_s=5),
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=tailer.run, args=(stop,), daemon=True)
+    thread.start()
+    wait_until(lambda: store.tailer_health() is not None, 30, "the tailer's first heartbeat")
+    try:
+        yield Pipeline(dbs, config_path, store, stop, thread)
+    finally:
+        stop.set()
+        thread.join(30)
+        output.close()
+        drop_databases(dbs)

@@ -1,21 +1,24 @@
 """The dump as a Spark application (spark_jobs/dump.py) on local[2], against real PostgreSQL and
-Redis with a tailer running in this process into a SQL target: a full dump under writes, a repair
-of a key list, and an application killed mid-dump that resumes from its stored progress.
+Redis with a tailer running in this process into a SQL target: a full dump under writes with one
+and three windows in flight, a repair of a key list, pause and resume, cancel, a chunk size
+changed while the dump runs, and an application killed mid-dump that resumes from its stored
+progress.
 
-One SparkSession serves the in-process dumps of this module (a session starts in about 5 s); the
-kill test runs the entry point as its own application, twice.
+One SparkSession serves the in-process dumps of this module (a session starts in about 5 s);
+the dumps that are controlled while they run go in a thread. The kill test runs the entry point
+as its own application, twice.
 """
 
 from __future__ import annotations
 
+import math
 import os
-import random
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -27,25 +30,18 @@ from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.demo import TABLES, Workload, compare, snapshot
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
-from airflow_provider_dblog.outputs import SqlApplyOutput
-from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
-from airflow_provider_dblog.sources.postgres.setup import ensure_setup
-from airflow_provider_dblog.state_store import DumpState, StateStore
-from airflow_provider_dblog.tailer import Tailer, TailerSettings
+from airflow_provider_dblog.dump_runner import PAUSE_POLL_S
+from airflow_provider_dblog.state_store import DumpState, DumpStatus
 from spark_jobs.dump import run_spark_dump
 from tests.integration.e2e_support import (
     PASSWORD_ENV,
     REDIS_PASSWORD_ENV,
     REPO,
-    Databases,
     cli_env,
-    drop_databases,
-    make_databases,
     wait_caught_up,
     wait_until,
-    write_config,
 )
-from tests.integration.spark_support import stop_spark
+from tests.integration.spark_support import Pipeline, running_pipeline, stop_spark
 
 pytestmark = pytest.mark.integration
 ROWS = 600
@@ -67,61 +63,22 @@ def spark(pg15: PostgresInfo, redis_server: RedisInfo) -> Iterator[SparkSession]
     stop_spark(session)
 
 
-@dataclass
-class Pipeline:
-    dbs: Databases
-    config_path: Path
-    store: StateStore
-    tailer_stop: threading.Event
-    tailer_thread: threading.Thread
-
-
 @pytest.fixture
-def pipeline(
-    pg15: PostgresInfo,
-    redis_server: RedisInfo,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Pipeline]:
-    """A private source (ROWS rows per table before capture), an empty SQL target, and a tailer
-    applying the log and the dump rows into it, in this process."""
-    dbs = make_databases(pg15, ROWS, target=True, seed_value=random.randrange(1 << 30))
-    monkeypatch.setenv(REDIS_PASSWORD_ENV, redis_server.password)
-    config_path = write_config(
-        tmp_path / "dblog.toml", dbs, redis_server, {"type": "ndjson", "directory": "unused"}
-    )
-    ensure_setup(dbs.config)
-    store = StateStore(redis_server.client(), dbs.config.name)
-    output = SqlApplyOutput(dbs.target_dsn, monotonic=True)
-    tailer = Tailer(
-        dbs.config.name,
-        dbs.source_db,
-        lambda: PostgresLogReader(dbs.config),
-        store,
-        output,
-        "spark-test-tailer",
-        TailerSettings(window_ttl_s=5),
-    )
-    stop = threading.Event()
-    thread = threading.Thread(target=tailer.run, args=(stop,), daemon=True)
-    thread.start()
-    wait_until(lambda: store.tailer_health() is not None, 30, "the tailer's first heartbeat")
-    try:
-        yield Pipeline(dbs, config_path, store, stop, thread)
-    finally:
-        stop.set()
-        thread.join(30)
-        output.close()
-        drop_databases(dbs)
+def pipeline(pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path) -> Iterator[Pipeline]:
+    with running_pipeline(pg15, redis_server, tmp_path, ROWS) as pipeline:
+        yield pipeline
 
 
-def test_full_dump_under_writes_converges(spark: SparkSession, pipeline: Pipeline) -> None:
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_full_dump_under_writes_converges(
+    spark: SparkSession, pipeline: Pipeline, parallelism: int
+) -> None:
     dbs, store = pipeline.dbs, pipeline.store
     config = load_config(pipeline.config_path)
     workload = Workload(dbs.source_dsn, seed=11)
     workload.start()
     try:
-        request = DumpRequest("full", DumpKind.ALL, TABLES, chunk_size=150, parallelism=2)
+        request = DumpRequest("full", DumpKind.ALL, TABLES, chunk_size=150, parallelism=parallelism)
         store.create_dump(request)
         assert run_spark_dump(spark.sparkContext, config, "full") is DumpState.DONE
     finally:
@@ -154,6 +111,98 @@ def test_key_list_repair_copies_exactly_those_keys(spark: SparkSession, pipeline
     status = store.dump_status("repair")
     assert status is not None and status.rows == len(keys)
     assert status.chunks == -(-len(keys) // 40)
+
+
+def status_of(pipeline: Pipeline, dump_id: str) -> DumpStatus:
+    status = pipeline.store.dump_status(dump_id)
+    assert status is not None
+    return status
+
+
+@contextmanager
+def dump_in_thread(
+    spark: SparkSession, pipeline: Pipeline, dump_id: str
+) -> Iterator[Future[DumpState]]:
+    """The stored dump run by this module's Spark in a thread, to be controlled meanwhile."""
+    config = load_config(pipeline.config_path)
+    with ThreadPoolExecutor(1, thread_name_prefix="spark-dump") as pool:
+        run = pool.submit(run_spark_dump, spark.sparkContext, config, dump_id)
+        try:
+            yield run
+        finally:
+            pipeline.store.cancel_dump(dump_id)  # a failed test must not leave it running
+
+
+def slow_dump(pipeline: Pipeline, request: DumpRequest) -> None:
+    """Store the request, slowed down enough to be controlled before it ends."""
+    pipeline.store.create_dump(request)
+    pipeline.store.throttle_dump(request.dump_id, delay_ms=300)
+
+
+def test_pause_holds_between_chunks_and_resume_finishes(
+    spark: SparkSession, pipeline: Pipeline
+) -> None:
+    store = pipeline.store
+    slow_dump(pipeline, DumpRequest("paused", DumpKind.ALL, TABLES, chunk_size=100))
+    with dump_in_thread(spark, pipeline, "paused") as run:
+        wait_until(lambda: status_of(pipeline, "paused").chunks >= 2, 60, "2 chunks")
+        assert store.pause_dump("paused")
+        wait_until(lambda: status_of(pipeline, "paused").state is DumpState.PAUSED, 30, "the pause")
+        held = status_of(pipeline, "paused")
+
+        def paused_for_three_polls() -> bool:
+            now = status_of(pipeline, "paused")
+            assert now.state is DumpState.PAUSED and now.chunks == held.chunks, now
+            return now.updated_ms >= held.updated_ms + 3000 * PAUSE_POLL_S
+
+        wait_until(paused_for_three_polls, 30, "the paused dump reading its controls")
+        assert not run.done()
+        store.throttle_dump("paused", delay_ms=0)
+        assert store.resume_dump("paused")
+        assert run.result(timeout=120) is DumpState.DONE
+    wait_caught_up(pipeline.dbs)
+    assert compare(pipeline.dbs.source_dsn, pipeline.dbs.target_dsn) == []
+    final = status_of(pipeline, "paused")
+    assert held.chunks < 18
+    assert final.state is DumpState.DONE and final.chunks == 18 and final.rows == ROWS * 3
+
+
+def test_cancel_ends_the_run_and_no_chunk_follows(spark: SparkSession, pipeline: Pipeline) -> None:
+    store = pipeline.store
+    slow_dump(pipeline, DumpRequest("cancelled", DumpKind.ALL, TABLES, chunk_size=100))
+    with dump_in_thread(spark, pipeline, "cancelled") as run:
+        wait_until(lambda: status_of(pipeline, "cancelled").chunks >= 2, 60, "2 chunks")
+        assert store.cancel_dump("cancelled")
+        assert run.result(timeout=60) is DumpState.CANCELLED
+    stopped = status_of(pipeline, "cancelled")
+    assert stopped.state is DumpState.CANCELLED and 2 <= stopped.chunks < 18
+    progress = store.load_progress("cancelled").values()
+    assert sum(p.chunks_done for p in progress) == stopped.chunks
+    # Running the cancelled request again reads nothing.
+    config = load_config(pipeline.config_path)
+    assert run_spark_dump(spark.sparkContext, config, "cancelled") is DumpState.CANCELLED
+    assert status_of(pipeline, "cancelled").chunks == stopped.chunks
+
+
+def test_chunk_size_changed_mid_run_applies_from_the_next_chunk(
+    spark: SparkSession, pipeline: Pipeline
+) -> None:
+    store = pipeline.store
+    accounts = DumpRequest("resized", DumpKind.TABLE, (TABLES[0],), chunk_size=50)
+    slow_dump(pipeline, accounts)  # keys 1..ROWS, so a chunk holds exactly chunk_size rows
+    with dump_in_thread(spark, pipeline, "resized") as run:
+        wait_until(lambda: status_of(pipeline, "resized").chunks >= 2, 60, "2 chunks")
+        seen = status_of(pipeline, "resized").chunks
+        assert store.throttle_dump("resized", chunk_size=200, delay_ms=0)
+        assert run.result(timeout=120) is DumpState.DONE
+    final = status_of(pipeline, "resized")
+    assert final.rows == ROWS
+    # `seen` chunks of 50 were done, and at most one more was already planned with 50.
+    possible = {small + math.ceil((ROWS - 50 * small) / 200) for small in (seen, seen + 1)}
+    assert final.chunks in possible, (seen, final.chunks)
+    wait_caught_up(pipeline.dbs)
+    source, target = snapshot(pipeline.dbs.source_dsn), snapshot(pipeline.dbs.target_dsn)
+    assert target["accounts"] == source["accounts"]
 
 
 def test_killed_application_resumes_without_rereading(
