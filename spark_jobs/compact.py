@@ -11,16 +11,22 @@ the commit point; the symlinks are then swapped (an atomic rename) and the old v
 A crash before that leaves the previous tables and state, and the next run redoes the work; a
 crash after it is finished by the next run, which first points the links at the state's versions
 and removes versions the state does not name.
+
+One compaction at a time per output directory: a run holds an exclusive lock on
+`LAKE_DIR/_compact.lock` and a second one is refused (exit status 75, try again later).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 
@@ -48,6 +54,8 @@ from airflow_provider_dblog.compaction import (
 )
 
 VERSIONS = ".versions"
+LOCK = "_compact.lock"
+EXIT_LOCKED = 75  # EX_TEMPFAIL: another compaction runs, try again later
 _SCHEMA = StructType(
     [
         StructField("table", IntegerType(), False),
@@ -92,9 +100,34 @@ def _slices(parallelism: int, segments: list[Segment]) -> int:
     return min(len(segments), max(parallelism, total // DEFAULT_SEGMENT_BYTES + 1))
 
 
-def compact(spark: SparkSession, input_dir: Path, output: Path) -> CompactState:
-    """One incremental run; returns the state it committed."""
+class CompactionLocked(RuntimeError):
+    """Another compaction of the same output directory is running."""
+
+
+@contextmanager
+def output_lock(output: Path) -> Iterator[None]:
+    """Hold the output directory's lock: two runs at once would each commit a state the other
+    does not know and remove the other's new versions. Released when the holder ends, even
+    killed (the kernel drops the lock with the file)."""
     output.mkdir(parents=True, exist_ok=True)
+    with (output / LOCK).open("a") as lock_file:
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CompactionLocked(
+                f"another compaction of {output} is running (it holds {output / LOCK}); "
+                "try again when it has ended"
+            ) from None
+        yield
+
+
+def compact(spark: SparkSession, input_dir: Path, output: Path) -> CompactState:
+    """One incremental run, holding the output directory's lock; returns the state it committed."""
+    with output_lock(output):
+        return _compact(spark, input_dir, output)
+
+
+def _compact(spark: SparkSession, input_dir: Path, output: Path) -> CompactState:
     state = CompactState.load(output)
     _settle(output, state)
     segments, offsets = plan_segments(input_dir, state.files)
@@ -162,11 +195,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.master.startswith("local"):
             # Local executors run this interpreter, which has the package installed.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = builder.getOrCreate()
     try:
-        state = compact(spark, args.input, args.output)
-    finally:
-        spark.stop()
+        with output_lock(args.output):  # before Spark starts: a refused run costs nothing
+            spark = builder.getOrCreate()
+            try:
+                state = _compact(spark, args.input, args.output)
+            finally:
+                spark.stop()
+    except CompactionLocked as exc:
+        print(f"compact: {exc}", file=sys.stderr)
+        return EXIT_LOCKED
     print(json.dumps({"position": state.position, "tables": sorted(state.tables)}))
     return 0
 

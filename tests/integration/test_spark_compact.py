@@ -1,11 +1,13 @@
 """The Parquet compaction on Spark local[2]: random change streams for two tables (one with a
-composite key) fold into the latest state, and a second run reads only the new bytes."""
+composite key) fold into the latest state, a second run reads only the new bytes, and a second
+compaction of one output directory is refused while the first holds it."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,11 +16,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from airflow_provider_dblog.compaction import CompactState
+from airflow_provider_dblog.compaction import STATE_FILE, CompactState
 from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo, encode
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
-from spark_jobs.compact import compact
+from spark_jobs.compact import EXIT_LOCKED, CompactionLocked, compact
 from tests.integration.spark_support import stop_spark
 
 pytestmark = pytest.mark.integration
@@ -128,3 +130,39 @@ def test_command_line(tmp_path: Path) -> None:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["tables"] == ["app.items", "app.users"]
     assert CompactState.load(output).position == report["position"]
+
+
+def test_a_second_compaction_of_one_directory_is_refused(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    stream, events_dir, output = Stream(5), tmp_path / "events", tmp_path / "lake"
+    write(events_dir, stream.batch(20), [])
+    # Another process holds the directory through the compaction's own lock.
+    hold = (
+        "import sys; from pathlib import Path; from spark_jobs.compact import output_lock\n"
+        "with output_lock(Path(sys.argv[1])):\n"
+        "    print('locked', flush=True)\n"
+        "    sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(output)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        with pytest.raises(CompactionLocked, match=re.escape(str(output))):
+            compact(spark, events_dir, output)
+        command = [sys.executable, str(ROOT / "spark_jobs" / "compact.py")]
+        args = ["--input", str(events_dir), "--output", str(output), "--master", "local[1]"]
+        refused = subprocess.run(command + args, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == EXIT_LOCKED, refused.stderr[-3000:]
+        assert str(output) in refused.stderr and refused.stdout == ""
+        assert not (output / STATE_FILE).exists()
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        assert holder.wait(30) == 0
+    compact(spark, events_dir, output)  # the lock is free again
+    assert lake(spark, output) == stream.state
