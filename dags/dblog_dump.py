@@ -46,7 +46,7 @@ with DAG(
     dump_chain(
         dblog_conn_id="{{ params.source }}",
         tables="{{ params.tables }}",
-        keys="{{ params.keys }}",
+        keys="{{ params['keys'] }}",
         chunk_size="{{ params.chunk_size }}",
         parallelism="{{ params.parallelism }}",
     )

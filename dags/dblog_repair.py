@@ -34,6 +34,6 @@ with DAG(
 ) as dag:
     dump_chain(
         tables=["{{ params.table }}"],
-        keys="{{ params.keys }}",
+        keys="{{ params['keys'] }}",
         chunk_size="{{ params.chunk_size }}",
     )

@@ -1,0 +1,187 @@
+"""The three DAGs run with `dag.test()` against real PostgreSQL, Redis and Spark (local[2]),
+with a tailer applying the log and the dump rows into a SQL target: each run ends with the
+target equal to the source (the repair: exactly the keys given). Bad params fail the run at
+its first task, naming the problem, before anything waits.
+
+Deferrable tasks run their triggers inline in `dag.test()`; the dump task starts
+`spark_jobs/dump.py` through spark-submit, detached, and follows it in Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from airflow_provider_dblog.demo import compare, snapshot
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.state_store import DumpState
+from tests.integration.airflow_support import (
+    DagTestResult,
+    airflow_env,
+    dag_test,
+    dblog_connection,
+    migrate,
+)
+from tests.integration.e2e_support import wait_caught_up
+from tests.integration.spark_support import Pipeline, running_pipeline
+
+pytestmark = pytest.mark.integration
+ROWS = 300
+
+
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("airflow")
+    migrate(airflow_env(home, {"conn_type": "dblog"}))
+    return home
+
+
+@pytest.fixture
+def pipeline(pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path) -> Iterator[Pipeline]:
+    with running_pipeline(pg15, redis_server, tmp_path, ROWS) as pipeline:
+        yield pipeline
+
+
+def run_dag(
+    airflow_home: Path,
+    pipeline: Pipeline,
+    pg15: PostgresInfo,
+    redis_server: RedisInfo,
+    dag_id: str,
+    conf: dict[str, object],
+) -> DagTestResult:
+    connection = dblog_connection(
+        redis_server, pg15, pipeline.dbs.config.name, pipeline.config_path
+    )
+    return dag_test(airflow_env(airflow_home, connection), dag_id, conf)
+
+
+def assert_succeeded(result: DagTestResult) -> None:
+    assert result.state == "success", result.output[-6000:]
+    assert result.tasks == {
+        "check_request": "success",
+        "wait_for_tailer": "success",
+        "dump": "success",
+    }
+
+
+def test_repair_dag_fixes_exactly_the_keys_given(
+    airflow_home: Path, pipeline: Pipeline, pg15: PostgresInfo, redis_server: RedisInfo
+) -> None:
+    keys = list(range(3, ROWS, 11))
+    result = run_dag(
+        airflow_home,
+        pipeline,
+        pg15,
+        redis_server,
+        "dblog_repair",
+        {"table": "public.accounts", "keys": keys, "chunk_size": 7},
+    )
+    assert_succeeded(result)
+    wait_caught_up(pipeline.dbs)
+    with psycopg.connect(pipeline.dbs.source_dsn) as conn:
+        expected = [
+            r[0]
+            for r in conn.execute(
+                "SELECT row_to_json(t)::text FROM accounts t WHERE id = ANY(%s) ORDER BY id",
+                (keys,),
+            )
+        ]
+    target = snapshot(pipeline.dbs.target_dsn)
+    assert target["accounts"] == expected
+    assert all(not rows for table, rows in target.items() if table != "accounts")
+    (dump_id,) = pipeline.store.list_dumps()
+    status = pipeline.store.dump_status(dump_id)
+    assert status is not None and status.state is DumpState.DONE
+    assert status.rows == len(keys) and status.chunks == -(-len(keys) // 7)
+
+
+def test_dump_dag_of_all_tables_converges(
+    airflow_home: Path, pipeline: Pipeline, pg15: PostgresInfo, redis_server: RedisInfo
+) -> None:
+    result = run_dag(
+        airflow_home,
+        pipeline,
+        pg15,
+        redis_server,
+        "dblog_dump",
+        {"tables": [], "chunk_size": 120, "parallelism": 2},
+    )
+    assert_succeeded(result)
+    wait_caught_up(pipeline.dbs)
+    assert compare(pipeline.dbs.source_dsn, pipeline.dbs.target_dsn) == []
+
+
+def test_backfill_dag_converges(
+    airflow_home: Path, pipeline: Pipeline, pg15: PostgresInfo, redis_server: RedisInfo
+) -> None:
+    result = run_dag(
+        airflow_home,
+        pipeline,
+        pg15,
+        redis_server,
+        "dblog_backfill",
+        {"chunk_size": 250, "parallelism": 1},
+    )
+    assert_succeeded(result)
+    wait_caught_up(pipeline.dbs)
+    assert compare(pipeline.dbs.source_dsn, pipeline.dbs.target_dsn) == []
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "conf", "message"),
+    [
+        (
+            "dblog_dump",
+            {"tables": ["public.nope"]},
+            "table public.nope is not captured by source",
+        ),
+        (
+            "dblog_repair",
+            {"table": "public.accounts", "keys": [[1, 2]]},
+            "key #1 of public.accounts has 2 value(s), the primary key (id) has 1",
+        ),
+        (
+            "dblog_dump",
+            {"tables": ["public.accounts", "public.orders"], "keys": [1]},
+            "keys need exactly one table, got 2",
+        ),
+    ],
+    ids=["unknown-table", "malformed-keys", "keys-of-two-tables"],
+)
+def test_bad_params_fail_the_first_task_with_the_problem(
+    airflow_home: Path,
+    pipeline: Pipeline,
+    pg15: PostgresInfo,
+    redis_server: RedisInfo,
+    dag_id: str,
+    conf: dict[str, object],
+    message: str,
+) -> None:
+    pipeline.tailer_stop.set()  # nothing may wait for it: the check fails first
+    result = run_dag(airflow_home, pipeline, pg15, redis_server, dag_id, conf)
+    assert result.state == "failed", result.output[-4000:]
+    assert result.tasks["check_request"] == "failed"
+    assert result.tasks["dump"] != "success" and result.tasks["wait_for_tailer"] != "success"
+    assert message in result.output
+    assert pipeline.store.list_dumps() == []
+
+
+def test_chunk_size_zero_is_refused_by_the_params_schema(
+    airflow_home: Path, pipeline: Pipeline, pg15: PostgresInfo, redis_server: RedisInfo
+) -> None:
+    result = run_dag(
+        airflow_home,
+        pipeline,
+        pg15,
+        redis_server,
+        "dblog_dump",
+        {"chunk_size": 0},
+    )
+    assert result.state == "refused", result.output[-4000:]
+    assert "chunk_size" in result.output and "minimum" in result.output
+    assert pipeline.store.list_dumps() == []
