@@ -1,4 +1,5 @@
-"""`bench/bench_pipeline.py --quick` runs to the end and prints its three figures.
+"""`bench/bench_pipeline.py --quick` and `bench/bench_spark_dump.py --quick` run to the end
+and print their figures.
 
 Only that the benchmark works is checked; its numbers are never compared with a threshold.
 """
@@ -14,7 +15,8 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bench_pipeline.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+SCRIPT = BENCH / "bench_pipeline.py"
 NUMBER = r"\d+(?:\.\d+)?"
 
 
@@ -35,3 +37,28 @@ def test_bench_quick_prints_p1_p3_p4() -> None:
             rf"^P3 latency {label}: p50 -?{NUMBER} ms, p99 -?{NUMBER} ms", out, re.M
         ), out
     assert re.search(rf"^P4 peak RSS {NUMBER} MiB, baseline RSS {NUMBER} MiB", out, re.M), out
+
+
+def test_spark_dump_bench_quick_prints_p2_and_ratio() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_spark_dump.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert re.search(rf"^P2 ceiling COPY \S+ TO STDOUT {NUMBER} rows/s", out, re.M), out
+    for chunk_size in (10000, 50000):
+        for parallelism in (1, 2):
+            assert re.search(
+                rf"^P2 chunk {chunk_size} parallelism {parallelism}: ours {NUMBER} rows/s "
+                rf".*ceiling {NUMBER} rows/s, ratio {NUMBER}$",
+                out,
+                re.M,
+            ), out
+    assert re.search(rf"^overhead per chunk -?{NUMBER} ms", out, re.M), out
+    assert re.search(
+        rf"^read psycopg \+ converters, mapPartitions, 2 part: {NUMBER} rows/s", out, re.M
+    ), out
+    assert re.search(r"^read Spark JDBC", out, re.M), out  # measured, or skipped with why

@@ -1,0 +1,697 @@
+"""Spark dump benchmark: dump throughput through Spark, its cost per chunk, where the time goes,
+and Spark's JDBC source against our psycopg read in mapPartitions.
+
+Starts a private PostgreSQL 15 and Redis in a temp dir, fills a table of N rows, runs a tailer
+in this process into NDJSON files, creates one local[2] SparkSession and prints:
+
+P2        dump rows/s through Spark (`spark_jobs.dump.run_spark_dump`: each chunk one Spark job,
+          rows from the tasks into Redis, the tailer emitting them at hw) for chunk sizes
+          10k and 50k, each at parallelism (windows in flight) 1 and 2, each a fresh dump
+          request; against the ceiling `COPY t TO STDOUT` of the same table (psycopg, bytes
+          drained), with the ratio ours/ceiling.
+overhead  the fixed cost of one chunk in ms: a smaller table dumped in many small chunks and
+          in one chunk; the difference in time over the difference in chunks.
+breakdown one instrumented Spark dump (chunk 10k, one window, one task per chunk) split into
+          register + lw, the Spark job, hw -> window closed; and, measured apart in this
+          process on the same chunks, the source read (`PostgresChunkSource.read_chunk`, and
+          the raw fetch without our converters), the Redis append
+          (`StateStore.append_chunk_rows`) and the output's writes during the tailer's emission.
+read path Spark's JDBC source reading the table into a DataFrame (all columns materialized by
+          the `noop` sink; and the rows handed to Python workers) against psycopg with our
+          converters in mapPartitions, same partitions. Skipped, with the reason, when the
+          PostgreSQL JDBC driver (/usr/share/java/postgresql.jar) is missing.
+
+    .venv/bin/python bench/bench_spark_dump.py [--quick] [--rows N]
+
+No figure is checked against a threshold: this measures, it does not test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import math
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from bench_pipeline import Env, RunningTailer, TimedNdjson, say
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+
+from airflow_provider_dblog.config import Config, load_config
+from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
+from airflow_provider_dblog.core.event import Event, Key, TableRef
+from airflow_provider_dblog.core.reconciler import Window
+from airflow_provider_dblog.devservices.postgres import PostgresServer
+from airflow_provider_dblog.devservices.redis import RedisServer
+from airflow_provider_dblog.dump_runner import run_dump
+from airflow_provider_dblog.sources.base import ChunkSource
+from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource, _raw_rows
+from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
+from airflow_provider_dblog.sources.postgres.setup import ensure_setup
+from airflow_provider_dblog.state_store import DumpState, StateStore, WindowState
+from spark_jobs.dump import SparkChunkReader, run_spark_dump
+
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+SOURCE = "bench_p2"
+TABLE = "public.p2_rows"
+OVERHEAD_TABLE = "public.p2_overhead"
+COLUMNS = "id, name, n, amount, ts, pad"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    rows: int
+    chunk_sizes: tuple[int, ...]
+    parallelisms: tuple[int, ...]
+    overhead_rows: int
+    overhead_small_chunk: int
+    read_chunk: int
+    """Chunk size of the breakdown and of the psycopg read path (the first P2 chunk size)."""
+    read_repeats: int
+    """Each read path is timed this many times; the best is reported."""
+    read_partitions: tuple[int, ...]
+
+    @classmethod
+    def full(cls, rows: int = 500_000) -> Sizes:
+        return cls(rows, (10_000, 50_000), (1, 2), 40_000, 1_000, 10_000, 2, (1, 2))
+
+    @classmethod
+    def quick(cls, rows: int = 20_000) -> Sizes:
+        return cls(rows, (10_000, 50_000), (1, 2), 1_000, 250, 10_000, 1, (2,))
+
+
+@dataclass
+class DumpRun:
+    chunk_size: int
+    parallelism: int
+    tasks: int
+    rows: int
+    chunks: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+@dataclass
+class Ceiling:
+    rows: int
+    bytes: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+@dataclass
+class ChunkTimes:
+    """One chunk of the instrumented dump: epoch ms of each step (the window's from Redis's
+    clock, the reader's from this process's clock: the same machine)."""
+
+    window_id: str
+    rows: int
+    registered_ms: float = 0.0
+    job_start_ms: float = 0.0
+    job_end_ms: float = 0.0
+    closed_ms: float = 0.0
+
+
+SPANS = (
+    ("register + lw", "registered_ms", "job_start_ms"),
+    ("Spark job (read + append)", "job_start_ms", "job_end_ms"),
+    ("hw -> window closed", "job_end_ms", "closed_ms"),
+)
+
+
+@dataclass
+class TimedRun:
+    """A Spark dump with each chunk's steps timed (`TimedReader` and the window states)."""
+
+    run: DumpRun
+    chunks: list[ChunkTimes]
+
+    def span_ms(self, start: str, end: str) -> float:
+        """The span summed over the chunks."""
+        return float(sum(getattr(c, end) - getattr(c, start) for c in self.chunks))
+
+    def mean_ms(self, start: str, end: str) -> float:
+        return self.span_ms(start, end) / max(1, len(self.chunks))
+
+    def between_ms(self) -> float:
+        """The run's time outside its chunks' windows: planning, controls, progress, counters."""
+        return self.run.seconds * 1000 - self.span_ms("registered_ms", "closed_ms")
+
+
+@dataclass
+class Overhead:
+    rows: int
+    small: TimedRun
+    large: TimedRun
+
+    @property
+    def extra_chunks(self) -> int:
+        return self.small.run.chunks - self.large.run.chunks
+
+    @property
+    def per_chunk_ms(self) -> float:
+        return (self.small.run.seconds - self.large.run.seconds) * 1000 / self.extra_chunks
+
+    def per_chunk_spans(self) -> list[tuple[str, float]]:
+        """The same difference, step by step: the fixed cost of each step of a chunk."""
+        spans = [
+            (label, (self.small.span_ms(a, b) - self.large.span_ms(a, b)) / self.extra_chunks)
+            for label, a, b in SPANS
+        ]
+        between = (self.small.between_ms() - self.large.between_ms()) / self.extra_chunks
+        return [*spans, ("between chunks", between)]
+
+
+@dataclass
+class Breakdown:
+    timed: TimedRun
+    output_write_s: float
+    output_events: int
+    read_s: float
+    raw_fetch_s: float
+    append_s: float
+    fetch_s: float
+    measured_chunks: int
+    measured_rows: int
+
+
+@dataclass
+class ReadPath:
+    label: str
+    rows: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+@dataclass
+class Report:
+    ceiling: Ceiling | None = None
+    dumps: list[DumpRun] = field(default_factory=list)
+    overhead: Overhead | None = None
+    breakdown: Breakdown | None = None
+    read_paths: list[ReadPath] = field(default_factory=list)
+    jdbc_skipped: str | None = None
+
+
+# -- the table, the tailer's output, Spark ----------------------------------------------------
+
+_STARTED = time.monotonic()
+
+
+def step(message: str) -> None:
+    """A progress line on stdout, with the seconds since the start."""
+    say(f"[{time.monotonic() - _STARTED:5.1f}s] {message}")
+
+
+def fill_table(env: Env, table: str, rows: int) -> None:
+    env.sql(
+        f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text, n int, amount numeric(12, 2),"
+        " ts timestamptz, pad text)"
+    )
+    env.sql(
+        f"INSERT INTO {table} SELECT i, 'name-' || i, i % 1000, (i % 100000) / 100.0,"
+        " timestamptz '2026-01-01 00:00:00+00' + i * interval '1 second', repeat('x', 40)"
+        f" FROM generate_series(1, {rows}) AS i"
+    )
+    env.sql(f"VACUUM ANALYZE {table}")
+
+
+class CountingNdjson(TimedNdjson):
+    """NDJSON that also adds up the time its writes (encode, write, fsync) take."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.write_s = 0.0
+
+    def write(self, events: Sequence[Event]) -> None:
+        started = time.perf_counter()
+        super().write(events)
+        self.write_s += time.perf_counter() - started
+
+
+def start_spark(jdbc_jar: Path | None) -> SparkSession:
+    """One local[2] session for the whole run. Executors inherit this process's environment
+    (the passwords `Env` put there), so it is created after the servers."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("dblog-bench-spark-dump")
+        .config("spark.ui.enabled", "false")
+    )
+    if jdbc_jar is not None:
+        builder = builder.config("spark.jars", str(jdbc_jar))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.parallelize(range(2), 2).count()  # start the Python workers
+    return spark
+
+
+# -- P2 ---------------------------------------------------------------------------------------
+
+
+def measure_copy(env: Env, table: str, rows: int) -> Ceiling:
+    """`COPY table TO STDOUT`, every byte drained by psycopg: once to warm the cache, then the
+    best of three."""
+    total, best = 0, math.inf
+    for attempt in range(4):
+        total = 0
+        with psycopg.connect(env.pg.dsn) as conn, conn.cursor() as cursor:
+            started = time.perf_counter()
+            with cursor.copy(f"COPY {table} TO STDOUT") as copy:
+                for data in copy:
+                    total += len(data)
+            if attempt:
+                best = min(best, time.perf_counter() - started)
+    return Ceiling(rows, total, best)
+
+
+def spark_dump(
+    sc: SparkContext,
+    config: Config,
+    store: StateStore,
+    table: str,
+    chunk_size: int,
+    parallelism: int,
+) -> DumpRun:
+    """A fresh dump request of the whole table through `run_spark_dump`, timed from the call
+    until it returns (every window closed: the rows are durable in the output)."""
+    dump_id = f"p2-{uuid.uuid4().hex[:8]}"
+    request = DumpRequest(
+        dump_id,
+        DumpKind.TABLE,
+        (TableRef.parse(table),),
+        chunk_size=chunk_size,
+        parallelism=parallelism,
+    )
+    store.create_dump(request)
+    started = time.perf_counter()
+    state = run_spark_dump(sc, config, dump_id)
+    seconds = time.perf_counter() - started
+    status = store.dump_status(dump_id)
+    if state is not DumpState.DONE or status is None:
+        raise RuntimeError(f"bench: dump {dump_id} ended {state}")
+    return DumpRun(
+        chunk_size, parallelism, sc.defaultParallelism, status.rows, status.chunks, seconds
+    )
+
+
+@dataclass
+class TimedReader:
+    """The Spark dump's chunk reader, noting when each chunk's Spark job starts and ends. hw is
+    written right after it returns."""
+
+    inner: SparkChunkReader
+    chunks: list[ChunkTimes] = field(default_factory=list)
+
+    def __call__(
+        self,
+        store: StateStore,
+        source: ChunkSource,
+        window_id: str,
+        chunk: Chunk,
+        key_columns: tuple[str, ...],
+    ) -> Any:
+        started = time.time() * 1000
+        stored = self.inner(store, source, window_id, chunk, key_columns)
+        ended = time.time() * 1000
+        rows = stored.rows if stored is not None else 0
+        self.chunks.append(ChunkTimes(window_id, rows, job_start_ms=started, job_end_ms=ended))
+        return stored
+
+
+def key_chunks(
+    source: PostgresChunkSource, table: TableRef, rows: int, chunk_size: int
+) -> list[Chunk]:
+    """The table's keyset range chunks of `chunk_size` rows, as the dump plans them."""
+    upto = source.max_key(table)
+    if upto is None:
+        return []
+    bounds: list[Key | None] = [None]
+    count = math.ceil(rows / chunk_size)
+    bounds += source.split_keys(table, None, upto, chunk_size, count)
+    if bounds[-1] != upto:
+        bounds.append(upto)
+    return [
+        Chunk(table, seq, after=bounds[seq], upto=bounds[seq + 1]) for seq in range(len(bounds) - 1)
+    ]
+
+
+def timed_spark_dump(
+    sc: SparkContext,
+    config: Config,
+    store: StateStore,
+    table: str,
+    chunk_size: int,
+    tasks: int,
+) -> TimedRun:
+    """What `run_spark_dump` does (a `SparkChunkReader` in `run_dump`, bounded chunks), one
+    window at a time, with the reader wrapped to note when each chunk's Spark job starts and
+    ends; the window's registration and closing times come from its state in Redis."""
+    dump_id = f"timed-{uuid.uuid4().hex[:8]}"
+    ref = TableRef.parse(table)
+    store.create_dump(DumpRequest(dump_id, DumpKind.TABLE, (ref,), chunk_size=chunk_size))
+    reader = TimedReader(SparkChunkReader(sc, config, dump_id, tasks, chunk_size))
+    started = time.perf_counter()
+    state = run_dump(
+        store,
+        lambda: PostgresChunkSource(config.source),
+        dump_id,
+        read=reader,
+        bounded_chunks=True,
+    )
+    seconds = time.perf_counter() - started
+    status = store.dump_status(dump_id)
+    if state is not DumpState.DONE or status is None:
+        raise RuntimeError(f"bench: dump {dump_id} ended {state}")
+    for times in reader.chunks:
+        window = store.window_state(times.window_id)
+        if window is None or window.state is not WindowState.CLOSED:
+            raise RuntimeError(f"bench: window {times.window_id} is {window}")
+        times.registered_ms, times.closed_ms = window.registered_ms, window.updated_ms
+    run = DumpRun(chunk_size, 1, tasks, status.rows, status.chunks, seconds)
+    return TimedRun(run, reader.chunks)
+
+
+def bench_overhead(sc: SparkContext, config: Config, store: StateStore, sizes: Sizes) -> Overhead:
+    """The same rows in many small chunks and in one; tasks as `run_spark_dump` sets them."""
+    tasks = sc.defaultParallelism
+    small = timed_spark_dump(sc, config, store, OVERHEAD_TABLE, sizes.overhead_small_chunk, tasks)
+    large = timed_spark_dump(sc, config, store, OVERHEAD_TABLE, sizes.overhead_rows, tasks)
+    return Overhead(sizes.overhead_rows, small, large)
+
+
+def bench_breakdown(
+    env: Env,
+    sc: SparkContext,
+    config: Config,
+    source_config: PostgresSourceConfig,
+    store: StateStore,
+    output: CountingNdjson,
+    sizes: Sizes,
+) -> Breakdown:
+    table = TableRef.parse(TABLE)
+    write_s, events = output.write_s, output.durable_events
+    timed = timed_spark_dump(sc, config, store, TABLE, sizes.read_chunk, 1)
+    write_s, events = output.write_s - write_s, output.durable_events - events
+
+    # The same chunks read and appended in this process, one step at a time.
+    source = PostgresChunkSource(source_config)
+    side = StateStore(env.rds.client(), "bench_breakdown")
+    read_s = raw_s = append_s = fetch_s = 0.0
+    rows_read = 0
+    try:
+        chunks = key_chunks(source, table, sizes.rows, sizes.read_chunk)
+        key_columns = source.key_columns(table)
+        for chunk in chunks:
+            assert chunk.after is None or len(chunk.after) == 1
+            assert chunk.upto is not None
+            lower = -1 if chunk.after is None else chunk.after[0]
+            with psycopg.connect(env.pg.dsn) as conn:
+                t0 = time.perf_counter()
+                raw = _raw_rows(
+                    conn.execute(
+                        f"SELECT {COLUMNS} FROM {TABLE} WHERE id > %s AND id <= %s ORDER BY id",
+                        (lower, chunk.upto[0]),
+                    )
+                )
+                raw_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            read = source.read_chunk(chunk)
+            read_s += time.perf_counter() - t0
+            if len(raw) != len(read.rows):
+                raise RuntimeError("bench: the raw fetch and read_chunk disagree")
+            rows_read += len(read.rows)
+            window = Window(uuid.uuid4().hex, "breakdown", table)
+            side.register_window(window, str(uuid.uuid4()), str(uuid.uuid4()), {}, ttl_s=600)
+            t0 = time.perf_counter()
+            side.append_chunk_rows(
+                window.window_id, 0, read.rows, key_columns, read.invisible_txids
+            )
+            append_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            fetched = side.get_chunk_rows(window.window_id)
+            fetch_s += time.perf_counter() - t0
+            if fetched is None or len(fetched.rows) != len(read.rows):
+                raise RuntimeError("bench: the rows appended are not the rows fetched")
+            side.abandon_window(window.window_id, "bench: measured only")
+    finally:
+        source.close()
+    return Breakdown(
+        timed,
+        write_s,
+        events,
+        read_s,
+        raw_s,
+        append_s,
+        fetch_s,
+        len(chunks),
+        rows_read,
+    )
+
+
+# -- read paths: Spark JDBC against psycopg in mapPartitions ----------------------------------
+
+
+def read_parts_count(source_config: PostgresSourceConfig, parts: Iterable[Chunk]) -> Iterator[int]:
+    """One Spark task: read its chunks with `PostgresChunkSource` (our converters); yield the
+    row count. Reads the password from its environment."""
+    source = PostgresChunkSource(source_config)
+    try:
+        rows = 0
+        for part in parts:
+            rows += len(source.read_chunk(part).rows)
+        yield rows
+    finally:
+        source.close()
+
+
+def count_into(rdd: Any, counts: list[int]) -> None:
+    counts.append(rdd.sum())
+
+
+def consume_rows(rows: Iterable[Any]) -> None:
+    for _ in rows:
+        pass
+
+
+def bench_read_paths(
+    env: Env,
+    spark: SparkSession,
+    source_config: PostgresSourceConfig,
+    sizes: Sizes,
+    jdbc: bool,
+) -> list[ReadPath]:
+    sc = spark.sparkContext
+    table = TableRef.parse(TABLE)
+    source = PostgresChunkSource(source_config)
+    try:
+        chunks = key_chunks(source, table, sizes.rows, sizes.read_chunk)
+    finally:
+        source.close()
+    results = []
+    task = functools.partial(read_parts_count, source_config)
+    for partitions in sizes.read_partitions:
+        # parallelize cuts the list into contiguous slices, one per partition
+        rdd = sc.parallelize(chunks, partitions).mapPartitions(task)
+        counted: list[int] = []
+        seconds = best_of(sizes.read_repeats, functools.partial(count_into, rdd, counted))
+        label = f"psycopg + converters, mapPartitions, {partitions} part"
+        results.append(ReadPath(label, counted[-1], seconds))
+    if not jdbc:
+        return results
+
+    def jdbc_frame(dbtable: str, partitions: int) -> Any:
+        reader = (
+            spark.read.format("jdbc")
+            .option("url", f"jdbc:postgresql://{env.pg.host}:{env.pg.port}/{env.pg.dbname}")
+            .option("driver", "org.postgresql.Driver")
+            .option("dbtable", dbtable)
+            .option("user", env.pg.user)
+            .option("password", env.pg.password)
+            .option("fetchsize", str(sizes.read_chunk))
+        )
+        if partitions > 1:
+            reader = (
+                reader.option("partitionColumn", "id")
+                .option("lowerBound", "1")
+                .option("upperBound", str(sizes.rows))
+                .option("numPartitions", str(partitions))
+            )
+        return reader.load()
+
+    def to_noop(frame: Any) -> None:
+        frame.write.format("noop").mode("overwrite").save()
+
+    # Load the driver classes and open a first connection before anything is timed.
+    to_noop(jdbc_frame(f"(SELECT * FROM {TABLE} LIMIT 10) AS warm", 1))
+    for partitions in sizes.read_partitions:
+        frame = jdbc_frame(TABLE, partitions)
+        seconds = best_of(sizes.read_repeats, functools.partial(to_noop, frame))
+        label = f"Spark JDBC -> noop sink (JVM), {partitions} part"
+        results.append(ReadPath(label, sizes.rows, seconds))
+    frame = jdbc_frame(TABLE, max(sizes.read_partitions))
+    seconds = best_of(sizes.read_repeats, functools.partial(frame.foreachPartition, consume_rows))
+    label = f"Spark JDBC -> rows in Python workers, {max(sizes.read_partitions)} part"
+    results.append(ReadPath(label, sizes.rows, seconds))
+    return results
+
+
+def best_of(repeats: int, action: Callable[[], object]) -> float:
+    """The shortest of `repeats` timed runs of `action`, in seconds."""
+    best = math.inf
+    for _ in range(repeats):
+        started = time.perf_counter()
+        action()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def print_report(report: Report) -> None:
+    lines = ["", f"{'figure':<62} {'value':>10}", "-" * 73]
+
+    def add(label: str, value: float, rate: bool = False) -> None:
+        lines.append(f"{label:<62} {f'{value:,.0f}' if rate else f'{value:.1f}':>10}")
+
+    ceiling = report.ceiling
+    if ceiling is not None:
+        add("P2 ceiling: COPY TO STDOUT (rows/s)", ceiling.rate, rate=True)
+    for run in report.dumps:
+        add(f"P2 chunk {run.chunk_size} parallelism {run.parallelism} (rows/s)", run.rate, True)
+        if ceiling is not None:
+            lines.append(f"{'':<6}ratio ours/ceiling {run.rate / ceiling.rate:.4f}")
+    o = report.overhead
+    if o is not None:
+        add(f"overhead per chunk, {o.small.run.chunk_size} vs {o.rows} rows (ms)", o.per_chunk_ms)
+        for label, value in o.per_chunk_spans():
+            add(f"  of which {label} (ms)", value)
+    b = report.breakdown
+    if b is not None:
+        t, n = b.timed, max(1, b.measured_chunks)
+        job_ms = t.mean_ms("job_start_ms", "job_end_ms")
+        read_ms, append_ms = b.read_s / n * 1000, b.append_s / n * 1000
+        add(f"breakdown: chunk {t.run.chunk_size}, 1 window, 1 task (rows/s)", t.run.rate, True)
+        for label, start, end in SPANS:
+            add(f"  per chunk: {label} (ms)", t.mean_ms(start, end))
+        add("  per chunk: between chunks (ms)", t.between_ms() / max(1, len(t.chunks)))
+        add("  apart: source read_chunk (ms/chunk)", read_ms)
+        add("    of which raw fetch, no converters (ms/chunk)", b.raw_fetch_s / n * 1000)
+        add("  apart: Redis append_chunk_rows (ms/chunk)", append_ms)
+        add("  so Spark's own share of the job (ms/chunk)", job_ms - read_ms - append_ms)
+        add("  apart: Redis get_chunk_rows, the tailer's fetch (ms/chunk)", b.fetch_s / n * 1000)
+        add("  tailer: output writes (ms/chunk)", b.output_write_s / max(1, t.run.chunks) * 1000)
+    for path in report.read_paths:
+        add(f"read {path.label} (rows/s)", path.rate, rate=True)
+    if report.jdbc_skipped:
+        lines.append(f"read Spark JDBC: skipped ({report.jdbc_skipped})")
+    print("\n".join(lines))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (well under a minute)")
+    parser.add_argument("--rows", type=int, help="rows in the dumped table")
+    args = parser.parse_args(argv)
+    sizes = Sizes.quick() if args.quick else Sizes.full()
+    if args.rows:
+        sizes = dataclasses.replace(sizes, rows=args.rows)
+    jdbc_jar = JDBC_JAR if JDBC_JAR.is_file() else None
+    report = Report()
+    if jdbc_jar is None:
+        report.jdbc_skipped = (
+            f"{JDBC_JAR} is missing: install libpostgresql-jdbc-java "
+            "(scripts/install-system-deps.sh)"
+        )
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dblog-bench-spark-") as tmp:
+        base = Path(tmp)
+        step(f"starting PostgreSQL 15 and Redis in {base}")
+        with PostgresServer(base / "pg") as pg, RedisServer(base / "redis") as rds:
+            env = Env(base, pg.info, rds.info)
+            step(
+                f"filling {TABLE} with {sizes.rows} rows, {OVERHEAD_TABLE} with "
+                f"{sizes.overhead_rows}"
+            )
+            fill_table(env, TABLE, sizes.rows)
+            fill_table(env, OVERHEAD_TABLE, sizes.overhead_rows)
+            tables = [TABLE, OVERHEAD_TABLE]
+            source_config = env.source(SOURCE, tables)
+            ensure_setup(source_config)
+            config = load_config(env.write_toml(SOURCE, tables, base / "out"))
+            store = env.store(SOURCE)
+
+            step("P2 ceiling: COPY TO STDOUT")
+            report.ceiling = ceiling = measure_copy(env, TABLE, sizes.rows)
+            print(
+                f"P2 ceiling COPY {TABLE} TO STDOUT {ceiling.rate:.0f} rows/s "
+                f"({ceiling.bytes:,} bytes in {ceiling.seconds:.2f}s)",
+                flush=True,
+            )
+            step("starting Spark (local[2])")
+            spark = start_spark(jdbc_jar)
+            sc = spark.sparkContext
+            output = CountingNdjson(base / "out")
+            try:
+                with RunningTailer(env, source_config, output):
+                    for chunk_size in sizes.chunk_sizes:
+                        for parallelism in sizes.parallelisms:
+                            run = spark_dump(sc, config, store, TABLE, chunk_size, parallelism)
+                            report.dumps.append(run)
+                            print(
+                                f"P2 chunk {chunk_size} parallelism {parallelism}: ours "
+                                f"{run.rate:.0f} rows/s ({run.rows} rows, {run.chunks} chunks, "
+                                f"{run.tasks} tasks each, {run.seconds:.2f}s), ceiling "
+                                f"{ceiling.rate:.0f} rows/s, ratio {run.rate / ceiling.rate:.4f}",
+                                flush=True,
+                            )
+                    step(
+                        f"overhead: {sizes.overhead_rows} rows in chunks of "
+                        f"{sizes.overhead_small_chunk} and in one chunk"
+                    )
+                    report.overhead = o = bench_overhead(sc, config, store, sizes)
+                    print(
+                        f"overhead per chunk {o.per_chunk_ms:.1f} ms ({o.small.run.chunks} "
+                        f"chunks in {o.small.run.seconds:.2f}s vs {o.large.run.chunks} in "
+                        f"{o.large.run.seconds:.2f}s, {o.rows} rows)",
+                        flush=True,
+                    )
+                    step("breakdown: one instrumented dump, then each step apart")
+                    report.breakdown = bench_breakdown(
+                        env, sc, config, source_config, store, output, sizes
+                    )
+                step("read paths: psycopg in mapPartitions, Spark JDBC")
+                report.read_paths = bench_read_paths(
+                    env, spark, source_config, sizes, jdbc=jdbc_jar is not None
+                )
+                for path in report.read_paths:
+                    print(f"read {path.label}: {path.rate:.0f} rows/s ({path.seconds:.2f}s)")
+            finally:
+                spark.stop()
+    print_report(report)
+    print(f"\ntotal {time.monotonic() - started:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
