@@ -11,6 +11,7 @@ with the install command in the reason (and fails it in CI).
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -24,6 +25,10 @@ from airflow_provider_dblog.devservices.process import ServerProcess
 from airflow_provider_dblog.devservices.redis import RedisInfo, RedisServer
 
 S = TypeVar("S", bound=ServerProcess)
+
+# Airflow reads its home and config when first imported: the test session gets its own.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="dblog-test-airflow-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 
 def _server(make: Callable[[Path], S], base_dir: Path) -> S:
