@@ -9,12 +9,18 @@ Its timestamps are fixed, so the same code always gives the same bytes.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import stat
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+log = logging.getLogger(__name__)
 PACKAGE = Path(__file__).resolve().parent
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
@@ -52,6 +58,15 @@ def package_zip(directory: Path | str | None = None, *, package: Path = PACKAGE)
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def ship_package(sc: SparkContext) -> None:
+    """Send the package to the executors of this application, unless spark-submit's
+    `--py-files` already did (Spark refuses a second file of the same name)."""
+    zipped = package_zip()
+    if zipped.name not in sc.getConf().get("spark.submit.pyFiles", ""):
+        sc.addPyFile(str(zipped))
+        log.info("shipping %s to the executors", zipped.name)
 
 
 def _private_temp_dir() -> Path:

@@ -12,6 +12,11 @@ A crash before that leaves the previous tables and state, and the next run redoe
 crash after it is finished by the next run, which first points the links at the state's versions
 and removes versions the state does not name.
 
+On a cluster the workers need no more than a Python that PySpark can use: the application
+ships this package to the executors itself (`airflow_provider_dblog.spark_package`) unless
+given `--no-ship-package`. The input and output directories must have the same path on the
+driver and on every worker (a shared file system).
+
 One compaction at a time per output directory: a run holds an exclusive lock on
 `LAKE_DIR/_compact.lock` and a second one is refused (exit status 75, try again later).
 """
@@ -52,6 +57,7 @@ from airflow_provider_dblog.compaction import (
     plan_segments,
     read_segment,
 )
+from airflow_provider_dblog.spark_package import ship_package
 
 VERSIONS = ".versions"
 LOCK = "_compact.lock"
@@ -188,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", type=Path, required=True, help="directory of NDJSON events")
     parser.add_argument("--output", type=Path, required=True, help="directory of Parquet tables")
     parser.add_argument("--master", help="Spark master; spark-submit's when omitted")
+    parser.add_argument(
+        "--no-ship-package",
+        dest="ship_package",
+        action="store_false",
+        help="the workers have airflow_provider_dblog installed: do not send it to them",
+    )
     args = parser.parse_args(argv)
     builder = SparkSession.builder.appName("dblog-compact")
     if args.master:
@@ -199,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         with output_lock(args.output):  # before Spark starts: a refused run costs nothing
             spark = builder.getOrCreate()
             try:
+                if args.ship_package:
+                    ship_package(spark.sparkContext)
                 state = _compact(spark, args.input, args.output)
             finally:
                 spark.stop()

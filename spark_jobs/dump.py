@@ -47,7 +47,7 @@ from airflow_provider_dblog.core.event import Key, key_of
 from airflow_provider_dblog.dump_runner import DumpFailed, run_dump
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
-from airflow_provider_dblog.spark_package import package_zip
+from airflow_provider_dblog.spark_package import ship_package
 from airflow_provider_dblog.state_store import DumpState, StateStore
 
 log = logging.getLogger("dblog.spark_dump")
@@ -177,15 +177,6 @@ def run_spark_dump(
         read=reader,
         bounded_chunks=True,
     )
-
-
-def ship_package(sc: SparkContext) -> None:
-    """Send this package to the executors, unless spark-submit's `--py-files` already did
-    (Spark refuses a second file of the same name)."""
-    zipped = package_zip()
-    if zipped.name not in sc.getConf().get("spark.submit.pyFiles", ""):
-        sc.addPyFile(str(zipped))
-        log.info("shipping %s to the executors", zipped.name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,9 @@
-"""The Spark dump on a standalone cluster: a master and one worker started here on loopback, and
-`spark-submit spark_jobs/dump.py` in client mode against them, with a tailer running.
+"""The Spark applications on a standalone cluster: a master and one worker started here on
+loopback, and `spark-submit spark_jobs/dump.py` (with a tailer running) and `compact.py` in
+client mode against them.
 
-The executors' Python has the third-party dependencies but not this package, so the dump works
-only because the application ships the package to them. The worker gets the passwords in its
+The executors' Python has the third-party dependencies but not this package, so the jobs work
+only because each application ships the package to them. The worker gets the passwords in its
 environment, as a real deployment does; none may appear in a log.
 """
 
@@ -18,15 +19,20 @@ import sysconfig
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.parquet
 import pyspark
 import pytest
 
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
+from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo
+from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.demo import TABLES, compare
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.state_store import DumpState
 from tests.integration.e2e_support import (
     PASSWORD_ENV,
@@ -156,45 +162,74 @@ def standalone_cluster(work: Path, worker_env: dict[str, str]) -> Iterator[str]:
             process.wait(10)
 
 
-def test_full_dump_on_a_standalone_cluster_ships_the_package(
-    pipeline: Pipeline, pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path
-) -> None:
-    python = worker_python(tmp_path / "worker-venv")
-    probe = [python, "-c", "import airflow_provider_dblog"]
-    found = subprocess.run(probe, cwd=tmp_path, env=base_env(tmp_path), capture_output=True)
-    assert found.returncode != 0 and b"No module named 'airflow_provider_dblog'" in found.stderr
-    deps = [python, "-c", "import psycopg, redis, pyspark"]
-    subprocess.run(deps, cwd=tmp_path, env=base_env(tmp_path), check=True)
+@dataclass
+class Cluster:
+    master_url: str
+    work: Path
+    python: Path
+    """The workers' Python: the dependencies, not this package."""
+    secrets: dict[str, str]
 
-    secrets = {PASSWORD_ENV: pg15.password, REDIS_PASSWORD_ENV: redis_server.password}
-    worker_env = {**base_env(tmp_path), **secrets, "PYSPARK_PYTHON": str(python)}
-    store = pipeline.store
-    store.create_dump(DumpRequest("cluster", DumpKind.ALL, TABLES, chunk_size=100, parallelism=2))
-    with standalone_cluster(tmp_path, worker_env) as master_url:
-        submit = [
-            *(str(SPARK_SUBMIT), "--master", master_url, "--deploy-mode", "client"),
+    def submit(self, job: str, *args: str, log: Path) -> subprocess.CompletedProcess[bytes]:
+        """`spark-submit spark_jobs/<job>` in client mode, the driver on this .venv's Python,
+        the passwords in its environment only."""
+        command = [
+            *(str(SPARK_SUBMIT), "--master", self.master_url, "--deploy-mode", "client"),
             *("--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false"),
             *("--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=2"),
-            *("--conf", f"spark.pyspark.python={python}"),
+            *("--conf", f"spark.pyspark.python={self.python}"),
             *("--conf", f"spark.pyspark.driver.python={sys.executable}"),
-            str(REPO / "spark_jobs" / "dump.py"),
-            *("--dump-id", "cluster", "--config", str(pipeline.config_path)),
+            str(REPO / "spark_jobs" / job),
+            *args,
         ]
-        with (tmp_path / "driver.log").open("ab") as log:
-            driver = subprocess.run(
-                submit,
-                env={**base_env(tmp_path), **secrets},
-                cwd=tmp_path,
-                stdout=log,
+        with log.open("ab") as out:
+            return subprocess.run(
+                command,
+                env={**base_env(self.work), **self.secrets},
+                cwd=self.work,
+                stdout=out,
                 stderr=subprocess.STDOUT,
                 timeout=300,
                 start_new_session=True,
             )
+
+    def apps_with_the_zip(self) -> set[str]:
+        found = (self.work / "worker").glob("app-*/*/airflow_provider_dblog-*.zip")
+        return {path.parent.parent.name for path in found}
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    pg15: PostgresInfo, redis_server: RedisInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """One master and worker for this module; the worker's environment holds the passwords
+    (how executors get them) and names the workers' Python, which cannot import this package."""
+    work = tmp_path_factory.mktemp("spark-cluster")
+    python = worker_python(work / "worker-venv")
+    probe = [python, "-c", "import airflow_provider_dblog"]
+    found = subprocess.run(probe, cwd=work, env=base_env(work), capture_output=True)
+    assert found.returncode != 0 and b"No module named 'airflow_provider_dblog'" in found.stderr
+    deps = [python, "-c", "import psycopg, redis, pyspark"]
+    subprocess.run(deps, cwd=work, env=base_env(work), check=True)
+
+    secrets = {PASSWORD_ENV: pg15.password, REDIS_PASSWORD_ENV: redis_server.password}
+    worker_env = {**base_env(work), **secrets, "PYSPARK_PYTHON": str(python)}
+    with standalone_cluster(work, worker_env) as master_url:
+        yield Cluster(master_url, work, python, secrets)
+
+
+def test_full_dump_on_a_standalone_cluster_ships_the_package(
+    cluster: Cluster, pipeline: Pipeline, tmp_path: Path
+) -> None:
+    store = pipeline.store
+    store.create_dump(DumpRequest("cluster", DumpKind.ALL, TABLES, chunk_size=100, parallelism=2))
+    apps_before = cluster.apps_with_the_zip()
+    args = ("--dump-id", "cluster", "--config", str(pipeline.config_path))
+    driver = cluster.submit("dump.py", *args, log=tmp_path / "driver.log")
     driver_log = (tmp_path / "driver.log").read_text()
     assert driver.returncode == 0, driver_log[-4000:]
     assert "shipping airflow_provider_dblog-" in driver_log
-    shipped = list((tmp_path / "worker").glob("app-*/*/airflow_provider_dblog-*.zip"))
-    assert shipped, "no executor fetched the package zip"
+    assert len(cluster.apps_with_the_zip() - apps_before) == 1, "no executor fetched the zip"
 
     wait_caught_up(pipeline.dbs)
     assert compare(pipeline.dbs.source_dsn, pipeline.dbs.target_dsn) == []
@@ -202,9 +237,44 @@ def test_full_dump_on_a_standalone_cluster_ships_the_package(
     assert status is not None and status.state is DumpState.DONE
     assert status.rows == ROWS * 3 and status.chunks == 9  # 300 rows a table in chunks of 100
 
-    logs = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix not in (".zip", ".jar")]
+    logs = [
+        path
+        for directory in (cluster.work, tmp_path)
+        for path in directory.rglob("*")
+        if path.is_file() and path.suffix not in (".zip", ".jar")
+    ]
     assert any(p.parent.name.isdigit() and p.name == "stderr" for p in logs)  # executor logs
     for path in logs:
         data = path.read_bytes()
-        for name, secret in secrets.items():
+        for name, secret in cluster.secrets.items():
             assert secret.encode() not in data, f"{name}'s value is in {path}"
+
+
+def test_compaction_on_a_standalone_cluster_ships_the_package(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    def event(op: Op, key: int, after: Row | None, commit: int, seq: int) -> Event:
+        source = SourceInfo("src", "db", "app", "users", Position(commit, seq), Origin.LOG)
+        return Event(op, {"id": key}, None, after, source, 1)
+
+    events_dir, output = tmp_path / "events", tmp_path / "lake"
+    with NdjsonOutput(events_dir) as out:
+        out.write(
+            [
+                event(Op.CREATE, 1, {"id": 1, "n": "a"}, 100, 0),
+                event(Op.CREATE, 2, {"id": 2, "n": "b"}, 100, 1),
+                event(Op.UPDATE, 1, {"id": 1, "n": "a2"}, 200, 0),
+                event(Op.DELETE, 2, None, 300, 0),
+                event(Op.CREATE, 3, {"id": 3, "n": "c"}, 300, 1),
+            ]
+        )
+    apps_before = cluster.apps_with_the_zip()
+    args = ("--input", str(events_dir), "--output", str(output))
+    driver = cluster.submit("compact.py", *args, log=tmp_path / "driver.log")
+    assert driver.returncode == 0, (tmp_path / "driver.log").read_text()[-4000:]
+    assert len(cluster.apps_with_the_zip() - apps_before) == 1, "no executor fetched the zip"
+    rows = pyarrow.parquet.read_table(output / "app.users").to_pylist()
+    assert {r["key"]: (json.loads(r["row"]), int(r["commit"]), r["seq"]) for r in rows} == {
+        '{"id":1}': ({"id": 1, "n": "a2"}, 200, 0),
+        '{"id":3}': ({"id": 3, "n": "c"}, 300, 1),
+    }
