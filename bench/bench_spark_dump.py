@@ -210,6 +210,8 @@ class Report:
     breakdown: Breakdown | None = None
     read_paths: list[ReadPath] = field(default_factory=list)
     jdbc_skipped: str | None = None
+    load_start: float = 0.0
+    load_end: float = 0.0
 
 
 # -- the table, the tailer's output, Spark ----------------------------------------------------
@@ -605,6 +607,10 @@ def print_report(report: Report) -> None:
         add(f"read {path.label} (rows/s)", path.rate, rate=True)
     if report.jdbc_skipped:
         lines.append(f"read Spark JDBC: skipped ({report.jdbc_skipped})")
+    lines.append(
+        f"load average (1 min) {report.load_start:.1f} at the start, {report.load_end:.1f} at "
+        f"the end, on {os.cpu_count()} CPUs: other work on the machine skews every figure"
+    )
     print("\n".join(lines))
 
 
@@ -624,6 +630,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(scripts/install-system-deps.sh)"
         )
     started = time.monotonic()
+    report.load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="dblog-bench-spark-") as tmp:
         base = Path(tmp)
         step(f"starting PostgreSQL 15 and Redis in {base}")
@@ -688,6 +695,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"read {path.label}: {path.rate:.0f} rows/s ({path.seconds:.2f}s)")
             finally:
                 spark.stop()
+    report.load_end = os.getloadavg()[0]
     print_report(report)
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     return 0
