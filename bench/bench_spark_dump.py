@@ -50,7 +50,8 @@ from pyspark.sql import SparkSession
 from airflow_provider_dblog.config import Config, load_config
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Event, Key, TableRef
-from airflow_provider_dblog.core.reconciler import Window
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.reconciler import Closed, Reconciler, Window
 from airflow_provider_dblog.devservices.postgres import PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.dump_runner import run_dump
@@ -187,6 +188,7 @@ class Breakdown:
     raw_fetch_s: float
     append_s: float
     fetch_s: float
+    reconcile_s: float
     measured_chunks: int
     measured_rows: int
 
@@ -418,7 +420,7 @@ def bench_breakdown(
     # The same chunks read and appended in this process, one step at a time.
     source = PostgresChunkSource(source_config)
     side = StateStore(env.rds.client(), "bench_breakdown")
-    read_s = raw_s = append_s = fetch_s = 0.0
+    read_s = raw_s = append_s = fetch_s = reconcile_s = 0.0
     rows_read = 0
     try:
         chunks = key_chunks(source, table, sizes.rows, sizes.read_chunk)
@@ -454,6 +456,15 @@ def bench_breakdown(
             fetch_s += time.perf_counter() - t0
             if fetched is None or len(fetched.rows) != len(read.rows):
                 raise RuntimeError("bench: the rows appended are not the rows fetched")
+            t0 = time.perf_counter()
+            reconciler = Reconciler(SOURCE, env.pg.dbname)
+            reconciler.low_watermark(window, Position(1, 0))
+            closed = reconciler.high_watermark(window, Position(2, 0))
+            assert isinstance(closed, Closed)
+            reconciled = reconciler.chunk_events(closed, fetched)
+            reconcile_s += time.perf_counter() - t0
+            if not isinstance(reconciled, list) or len(reconciled) != len(read.rows):
+                raise RuntimeError(f"bench: reconciling the chunk gave {reconciled}")
             side.abandon_window(window.window_id, "bench: measured only")
     finally:
         source.close()
@@ -465,6 +476,7 @@ def bench_breakdown(
         raw_s,
         append_s,
         fetch_s,
+        reconcile_s,
         len(chunks),
         rows_read,
     )
@@ -601,8 +613,15 @@ def print_report(report: Report) -> None:
         add("    of which raw fetch, no converters (ms/chunk)", b.raw_fetch_s / n * 1000)
         add("  apart: Redis append_chunk_rows (ms/chunk)", append_ms)
         add("  so Spark's own share of the job (ms/chunk)", job_ms - read_ms - append_ms)
-        add("  apart: Redis get_chunk_rows, the tailer's fetch (ms/chunk)", b.fetch_s / n * 1000)
-        add("  tailer: output writes (ms/chunk)", b.output_write_s / max(1, t.run.chunks) * 1000)
+        fetch_ms, reconcile_ms = b.fetch_s / n * 1000, b.reconcile_s / n * 1000
+        output_ms = b.output_write_s / max(1, t.run.chunks) * 1000
+        add("  apart: Redis get_chunk_rows, the tailer's fetch (ms/chunk)", fetch_ms)
+        add("  apart: Reconciler.chunk_events, rows to events (ms/chunk)", reconcile_ms)
+        add("  tailer: output writes, NDJSON encode + fsync (ms/chunk)", output_ms)
+        add(
+            "  so the rest of hw -> window closed (ms/chunk)",
+            t.mean_ms("job_end_ms", "closed_ms") - fetch_ms - reconcile_ms - output_ms,
+        )
     for path in report.read_paths:
         add(f"read {path.label} (rows/s)", path.rate, rate=True)
     if report.jdbc_skipped:
