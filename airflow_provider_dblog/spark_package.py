@@ -29,6 +29,8 @@ def package_zip(directory: Path | str | None = None, *, package: Path = PACKAGE)
     """The path of the package's zip in `directory` (default: a private directory of this user
     under the temp dir), built if no zip of the same contents is there yet. For the
     SparkSubmitHook's `py_files`, or `SparkContext.addPyFile`."""
+    if not package.is_dir():
+        raise FileNotFoundError(f"{package} is not a directory (imported from an archive?)")
     files = [
         (f"{package.name}/{path.relative_to(package).as_posix()}", path.read_bytes())
         for path in sorted(package.rglob("*"))
@@ -62,7 +64,10 @@ def package_zip(directory: Path | str | None = None, *, package: Path = PACKAGE)
 
 def ship_package(sc: SparkContext) -> None:
     """Send the package to the executors of this application, unless spark-submit's
-    `--py-files` already did (Spark refuses a second file of the same name)."""
+    `--py-files` already did (Spark refuses a second file of the same name). A driver that
+    imports the package from a zip (cluster deploy mode) got it from `--py-files` too."""
+    if not PACKAGE.is_dir():
+        return
     zipped = package_zip()
     if zipped.name not in sc.getConf().get("spark.submit.pyFiles", ""):
         sc.addPyFile(str(zipped))

@@ -170,7 +170,7 @@ class Cluster:
     """The workers' Python: the dependencies, not this package."""
     secrets: dict[str, str]
 
-    def submit(self, job: str, *args: str, log: Path) -> subprocess.CompletedProcess[bytes]:
+    def submit(self, job: str, *args: str, log: Path) -> int:
         """`spark-submit spark_jobs/<job>` in client mode, the driver on this .venv's Python,
         the passwords in its environment only."""
         command = [
@@ -183,15 +183,20 @@ class Cluster:
             *args,
         ]
         with log.open("ab") as out:
-            return subprocess.run(
+            driver = subprocess.Popen(
                 command,
                 env={**base_env(self.work), **self.secrets},
                 cwd=self.work,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                timeout=300,
                 start_new_session=True,
             )
+        try:
+            return driver.wait(300)
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)  # spark-submit and its Python driver
+            driver.wait()
+            raise
 
     def apps_with_the_zip(self) -> set[str]:
         found = (self.work / "worker").glob("app-*/*/airflow_provider_dblog-*.zip")
@@ -225,9 +230,9 @@ def test_full_dump_on_a_standalone_cluster_ships_the_package(
     store.create_dump(DumpRequest("cluster", DumpKind.ALL, TABLES, chunk_size=100, parallelism=2))
     apps_before = cluster.apps_with_the_zip()
     args = ("--dump-id", "cluster", "--config", str(pipeline.config_path))
-    driver = cluster.submit("dump.py", *args, log=tmp_path / "driver.log")
+    exit_status = cluster.submit("dump.py", *args, log=tmp_path / "driver.log")
     driver_log = (tmp_path / "driver.log").read_text()
-    assert driver.returncode == 0, driver_log[-4000:]
+    assert exit_status == 0, driver_log[-4000:]
     assert "shipping airflow_provider_dblog-" in driver_log
     assert len(cluster.apps_with_the_zip() - apps_before) == 1, "no executor fetched the zip"
 
@@ -270,8 +275,8 @@ def test_compaction_on_a_standalone_cluster_ships_the_package(
         )
     apps_before = cluster.apps_with_the_zip()
     args = ("--input", str(events_dir), "--output", str(output))
-    driver = cluster.submit("compact.py", *args, log=tmp_path / "driver.log")
-    assert driver.returncode == 0, (tmp_path / "driver.log").read_text()[-4000:]
+    exit_status = cluster.submit("compact.py", *args, log=tmp_path / "driver.log")
+    assert exit_status == 0, (tmp_path / "driver.log").read_text()[-4000:]
     assert len(cluster.apps_with_the_zip() - apps_before) == 1, "no executor fetched the zip"
     rows = pyarrow.parquet.read_table(output / "app.users").to_pylist()
     assert {r["key"]: (json.loads(r["row"]), int(r["commit"]), r["seq"]) for r in rows} == {

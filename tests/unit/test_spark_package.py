@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from airflow_provider_dblog.spark_package import PACKAGE, package_zip
 
 
@@ -70,3 +72,9 @@ def test_same_code_is_a_cache_hit_changed_code_a_new_zip(tmp_path: Path) -> None
 def test_the_same_code_gives_the_same_bytes(tmp_path: Path) -> None:
     one, two = package_zip(tmp_path / "a"), package_zip(tmp_path / "b")
     assert one.name == two.name and one.read_bytes() == two.read_bytes()
+
+
+def test_a_package_imported_from_an_archive_is_refused(tmp_path: Path) -> None:
+    zipped = package_zip(tmp_path)
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        package_zip(tmp_path, package=zipped / "airflow_provider_dblog")
