@@ -18,6 +18,10 @@ from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state_store import StateStore, WindowState
 
+WINDOW_KEYS_MIN_TTL_S = 600.0
+"""A window's Redis keys live at least this long: their TTL only collects garbage, and must
+outlast a slow read (a Spark application still starting its executors) by far."""
+
 
 @dataclass(frozen=True, slots=True)
 class StoredChunk:
@@ -91,7 +95,8 @@ def run_chunk(
     tasks) and wait until the tailer has emitted it."""
     window = Window(uuid.uuid4().hex, dump_id, chunk.table)
     lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
-    store.register_window(window, lw, hw, chunk_to_json(chunk), ttl_s=window_timeout_s * 10)
+    ttl_s = max(window_timeout_s * 10, WINDOW_KEYS_MIN_TTL_S)
+    store.register_window(window, lw, hw, chunk_to_json(chunk), ttl_s=ttl_s)
     try:
         source.write_watermark(lw)
         stored = read(store, source, window.window_id, chunk, key_columns)

@@ -34,6 +34,7 @@ from airflow_provider_dblog.state_store import (
     DumpState,
     StateStore,
     StateStoreUnavailable,
+    UnknownWindow,
 )
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,13 @@ def run_dump(
     request = stored.request
     progress = store.load_progress(dump_id)
     parallelism = request.parallelism
+    if not store.mark_dump(dump_id, DumpState.RUNNING):
+        # Finished already (cancelled before it started, or ended by another run).
+        status = store.dump_status(dump_id)
+        assert status is not None
+        log.info("dump %s is %s: nothing to run", dump_id, status.state)
+        return status.state
     sources = [open_source() for _ in range(parallelism)]
-    store.mark_dump(dump_id, DumpState.RUNNING)
     try:
         with (
             _beating(store, dump_id),
@@ -133,6 +139,13 @@ def run_dump(
         return DumpState.DONE
     except DumpFailed as exc:
         store.mark_dump(dump_id, DumpState.FAILED, reason=str(exc))
+        raise
+    except Exception as exc:
+        # Whatever stopped the dump is its reason: nobody waits on a "running" dump forever.
+        try:
+            store.mark_dump(dump_id, DumpState.FAILED, reason=f"{type(exc).__name__}: {exc}")
+        except StateStoreUnavailable:
+            log.warning("could not mark dump %s failed: the state store is away", dump_id)
         raise
     finally:
         for source in sources:
@@ -213,9 +226,10 @@ def _run_with_retries(
                 window_timeout_s=window_timeout_s,
                 read=read,
             )
-        except (StateStoreUnavailable, SourceUnavailable) as exc:
-            # Redis or the source went away for a moment (a restart): the window is retried
-            # with new watermarks, like one the tailer did not close.
+        except (StateStoreUnavailable, SourceUnavailable, UnknownWindow) as exc:
+            # Redis or the source went away for a moment (a restart), or the window's keys
+            # vanished (Redis lost them): the window is retried with new watermarks, like one
+            # the tailer did not close.
             outcome = ChunkOutcome(False, 0, None, str(exc))
             time.sleep(min(UNAVAILABLE_BACKOFF_S * 2**attempt, 5.0))
         if outcome.completed:

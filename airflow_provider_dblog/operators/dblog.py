@@ -11,6 +11,7 @@ held while the dump runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -20,12 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.hooks.dblog import DBLogHook
+from airflow_provider_dblog.spark_package import package_zip
 from airflow_provider_dblog.state_store import DumpState
 from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger, status_payload
 
@@ -237,10 +240,10 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
 
     def _spark_hook(self, hook: DBLogHook, dump_id: str) -> SparkSubmitHook:
         hook.export_secrets()
-        # A client-mode driver runs the Python that runs Airflow unless the deployment says
-        # otherwise; it has this package.
+        # A client-mode driver runs the Python that runs Airflow (it has this package) unless
+        # the deployment says otherwise; so do local executors. A cluster's executors run the
+        # workers' Python (`spark.pyspark.python`), and the dump ships the package to them.
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         args = [
             "--dump-id",
             dump_id,
@@ -251,12 +254,18 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
         ]
         if self.tasks_per_chunk:
             args += ["--tasks", str(self.tasks_per_chunk)]
-        return SparkSubmitHook(
+        spark = SparkSubmitHook(
             conn_id=self.spark_conn_id,
             conf=dict(self.spark_conf or {}),
             application_args=args,
+            # The package goes with the application: to the executors, and to the driver
+            # when it runs on the cluster (deploy mode cluster).
+            py_files=str(package_zip()),
             name=f"dblog-dump-{dump_id}",
         )
+        if spark._connection["master"].startswith("local"):
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        return spark
 
     def _launch_detached(self, spark: SparkSubmitHook, dump_id: str) -> None:
         """spark-submit in its own session, outliving this task process (which ends when it
@@ -282,10 +291,24 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
                 self.log.info("dump %s cancelled", self.dump_id)
             except DBLogError as exc:
                 self.log.warning("could not cancel dump %s: %s", self.dump_id, exc)
+        # spark-submit's JVM starts the Python driver as its child: kill the whole tree, or
+        # the driver outlives it (and its local executors with it).
+        submitted = [self._detached, self._spark._submit_sp if self._spark else None]
+        tree = [p for process in submitted if process is not None for p in _tree(process.pid)]
         if self._spark is not None:
             self._spark.on_kill()
-        if self._detached is not None and self._detached.poll() is None:
-            self._detached.kill()
+        for process in tree:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    """A process and all its descendants, while they run."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 class _DumpControlOperator(BaseOperator):
