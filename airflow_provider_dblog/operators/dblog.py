@@ -28,6 +28,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.hooks.dblog import DBLogHook
+from airflow_provider_dblog.operators.lineage import dump_lineage
 from airflow_provider_dblog.spark_package import package_zip
 from airflow_provider_dblog.state_store import DumpState
 from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger, status_payload
@@ -214,7 +215,14 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        self.dump_id = event["dump_id"]
         return self._finish(event)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Inputs: the dumped source tables; output: the tailer's output (OpenLineage)."""
+        if not self.dump_id:
+            return None
+        return dump_lineage(DBLogHook(self.dblog_conn_id), self.dump_id)
 
     def _finish(self, event: dict[str, Any]) -> dict[str, Any]:
         dump_id, state, reason = event["dump_id"], event.get("state"), event.get("reason")

@@ -297,3 +297,25 @@ def test_tailer_health_trigger_fires_once_the_lag_is_low(
 
     event = asyncio.run(run())
     assert event["healthy"] is True and event["health"]["metrics"] == {"lag_ms": 20}
+
+
+def test_dump_operator_reports_openlineage_facets_and_never_fails_on_them(
+    dblog_conn: tuple[str, str, Path], redis_server: RedisInfo
+) -> None:
+    from airflow_provider_dblog.operators.dblog import DBLogDumpOperator
+
+    conn_id, source, _ = dblog_conn
+    store = StateStore(redis_server.client(), source)
+    tables = (T, TableRef("public", "orders"))
+    store.create_dump(DumpRequest("seen", DumpKind.ALL, tables, chunk_size=5))
+    operator = DBLogDumpOperator(task_id="dump", dblog_conn_id=conn_id, dump_id="seen")
+    lineage = operator.get_openlineage_facets_on_complete(None)
+    assert [(d.namespace, d.name) for d in lineage.inputs] == [
+        ("postgres://127.0.0.1:1", "x.public.accounts"),
+        ("postgres://127.0.0.1:1", "x.public.orders"),
+    ]
+    assert [(d.namespace, d.name) for d in lineage.outputs] == [
+        ("file", str((Path.cwd() / "unused").resolve()))
+    ]
+    broken = DBLogDumpOperator(task_id="dump", dblog_conn_id="no_such_conn", dump_id="seen")
+    assert broken.get_openlineage_facets_on_complete(None) is None

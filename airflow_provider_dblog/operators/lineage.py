@@ -1,0 +1,49 @@
+"""OpenLineage facets of a dump: the source tables it reads, the output the tailer writes.
+
+Optional: without the OpenLineage provider there are none. Naming follows OpenLineage's dataset
+conventions (`postgres://host:port` + `database.schema.table`; `file` + a path). An output whose
+address is a secret (a Redis Stream URL, a SQL target DSN, both read from the environment) is
+named after the source instead, never by its address. Nothing here may fail a task.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict
+
+from airflow_provider_dblog.hooks.dblog import DBLogHook
+
+log = logging.getLogger(__name__)
+
+
+def dump_lineage(hook: DBLogHook, dump_id: str) -> Any:
+    """An `OperatorLineage` for the dump, or None (no OpenLineage, or anything went wrong)."""
+    try:
+        from airflow.providers.openlineage.extractors import OperatorLineage
+        from openlineage.client.event_v2 import Dataset
+    except ImportError:
+        return None
+    try:
+        stored = hook.store.get_dump(dump_id)
+        if stored is None:
+            return None
+        config = hook.config
+        dsn = conninfo_to_dict(config.source.dsn)
+        namespace = f"postgres://{dsn.get('host', 'localhost')}:{dsn.get('port', 5432)}"
+        database = dsn.get("dbname", dsn.get("user", "postgres"))
+        inputs = [
+            Dataset(namespace, f"{database}.{table.schema}.{table.name}")
+            for table in stored.request.tables
+        ]
+        kind = config.output.get("type")
+        if kind == "ndjson":
+            output = Dataset("file", str(Path(config.output["directory"]).resolve()))
+        else:
+            output = Dataset(f"dblog://{config.source.name}", f"output/{kind}")
+        return OperatorLineage(inputs=inputs, outputs=[output])
+    except Exception as exc:
+        log.warning("no OpenLineage facets for dump %s: %s", dump_id, exc)
+        return None
