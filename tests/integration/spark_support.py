@@ -22,6 +22,8 @@ from pyspark.sql import SparkSession
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs import SqlApplyOutput
+from airflow_provider_dblog.outputs.base import Output
+from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
 from airflow_provider_dblog.sources.postgres.setup import ensure_setup
 from airflow_provider_dblog.state_store import StateStore
@@ -29,6 +31,7 @@ from airflow_provider_dblog.tailer import Tailer, TailerSettings
 from tests.integration.e2e_support import (
     REDIS_PASSWORD_ENV,
     Databases,
+    FanOut,
     drop_databases,
     make_databases,
     wait_until,
@@ -56,11 +59,16 @@ class Pipeline:
 
 @contextmanager
 def running_pipeline(
-    pg: PostgresInfo, redis_server: RedisInfo, work: Path, rows: int
+    pg: PostgresInfo,
+    redis_server: RedisInfo,
+    work: Path,
+    rows: int,
+    events_dir: Path | None = None,
 ) -> Iterator[Pipeline]:
     """A private source (`rows` rows per table before capture), an empty SQL target, and a
     tailer applying the log and the dump rows into it, in this process. Sets the password
-    variables in this process's environment (a Spark JVM started later passes them on)."""
+    variables in this process's environment (a Spark JVM started later passes them on).
+    With `events_dir`, the tailer also writes the change stream there as NDJSON."""
     dbs = make_databases(pg, rows, target=True, seed_value=random.randrange(1 << 30))
     os.environ[REDIS_PASSWORD_ENV] = redis_server.password
     config_path = write_config(
@@ -68,7 +76,9 @@ def running_pipeline(
     )
     ensure_setup(dbs.config)
     store = StateStore(redis_server.client(), dbs.config.name)
-    output = SqlApplyOutput(dbs.target_dsn, monotonic=True)
+    output: Output = SqlApplyOutput(dbs.target_dsn, monotonic=True)
+    if events_dir is not None:
+        output = FanOut(output, NdjsonOutput(events_dir))
     tailer = Tailer(
         dbs.config.name,
         dbs.source_db,

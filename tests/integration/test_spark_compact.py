@@ -1,6 +1,7 @@
 """The Parquet compaction on Spark local[2]: random change streams for two tables (one with a
-composite key) fold into the latest state, a second run reads only the new bytes, and a second
-compaction of one output directory is refused while the first holds it."""
+composite key) fold into the latest state, a second run reads only the new bytes, a second
+compaction of one output directory is refused while the first holds it, and the real change
+stream of a dump under writes folds into tables equal to the source."""
 
 from __future__ import annotations
 
@@ -10,18 +11,27 @@ import random
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
 from airflow_provider_dblog.compaction import STATE_FILE, CompactState
+from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo, encode
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.demo import TABLES as DEMO_TABLES
+from airflow_provider_dblog.demo import Workload
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.dump_runner import run_dump
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
+from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
+from airflow_provider_dblog.state_store import DumpState
 from spark_jobs.compact import EXIT_LOCKED, CompactionLocked, compact
-from tests.integration.spark_support import stop_spark
+from tests.integration.e2e_support import wait_caught_up
+from tests.integration.spark_support import running_pipeline, stop_spark
 
 pytestmark = pytest.mark.integration
 
@@ -166,3 +176,47 @@ def test_a_second_compaction_of_one_directory_is_refused(
         assert holder.wait(30) == 0
     compact(spark, events_dir, output)  # the lock is free again
     assert lake(spark, output) == stream.state
+
+
+def test_lake_equals_the_source_after_a_dump_under_writes(
+    spark: SparkSession, pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """The real change stream (log events and dump rows, NDJSON from the tailer) of tables
+    whose rows predate capture, dumped while another connection writes: the Parquet tables
+    hold exactly the source's rows, as the source's converters print them."""
+    events_dir, output = tmp_path / "events", tmp_path / "lake"
+    with running_pipeline(pg15, redis_server, tmp_path, 200, events_dir=events_dir) as pipeline:
+        dbs, store = pipeline.dbs, pipeline.store
+        workload = Workload(dbs.source_dsn, seed=5)
+        workload.start()
+        try:
+            store.create_dump(
+                DumpRequest("lake", DumpKind.ALL, DEMO_TABLES, chunk_size=70, parallelism=2)
+            )
+            state = run_dump(store, lambda: PostgresChunkSource(dbs.config), "lake")
+            assert state is DumpState.DONE
+        finally:
+            workload.join()
+        assert workload.writes > 0
+        wait_caught_up(dbs)
+        source = PostgresChunkSource(dbs.config)
+        try:
+            expected = {
+                str(t): canonical(source.read_chunk(Chunk(t, 0, limit=10**6)).rows)
+                for t in DEMO_TABLES
+            }
+        finally:
+            source.close()
+    compact(spark, events_dir, output)
+    found = {
+        str(t): canonical(
+            json.loads(r.row) for r in spark.read.parquet(str(output / str(t))).collect()
+        )
+        for t in DEMO_TABLES
+    }
+    assert found == expected
+    assert all(expected.values())
+
+
+def canonical(rows: Iterable[Row]) -> list[str]:
+    return sorted(json.dumps(row, sort_keys=True) for row in rows)
