@@ -9,26 +9,21 @@ from __future__ import annotations
 
 import os
 
-import pendulum
 from airflow.sdk import DAG, Param
 
-from airflow_provider_dblog.operators.chain import DEFAULT_ARGS, dump_chain
+from airflow_provider_dblog.operators.chain import DAG_DEFAULTS, TABLE_PATTERN, dump_chain
 
 with DAG(
     dag_id="dblog_backfill",
     description="Scheduled full DBLog dump of the captured tables",
     schedule=os.environ.get("DBLOG_BACKFILL_SCHEDULE", "0 3 * * 0"),
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
     max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    render_template_as_native_obj=True,
-    tags=["dblog", "cdc"],
+    **DAG_DEFAULTS,
     params={
         "tables": Param(
             [],
             type="array",
-            items={"type": "string", "pattern": r"^[^.\s]+(\.[^.\s]+)?$"},
+            items={"type": "string", "pattern": TABLE_PATTERN},
             description="Tables to dump ('schema.table'); empty: every captured table",
         ),
         "chunk_size": Param(10_000, type="integer", minimum=1, maximum=1_000_000),

@@ -4,20 +4,20 @@ tables, or primary keys of one table, with its chunk size and parallelism.
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import DAG, Param
 
-from airflow_provider_dblog.operators.chain import DBLOG_CONN_ID, DEFAULT_ARGS, dump_chain
+from airflow_provider_dblog.operators.chain import (
+    DAG_DEFAULTS,
+    DBLOG_CONN_ID,
+    TABLE_PATTERN,
+    dump_chain,
+)
 
 with DAG(
     dag_id="dblog_dump",
     description="DBLog dump on demand: tables or keys, chunk size, parallelism",
     schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    default_args=DEFAULT_ARGS,
-    render_template_as_native_obj=True,
-    tags=["dblog", "cdc"],
+    **DAG_DEFAULTS,
     params={
         "source": Param(
             DBLOG_CONN_ID,
@@ -28,7 +28,7 @@ with DAG(
         "tables": Param(
             [],
             type="array",
-            items={"type": "string", "pattern": r"^[^.\s]+(\.[^.\s]+)?$"},
+            items={"type": "string", "pattern": TABLE_PATTERN},
             description="Tables ('schema.table'); empty: every captured table",
         ),
         "keys": Param(

@@ -4,24 +4,19 @@ consumer reported wrong. An ad-hoc run: trigger it with the table and the keys.
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import DAG, Param
 
-from airflow_provider_dblog.operators.chain import DEFAULT_ARGS, dump_chain
+from airflow_provider_dblog.operators.chain import DAG_DEFAULTS, TABLE_PATTERN, dump_chain
 
 with DAG(
     dag_id="dblog_repair",
     description="DBLog repair: dump the given primary keys of one table",
     schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    default_args=DEFAULT_ARGS,
-    render_template_as_native_obj=True,
-    tags=["dblog", "cdc"],
+    **DAG_DEFAULTS,
     params={
         "table": Param(
             type="string",
-            pattern=r"^[^.\s]+(\.[^.\s]+)?$",
+            pattern=TABLE_PATTERN,
             description="The table ('schema.table')",
         ),
         "keys": Param(

@@ -12,6 +12,8 @@ import os
 from datetime import timedelta
 from typing import Any
 
+import pendulum
+
 from airflow_provider_dblog.operators.dblog import (
     DBLogCheckDumpRequestOperator,
     DBLogDumpOperator,
@@ -24,6 +26,19 @@ MAX_TAILER_LAG_MS = int(os.environ.get("DBLOG_MAX_TAILER_LAG_MS", "60000"))
 POLL_S = float(os.environ.get("DBLOG_POLL_S", "5"))
 
 DEFAULT_ARGS: dict[str, Any] = {"owner": "data-platform", "retries": 0}
+
+DAG_DEFAULTS: dict[str, Any] = {
+    "start_date": pendulum.datetime(2026, 1, 1, tz="UTC"),
+    "catchup": False,
+    "default_args": DEFAULT_ARGS,
+    # Params keep their JSON types in templates: lists stay lists, numbers numbers.
+    "render_template_as_native_obj": True,
+    "tags": ["dblog", "cdc"],
+}
+"""What every DBLog DAG passes to `DAG(...)`."""
+
+TABLE_PATTERN = r"^[^.\s]+(\.[^.\s]+)?$"
+"""A table name in a params form: `table` or `schema.table`."""
 
 
 def dump_chain(**request: Any) -> DBLogDumpOperator:

@@ -9,7 +9,7 @@ Deferrable tasks run their triggers inline in `dag.test()`; the dump task starts
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -46,18 +46,19 @@ def pipeline(pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path) -> Ite
         yield pipeline
 
 
+RunDag = Callable[[str, dict[str, object]], DagTestResult]
+
+
+@pytest.fixture
 def run_dag(
-    airflow_home: Path,
-    pipeline: Pipeline,
-    pg15: PostgresInfo,
-    redis_server: RedisInfo,
-    dag_id: str,
-    conf: dict[str, object],
-) -> DagTestResult:
+    airflow_home: Path, pipeline: Pipeline, pg15: PostgresInfo, redis_server: RedisInfo
+) -> RunDag:
+    """`run_dag(dag_id, conf)`: a dag.test() run with the dblog connection of the pipeline."""
     connection = dblog_connection(
         redis_server, pg15, pipeline.dbs.config.name, pipeline.config_path
     )
-    return dag_test(airflow_env(airflow_home, connection), dag_id, conf)
+    env = airflow_env(airflow_home, connection)
+    return lambda dag_id, conf: dag_test(env, dag_id, conf)
 
 
 def assert_succeeded(result: DagTestResult) -> None:
@@ -69,15 +70,9 @@ def assert_succeeded(result: DagTestResult) -> None:
     }
 
 
-def test_repair_dag_fixes_exactly_the_keys_given(
-    airflow_home: Path, pipeline: Pipeline, pg15: PostgresInfo, redis_server: RedisInfo
-) -> None:
+def test_repair_dag_fixes_exactly_the_keys_given(pipeline: Pipeline, run_dag: RunDag) -> None:
     keys = list(range(3, ROWS, 11))
     result = run_dag(
-        airflow_home,
-        pipeline,
-        pg15,
-        redis_server,
         "dblog_repair",
         {"table": "public.accounts", "keys": keys, "chunk_size": 7},
     )
@@ -100,14 +95,8 @@ def test_repair_dag_fixes_exactly_the_keys_given(
     assert status.rows == len(keys) and status.chunks == -(-len(keys) // 7)
 
 
-def test_dump_dag_of_all_tables_converges(
-    airflow_home: Path, pipeline: Pipeline, pg15: PostgresInfo, redis_server: RedisInfo
-) -> None:
+def test_dump_dag_of_all_tables_converges(pipeline: Pipeline, run_dag: RunDag) -> None:
     result = run_dag(
-        airflow_home,
-        pipeline,
-        pg15,
-        redis_server,
         "dblog_dump",
         {"tables": [], "chunk_size": 120, "parallelism": 2},
     )
@@ -116,14 +105,8 @@ def test_dump_dag_of_all_tables_converges(
     assert compare(pipeline.dbs.source_dsn, pipeline.dbs.target_dsn) == []
 
 
-def test_backfill_dag_converges(
-    airflow_home: Path, pipeline: Pipeline, pg15: PostgresInfo, redis_server: RedisInfo
-) -> None:
+def test_backfill_dag_converges(pipeline: Pipeline, run_dag: RunDag) -> None:
     result = run_dag(
-        airflow_home,
-        pipeline,
-        pg15,
-        redis_server,
         "dblog_backfill",
         {"chunk_size": 250, "parallelism": 1},
     )
@@ -154,16 +137,14 @@ def test_backfill_dag_converges(
     ids=["unknown-table", "malformed-keys", "keys-of-two-tables"],
 )
 def test_bad_params_fail_the_first_task_with_the_problem(
-    airflow_home: Path,
     pipeline: Pipeline,
-    pg15: PostgresInfo,
-    redis_server: RedisInfo,
+    run_dag: RunDag,
     dag_id: str,
     conf: dict[str, object],
     message: str,
 ) -> None:
     pipeline.tailer_stop.set()  # nothing may wait for it: the check fails first
-    result = run_dag(airflow_home, pipeline, pg15, redis_server, dag_id, conf)
+    result = run_dag(dag_id, conf)
     assert result.state == "failed", result.output[-4000:]
     assert result.tasks["check_request"] == "failed"
     assert result.tasks["dump"] != "success" and result.tasks["wait_for_tailer"] != "success"
@@ -172,13 +153,9 @@ def test_bad_params_fail_the_first_task_with_the_problem(
 
 
 def test_chunk_size_zero_is_refused_by_the_params_schema(
-    airflow_home: Path, pipeline: Pipeline, pg15: PostgresInfo, redis_server: RedisInfo
+    pipeline: Pipeline, run_dag: RunDag
 ) -> None:
     result = run_dag(
-        airflow_home,
-        pipeline,
-        pg15,
-        redis_server,
         "dblog_dump",
         {"chunk_size": 0},
     )
