@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from airflow_provider_dblog.devservices.process import free_port
 from tests.integration.airflow_support import BIN, migrate
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
@@ -36,13 +36,6 @@ LOG_NOISE = (
     *("logger", "loc", "sources", "filename", "lineno", "ti_id", "map_index"),
     *("dag_id", "run_id", "task_id", "try_number"),
 )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def server_env(base: dict[str, str], home: Path, port: int) -> dict[str, str]:

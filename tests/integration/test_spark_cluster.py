@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -31,6 +30,7 @@ from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.demo import TABLES, compare
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.state_store import DumpState
@@ -54,13 +54,6 @@ PYTHON_VARS = ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
 def pipeline(pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path) -> Iterator[Pipeline]:
     with running_pipeline(pg15, redis_server, tmp_path, ROWS) as pipeline:
         yield pipeline
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def worker_python(where: Path) -> Path:
