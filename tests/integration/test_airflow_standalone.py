@@ -12,7 +12,6 @@ list that leaves exactly those rows in the target.
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import psycopg
@@ -22,35 +21,17 @@ from airflow_provider_dblog.demo import snapshot
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from tests.integration.airflow_server import airflow_server
-from tests.integration.airflow_support import BIN, airflow_env, dblog_connection
+from tests.integration.airflow_support import airflow_env, dblog_connection
 from tests.integration.e2e_support import wait_caught_up
 from tests.integration.spark_support import running_pipeline
 
 pytestmark = pytest.mark.integration
 ROWS = 300
-UNUSED_CONN = {
-    "conn_type": "dblog",
-    "host": "127.0.0.1",
-    "extra": {"source_name": "unused", "config_path": "/nonexistent/dblog.toml"},
-}
 
 
 def dump_id_of(dag_id: str, run_id: str) -> str:
     """The id the dump task gives its dump (`default_dump_id`)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{dag_id}.{run_id}.dump")
-
-
-def test_airflow_lists_the_provider(tmp_path: Path) -> None:
-    home = tmp_path / "airflow"
-    done = subprocess.run(
-        [str(BIN / "airflow"), "providers", "list"],
-        env=airflow_env(home, UNUSED_CONN),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "airflow-provider-dblog" in done.stdout
 
 
 def test_connection_form_bad_dump_and_repair_in_a_running_airflow(
