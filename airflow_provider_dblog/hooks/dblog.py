@@ -238,3 +238,10 @@ class DBLogHook(BaseHook):
         settings = DBLogConnection.parse(conn, None)
         client = redis.asyncio.Redis(**settings.redis_kwargs())
         return AsyncStateReader(client, settings.source_name), client
+
+    @classmethod
+    async def async_store(cls, dblog_conn_id: str) -> StateStore:
+        """A (blocking) store for the rare writes of a trigger: call it through a thread."""
+        conn = await cls.aget_connection(dblog_conn_id)
+        settings = DBLogConnection.parse(conn, None)
+        return StateStore(redis.Redis(**settings.redis_kwargs()), settings.source_name)

@@ -209,7 +209,11 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
         self._launch_detached(spark, dump_id)
         self.defer(
             trigger=DBLogDumpTrigger(
-                self.dblog_conn_id, dump_id, self.poll_interval, self.driver_timeout_s
+                self.dblog_conn_id,
+                dump_id,
+                self.poll_interval,
+                self.driver_timeout_s,
+                cancel_on_kill=True,
             ),
             method_name="execute_complete",
         )

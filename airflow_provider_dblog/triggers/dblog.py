@@ -42,6 +42,8 @@ class DBLogDumpTrigger(BaseTrigger):
     :param poll_interval: seconds between polls of Redis.
     :param driver_timeout_s: how long a dump may go without a running process (counted from
         when this trigger starts, so a driver that is still starting is not taken for dead).
+    :param cancel_on_kill: a user killing the deferred task cancels the dump (the dump
+        operator's own wait; not a sensor's, which only watches).
     """
 
     def __init__(
@@ -50,12 +52,14 @@ class DBLogDumpTrigger(BaseTrigger):
         dump_id: str,
         poll_interval: float = 5.0,
         driver_timeout_s: float = 120.0,
+        cancel_on_kill: bool = False,
     ) -> None:
         super().__init__()
         self.dblog_conn_id = dblog_conn_id
         self.dump_id = dump_id
         self.poll_interval = poll_interval
         self.driver_timeout_s = driver_timeout_s
+        self.cancel_on_kill = cancel_on_kill
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -65,6 +69,7 @@ class DBLogDumpTrigger(BaseTrigger):
                 "dump_id": self.dump_id,
                 "poll_interval": self.poll_interval,
                 "driver_timeout_s": self.driver_timeout_s,
+                "cancel_on_kill": self.cancel_on_kill,
             },
         )
 
@@ -97,6 +102,16 @@ class DBLogDumpTrigger(BaseTrigger):
                 await asyncio.sleep(self.poll_interval)
         finally:
             await client.aclose()
+
+    async def on_kill(self) -> None:
+        """A user killed the deferred task (mark failed, clear): cancel the dump, so its
+        detached Spark driver stops after the current chunk and exits. Not called when the
+        triggerer merely restarts."""
+        if not self.cancel_on_kill:
+            return
+        store = await DBLogHook.async_store(self.dblog_conn_id)
+        cancelled = await asyncio.to_thread(store.cancel_dump, self.dump_id)
+        self.log.info("dump %s: %s", self.dump_id, "cancelled" if cancelled else "already ended")
 
 
 class DBLogTailerHealthTrigger(BaseTrigger):

@@ -218,7 +218,7 @@ def test_triggers_serialize_to_what_builds_them_again() -> None:
     from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger, DBLogTailerHealthTrigger
 
     for trigger in (
-        DBLogDumpTrigger("c", "d-1", poll_interval=0.5, driver_timeout_s=9),
+        DBLogDumpTrigger("c", "d-1", poll_interval=0.5, driver_timeout_s=9, cancel_on_kill=True),
         DBLogTailerHealthTrigger("c", max_lag_ms=5, poll_interval=2),
     ):
         classpath, kwargs = trigger.serialize()
@@ -319,3 +319,21 @@ def test_dump_operator_reports_openlineage_facets_and_never_fails_on_them(
     ]
     broken = DBLogDumpOperator(task_id="dump", dblog_conn_id="no_such_conn", dump_id="seen")
     assert broken.get_openlineage_facets_on_complete(None) is None
+
+
+def test_killing_the_dump_task_while_deferred_cancels_the_dump_a_sensor_does_not(
+    dblog_conn: tuple[str, str, Path], redis_server: RedisInfo
+) -> None:
+    from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger
+
+    conn_id, source, _ = dblog_conn
+    store = StateStore(redis_server.client(), source)
+    for dump_id in ("watched", "owned"):
+        store.create_dump(DumpRequest(dump_id, DumpKind.TABLE, (T,), chunk_size=5))
+        store.mark_dump(dump_id, DumpState.RUNNING)
+    asyncio.run(DBLogDumpTrigger(conn_id, "watched").on_kill())  # a sensor's trigger
+    controls = store.controls("watched")
+    assert controls is not None and not controls.cancelled
+    asyncio.run(DBLogDumpTrigger(conn_id, "owned", cancel_on_kill=True).on_kill())
+    controls = store.controls("owned")
+    assert controls is not None and controls.cancelled
