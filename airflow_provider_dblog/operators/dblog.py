@@ -29,8 +29,9 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.operators.lineage import dump_lineage
+from airflow_provider_dblog.sources.base import SourceUnavailable
 from airflow_provider_dblog.spark_package import package_zip
-from airflow_provider_dblog.state_store import DumpState
+from airflow_provider_dblog.state_store import DumpState, StateStoreUnavailable
 from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger, status_payload
 
 DUMP_APPLICATION = Path(__file__).resolve().parents[2] / "spark_jobs" / "dump.py"
@@ -69,8 +70,9 @@ def optional_list(name: str, value: Any) -> list[Any] | None:
 
 class DBLogCheckDumpRequestOperator(BaseOperator):
     """Check a dump request without running it: unknown tables, tables without a primary
-    key, malformed keys and sizes below 1 fail the task at once (no retry), naming the problem.
-    Put it first in a DAG so that bad params fail the run before anything waits.
+    key, malformed keys and sizes below 1 fail the task at once (no retry), naming the problem;
+    a source or Redis that cannot be reached fails it as retryable. Put it first in a DAG so
+    that bad params fail the run before anything waits.
 
     :param dblog_conn_id: the `dblog` connection.
     :param tables: tables ("schema.table"); None or empty: every captured table.
@@ -119,7 +121,9 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
                 chunk_size=positive_int("chunk_size", self.chunk_size),
                 parallelism=positive_int("parallelism", self.parallelism),
             )
-        except DBLogError as exc:
+        except (SourceUnavailable, StateStoreUnavailable) as exc:
+            raise AirflowException(f"cannot check the dump request now: {exc}") from None
+        except DBLogError as exc:  # the request, the config or the connection is wrong
             raise AirflowFailException(f"bad dump request: {exc}") from None
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -132,8 +136,9 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
 class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
     """Run a dump as a Spark application and wait for it to end; returns its final status.
 
-    Fails with the dump's reason when it fails; a cancelled dump fails the task too. `on_kill`
-    cancels the dump and stops the Spark application.
+    Fails with the dump's reason when it fails (retried: the retry resumes it); a cancelled
+    dump fails the task without retry (clearing the task resumes it). `on_kill` cancels the
+    dump and stops the Spark application.
 
     :param dblog_conn_id: the `dblog` connection (Redis state store, source, TOML path).
     :param spark_conn_id: the Spark connection (master, deploy mode, spark-submit binary).
@@ -244,7 +249,12 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
         if state == DumpState.FAILED:
             raise AirflowException(f"dump {dump_id} failed: {reason}")
         if state == DumpState.CANCELLED:
-            raise AirflowException(f"dump {dump_id} was cancelled ({reason or 'by request'})")
+            # Not retried: a retry would resume what someone chose to stop. Clearing the task
+            # by hand does resume it.
+            raise AirflowFailException(
+                f"dump {dump_id} was cancelled ({reason or 'by request'}); clear this task to "
+                "resume it"
+            )
         raise AirflowException(
             f"dump {dump_id} ended {state or 'missing'} without finishing ({reason}): the Spark "
             "application stopped early; a retry resumes it"
