@@ -337,3 +337,83 @@ def test_killing_the_dump_task_while_deferred_cancels_the_dump_a_sensor_does_not
     asyncio.run(DBLogDumpTrigger(conn_id, "owned", cancel_on_kill=True).on_kill())
     controls = store.controls("owned")
     assert controls is not None and controls.cancelled
+
+
+def test_control_operators_act_on_a_running_dump_and_refuse_a_finished_one(
+    dblog_conn: tuple[str, str, Path], redis_server: RedisInfo
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_dblog.operators.dblog import (
+        DBLogCancelDumpOperator,
+        DBLogPauseDumpOperator,
+        DBLogResumeDumpOperator,
+        DBLogThrottleDumpOperator,
+    )
+
+    conn_id, source, _ = dblog_conn
+    store = StateStore(redis_server.client(), source)
+    store.create_dump(DumpRequest("ctl", DumpKind.TABLE, (T,), chunk_size=5))
+    store.mark_dump("ctl", DumpState.RUNNING)
+    common = {"dump_id": "ctl", "dblog_conn_id": conn_id}
+
+    def controls() -> Any:
+        found = store.controls("ctl")
+        assert found is not None
+        return found
+
+    DBLogPauseDumpOperator(task_id="pause", **common).execute({})  # type: ignore[arg-type]
+    assert controls().paused
+    DBLogResumeDumpOperator(task_id="resume", **common).execute({})  # type: ignore[arg-type]
+    assert not controls().paused
+    DBLogThrottleDumpOperator(
+        task_id="throttle", chunk_size="250", delay_ms=40, max_rows_per_s=1000.0, **common
+    ).execute({})  # type: ignore[arg-type]
+    assert (controls().chunk_size, controls().delay_ms, controls().max_rows_per_s) == (
+        250,
+        40,
+        1000.0,
+    )
+    with pytest.raises(AirflowFailException, match="chunk_size must be at least 1"):
+        DBLogThrottleDumpOperator(task_id="t0", chunk_size=0, **common).execute({})  # type: ignore[arg-type]
+    DBLogCancelDumpOperator(task_id="cancel", **common).execute({})  # type: ignore[arg-type]
+    assert controls().cancelled
+    store.mark_dump("ctl", DumpState.CANCELLED)
+    with pytest.raises(AirflowFailException, match="dump ctl has finished: nothing to pause"):
+        DBLogPauseDumpOperator(task_id="late", **common).execute({})  # type: ignore[arg-type]
+    with pytest.raises(AirflowFailException, match="no dump never"):
+        DBLogPauseDumpOperator(task_id="unknown", dump_id="never", dblog_conn_id=conn_id).execute(
+            {}
+        )  # type: ignore[arg-type]
+
+
+def test_dump_sensor_pokes_until_done_and_fails_with_the_reason(
+    dblog_conn: tuple[str, str, Path], redis_server: RedisInfo
+) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_dblog.sensors.dblog import DBLogDumpSensor, DBLogTailerHealthSensor
+
+    conn_id, source, _ = dblog_conn
+    store = StateStore(redis_server.client(), source)
+    for dump_id in ("slow", "broken"):
+        store.create_dump(DumpRequest(dump_id, DumpKind.TABLE, (T,), chunk_size=5))
+        store.mark_dump(dump_id, DumpState.RUNNING)
+    slow = DBLogDumpSensor(task_id="wait", dump_id="slow", dblog_conn_id=conn_id)
+    assert slow.poke({}) is False  # type: ignore[arg-type]
+    store.mark_dump("slow", DumpState.DONE)
+    assert slow.poke({}) is True  # type: ignore[arg-type]
+    store.mark_dump("broken", DumpState.FAILED, reason="chunk 3 failed 5 times")
+    broken = DBLogDumpSensor(task_id="wait", dump_id="broken", dblog_conn_id=conn_id)
+    with pytest.raises(AirflowException, match="dump broken failed: chunk 3 failed 5 times"):
+        broken.poke({})  # type: ignore[arg-type]
+    missing = DBLogDumpSensor(task_id="wait", dump_id="never", dblog_conn_id=conn_id)
+    with pytest.raises(AirflowException, match="no dump never"):
+        missing.poke({})  # type: ignore[arg-type]
+
+    tailer = DBLogTailerHealthSensor(task_id="tailer", dblog_conn_id=conn_id, max_lag_ms=100)
+    assert tailer.poke({}) is False  # type: ignore[arg-type]  # no heartbeat
+    store.heartbeat("t", {"lag_ms": 500}, ttl_s=60)
+    assert tailer.poke({}) is False  # type: ignore[arg-type]
+    store.heartbeat("t", {"lag_ms": 50}, ttl_s=60)
+    assert tailer.poke({}) is True  # type: ignore[arg-type]
