@@ -1,8 +1,8 @@
 """The dump as a Spark application (spark_jobs/dump.py) on local[2], against real PostgreSQL and
 Redis with a tailer running in this process into a SQL target: a full dump under writes with one
 and three windows in flight, a repair of a key list, pause and resume, cancel, a chunk size
-changed while the dump runs, and an application killed mid-dump that resumes from its stored
-progress.
+changed while the dump runs, Python workers killed while a chunk's job runs, and an application
+killed mid-dump that resumes from its stored progress.
 
 One SparkSession serves the in-process dumps of this module (a session starts in about 5 s);
 the dumps that are controlled while they run go in a thread. The kill test runs the entry point
@@ -11,6 +11,8 @@ as its own application, twice.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
 import signal
@@ -21,6 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 from pyspark.sql import SparkSession
@@ -255,3 +258,76 @@ def test_killed_application_resumes_without_rereading(
     # 600 rows per table in chunks of 100: 6 chunks each. A re-read chunk would count again.
     assert status.chunks == 18
     assert status.rows == ROWS * 3
+
+
+def python_workers() -> list[psutil.Process]:
+    """The Python workers of this process's Spark: in local mode the JVM (a child of this
+    process) starts `python -m pyspark.daemon`, which forks one worker per running task, reused
+    for the next ones (without the daemon the JVM starts `python -m pyspark.worker` itself).
+    Not the daemon: it only forks, and it reaps what is killed."""
+    modules: dict[int, str] = {}
+    parents: dict[int, int] = {}
+    processes: dict[int, psutil.Process] = {}
+    for process in psutil.Process().children(recursive=True):
+        try:
+            argv, parent = process.cmdline(), process.ppid()
+        except psutil.Error:
+            continue  # ended meanwhile
+        if argv[1:3] in (["-m", "pyspark.daemon"], ["-m", "pyspark.worker"]):
+            modules[process.pid], parents[process.pid] = argv[2], parent
+            processes[process.pid] = process
+    return [
+        processes[pid]
+        for pid, module in modules.items()
+        if module == "pyspark.worker" or parents[pid] in modules
+    ]
+
+
+def test_killed_python_workers_fail_the_chunk_job_and_the_chunk_is_retried(
+    spark: SparkSession, pipeline: Pipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGKILL to the Python workers while a chunk's job runs: the task fails ("Python worker
+    exited unexpectedly"), local mode does not retry a task (`local[2]`: one attempt), so the
+    job fails, the driver's `SparkChunkReader` raises `ChunkJobFailed` and the runner retries
+    the chunk with new watermarks; the window left open is abandoned, its rows never emitted.
+
+    A kill is only sure to fail a job if it lands while a task runs: an idle worker killed
+    between two jobs is replaced by Spark and nothing fails, and a warm worker's task lasts
+    milliseconds. So the workers are killed whenever the status tracker reports a job running,
+    again, until the retried-window counter moves (in practice the first job seen running
+    fails). The retry's backoff (`UNAVAILABLE_BACKOFF_S`) comes before the counter moves, so
+    the kills stop before the new window's job starts."""
+    store = pipeline.store
+    slow_dump(pipeline, DumpRequest("crashed", DumpKind.ALL, TABLES, chunk_size=100))
+    tracker = spark.sparkContext.statusTracker()
+    kills = 0
+    with (
+        caplog.at_level(logging.INFO, logger="airflow_provider_dblog.dump_runner"),
+        dump_in_thread(spark, pipeline, "crashed") as run,
+    ):
+        wait_until(lambda: status_of(pipeline, "crashed").chunks >= 2, 60, "2 chunks")
+
+        def killed_until_retried() -> bool:
+            nonlocal kills
+            if status_of(pipeline, "crashed").windows_retried >= 1:
+                return True
+            assert not run.done(), f"the dump ended before a window was retried: {run.result()}"
+            if tracker.getActiveJobsIds():
+                for worker in python_workers():
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        worker.kill()
+                        kills += 1
+            return False
+
+        wait_until(killed_until_retried, 30, "a chunk's Spark job failing under the kills")
+        assert kills >= 1
+        store.throttle_dump("crashed", delay_ms=0)
+        assert run.result(timeout=120) is DumpState.DONE
+    failed = [r for r in caplog.records if "the Spark job of chunk" in r.getMessage()]
+    assert failed, "no chunk was retried for a failed Spark job"
+    final = status_of(pipeline, "crashed")
+    assert final.state is DumpState.DONE and final.windows_retried >= 1
+    # 600 rows per table in chunks of 100: 6 chunks each. A chunk completed twice counts twice.
+    assert final.chunks == 18 and final.rows == ROWS * 3
+    wait_caught_up(pipeline.dbs)
+    assert compare(pipeline.dbs.source_dsn, pipeline.dbs.target_dsn) == []
