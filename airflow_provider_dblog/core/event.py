@@ -8,7 +8,8 @@ both the log and the dump, so the same row gives the same JSON whichever path it
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import json.encoder
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeAlias
@@ -166,6 +167,112 @@ def encode(event: Event) -> str:
     """One line of JSON. Field order is fixed and row columns keep table order, so the same
     event always encodes to the same bytes."""
     return json.dumps(event.to_json(), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def encode_lines(events: Iterable[Event]) -> list[bytes]:
+    """`(encode(event) + "\\n").encode()` for each event, byte for byte, at about half the cost.
+
+    The envelope is spelled out directly and only `key`, `before` and `after` go through the
+    JSON encoder, one encoder for the whole batch. Anything unusual (a field of another type
+    than its annotation, a value the encoder refuses) takes `encode` itself, which then gives
+    the same bytes or raises the same error as before.
+    """
+    line = _LineEncoder().line
+    return [line(event) for event in events]
+
+
+_OP_JSON = {op: json.dumps(op.value) for op in Op}
+_ORIGIN_JSON = {origin: json.dumps(origin.value) for origin in Origin}
+_string: Callable[[str], str] = json.encoder.encode_basestring
+"""The escaping `json.dumps(..., ensure_ascii=False)` applies to every string."""
+
+
+class _LineEncoder:
+    """Encodes events as `encode` does. Not thread-safe: one per batch (the JSON encoder's
+    circular-reference markers are shared between its calls)."""
+
+    def __init__(self) -> None:
+        self._value = self._value_encoder()
+
+    @staticmethod
+    def _value_encoder() -> Callable[[JsonValue], str]:
+        """A JSON value as `json.dumps` with `encode`'s options spells it inside an event."""
+        options = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        make = getattr(json.encoder, "c_make_encoder", None)
+        try:
+            # What `JSONEncoder.encode` does for a non-string, minus building it per call.
+            encoder = make(  # type: ignore[misc]
+                {},
+                options.default,
+                _string,
+                None,
+                options.key_separator,
+                options.item_separator,
+                options.sort_keys,
+                options.skipkeys,
+                options.allow_nan,
+            )
+        except TypeError:  # no C accelerator, or another signature: the public path
+            return options.encode
+
+        def value(obj: JsonValue) -> str:
+            return "".join(encoder(obj, 0))
+
+        return value
+
+    def line(self, event: Event) -> bytes:
+        try:
+            text = self._envelope(event)
+        except Exception:
+            # A value the encoder refused may leave its markers behind: start afresh, and let
+            # `encode` give the result (or raise its own error).
+            self._value = self._value_encoder()
+            text = None
+        if text is None:
+            text = encode(event)
+        return (text + "\n").encode()
+
+    def _envelope(self, event: Event) -> str | None:
+        """The event's line without its newline, or None if a field is not of its usual type."""
+        source = event.source
+        position = source.position
+        op, origin = event.op, source.origin
+        name, db, schema, table = source.name, source.db, source.schema, source.table
+        dump_id, window_id = source.dump_id, source.window_id
+        txid, ts_ms = source.txid, source.ts_ms
+        commit, seq, version = position.commit, position.seq, event.schema_version
+        if not (
+            type(op) is Op
+            and type(origin) is Origin
+            and type(name) is str
+            and type(db) is str
+            and type(schema) is str
+            and type(table) is str
+            and (dump_id is None or type(dump_id) is str)
+            and (window_id is None or type(window_id) is str)
+            and (txid is None or type(txid) is int)
+            and (ts_ms is None or type(ts_ms) is int)
+            and type(commit) is int
+            and type(seq) is int
+            and type(version) is int
+            and type(position) is Position
+        ):
+            return None
+        value = self._value
+        before, after = event.before, event.after
+        return (
+            f'{{"op":{_OP_JSON[op]},"key":{value(event.key)}'
+            f',"before":{"null" if before is None else value(before)}'
+            f',"after":{"null" if after is None else value(after)}'
+            f',"source":{{"name":{_string(name)},"db":{_string(db)}'
+            f',"schema":{_string(schema)},"table":{_string(table)}'
+            f',"position":[{commit},{seq}],"origin":{_ORIGIN_JSON[origin]}'
+            f',"dump_id":{"null" if dump_id is None else _string(dump_id)}'
+            f',"window_id":{"null" if window_id is None else _string(window_id)}'
+            f',"txid":{"null" if txid is None else txid}'
+            f',"ts_ms":{"null" if ts_ms is None else ts_ms}'
+            f'}},"schema_version":{version}}}'
+        )
 
 
 def decode(line: str | bytes) -> Event:

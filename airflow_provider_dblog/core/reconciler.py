@@ -202,24 +202,31 @@ class Reconciler:
                     FailureReason.STALE_READ,
                     f"transaction {txid} committed before lw but was invisible to the read",
                 )
-        hw = closed.hw_position
+        # One row costs a few objects, so the loop keeps to locals and positional arguments.
+        # Every row's key is checked (a missing key column raises), but only a window in
+        # which keys changed needs the hashable key.
+        key_columns = chunk.key_columns
+        changed = closed.changed_keys
+        commit, seq = closed.hw_position.commit, closed.hw_position.seq
+        name, db = self._source_name, self._db
+        schema, table = window.table.schema, window.table.name
+        dump_id, window_id, version = window.dump_id, window.window_id, chunk.schema_version
+        read, dump = Op.READ, Origin.DUMP
         events: list[Event] = []
+        append = events.append
         for row in chunk.rows:
-            key = key_of(row, chunk.key_columns)
-            if key in closed.changed_keys:
+            if changed and key_of(row, key_columns) in changed:
                 continue
+            try:
+                key_row = {c: row[c] for c in key_columns}
+            except KeyError:
+                key_of(row, key_columns)  # raises the error a missing key column gets
+                raise
+            seq += 1
             source = SourceInfo(
-                name=self._source_name,
-                db=self._db,
-                schema=window.table.schema,
-                table=window.table.name,
-                position=Position(hw.commit, hw.seq + 1 + len(events)),
-                origin=Origin.DUMP,
-                dump_id=window.dump_id,
-                window_id=window.window_id,
+                name, db, schema, table, Position(commit, seq), dump, dump_id, window_id
             )
-            key_row = {c: row[c] for c in chunk.key_columns}
-            events.append(Event(Op.READ, key_row, None, row, source, chunk.schema_version))
+            append(Event(read, key_row, None, row, source, version))
         return events
 
     # -- introspection ----------------------------------------------------------------------

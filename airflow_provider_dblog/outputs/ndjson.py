@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from airflow_provider_dblog.core.event import Event, decode, encode
+from airflow_provider_dblog.core.event import Event, decode, encode_lines
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.outputs.base import Output, OutputError, drop_replayed
 
@@ -161,17 +161,17 @@ class NdjsonOutput(Output):
         kept = drop_replayed(events, self.last_position)
         if len(kept) < len(events):
             log.info("skipped %d replayed events", len(events) - len(kept))
-        lines = [(e.position, (encode(e) + "\n").encode()) for e in kept]
+        lines = encode_lines(kept)
         start = 0
         while start < len(lines):
-            if self._size and self._size + len(lines[start][1]) > self.max_bytes:
+            if self._size and self._size + len(lines[start]) > self.max_bytes:
                 self._rotate()
-            end, size = start + 1, self._size + len(lines[start][1])
-            while end < len(lines) and size + len(lines[end][1]) <= self.max_bytes:
-                size += len(lines[end][1])
+            end, size = start + 1, self._size + len(lines[start])
+            while end < len(lines) and size + len(lines[end]) <= self.max_bytes:
+                size += len(lines[end])
                 end += 1
-            self._append(b"".join(line for _, line in lines[start:end]))
-            self.last_position = lines[end - 1][0]
+            self._append(b"".join(lines[start:end]))
+            self.last_position = kept[end - 1].position
             start = end
 
     def _append(self, data: bytes) -> None:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import json.encoder
+from typing import Any
+
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.event import (
@@ -14,6 +19,7 @@ from airflow_provider_dblog.core.event import (
     TableRef,
     decode,
     encode,
+    encode_lines,
     key_of,
 )
 from airflow_provider_dblog.core.position import (
@@ -23,6 +29,7 @@ from airflow_provider_dblog.core.position import (
     mysql_commit,
     parse_pg_lsn,
 )
+from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler, Window
 
 pytestmark = pytest.mark.unit
 
@@ -88,3 +95,164 @@ def test_keys_are_hashable_in_primary_key_order() -> None:
     assert hash(key_of(row, ("a", "b")))
     with pytest.raises(ValueError, match="no primary-key column"):
         key_of(row, ("missing",))
+
+
+# -- encode_lines: the batch encoder the NDJSON output uses -----------------------------------
+
+ROW_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=6,
+)
+ROWS = st.dictionaries(st.text(max_size=5), ROW_VALUES, max_size=4)
+TEXT_OR_NONE = st.none() | st.text(max_size=8)
+INT_OR_NONE = st.none() | st.integers(0, 2**70)
+
+
+@st.composite
+def events(draw: st.DrawFn) -> Event:
+    source = SourceInfo(
+        draw(st.text(max_size=8)),
+        draw(st.text(max_size=8)),
+        draw(st.text(max_size=8)),
+        draw(st.text(max_size=8)),
+        Position(draw(st.integers(0, 2**64 - 1)), draw(st.integers(0, 2**40))),
+        draw(st.sampled_from(Origin)),
+        draw(TEXT_OR_NONE),
+        draw(TEXT_OR_NONE),
+        draw(INT_OR_NONE),
+        draw(INT_OR_NONE),
+    )
+    return Event(
+        draw(st.sampled_from(Op)),
+        draw(ROWS),
+        draw(st.none() | ROWS),
+        draw(st.none() | ROWS),
+        source,
+        draw(st.integers(0, 2**40)),
+    )
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(events(), max_size=3))
+def test_encode_lines_is_encode_byte_for_byte(batch: list[Event]) -> None:
+    assert encode_lines(batch) == [(encode(e) + "\n").encode() for e in batch]
+
+
+def test_encode_lines_of_events_off_their_annotations_is_still_encode() -> None:
+    """Fields of other types than annotated (a bool for an int, a plain string for an enum
+    member, a str subclass) take `encode` itself, so they spell the same."""
+
+    class Name(str):
+        pass
+
+    base = sample_event()
+    odd = [
+        dataclasses.replace(base, source=dataclasses.replace(base.source, txid=True)),
+        dataclasses.replace(base, source=dataclasses.replace(base.source, ts_ms=1.5)),
+        dataclasses.replace(base, source=dataclasses.replace(base.source, name=Name("n"))),
+        dataclasses.replace(base, source=dataclasses.replace(base.source, dump_id=7)),
+        dataclasses.replace(
+            base, source=dataclasses.replace(base.source, position=Position(True, 0))
+        ),
+        dataclasses.replace(base, schema_version=False),
+        dataclasses.replace(base, key={"id": 1.0, "b": [True, None]}),
+    ]
+    assert encode_lines(odd) == [(encode(e) + "\n").encode() for e in odd]
+
+
+def test_encode_lines_raises_what_encode_raises_and_recovers() -> None:
+    base = sample_event()
+    nan = dataclasses.replace(base, after={"id": 1, "x": {"deep": [float("nan")]}})
+    with pytest.raises(ValueError, match="Out of range float values"):
+        encode(nan)
+    with pytest.raises(ValueError, match="Out of range float values"):
+        encode_lines([base, nan])
+    not_json = dataclasses.replace(base, after={"id": 1, "x": object()})
+    with pytest.raises(TypeError, match="is not JSON serializable"):
+        encode_lines([not_json])
+    surrogate = dataclasses.replace(base, after={"id": 1, "x": "\ud800"})
+    with pytest.raises(UnicodeEncodeError):
+        encode_lines([surrogate])
+
+
+def test_encode_lines_after_a_refused_value_in_the_same_batch() -> None:
+    """A value the encoder refuses mid-row must not spoil the events after it."""
+
+    class Flaky(dict[str, object]):
+        """A row the encoder refuses on its first pass only (encode then sees a fine row)."""
+
+        passes = 0
+
+        def items(self) -> Any:
+            Flaky.passes += 1
+            if Flaky.passes == 1:
+                raise RuntimeError("refused once")
+            return super().items()
+
+    base = sample_event()
+    flaky = dataclasses.replace(base, after=Flaky({"id": 2, "doc": {"a": [1]}}))
+    batch = [flaky, flaky, base]
+    assert encode_lines(batch) == [(encode(e) + "\n").encode() for e in batch]
+
+
+def test_a_chunk_encodes_to_the_documented_envelope() -> None:
+    """The `r` events of a chunk, through the reconciler and `encode_lines`, against lines
+    built here from DESIGN.md's envelope with `json.dumps` (and one line spelled out)."""
+    table = TableRef("app", "orders")
+    window = Window("w-1", "dump-7", table)
+    rows: list[dict[str, object]] = [
+        {"tenant": "t1", "id": 1, "name": 'Zoë "q" \\ \n', "amount": "12.50", "ok": True},
+        {"tenant": "t1", "id": 2, "name": None, "amount": 1.5e-7, "ok": False},
+        {"tenant": "t2", "id": 2**63, "name": "\u2028😀", "amount": -0.0, "ok": None},
+        {"tenant": "t2", "id": 3, "name": "x", "amount": {"v": [1, 2.5, {}]}, "ok": []},
+    ]
+    rec = Reconciler("pg-main", "shop")
+    rec.low_watermark(window, Position(2**40, 3))
+    changed = SourceInfo("pg-main", "shop", "app", "orders", Position(2**40 + 5, 0), Origin.LOG)
+    rec.change(Event(Op.UPDATE, {"tenant": "t1", "id": 2}, None, rows[1], changed, 4))
+    closed = rec.high_watermark(window, Position(2**40 + 9, 2))
+    assert isinstance(closed, Closed)
+    chunk_events = rec.chunk_events(closed, ChunkRows("w-1", ("tenant", "id"), rows, 4))
+    assert isinstance(chunk_events, list)
+
+    expected = []
+    for seq, row in zip((3, 4, 5), (rows[0], rows[2], rows[3]), strict=True):
+        envelope = {
+            "op": "r",
+            "key": {"tenant": row["tenant"], "id": row["id"]},
+            "before": None,
+            "after": row,
+            "source": {
+                "name": "pg-main",
+                "db": "shop",
+                "schema": "app",
+                "table": "orders",
+                "position": [2**40 + 9, seq],
+                "origin": "dump",
+                "dump_id": "dump-7",
+                "window_id": "w-1",
+                "txid": None,
+                "ts_ms": None,
+            },
+            "schema_version": 4,
+        }
+        line = json.dumps(envelope, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        expected.append((line + "\n").encode())
+    assert encode_lines(chunk_events) == expected
+    assert expected[2] == (
+        b'{"op":"r","key":{"tenant":"t2","id":3},"before":null,"after":{"tenant":"t2","id":3,'
+        b'"name":"x","amount":{"v":[1,2.5,{}]},"ok":[]},"source":{"name":"pg-main","db":"shop",'
+        b'"schema":"app","table":"orders","position":[1099511627785,5],"origin":"dump",'
+        b'"dump_id":"dump-7","window_id":"w-1","txid":null,"ts_ms":null},"schema_version":4}\n'
+    )
+
+
+def test_encode_lines_without_the_c_encoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(json.encoder, "c_make_encoder", None)
+    batch = [sample_event(), dataclasses.replace(sample_event(), before={"id": 0.5})]
+    assert encode_lines(batch) == [(encode(e) + "\n").encode() for e in batch]

@@ -179,3 +179,37 @@ def test_rows_of_another_window_are_refused() -> None:
     assert isinstance(closed, Closed)
     wrong = rec.chunk_events(closed, chunk(Window("w2", "d1", T), "k1"))
     assert isinstance(wrong, Failed) and wrong.reason is FailureReason.WRONG_CHUNK
+
+
+def test_a_row_without_its_key_column_is_refused_whether_or_not_keys_changed() -> None:
+    for changed in (False, True):
+        rec = Reconciler("src", "db")
+        window = Window("w1", "d1", T)
+        rec.low_watermark(window, Position(10, 0))
+        if changed:
+            rec.change(change("k1", 15))
+        closed = rec.high_watermark(window, Position(20, 0))
+        assert isinstance(closed, Closed)
+        rows = ChunkRows("w1", ("k",), [{"k": "k2", "v": "x"}, {"v": "no key"}], 1)
+        with pytest.raises(ValueError, match="row has no primary-key column 'k'"):
+            rec.chunk_events(closed, rows)
+
+
+def test_chunk_events_are_positioned_one_after_another_past_hw() -> None:
+    rec = Reconciler("src", "db")
+    window = Window("w1", "d1", T)
+    rec.low_watermark(window, Position(10, 0))
+    rec.change(change("k2", 15))
+    closed = rec.high_watermark(window, Position(20, 7))
+    assert isinstance(closed, Closed)
+    rows = [{"v": "chunk", "k": k} for k in ("k1", "k2", "k3")]
+    events = rec.chunk_events(closed, ChunkRows("w1", ("k",), rows, 3))
+    assert isinstance(events, list)
+    assert [e.position for e in events] == [Position(20, 8), Position(20, 9)]
+    assert [e.key for e in events] == [{"k": "k1"}, {"k": "k3"}]
+    assert [e.after for e in events] == [rows[0], rows[2]]
+    assert all(e.after is row for e, row in zip(events, (rows[0], rows[2]), strict=True))
+    expected_source = SourceInfo(
+        "src", "db", "public", "t", Position(20, 8), Origin.DUMP, "d1", "w1"
+    )
+    assert events[0] == Event(Op.READ, {"k": "k1"}, None, rows[0], expected_source, 3)
