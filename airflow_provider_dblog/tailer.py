@@ -35,7 +35,9 @@ class TailerSettings:
     window_ttl_s: float = 120.0
     """An open window whose hw has not come by then expires; the dump retries the chunk."""
     batch_events: int = 2000
+    """At most this many events per output write (each write made durable before its marks)."""
     buffer_items: int = 20_000
+    """The buffer between the reader and the writer holds about this many events and marks."""
     lease_ttl_ms: int = 10_000
     heartbeat_s: float = 1.0
     reconnect_max_s: float = 30.0
@@ -49,6 +51,35 @@ class _Complete:
 
 
 _STOP = object()
+
+
+class _Buffer(queue.Queue[object]):
+    """The reader's hand-off to the writer, bounded by what it holds rather than by its items.
+
+    A chunk's events go in as lists of up to `batch_events` (one lock round a list, not one an
+    event); a list weighs its length, every other item one, so memory stays bounded as when
+    each event was an item of its own (a `put` blocks while the weight is at the bound).
+    """
+
+    def _init(self, maxsize: int) -> None:
+        super()._init(maxsize)
+        self._weight = 0
+
+    def _qsize(self) -> int:
+        return self._weight
+
+    def _put(self, item: object) -> None:
+        super()._put(item)
+        self._weight += _weight(item)
+
+    def _get(self) -> object:
+        item = super()._get()
+        self._weight -= _weight(item)
+        return item
+
+
+def _weight(item: object) -> int:
+    return max(1, len(item)) if isinstance(item, list) else 1
 
 
 @dataclass
@@ -73,29 +104,52 @@ class _Writer(threading.Thread):
         self._store = store
         self._token = token
         self._settings = settings
-        self.queue: queue.Queue[object] = queue.Queue(settings.buffer_items)
+        self.queue: queue.Queue[object] = _Buffer(settings.buffer_items)
+        """Events, lists of a chunk's events, `TransactionEnd` and `_Complete` marks, `_STOP`."""
         self.durable_commit = 0
         self.error: BaseException | None = None
         self.idle = threading.Event()
 
     def run(self) -> None:
+        limit = max(1, self._settings.batch_events)
+        carried: list[object] | None = None
+        """The rest of a list of events that did not fit into the last batch: the next one's
+        start (nothing after it was taken from the queue)."""
         try:
             while True:
-                item = self.queue.get()
+                item = self.queue.get() if carried is None else carried
+                carried = None
                 if item is _STOP:
                     return
                 self.idle.clear()
-                batch = [item]
-                while len(batch) < self._settings.batch_events:
+                # Up to `limit` events and marks, as when each event was an item of its own.
+                batch: list[object] = []
+                room = limit
+                stop = False
+                while True:
+                    if item is _STOP:
+                        stop = True
+                        break
+                    if isinstance(item, list):
+                        if len(item) > room:
+                            batch.extend(item[:room])
+                            carried = item[room:]
+                            break
+                        batch.extend(item)
+                        room -= len(item)
+                    else:
+                        batch.append(item)
+                        room -= 1
+                    if room <= 0:
+                        break
                     try:
-                        batch.append(self.queue.get_nowait())
+                        item = self.queue.get_nowait()
                     except queue.Empty:
                         break
-                stop = _STOP in batch
-                self._flush([i for i in batch if i is not _STOP])
+                self._flush(batch)
                 if stop:
                     return
-                if self.queue.empty():
+                if carried is None and self.queue.empty():
                     self.idle.set()
         except BaseException as exc:
             self.error = exc
@@ -295,8 +349,9 @@ class Tailer:
             return
         if not self._store.claim_window(window.window_id, token):
             return  # the dump abandoned it first: its rows are never emitted
-        for event in events:
-            writer.queue.put(event)
+        step = max(1, self._settings.batch_events)
+        for start in range(0, len(events), step):
+            writer.queue.put(events[start : start + step])
         writer.queue.put(_Complete(window.window_id))
         self.stats.dump_rows += len(events)
         self.stats.windows_closed += 1
