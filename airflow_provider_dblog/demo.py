@@ -270,9 +270,7 @@ def _demo(
         TailerSettings(window_ttl_s=30),
     )
     stop_tailer = threading.Event()
-    tailer_thread = threading.Thread(target=tailer.run, args=(stop_tailer,), daemon=True)
-    tailer_thread.start()
-    wait_until(lambda: store.tailer_health() is not None, 30, "the tailer's first heartbeat")
+    tailer_thread = tailer.start(stop_tailer)
     say("tailer running; writes start")
 
     workload = Workload(pg.dsn, seed=7)

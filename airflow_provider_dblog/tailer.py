@@ -196,6 +196,20 @@ class Tailer:
         self._settings = settings or TailerSettings()
         self.stats = _Stats()
 
+    def start(self, stop: threading.Event, ready_timeout_s: float = 30.0) -> threading.Thread:
+        """`run(stop)` in a daemon thread, returned once a tailer of this source has beaten
+        (it holds the lease and reads): for the demo and tests, which need it up first."""
+        thread = threading.Thread(target=self.run, args=(stop,), name="dblog-tailer", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + ready_timeout_s
+        while self._store.tailer_health() is None:
+            if not thread.is_alive():
+                raise RuntimeError(f"the tailer of {self._source_name} stopped before it beat")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the tailer of {self._source_name} did not beat in time")
+            time.sleep(0.05)
+        return thread
+
     def run(self, stop: threading.Event) -> None:
         """Lead while holding the lease; after losing it, wait again as a standby."""
         while not stop.is_set():

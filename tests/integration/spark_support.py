@@ -34,7 +34,6 @@ from tests.integration.e2e_support import (
     FanOut,
     drop_databases,
     make_databases,
-    wait_until,
     write_config,
 )
 
@@ -89,9 +88,7 @@ def running_pipeline(
         TailerSettings(window_ttl_s=5),
     )
     stop = threading.Event()
-    thread = threading.Thread(target=tailer.run, args=(stop,), daemon=True)
-    thread.start()
-    wait_until(lambda: store.tailer_health() is not None, 30, "the tailer's first heartbeat")
+    thread = tailer.start(stop)
     try:
         yield Pipeline(dbs, config_path, store, stop, thread)
     finally:
