@@ -463,6 +463,17 @@ def _request_from_json(data: dict[str, Any]) -> DumpRequest:
     )
 
 
+def _prefix(source: str) -> str:
+    """The keys' prefix of a source (see the key table above), its name checked."""
+    if not _SOURCE_NAME.fullmatch(source):
+        raise InvalidRequest(f"a source name is letters, digits, '_', '.' and '-', got {source!r}")
+    return f"dblog:{{{source}}}:"
+
+
+def _dump_key(prefix: str, dump_id: str, part: str = "") -> str:
+    return f"{prefix}dump:{dump_id}{part}"
+
+
 def _dump_status(raw: Mapping[Any, Any]) -> DumpStatus | None:
     if not raw:
         return None
@@ -499,13 +510,9 @@ class StateStore:
     connection pool is): the dump's threads and the tailer may share one store."""
 
     def __init__(self, client: redis.Redis, source: str) -> None:
-        if not _SOURCE_NAME.fullmatch(source):
-            raise InvalidRequest(
-                f"a source name is letters, digits, '_', '.' and '-', got {source!r}"
-            )
         self._r = client
         self.source = source
-        self.prefix = f"dblog:{{{source}}}:"
+        self.prefix = _prefix(source)
         self._register = client.register_script(_REGISTER)
         self._transition = client.register_script(_TRANSITION)
         self._checkpoint = client.register_script(_CHECKPOINT)
@@ -543,7 +550,7 @@ class StateStore:
         ]
 
     def _dump_key(self, dump_id: str, part: str = "") -> str:
-        return f"{self.prefix}dump:{dump_id}{part}"
+        return _dump_key(self.prefix, dump_id, part)
 
     # -- watermark windows --------------------------------------------------------------------
 
@@ -1040,18 +1047,14 @@ class AsyncStateReader:
     driver is alive, tailer health. Read only; the same keys and parsing as `StateStore`."""
 
     def __init__(self, client: redis.asyncio.Redis, source: str) -> None:
-        if not _SOURCE_NAME.fullmatch(source):
-            raise InvalidRequest(
-                f"a source name is letters, digits, '_', '.' and '-', got {source!r}"
-            )
         self._r = client
-        self.prefix = f"dblog:{{{source}}}:"
+        self.prefix = _prefix(source)
 
     async def dump_status(self, dump_id: str) -> DumpStatus | None:
-        return _dump_status(await self._r.hgetall(f"{self.prefix}dump:{dump_id}:status"))
+        return _dump_status(await self._r.hgetall(_dump_key(self.prefix, dump_id, ":status")))
 
     async def dump_driver(self, dump_id: str) -> str | None:
-        raw = await self._r.get(f"{self.prefix}dump:{dump_id}:driver")
+        raw = await self._r.get(_dump_key(self.prefix, dump_id, ":driver"))
         return None if raw is None else _text(raw)
 
     async def tailer_health(self) -> dict[str, JsonValue] | None:

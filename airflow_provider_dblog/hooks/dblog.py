@@ -234,14 +234,17 @@ class DBLogHook(BaseHook):
     @classmethod
     async def async_reader(cls, dblog_conn_id: str) -> tuple[AsyncStateReader, redis.asyncio.Redis]:
         """A reader on an asyncio client; close the client when done."""
-        conn = await cls.aget_connection(dblog_conn_id)
-        settings = DBLogConnection.parse(conn, None)
+        settings = await cls._async_settings(dblog_conn_id)
         client = redis.asyncio.Redis(**settings.redis_kwargs())
         return AsyncStateReader(client, settings.source_name), client
 
     @classmethod
     async def async_store(cls, dblog_conn_id: str) -> StateStore:
         """A (blocking) store for the rare writes of a trigger: call it through a thread."""
-        conn = await cls.aget_connection(dblog_conn_id)
-        settings = DBLogConnection.parse(conn, None)
+        settings = await cls._async_settings(dblog_conn_id)
         return StateStore(redis.Redis(**settings.redis_kwargs()), settings.source_name)
+
+    @classmethod
+    async def _async_settings(cls, dblog_conn_id: str) -> DBLogConnection:
+        """The connection as the triggerer reads it (the source's password is not needed)."""
+        return DBLogConnection.parse(await cls.aget_connection(dblog_conn_id), None)

@@ -40,9 +40,12 @@ DUMP_APPLICATION = Path(__file__).resolve().parents[2] / "spark_jobs" / "dump.py
 def default_dump_id(context: Context) -> str:
     """The same id for every try of one task instance: a retry resumes, it does not restart."""
     ti = context["ti"]
-    parts = [ti.dag_id, ti.run_id, ti.task_id]
-    if getattr(ti, "map_index", -1) >= 0:
-        parts.append(str(ti.map_index))
+    return dump_id_for(ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1))
+
+
+def dump_id_for(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+    """The dump id of a task instance: its ids joined, anything unusual as `_`."""
+    parts = [dag_id, run_id, task_id] + ([str(map_index)] if map_index >= 0 else [])
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", ".".join(parts))
 
 

@@ -11,7 +11,6 @@ list that leaves exactly those rows in the target.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import psycopg
@@ -20,6 +19,7 @@ import pytest
 from airflow_provider_dblog.demo import snapshot
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.operators.dblog import dump_id_for
 from tests.integration.airflow_server import airflow_server
 from tests.integration.airflow_support import airflow_env, dblog_connection
 from tests.integration.e2e_support import wait_caught_up
@@ -27,11 +27,6 @@ from tests.integration.spark_support import running_pipeline
 
 pytestmark = pytest.mark.integration
 ROWS = 300
-
-
-def dump_id_of(dag_id: str, run_id: str) -> str:
-    """The id the dump task gives its dump (`default_dump_id`)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{dag_id}.{run_id}.dump")
 
 
 def test_connection_form_bad_dump_and_repair_in_a_running_airflow(
@@ -78,7 +73,7 @@ def test_connection_form_bad_dump_and_repair_in_a_running_airflow(
                 result = airflow.xcom("dblog_repair", repair_run, "dump")
             finally:
                 # A failed test must not leave the detached Spark application dumping.
-                pipeline.store.cancel_dump(dump_id_of("dblog_repair", repair_run))
+                pipeline.store.cancel_dump(dump_id_for("dblog_repair", repair_run, "dump"))
 
         wait_caught_up(dbs)
         with psycopg.connect(dbs.source_dsn) as source:
@@ -91,6 +86,6 @@ def test_connection_form_bad_dump_and_repair_in_a_running_airflow(
             ]
         assert len(expected) == len(keys)
         assert snapshot(dbs.target_dsn)["accounts"] == expected
-        assert result["dump_id"] == dump_id_of("dblog_repair", repair_run), result
+        assert result["dump_id"] == dump_id_for("dblog_repair", repair_run, "dump"), result
         assert result["state"] == "done" and result["rows"] == len(keys), result
         assert result["chunks"] == -(-len(keys) // 40), result
