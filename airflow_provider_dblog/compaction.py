@@ -32,7 +32,7 @@ DEFAULT_SEGMENT_BYTES = 32 * 1024 * 1024
 _BLOCK = 64 * 1024
 
 
-class Change(NamedTuple):
+class Delta(NamedTuple):
     """One event reduced to what folding needs; a tuple, so it is cheap to ship between
     executors."""
 
@@ -50,7 +50,7 @@ class Stored(NamedTuple):
     row: Row
 
 
-def fold(stored: Stored | None, changes: Iterable[Change]) -> Stored | None:
+def fold(stored: Stored | None, changes: Iterable[Delta]) -> Stored | None:
     """The latest image of one key: `stored` (the table's row, None if absent) with `changes`
     applied in position order, or None when the key ends deleted."""
     current = stored
@@ -74,20 +74,20 @@ def key_json(key: Mapping[str, JsonValue]) -> str:
     return json.dumps(key, separators=(",", ":"), ensure_ascii=False)
 
 
-def changes_of(event: Event) -> list[tuple[str, str, Change]]:
+def changes_of(event: Event) -> list[tuple[str, str, Delta]]:
     """`(table, key JSON, change)` for every key the event touches: one, or two for an update
     that moved the row to another key."""
     table = str(event.table)
     commit, seq = event.position.commit, event.position.seq
     if event.op is Op.DELETE:
-        return [(table, key_json(event.key), Change(commit, seq, Op.DELETE.value, None))]
+        return [(table, key_json(event.key), Delta(commit, seq, Op.DELETE.value, None))]
     after = {**(event.after or {}), **event.key}
-    found = [(table, key_json(event.key), Change(commit, seq, event.op.value, after))]
+    found = [(table, key_json(event.key), Delta(commit, seq, event.op.value, after))]
     before = event.before or {}
     if event.op is Op.UPDATE and all(c in before for c in event.key):
         old_key = {c: before[c] for c in event.key}
         if old_key != event.key:
-            found.append((table, key_json(old_key), Change(commit, seq, Op.DELETE.value, None)))
+            found.append((table, key_json(old_key), Delta(commit, seq, Op.DELETE.value, None)))
     return found
 
 
@@ -181,7 +181,7 @@ class CompactState:
             os.close(fd)
 
 
-def parse_line(line: bytes, after: tuple[int, int] | None) -> list[tuple[str, str, Change]]:
+def parse_line(line: bytes, after: tuple[int, int] | None) -> list[tuple[str, str, Delta]]:
     """The changes of one NDJSON line, none if the event is not newer than `after` (the last
     folded position: a replay)."""
     event = decode(line)

@@ -48,8 +48,8 @@ from pyspark.sql.types import (
 
 from airflow_provider_dblog.compaction import (
     DEFAULT_SEGMENT_BYTES,
-    Change,
     CompactState,
+    Delta,
     Segment,
     Stored,
     fold,
@@ -171,7 +171,7 @@ def _write_tables(
     stored = sc.union(existing) if existing else sc.emptyRDD()
     index = {table: i for i, table in enumerate(touched)}
 
-    def latest(item: tuple[tuple[str, str], tuple[list[Change], list[Stored]]]) -> list[tuple]:
+    def latest(item: tuple[tuple[str, str], tuple[list[Delta], list[Stored]]]) -> list[tuple]:
         (table, key), (new_changes, old) = item
         row = fold(next(iter(old), None), new_changes)
         if row is None:

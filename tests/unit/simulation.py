@@ -116,7 +116,10 @@ class Store:
 
 
 @dataclass
-class Tailer:
+class ModelTailer:
+    """The model of the production tailer that the generated histories drive (a log cursor,
+    the reconciler under test, an in-memory output and checkpoint)."""
+
     source: Source
     store: Store
     reconciler_class: type[Reconciler] = Reconciler

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dblog.compaction import (
-    Change,
     CompactState,
+    Delta,
     Stored,
     changes_of,
     fold,
@@ -23,12 +23,12 @@ from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
 pytestmark = pytest.mark.unit
 
 
-def upsert(commit: int, seq: int = 0, op: str = "u", **after: object) -> Change:
-    return Change(commit, seq, op, {"id": 1, **after})
+def upsert(commit: int, seq: int = 0, op: str = "u", **after: object) -> Delta:
+    return Delta(commit, seq, op, {"id": 1, **after})
 
 
-def delete(commit: int, seq: int = 0) -> Change:
-    return Change(commit, seq, "d", None)
+def delete(commit: int, seq: int = 0) -> Delta:
+    return Delta(commit, seq, "d", None)
 
 
 def test_newest_position_wins_whatever_the_arrival_order() -> None:
@@ -73,8 +73,8 @@ def event(op: Op, commit: int, key: dict, after: dict | None, before: dict | Non
 def test_key_changing_update_deletes_the_old_key_at_the_same_position() -> None:
     moved = event(Op.UPDATE, 7, {"a": 2, "b": "x"}, {"a": 2, "b": "x"}, {"a": 1, "b": "x"})
     assert changes_of(moved) == [
-        ("app.t", '{"a":2,"b":"x"}', Change(7, 0, "u", {"a": 2, "b": "x"})),
-        ("app.t", '{"a":1,"b":"x"}', Change(7, 0, "d", None)),
+        ("app.t", '{"a":2,"b":"x"}', Delta(7, 0, "u", {"a": 2, "b": "x"})),
+        ("app.t", '{"a":1,"b":"x"}', Delta(7, 0, "d", None)),
     ]
 
 

@@ -33,7 +33,7 @@ from airflow_provider_dblog.core.reconciler import (
     Reconciler,
     Window,
 )
-from tests.unit.simulation import TABLE_A, TABLE_B, Dump, Source, Store, Tailer
+from tests.unit.simulation import TABLE_A, TABLE_B, Dump, ModelTailer, Source, Store
 
 pytestmark = pytest.mark.unit
 
@@ -107,7 +107,7 @@ def run_history(history: History, reconciler_class: type[Reconciler] = Reconcile
     for _ in range(history.initial_writes):
         source.write(random_ops(rng))
     store = Store()
-    tailer = Tailer(source, store, reconciler_class)
+    tailer = ModelTailer(source, store, reconciler_class)
     # Everything before the dump is the initial state, already in the output.
     while tailer.step():
         pass
