@@ -1,8 +1,9 @@
 """The change event, one format for log and dump events, and its stable JSON encoding.
 
-`{"op", "key", "before", "after", "source": {...}, "schema_version"}` as in DESIGN.md. Row values
-are already JSON values here: each source converts database values once, with one converter for
-both the log and the dump, so the same row gives the same JSON whichever path it came by.
+`{"op", "key", "before", "after", "source": {...}, "schema_version"}`, as docs/architecture.md
+shows it. Row values are already JSON values here: each source converts database values once,
+with one converter for both the log and the dump, so the same row gives the same JSON whichever
+path it came by.
 """
 
 from __future__ import annotations

@@ -202,7 +202,8 @@ def test_encode_lines_after_a_refused_value_in_the_same_batch() -> None:
 
 def test_a_chunk_encodes_to_the_documented_envelope() -> None:
     """The `r` events of a chunk, through the reconciler and `encode_lines`, against lines
-    built here from DESIGN.md's envelope with `json.dumps` (and one line spelled out)."""
+    built here with `json.dumps` from the envelope in docs/architecture.md (and one line
+    spelled out)."""
     table = TableRef("app", "orders")
     window = Window("w-1", "dump-7", table)
     rows: list[dict[str, object]] = [
