@@ -1,0 +1,70 @@
+"""The Redis state: what the dump, the tailer and Airflow share about one source.
+
+The dump (Spark job or CLI) and the log tailer never talk to each other; they meet here. One
+store per concern, each over the keys `keys.py` spells for a source:
+
+- `WindowStore` (windows.py): watermark windows and their chunk rows, the dump's and the
+  tailer's meeting point;
+- `DumpStore` (dumps.py): dump requests, their status, counters, progress, controls and the
+  beat of the process running them, written by Airflow, the CLI and the dump;
+- `TailerStore` (tailer.py): the tailer's lease and fencing token, checkpoint and heartbeat;
+- `StateStore` (store.py): the three on one client, for callers that need several;
+- `AsyncStateReader` (async_reader.py): what Airflow's triggers poll, on redis.asyncio.
+
+Every check-then-write that two processes may race on is one Lua script, beside the method that
+calls it. Timestamps written by scripts come from the Redis server clock (TIME), so the dump,
+the tailer and Airflow on different hosts compare them on one clock.
+
+Durability. Redis runs with `appendonly yes` and `appendfsync everysec`: a crash of Redis (or of
+its host) can lose the writes of the last second or so. The AOF is a log, so what is lost is
+always a suffix of the writes: a later write never survives an earlier one. What that costs,
+per kind of key, is told in the docstring of the store that owns the key.
+
+A Redis that cannot be reached raises `StateStoreUnavailable` (wrapping redis-py's
+ConnectionError / TimeoutError) from every method; nothing is retried here beyond what the
+client's own retry policy does.
+"""
+
+from airflow_provider_dblog.state.async_reader import AsyncStateReader
+from airflow_provider_dblog.state.dumps import (
+    DumpControls,
+    DumpState,
+    DumpStatus,
+    DumpStore,
+    StoredDump,
+)
+from airflow_provider_dblog.state.errors import (
+    AlreadyExists,
+    FencedOut,
+    StateStoreError,
+    StateStoreUnavailable,
+    UnknownDump,
+    UnknownWindow,
+)
+from airflow_provider_dblog.state.keys import SourceKeys
+from airflow_provider_dblog.state.store import StateStore
+from airflow_provider_dblog.state.tailer import TailerHealth, TailerStore
+from airflow_provider_dblog.state.windows import Mark, WindowState, WindowStatus, WindowStore
+
+__all__ = [
+    "AlreadyExists",
+    "AsyncStateReader",
+    "DumpControls",
+    "DumpState",
+    "DumpStatus",
+    "DumpStore",
+    "FencedOut",
+    "Mark",
+    "SourceKeys",
+    "StateStore",
+    "StateStoreError",
+    "StateStoreUnavailable",
+    "StoredDump",
+    "TailerHealth",
+    "TailerStore",
+    "UnknownDump",
+    "UnknownWindow",
+    "WindowState",
+    "WindowStatus",
+    "WindowStore",
+]

@@ -1,0 +1,104 @@
+"""What every state store shares: the client, the source's keys, the errors of an unreachable
+Redis, the decoding of replies, and the Lua snippets the stores' scripts start with."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import redis
+from redis.commands.core import Script
+from redis.typing import EncodableT
+
+from airflow_provider_dblog.core.errors import InvalidRequest
+from airflow_provider_dblog.core.event import JsonValue
+from airflow_provider_dblog.state.errors import StateStoreUnavailable
+from airflow_provider_dblog.state.keys import SourceKeys
+
+NOW_MS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+"""Lua: `now`, the Redis server's clock in ms, so the dump, the tailer and Airflow on different
+hosts compare timestamps on one clock."""
+
+FENCE = """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[#KEYS]) ~= ARGV[1] then return -1 end
+"""
+"""Lua: the fencing check of every tailer write. ARGV[1] is the writer's token ('' = not a
+tailer write), the last key the source's `tailer:token`; -1 when a newer token was handed out."""
+
+
+def address_of(client: redis.Redis) -> str:
+    """Where Redis is, without the password."""
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+class RedisStore:
+    """A store of one concern of one source. Thread-safe as far as the redis client is
+    (redis-py's connection pool is): the dump's threads and the tailer may share one."""
+
+    def __init__(self, client: redis.Redis, source: str) -> None:
+        self._r = client
+        self.keys = SourceKeys(source)
+        self._scripts: dict[str, Script] = {}
+
+    @property
+    def source(self) -> str:
+        return self.keys.source
+
+    @property
+    def address(self) -> str:
+        return address_of(self._r)
+
+    def _eval(self, lua: str, keys: Sequence[str], args: Sequence[EncodableT] = ()) -> Any:
+        """Run a script by its SHA, loading it on first use (and again after a Redis restart)."""
+        script = self._scripts.get(lua)
+        if script is None:
+            script = self._scripts[lua] = self._r.register_script(lua)
+        return script(keys=keys, args=args)
+
+
+S = TypeVar("S", bound=RedisStore)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def reachable(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
+    """Turn redis-py's connection failures into `StateStoreUnavailable`, naming the server."""
+
+    @functools.wraps(method)
+    def wrapper(store: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(store, *args, **kwargs)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise StateStoreUnavailable(
+                f"the Redis state store at {store.address} cannot be reached: {exc}"
+            ) from exc
+
+    return wrapper
+
+
+def text(value: bytes | str) -> str:
+    """Works whether or not the client decodes responses."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def decode_hash(raw: Mapping[bytes | str, bytes | str]) -> dict[str, str]:
+    return {text(k): text(v) for k, v in raw.items()}
+
+
+def compact_json(value: JsonValue) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def ttl_ms(seconds: float) -> int:
+    ms = round(seconds * 1000)
+    if ms < 1:
+        raise InvalidRequest(f"a TTL must be positive, got {seconds}s")
+    return ms

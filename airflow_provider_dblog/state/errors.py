@@ -1,0 +1,38 @@
+"""What the state stores raise."""
+
+from __future__ import annotations
+
+from airflow_provider_dblog.core.errors import DBLogError
+
+
+class StateStoreError(DBLogError):
+    """Something in the state store is not as the caller expected."""
+
+
+class StateStoreUnavailable(StateStoreError):
+    """Redis cannot be reached (down, restarting, loading its AOF, or the network)."""
+
+
+class FencedOut(StateStoreError):
+    """A tailer wrote with a fencing token that no longer holds the lease: a newer tailer took
+    over. The stale tailer must stop at once; its write was not made."""
+
+    @classmethod
+    def of(cls, source: str, token: int | None, undone: str) -> FencedOut:
+        """The error naming the token, the source and the write that was not made."""
+        return cls(
+            f"tailer token {token} of source {source} is fenced out: a newer tailer holds the "
+            f"lease; {undone}"
+        )
+
+
+class UnknownWindow(StateStoreError):
+    """No such window: never registered, or its keys expired."""
+
+
+class UnknownDump(StateStoreError):
+    """No such dump request."""
+
+
+class AlreadyExists(StateStoreError):
+    """A window id, watermark value or dump id is already in use."""

@@ -1,0 +1,96 @@
+"""Where a source's state lives in Redis: every key, spelled in this one place.
+
+Keys (P = `dblog:{<source>}:`; the braces are literal: they make P a Redis Cluster hash tag, so
+every key of a source lives in one slot and every Lua script of the stores may touch any of them):
+
+| key                    | type   | meaning                                                     |
+|------------------------|--------|-------------------------------------------------------------|
+| P window:<id>          | hash   | a watermark window: window_id, dump_id, table, lw, hw,      |
+|                        |        | chunk (JSON), state, reason, registered_ms, updated_ms      |
+| P wm:<value>           | string | the window a watermark value belongs to: JSON {window_id,   |
+|                        |        | dump_id, table, mark: "lw" or "hw"}                         |
+| P window:<id>:rows     | list   | the chunk rows, one JSON array of up to 1000 rows each      |
+| P window:<id>:rowsmeta | hash   | key_columns, schema_version, invisible_txids (JSON), rows;  |
+|                        |        | appended rows add part:<n> (its row count) and              |
+|                        |        | invisible_txids:<n> (JSON) per part                         |
+| P window:<id>:ended    | list   | one element once the window ended (waiters block on it)     |
+| P dumps                | list   | dump ids in the order they were created                     |
+| P dump:<id>            | string | the DumpRequest and the tables' key columns (JSON)          |
+| P dump:<id>:status     | hash   | state, reason, chunks, rows, windows_retried,               |
+|                        |        | created_ms, started_ms, finished_ms, updated_ms             |
+| P dump:<id>:controls   | hash   | paused, cancelled, chunk_size, delay_ms, max_rows_per_s     |
+| P dump:<id>:progress   | hash   | table ("schema.name") -> TableProgress JSON                 |
+| P dump:<id>:driver     | string | the process running the dump; expires (PX) unless renewed   |
+| P tailer:checkpoint    | string | the commit position the tailer restarts from                |
+| P tailer:token         | string | the last fencing token handed out                           |
+| P tailer:lease         | hash   | owner, token of the active tailer; expires (PX)             |
+| P tailer:heartbeat     | hash   | owner, at_ms (Redis clock), metrics (JSON); expires (PX)    |
+
+The window keys belong to `WindowStore` (windows.py), the dump keys to `DumpStore` (dumps.py),
+the tailer keys to `TailerStore` (tailer.py); `AsyncStateReader` reads some of the last two.
+"""
+
+from __future__ import annotations
+
+import re
+
+from airflow_provider_dblog.core.errors import InvalidRequest
+
+_SOURCE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+class SourceKeys:
+    """The keys of one source (see the table above), its name checked once."""
+
+    __slots__ = (
+        "dumps",
+        "prefix",
+        "source",
+        "tailer_checkpoint",
+        "tailer_heartbeat",
+        "tailer_lease",
+        "tailer_token",
+    )
+
+    def __init__(self, source: str) -> None:
+        if not _SOURCE_NAME.fullmatch(source):
+            raise InvalidRequest(
+                f"a source name is letters, digits, '_', '.' and '-', got {source!r}"
+            )
+        self.source = source
+        self.prefix = f"dblog:{{{source}}}:"
+        self.dumps = self.prefix + "dumps"
+        self.tailer_checkpoint = self.prefix + "tailer:checkpoint"
+        self.tailer_token = self.prefix + "tailer:token"
+        self.tailer_lease = self.prefix + "tailer:lease"
+        self.tailer_heartbeat = self.prefix + "tailer:heartbeat"
+
+    def window(self, window_id: str) -> str:
+        return f"{self.prefix}window:{window_id}"
+
+    def window_rows(self, window_id: str) -> str:
+        return self.window(window_id) + ":rows"
+
+    def window_rows_meta(self, window_id: str) -> str:
+        return self.window(window_id) + ":rowsmeta"
+
+    def window_ended(self, window_id: str) -> str:
+        return self.window(window_id) + ":ended"
+
+    def watermark(self, value: str) -> str:
+        return f"{self.prefix}wm:{value}"
+
+    def dump(self, dump_id: str) -> str:
+        return f"{self.prefix}dump:{dump_id}"
+
+    def dump_status(self, dump_id: str) -> str:
+        return self.dump(dump_id) + ":status"
+
+    def dump_controls(self, dump_id: str) -> str:
+        return self.dump(dump_id) + ":controls"
+
+    def dump_progress(self, dump_id: str) -> str:
+        return self.dump(dump_id) + ":progress"
+
+    def dump_driver(self, dump_id: str) -> str:
+        return self.dump(dump_id) + ":driver"

@@ -1,0 +1,187 @@
+"""The tailer's state: the lease that makes one tailer of a source active, the fencing token
+that refuses a stale one, the checkpoint it restarts from, and the heartbeat Airflow reads.
+
+Durability (see the package's docstring for what a crash of Redis loses):
+
+- checkpoint lost: the tailer re-reads some log from an earlier position (duplicates only).
+- lease lost: the holder's next renewal fails and it stops; a standby acquires it.
+- fencing token lost: tokens are `max(last + 1, Redis time in ms)`, so a token handed out again
+  after a lost INCR is still larger than every token handed out before the crash (as long as the
+  Redis host's clock does not step back across the restart), and the old leader stays fenced out.
+- heartbeat lost: health looks stale until the next beat, a few seconds later.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from airflow_provider_dblog.core.event import JsonValue
+from airflow_provider_dblog.state.base import (
+    FENCE,
+    NOW_MS,
+    RedisStore,
+    compact_json,
+    decode_hash,
+    reachable,
+    ttl_ms,
+)
+from airflow_provider_dblog.state.errors import FencedOut
+
+
+@dataclass(frozen=True, slots=True)
+class TailerHealth:
+    """The active tailer's last heartbeat: who beat, when (Redis clock), how long ago, and its
+    metrics (last commit, lag_ms, events_per_s, open_windows, ...)."""
+
+    owner: str
+    at_ms: int
+    age_ms: int
+    metrics: dict[str, JsonValue]
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "owner": self.owner,
+            "at_ms": self.at_ms,
+            "age_ms": self.age_ms,
+            "metrics": self.metrics,
+        }
+
+
+def tailer_health_from(
+    raw: Mapping[bytes | str, bytes | str], now: tuple[int, int]
+) -> TailerHealth | None:
+    """The health in a `tailer:heartbeat` hash, aged by `now` (Redis TIME: seconds,
+    microseconds); None if there was no beat within its TTL."""
+    if not raw:
+        return None
+    data = decode_hash(raw)
+    at_ms = int(data["at_ms"])
+    seconds, micros = now
+    return TailerHealth(
+        owner=data["owner"],
+        at_ms=at_ms,
+        age_ms=seconds * 1000 + micros // 1000 - at_ms,
+        metrics=json.loads(data["metrics"]),
+    )
+
+
+class TailerStore(RedisStore):
+    """The lease, fencing token, checkpoint and heartbeat of one source's tailer."""
+
+    # KEYS: checkpoint, token. ARGV: token, commit.
+    _CHECKPOINT = (
+        FENCE
+        + """
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+"""
+    )
+
+    @reachable
+    def save_checkpoint(self, commit: int, token: int) -> None:
+        """Store the commit position the tailer restarts from. Raises `FencedOut` if `token` no
+        longer holds the lease (a stale leader must not move the checkpoint)."""
+        result = self._eval(
+            self._CHECKPOINT,
+            keys=[self.keys.tailer_checkpoint, self.keys.tailer_token],
+            args=[token, commit],
+        )
+        if result == -1:
+            raise FencedOut.of(self.source, token, f"checkpoint {commit} was not saved")
+
+    @reachable
+    def load_checkpoint(self) -> int | None:
+        raw = self._r.get(self.keys.tailer_checkpoint)
+        return None if raw is None else int(raw)
+
+    # KEYS: lease, token. ARGV: owner, ttl_ms. Returns the new token, or 0 when the lease is held.
+    _ACQUIRE = (
+        NOW_MS
+        + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local token = redis.call('INCR', KEYS[2])
+if token < now then
+  token = now
+  redis.call('SET', KEYS[2], token)
+end
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return token
+"""
+    )
+
+    @reachable
+    def acquire_lease(self, owner: str, ttl_ms: int) -> int | None:
+        """Become the active tailer if nobody is: returns a fencing token larger than every
+        token handed out before, or None while someone (this owner included) holds the lease.
+        Use an owner name unique to the process (host, pid, a random suffix)."""
+        token = int(
+            self._eval(
+                self._ACQUIRE,
+                keys=[self.keys.tailer_lease, self.keys.tailer_token],
+                args=[owner, ttl_ms],
+            )
+        )
+        return token or None
+
+    # KEYS: lease. ARGV: owner, token, ttl_ms ('' = release). Returns 1 if the lease was ours.
+    _RENEW_OR_RELEASE = """
+local lease = redis.call('HMGET', KEYS[1], 'owner', 'token')
+if lease[1] ~= ARGV[1] or lease[2] ~= ARGV[2] then return 0 end
+if ARGV[3] == '' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+return 1
+"""
+
+    @reachable
+    def renew_lease(self, owner: str, token: int, ttl_ms: int) -> bool:
+        """Extend the lease; False if it is no longer ours (expired, or taken): stop at once."""
+        return bool(
+            self._eval(
+                self._RENEW_OR_RELEASE, keys=[self.keys.tailer_lease], args=[owner, token, ttl_ms]
+            )
+        )
+
+    @reachable
+    def release_lease(self, owner: str, token: int) -> bool:
+        """Give the lease up so a standby takes over without waiting for the TTL."""
+        return bool(
+            self._eval(
+                self._RENEW_OR_RELEASE, keys=[self.keys.tailer_lease], args=[owner, token, ""]
+            )
+        )
+
+    # KEYS: heartbeat. ARGV: owner, metrics json, ttl_ms.
+    _BEAT = (
+        NOW_MS
+        + """
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'at_ms', now, 'metrics', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+    )
+
+    @reachable
+    def beat(self, owner: str, metrics: Mapping[str, JsonValue], ttl_s: float = 30) -> None:
+        """The active tailer says it is alive, with its metrics (last commit, lag_ms,
+        events_per_s, open_windows, ...). Without a beat within `ttl_s` it counts as gone."""
+        self._eval(
+            self._BEAT,
+            keys=[self.keys.tailer_heartbeat],
+            args=[owner, compact_json(dict(metrics)), ttl_ms(ttl_s)],
+        )
+
+    @reachable
+    def health(self) -> TailerHealth | None:
+        """The last heartbeat, its age on the Redis clock; None if there was none within its
+        TTL."""
+        with self._r.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.keys.tailer_heartbeat)
+            pipe.time()
+            raw, now = pipe.execute()
+        return tailer_health_from(raw, now)
