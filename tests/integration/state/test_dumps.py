@@ -1,0 +1,143 @@
+"""DumpStore on a real Redis: requests, progress, status, counters, controls, driver beats."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, TableProgress
+from airflow_provider_dblog.core.errors import InvalidRequest
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.state import (
+    AlreadyExists,
+    DumpControls,
+    DumpState,
+    StateStore,
+    UnknownDump,
+)
+from tests.integration.state.support import T, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def test_dump_request_progress_and_status_round_trip(store: StateStore) -> None:
+    keys_dump = DumpRequest(
+        "d-keys",
+        DumpKind.KEYS,
+        (TableRef("shop", "lines"),),
+        keys=((1, "a"), (2, "ü"), (3, (("x", 1),))),
+        chunk_size=50,
+        parallelism=2,
+    )
+    all_dump = DumpRequest("d-all", DumpKind.ALL, (T, TableRef("shop", "lines")))
+    store.dumps.create(keys_dump, {TableRef("shop", "lines"): ["order_id", "line"]})
+    store.dumps.create(all_dump)
+    with pytest.raises(AlreadyExists):
+        store.dumps.create(all_dump)
+
+    stored = store.dumps.get("d-keys")
+    assert stored is not None
+    assert stored.request == keys_dump
+    assert stored.key_columns == {TableRef("shop", "lines"): ("order_id", "line")}
+    all_stored = store.dumps.get("d-all")
+    assert all_stored is not None and all_stored.request == all_dump
+    assert store.dumps.get("nope") is None
+    assert store.dumps.ids() == ["d-keys", "d-all"]
+
+    status = store.dumps.status("d-all")
+    assert status is not None
+    assert (status.state, status.chunks, status.rows, status.windows_retried) == (
+        DumpState.PENDING, 0, 0, 0,
+    )  # fmt: skip
+    assert status.started_ms is None and status.finished_ms is None
+    assert store.dumps.mark("d-all", DumpState.RUNNING)
+    store.dumps.count("d-all", chunks=1, rows=1000)
+    store.dumps.count("d-all", chunks=1, rows=500, windows_retried=1)
+
+    progress = TableProgress(T, started=True, max_key=(99, "z"), after=(41, "ä"), chunks_done=2)
+    store.dumps.save_progress("d-all", progress)
+    store.dumps.save_progress("d-all", TableProgress(TableRef("shop", "lines")))
+    loaded = store.dumps.load_progress("d-all")
+    assert loaded == {
+        T: progress,
+        TableRef("shop", "lines"): TableProgress(TableRef("shop", "lines")),
+    }
+    assert store.dumps.load_progress("d-keys") == {}
+
+    assert store.dumps.mark("d-all", DumpState.FAILED, "source went away")
+    status = store.dumps.status("d-all")
+    assert status is not None
+    assert (status.state, status.reason, status.chunks, status.rows, status.windows_retried) == (
+        DumpState.FAILED, "source went away", 2, 1500, 1,
+    )  # fmt: skip
+    assert status.started_ms is not None and status.finished_ms is not None
+    assert status.created_ms <= status.started_ms <= status.finished_ms
+    assert not store.dumps.mark("d-all", DumpState.RUNNING), "a finished dump stays finished"
+    with pytest.raises(UnknownDump):
+        store.dumps.mark("nope", DumpState.RUNNING)
+    with pytest.raises(UnknownDump):
+        store.dumps.count("nope", chunks=1)
+    assert store.dumps.status("nope") is None
+
+
+def test_dump_controls_change_while_it_runs(store: StateStore) -> None:
+    store.dumps.create(DumpRequest("d", DumpKind.TABLE, (T,), chunk_size=500))
+    assert store.dumps.controls("d") == DumpControls(False, False, 500, 0, None)
+    assert store.dumps.mark("d", DumpState.RUNNING)
+    assert store.dumps.throttle("d", chunk_size=100, delay_ms=250, max_rows_per_s=2000.5)
+    assert store.dumps.pause("d")
+    assert store.dumps.controls("d") == DumpControls(True, False, 100, 250, 2000.5)
+    assert store.dumps.mark("d", DumpState.PAUSED)
+    assert store.dumps.resume("d")
+    assert store.dumps.throttle("d", max_rows_per_s=0)
+    assert store.dumps.controls("d") == DumpControls(False, False, 100, 250, None)
+    with pytest.raises(InvalidRequest):
+        store.dumps.throttle("d", chunk_size=0)
+    with pytest.raises(InvalidRequest):
+        store.dumps.throttle("d")
+
+    assert store.dumps.cancel("d")
+    controls = store.dumps.controls("d")
+    assert controls is not None and controls.cancelled
+    status = store.dumps.status("d")
+    assert status is not None and status.state is DumpState.PAUSED, "the dump itself stops"
+    assert store.dumps.mark("d", DumpState.CANCELLED, "cancelled by hand")
+    assert not store.dumps.pause("d"), "a finished dump takes no controls"
+    assert store.dumps.controls("nope") is None
+    with pytest.raises(UnknownDump):
+        store.dumps.pause("nope")
+
+    # A dump cancelled before any process ran it ends at once; its process then finds it so.
+    store.dumps.create(DumpRequest("p", DumpKind.TABLE, (T,)))
+    assert store.dumps.cancel("p")
+    status = store.dumps.status("p")
+    assert status is not None and status.state is DumpState.CANCELLED
+    assert not store.dumps.mark("p", DumpState.RUNNING)
+
+
+def test_a_failed_or_cancelled_dump_reopens_with_its_progress(store: StateStore) -> None:
+    request = DumpRequest("again", DumpKind.TABLE, (T,), chunk_size=10)
+    store.dumps.create(request)
+    store.dumps.mark("again", DumpState.RUNNING)
+    progress = TableProgress(T, chunks_done=3, rows_done=30, max_key=(99,))
+    store.dumps.save_progress("again", progress)
+    store.dumps.pause("again")
+    store.dumps.cancel("again")
+    store.dumps.mark("again", DumpState.CANCELLED)
+    assert store.dumps.mark("again", DumpState.RUNNING) is False  # finished stays finished
+
+    assert store.dumps.reopen("again") is True
+    status, controls = store.dumps.status("again"), store.dumps.controls("again")
+    assert status is not None and status.state is DumpState.PENDING and status.finished_ms is None
+    assert controls is not None and not controls.cancelled and not controls.paused
+    assert store.dumps.load_progress("again") == {T: progress}
+    assert store.dumps.mark("again", DumpState.DONE) is True
+    assert store.dumps.reopen("again") is False
+    with pytest.raises(UnknownDump):
+        store.dumps.reopen("never")
+
+
+def test_dump_driver_beats_and_expires(store: StateStore) -> None:
+    assert store.dumps.driver("d1") is None
+    store.dumps.beat("d1", "host:42", ttl_ms=300)
+    assert store.dumps.driver("d1") == "host:42"
+    wait_for(lambda: store.dumps.driver("d1") is None, 5, "the driver's beat expiring")

@@ -1,0 +1,70 @@
+"""TailerStore on a real Redis: the lease and its fencing token, the checkpoint, heartbeats."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_dblog.state import FencedOut, StateStore, WindowState
+from tests.integration.state.support import new_window, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def test_lease_fencing_refuses_the_old_leader(store: StateStore) -> None:
+    first = store.tailer.acquire_lease("tailer-a", 300)
+    assert first is not None
+    assert store.tailer.acquire_lease("tailer-b", 300) is None
+    assert store.tailer.acquire_lease("tailer-a", 300) is None, (
+        "held: renew it, do not acquire again"
+    )
+    assert store.tailer.renew_lease("tailer-a", first, 300)
+    assert not store.tailer.renew_lease("tailer-b", first, 300)
+    store.tailer.save_checkpoint(1000, first)
+    window, _, _ = new_window(store)
+    assert store.windows.open(window.window_id, first)
+
+    # tailer-a stalls; its lease expires and tailer-b takes over.
+    second: list[int] = []
+
+    def taken_over() -> bool:
+        token = store.tailer.acquire_lease("tailer-b", 10_000)
+        if token is not None:
+            second.append(token)
+        return bool(second)
+
+    wait_for(taken_over, 5, "tailer-b acquiring the expired lease")
+    assert second[0] > first
+    assert not store.tailer.renew_lease("tailer-a", first, 300)
+
+    with pytest.raises(FencedOut):
+        store.tailer.save_checkpoint(2000, first)
+    assert store.tailer.load_checkpoint() == 1000
+    for move in (store.windows.claim, store.windows.close):
+        with pytest.raises(FencedOut):
+            move(window.window_id, first)
+    with pytest.raises(FencedOut):
+        store.windows.fail(window.window_id, "stale", first)
+    status = store.windows.state(window.window_id)
+    assert status is not None and status.state is WindowState.OPEN
+
+    store.tailer.save_checkpoint(2**64 - 1, second[0])
+    assert store.tailer.load_checkpoint() == 2**64 - 1, "u64 commit positions survive"
+    assert store.windows.claim(window.window_id, second[0])
+
+    assert not store.tailer.release_lease("tailer-a", first)
+    assert store.tailer.release_lease("tailer-b", second[0])
+    third = store.tailer.acquire_lease("tailer-a", 10_000)
+    assert third is not None and third > second[0], "tokens only grow"
+    with pytest.raises(FencedOut):
+        store.windows.close(window.window_id, second[0])
+
+
+def test_heartbeat_and_health(store: StateStore) -> None:
+    assert store.tailer.health() is None
+    metrics = {"commit": 123456, "lag_ms": 40, "events_per_s": 812.5, "open_windows": 2}
+    store.tailer.beat("tailer-a", metrics, ttl_s=0.5)
+    health = store.tailer.health()
+    assert health is not None
+    assert health.owner == "tailer-a" and health.metrics == metrics
+    assert isinstance(health.age_ms, int) and 0 <= health.age_ms < 1000
+    wait_for(lambda: store.tailer.health() is None, 5, "the heartbeat expiring")
