@@ -16,7 +16,7 @@ from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, key_of
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.sources.base import ChunkSource
-from airflow_provider_dblog.state_store import StateStore, WindowState
+from airflow_provider_dblog.state import StateStore, WindowState
 
 WINDOW_KEYS_MIN_TTL_S = 600.0
 """A window's Redis keys live at least this long: their TTL only collects garbage, and must
@@ -56,7 +56,7 @@ def read_in_process(
     """The `ChunkReader` of `dblog dump`: one query on this process's connection."""
     read = source.read_chunk(chunk)
     rows = ChunkRows(window_id, key_columns, read.rows, 0, read.invisible_txids)
-    if not store.put_chunk_rows(window_id, rows):
+    if not store.windows.put_rows(window_id, rows):
         return None
     last_key = key_of(read.rows[-1], key_columns) if read.rows else None
     return StoredChunk(len(read.rows), last_key)
@@ -96,26 +96,26 @@ def run_chunk(
     window = Window(uuid.uuid4().hex, dump_id, chunk.table)
     lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
     ttl_s = max(window_timeout_s * 10, WINDOW_KEYS_MIN_TTL_S)
-    store.register_window(window, lw, hw, chunk_to_json(chunk), ttl_s=ttl_s)
+    store.windows.register(window, lw, hw, chunk_to_json(chunk), ttl_s=ttl_s)
     try:
         source.write_watermark(lw)
         stored = read(store, source, window.window_id, chunk, key_columns)
         if stored is None:
             # The tailer already ended this window (it expired, or hw came before lw):
             # writing hw would only be ignored.
-            status = store.window_state(window.window_id)
+            status = store.windows.state(window.window_id)
             reason = status.reason if status else "window vanished"
             return ChunkOutcome(False, 0, None, reason)
         source.write_watermark(hw)
     except BaseException:
-        store.abandon_window(window.window_id)
+        store.windows.abandon(window.window_id)
         raise
-    status = store.wait_window(window.window_id, window_timeout_s)
+    status = store.windows.wait(window.window_id, window_timeout_s)
     if not status.state.ended:
-        if store.abandon_window(window.window_id, f"not closed in {window_timeout_s}s"):
+        if store.windows.abandon(window.window_id, f"not closed in {window_timeout_s}s"):
             return ChunkOutcome(False, 0, None, f"window not closed in {window_timeout_s}s")
         # The tailer claimed it first: its rows are being made durable.
-        status = store.wait_window(window.window_id, window_timeout_s)
+        status = store.windows.wait(window.window_id, window_timeout_s)
     if status.state is not WindowState.CLOSED:
         return ChunkOutcome(False, 0, None, status.reason or f"window {status.state}")
     return ChunkOutcome(True, stored.rows, stored.last_key)

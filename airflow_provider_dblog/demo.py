@@ -34,7 +34,7 @@ from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
 from airflow_provider_dblog.sources.postgres.setup import ensure_setup
-from airflow_provider_dblog.state_store import StateStore
+from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 
 SCHEMA = """
@@ -280,7 +280,7 @@ def _demo(
         full = DumpRequest(
             "full", DumpKind.ALL, TABLES, chunk_size=chunk_size, parallelism=parallelism
         )
-        store.create_dump(full)
+        store.dumps.create(full)
         state = run_dump(store, lambda: PostgresChunkSource(config), "full")
         if state != "done":
             raise RuntimeError(f"demo: the full dump ended {state}")
@@ -289,7 +289,7 @@ def _demo(
         say(f"corrupted {len(corrupted)} rows of accounts in the target; repairing those keys")
         keys = tuple((k,) for k in corrupted)
         repair = DumpRequest("repair", DumpKind.KEYS, (TABLES[0],), keys, chunk_size=50)
-        store.create_dump(repair)
+        store.dumps.create(repair)
         state = run_dump(store, lambda: PostgresChunkSource(config), "repair")
         if state != "done":
             raise RuntimeError(f"demo: the repair ended {state}")
@@ -308,7 +308,7 @@ def _demo(
     output.close()
 
     differences = compare(pg.dsn, target_dsn)
-    full_status, repair_status = store.dump_status("full"), store.dump_status("repair")
+    full_status, repair_status = store.dumps.status("full"), store.dumps.status("repair")
     assert full_status is not None and repair_status is not None
     return DemoSummary(
         rows_seeded=seeded,

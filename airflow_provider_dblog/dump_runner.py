@@ -29,7 +29,7 @@ from airflow_provider_dblog.chunk_procedure import (
 from airflow_provider_dblog.core.dump_plan import Chunk, TablePlanner, TableProgress
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
-from airflow_provider_dblog.state_store import (
+from airflow_provider_dblog.state import (
     DumpControls,
     DumpState,
     StateStore,
@@ -67,15 +67,15 @@ def run_dump(
     """Run the dump until done, cancelled or failed; returns the final status. `read` reads
     each chunk into Redis; `bounded_chunks` plans range chunks with an upper bound always
     (see `TablePlanner.bounded`), as a reader that splits a chunk needs."""
-    stored = store.get_dump(dump_id)
+    stored = store.dumps.get(dump_id)
     if stored is None:
         raise DumpFailed(f"no dump request {dump_id!r} in the store")
     request = stored.request
-    progress = store.load_progress(dump_id)
+    progress = store.dumps.load_progress(dump_id)
     parallelism = request.parallelism
-    if not store.mark_dump(dump_id, DumpState.RUNNING):
+    if not store.dumps.mark(dump_id, DumpState.RUNNING):
         # Finished already (cancelled before it started, or ended by another run).
-        status = store.dump_status(dump_id)
+        status = store.dumps.status(dump_id)
         assert status is not None
         log.info("dump %s is %s: nothing to run", dump_id, status.state)
         return status.state
@@ -95,19 +95,19 @@ def run_dump(
                 )
                 if planner.needs_max_key:
                     planner.begin(sources[0].max_key(table))
-                    store.save_progress(dump_id, planner.progress)
+                    store.dumps.save_progress(dump_id, planner.progress)
                 while not planner.done:
-                    controls = _patiently(partial(store.controls, dump_id))
+                    controls = _patiently(partial(store.dumps.controls, dump_id))
                     if stop is not None and stop.is_set():
                         return DumpState.RUNNING
                     if controls is None or controls.cancelled:
-                        store.mark_dump(dump_id, DumpState.CANCELLED)
+                        store.dumps.mark(dump_id, DumpState.CANCELLED)
                         return DumpState.CANCELLED
                     if controls.paused:
-                        store.mark_dump(dump_id, DumpState.PAUSED)
+                        store.dumps.mark(dump_id, DumpState.PAUSED)
                         (stop or threading.Event()).wait(PAUSE_POLL_S)
                         continue
-                    _patiently(partial(store.mark_dump, dump_id, DumpState.RUNNING))
+                    _patiently(partial(store.dumps.mark, dump_id, DumpState.RUNNING))
                     planner.chunk_size = controls.chunk_size
                     chunks = _plan(planner, sources[0], parallelism)
                     started = time.monotonic()
@@ -130,20 +130,20 @@ def run_dump(
                     for chunk, outcome in zip(chunks, outcomes, strict=True):
                         planner.complete(chunk, outcome.rows, outcome.last_key)
                         rows += outcome.rows
-                    _patiently(partial(store.save_progress, dump_id, planner.progress))
-                    _patiently(partial(store.count_dump, dump_id, chunks=len(chunks), rows=rows))
+                    _patiently(partial(store.dumps.save_progress, dump_id, planner.progress))
+                    _patiently(partial(store.dumps.count, dump_id, chunks=len(chunks), rows=rows))
                     if on_progress is not None:
                         on_progress(dump_id, planner.progress)
                     _throttle(controls, rows, time.monotonic() - started, stop)
-        store.mark_dump(dump_id, DumpState.DONE)
+        store.dumps.mark(dump_id, DumpState.DONE)
         return DumpState.DONE
     except DumpFailed as exc:
-        store.mark_dump(dump_id, DumpState.FAILED, reason=str(exc))
+        store.dumps.mark(dump_id, DumpState.FAILED, reason=str(exc))
         raise
     except Exception as exc:
         # Whatever stopped the dump is its reason: nobody waits on a "running" dump forever.
         try:
-            store.mark_dump(dump_id, DumpState.FAILED, reason=f"{type(exc).__name__}: {exc}")
+            store.dumps.mark(dump_id, DumpState.FAILED, reason=f"{type(exc).__name__}: {exc}")
         except StateStoreUnavailable:
             log.warning("could not mark dump %s failed: the state store is away", dump_id)
         raise
@@ -161,7 +161,7 @@ def _beating(store: StateStore, dump_id: str) -> Iterator[None]:
     def beat() -> None:
         while not done.is_set():
             try:
-                store.beat_dump(dump_id, owner, DRIVER_TTL_MS)
+                store.dumps.beat(dump_id, owner, DRIVER_TTL_MS)
             except StateStoreUnavailable as exc:
                 log.warning("could not beat for dump %s: %s", dump_id, exc)
             done.wait(DRIVER_TTL_MS / 5000)
@@ -236,7 +236,7 @@ def _run_with_retries(
             return outcome
         reasons.append(outcome.reason or "unknown")
         try:
-            store.count_dump(dump_id, windows_retried=1)
+            store.dumps.count(dump_id, windows_retried=1)
         except StateStoreUnavailable:
             log.warning("could not count a retried window of %s: the state store is away", dump_id)
         log.info("chunk %s of %s retried: %s", chunk.seq, chunk.table, outcome.reason)

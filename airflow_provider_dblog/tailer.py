@@ -25,7 +25,7 @@ from airflow_provider_dblog.core.log import Change, Idle, LogItem, TransactionEn
 from airflow_provider_dblog.core.reconciler import Closed, Failed, FailureReason, Reconciler
 from airflow_provider_dblog.outputs.base import Output, OutputUnavailable
 from airflow_provider_dblog.sources.base import LogReader, SourceUnavailable
-from airflow_provider_dblog.state_store import FencedOut, StateStore, StateStoreUnavailable
+from airflow_provider_dblog.state import FencedOut, StateStore, StateStoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class _Writer(threading.Thread):
             if isinstance(item, TransactionEnd):
                 self.durable_commit = max(self.durable_commit, item.commit)
             elif isinstance(item, _Complete):
-                self._store.close_window(item.window_id, self._token)
+                self._store.windows.close(item.window_id, self._token)
 
 
 class Tailer:
@@ -202,7 +202,7 @@ class Tailer:
         thread = threading.Thread(target=self.run, args=(stop,), name="dblog-tailer", daemon=True)
         thread.start()
         deadline = time.monotonic() + ready_timeout_s
-        while self._store.tailer_health() is None:
+        while self._store.tailer.health() is None:
             if not thread.is_alive():
                 raise RuntimeError(f"the tailer of {self._source_name} stopped before it beat")
             if time.monotonic() > deadline:
@@ -248,7 +248,7 @@ class Tailer:
                 self._output.close()
                 self._output = None
             with contextlib.suppress(StateStoreUnavailable):
-                self._store.release_lease(self._owner, token)
+                self._store.tailer.release_lease(self._owner, token)
 
     # -- one connected session ----------------------------------------------------------------
 
@@ -290,7 +290,7 @@ class Tailer:
                 if writer.durable_commit > acknowledged:
                     acknowledged = writer.durable_commit
                     reader.acknowledge(acknowledged)
-                    self._store.save_checkpoint(acknowledged, token)
+                    self._store.tailer.save_checkpoint(acknowledged, token)
                 now = time.monotonic()
                 if now >= next_beat:
                     next_beat = now + self._settings.heartbeat_s
@@ -301,7 +301,7 @@ class Tailer:
                 raise writer.error
             if writer.durable_commit > acknowledged:
                 reader.acknowledge(writer.durable_commit)
-                self._store.save_checkpoint(writer.durable_commit, token)
+                self._store.tailer.save_checkpoint(writer.durable_commit, token)
         finally:
             if writer.is_alive():
                 writer.queue.put(_STOP)
@@ -322,12 +322,12 @@ class Tailer:
         opened_at: dict[str, float],
         schema_versions: dict[TableRef, int],
     ) -> None:
-        known = self._store.lookup_watermark(item.value)
+        known = self._store.windows.lookup_watermark(item.value)
         if known is None:
             return  # not ours, or a stale value from an earlier run
         window, kind = known
         if kind == "lw":
-            if not self._store.open_window(window.window_id, token):
+            if not self._store.windows.open(window.window_id, token):
                 return  # abandoned by the dump, or already ended
             result = reconciler.low_watermark(window, item.position)
             if isinstance(result, Failed):
@@ -351,7 +351,7 @@ class Tailer:
         schema_versions: dict[TableRef, int],
     ) -> None:
         window = closed.window
-        chunk = self._store.get_chunk_rows(window.window_id)
+        chunk = self._store.windows.rows(window.window_id)
         if chunk is None:
             missing = Failed(window, FailureReason.MISSING_CHUNK, "chunk rows are not in the store")
             self._fail(missing, token)
@@ -361,7 +361,7 @@ class Tailer:
         if isinstance(events, Failed):
             self._fail(events, token)
             return
-        if not self._store.claim_window(window.window_id, token):
+        if not self._store.windows.claim(window.window_id, token):
             return  # the dump abandoned it first: its rows are never emitted
         step = max(1, self._settings.batch_events)
         for start in range(0, len(events), step):
@@ -373,12 +373,14 @@ class Tailer:
     def _fail(self, failed: Failed, token: int) -> None:
         log.info("window %s failed: %s (%s)", failed.window.window_id, failed.reason, failed.detail)
         self.stats.windows_failed += 1
-        self._store.fail_window(failed.window.window_id, f"{failed.reason}: {failed.detail}", token)
+        self._store.windows.fail(
+            failed.window.window_id, f"{failed.reason}: {failed.detail}", token
+        )
 
     def _housekeeping(
         self, reconciler: Reconciler, token: int, opened_at: dict[str, float], now: float
     ) -> None:
-        if not self._store.renew_lease(self._owner, token, self._settings.lease_ttl_ms):
+        if not self._store.tailer.renew_lease(self._owner, token, self._settings.lease_ttl_ms):
             raise FencedOut(f"tailer {self._owner} lost its lease (token {token})")
         for window_id, since in list(opened_at.items()):
             if now - since > self._settings.window_ttl_s:
@@ -389,7 +391,7 @@ class Tailer:
         lag_ms = 0
         if self.stats.last_ts_ms and not self.stats.caught_up:
             lag_ms = int(time.time() * 1000) - self.stats.last_ts_ms
-        self._store.heartbeat(
+        self._store.tailer.beat(
             self._owner,
             {
                 "events": self.stats.events,
@@ -409,7 +411,7 @@ class Tailer:
         standby = False
         while not stop.is_set():
             try:
-                token = self._store.acquire_lease(self._owner, ttl)
+                token = self._store.tailer.acquire_lease(self._owner, ttl)
             except StateStoreUnavailable as exc:
                 log.warning("state store unavailable (%s); cannot take the lease yet", exc)
                 token = None
@@ -424,5 +426,5 @@ class Tailer:
     def _renew(self, token: int) -> None:
         """Before reconnecting: still the leader? (Redis may still be down: try again later.)"""
         with contextlib.suppress(StateStoreUnavailable):
-            if not self._store.renew_lease(self._owner, token, self._settings.lease_ttl_ms):
+            if not self._store.tailer.renew_lease(self._owner, token, self._settings.lease_ttl_ms):
                 raise FencedOut(f"tailer {self._owner} lost its lease (token {token})")

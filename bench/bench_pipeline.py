@@ -39,7 +39,7 @@ from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
 from airflow_provider_dblog.sources.postgres.setup import ensure_setup
-from airflow_provider_dblog.state_store import StateStore
+from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 
 PG_PASSWORD_ENV = "DBLOG_BENCH_PG_PASSWORD"
@@ -351,7 +351,7 @@ def bench_p3(env: Env, sizes: Sizes) -> list[LatencyResult]:
     results = []
     with RunningTailer(env, config, output) as running:
         store = env.store(name)
-        wait_until(lambda: store.tailer_health() is not None, 30, "P3 tailer heartbeat")
+        wait_until(lambda: store.tailer.health() is not None, 30, "P3 tailer heartbeat")
         say(f"P3: {sizes.p3_rate:.0f} commits/s for {sizes.p3_seconds:.0f}s, no dump")
         results.append(measure_latency(env, output, sizes, "no dump", None))
 
@@ -382,7 +382,7 @@ def bench_p3(env: Env, sizes: Sizes) -> list[LatencyResult]:
             results.append(result)
         finally:
             if dump.poll() is None:
-                store.cancel_dump("p3")
+                store.dumps.cancel("p3")
             dump.wait(60)
             dump_log.close()
     env.drop_slot(name)
@@ -415,7 +415,7 @@ def bench_p4(env: Env, sizes: Sizes) -> P4Result:
     )
     try:
         store = env.store(name)
-        wait_until(lambda: store.tailer_health() is not None, 60, "the P4 tailer's heartbeat")
+        wait_until(lambda: store.tailer.health() is not None, 60, "the P4 tailer's heartbeat")
         baseline_rss = proc_status_kib(tail.pid, "VmRSS")
         baseline_hwm = proc_status_kib(tail.pid, "VmHWM")
         say(f"P4: one transaction of {sizes.p4_rows} inserts; tailer pid {tail.pid}")

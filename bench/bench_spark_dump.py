@@ -15,7 +15,7 @@ breakdown one instrumented Spark dump (chunk 10k, one window, one task per chunk
           register + lw, the Spark job, hw -> window closed; and, measured apart in this
           process on the same chunks, the source read (`PostgresChunkSource.read_chunk`, and
           the raw fetch without our converters), the Redis append
-          (`StateStore.append_chunk_rows`) and the output's writes during the tailer's emission.
+          (`WindowStore.append_rows`) and the output's writes during the tailer's emission.
 read path Spark's JDBC source reading the table into a DataFrame (all columns materialized by
           the `noop` sink; and the rows handed to Python workers) against psycopg with our
           converters in mapPartitions, same partitions. Skipped, with the reason, when the
@@ -59,7 +59,7 @@ from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource, _raw_rows
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.setup import ensure_setup
-from airflow_provider_dblog.state_store import DumpState, StateStore, WindowState
+from airflow_provider_dblog.state import DumpState, StateStore, WindowState
 from spark_jobs.dump import SparkChunkReader, run_spark_dump
 
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
@@ -306,11 +306,11 @@ def spark_dump(
         chunk_size=chunk_size,
         parallelism=parallelism,
     )
-    store.create_dump(request)
+    store.dumps.create(request)
     started = time.perf_counter()
     state = run_spark_dump(sc, config, dump_id)
     seconds = time.perf_counter() - started
-    status = store.dump_status(dump_id)
+    status = store.dumps.status(dump_id)
     if state is not DumpState.DONE or status is None:
         raise RuntimeError(f"bench: dump {dump_id} ended {state}")
     return DumpRun(
@@ -372,7 +372,7 @@ def timed_spark_dump(
     ends; the window's registration and closing times come from its state in Redis."""
     dump_id = f"timed-{uuid.uuid4().hex[:8]}"
     ref = TableRef.parse(table)
-    store.create_dump(DumpRequest(dump_id, DumpKind.TABLE, (ref,), chunk_size=chunk_size))
+    store.dumps.create(DumpRequest(dump_id, DumpKind.TABLE, (ref,), chunk_size=chunk_size))
     reader = TimedReader(SparkChunkReader(sc, config, dump_id, tasks, chunk_size))
     started = time.perf_counter()
     state = run_dump(
@@ -383,11 +383,11 @@ def timed_spark_dump(
         bounded_chunks=True,
     )
     seconds = time.perf_counter() - started
-    status = store.dump_status(dump_id)
+    status = store.dumps.status(dump_id)
     if state is not DumpState.DONE or status is None:
         raise RuntimeError(f"bench: dump {dump_id} ended {state}")
     for times in reader.chunks:
-        window = store.window_state(times.window_id)
+        window = store.windows.state(times.window_id)
         if window is None or window.state is not WindowState.CLOSED:
             raise RuntimeError(f"bench: window {times.window_id} is {window}")
         times.registered_ms, times.closed_ms = window.registered_ms, window.updated_ms
@@ -445,14 +445,14 @@ def bench_breakdown(
                 raise RuntimeError("bench: the raw fetch and read_chunk disagree")
             rows_read += len(read.rows)
             window = Window(uuid.uuid4().hex, "breakdown", table)
-            side.register_window(window, str(uuid.uuid4()), str(uuid.uuid4()), {}, ttl_s=600)
+            side.windows.register(window, str(uuid.uuid4()), str(uuid.uuid4()), {}, ttl_s=600)
             t0 = time.perf_counter()
-            side.append_chunk_rows(
+            side.windows.append_rows(
                 window.window_id, 0, read.rows, key_columns, read.invisible_txids
             )
             append_s += time.perf_counter() - t0
             t0 = time.perf_counter()
-            fetched = side.get_chunk_rows(window.window_id)
+            fetched = side.windows.rows(window.window_id)
             fetch_s += time.perf_counter() - t0
             if fetched is None or len(fetched.rows) != len(read.rows):
                 raise RuntimeError("bench: the rows appended are not the rows fetched")
@@ -465,7 +465,7 @@ def bench_breakdown(
             reconcile_s += time.perf_counter() - t0
             if not isinstance(reconciled, list) or len(reconciled) != len(read.rows):
                 raise RuntimeError(f"bench: reconciling the chunk gave {reconciled}")
-            side.abandon_window(window.window_id, "bench: measured only")
+            side.windows.abandon(window.window_id, "bench: measured only")
     finally:
         source.close()
     return Breakdown(
@@ -611,11 +611,11 @@ def print_report(report: Report) -> None:
         add("  per chunk: between chunks (ms)", t.between_ms() / max(1, len(t.chunks)))
         add("  apart: source read_chunk (ms/chunk)", read_ms)
         add("    of which raw fetch, no converters (ms/chunk)", b.raw_fetch_s / n * 1000)
-        add("  apart: Redis append_chunk_rows (ms/chunk)", append_ms)
+        add("  apart: Redis WindowStore.append_rows (ms/chunk)", append_ms)
         add("  so Spark's own share of the job (ms/chunk)", job_ms - read_ms - append_ms)
         fetch_ms, reconcile_ms = b.fetch_s / n * 1000, b.reconcile_s / n * 1000
         output_ms = b.output_write_s / max(1, t.run.chunks) * 1000
-        add("  apart: Redis get_chunk_rows, the tailer's fetch (ms/chunk)", fetch_ms)
+        add("  apart: Redis WindowStore.rows, the tailer's fetch (ms/chunk)", fetch_ms)
         add("  apart: Reconciler.chunk_events, rows to events (ms/chunk)", reconcile_ms)
         add("  tailer: output writes, NDJSON encode + fsync (ms/chunk)", output_ms)
         add(

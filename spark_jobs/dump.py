@@ -49,7 +49,7 @@ from airflow_provider_dblog.dump_runner import DumpFailed, run_dump
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.spark_package import ship_package
-from airflow_provider_dblog.state_store import DumpState, StateStore
+from airflow_provider_dblog.state import DumpState, StateStore, WindowStore
 
 log = logging.getLogger("dblog.spark_dump")
 
@@ -93,12 +93,12 @@ def read_parts(
     in Redis. Runs on an executor; reads passwords from its environment."""
     source = PostgresChunkSource(config.source)
     client = config.redis_client()
-    store = StateStore(client, config.source.name)
+    windows = WindowStore(client, config.source.name)
     try:
         results: list[PartResult] = []
         for index, part in parts:
             read = source.read_chunk(part)
-            stored = store.append_chunk_rows(
+            stored = windows.append_rows(
                 window_id, index, read.rows, key_columns, read.invisible_txids
             )
             last = key_of(read.rows[-1], key_columns) if read.rows else None
@@ -127,7 +127,7 @@ class SparkChunkReader:
         chunk: Chunk,
         key_columns: tuple[str, ...],
     ) -> StoredChunk | None:
-        controls = store.controls(self.dump_id)
+        controls = store.dumps.controls(self.dump_id)
         chunk_size = controls.chunk_size if controls else self.default_chunk_size
         parts = sub_ranges(source, chunk, self.tasks, chunk_size)
         task = functools.partial(read_parts, self.config, window_id, key_columns)
@@ -164,7 +164,7 @@ def run_spark_dump(
 ) -> DumpState:
     """Run one stored dump request in this Spark application; returns its final state."""
     store = StateStore(config.redis_client(), config.source.name)
-    stored = store.get_dump(dump_id)
+    stored = store.dumps.get(dump_id)
     if stored is None:
         raise DumpFailed(f"no dump request {dump_id!r} in the store")
     reader = SparkChunkReader(

@@ -7,7 +7,7 @@ import logging
 import os
 
 from airflow_provider_dblog.config import Config, load_config
-from airflow_provider_dblog.state_store import StateStore
+from airflow_provider_dblog.state import StateStore
 
 DEFAULT_CONFIG = "dblog.toml"
 

@@ -18,7 +18,7 @@ from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.dump_request import build_request
 from airflow_provider_dblog.dump_runner import run_dump
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
-from airflow_provider_dblog.state_store import StateStore
+from airflow_provider_dblog.state import StateStore
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -59,7 +59,7 @@ def _dump(args: argparse.Namespace) -> int:
     config = config_of(args)
     store = store_of(config)
     dump_id = args.dump_id or uuid.uuid4().hex[:12]
-    if store.get_dump(dump_id) is None:
+    if store.dumps.get(dump_id) is None:
         source = PostgresChunkSource(config.source)
         try:
             if args.keys is not None and args.table is None:
@@ -75,7 +75,7 @@ def _dump(args: argparse.Namespace) -> int:
             )
         finally:
             source.close()
-        store.create_dump(request, key_columns)
+        store.dumps.create(request, key_columns)
     print(f"dump {dump_id}: running (dblog pause|resume|cancel|throttle {dump_id})")
     state = run_dump(
         store,
@@ -104,15 +104,14 @@ def _status(args: argparse.Namespace) -> int:
 
 def status_table(store: StateStore) -> str:
     lines = []
-    health = store.tailer_health()
+    health = store.tailer.health()
     if health is None:
         lines.append("tailer: no heartbeat (not running?)")
     else:
-        metrics = health["metrics"]
-        lines.append(f"tailer: {health['owner']}, heartbeat {health['age_ms']} ms ago, {metrics}")
+        lines.append(f"tailer: {health.owner}, heartbeat {health.age_ms} ms ago, {health.metrics}")
     lines.append(f"{'dump':14} {'state':10} {'chunks':>8} {'rows':>10} {'retried':>8}  reason")
-    for dump_id in store.list_dumps():
-        status = store.dump_status(dump_id)
+    for dump_id in store.dumps.ids():
+        status = store.dumps.status(dump_id)
         if status is None:
             continue
         lines.append(
@@ -124,7 +123,11 @@ def status_table(store: StateStore) -> str:
 
 def _control(args: argparse.Namespace) -> int:
     store = store_of(config_of(args))
-    action = {"pause": store.pause_dump, "resume": store.resume_dump, "cancel": store.cancel_dump}
+    action = {
+        "pause": store.dumps.pause,
+        "resume": store.dumps.resume,
+        "cancel": store.dumps.cancel,
+    }
     if not action[args.action](args.dump_id):
         print(f"dump {args.dump_id} is finished or unknown", file=sys.stderr)
         return 1
@@ -134,7 +137,7 @@ def _control(args: argparse.Namespace) -> int:
 
 def _throttle(args: argparse.Namespace) -> int:
     store = store_of(config_of(args))
-    changed = store.throttle_dump(
+    changed = store.dumps.throttle(
         args.dump_id,
         chunk_size=args.chunk_size,
         delay_ms=args.delay_ms,

@@ -28,7 +28,7 @@ from airflow_provider_dblog.core.dump_plan import DumpRequest
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.dump_request import build_request
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
-from airflow_provider_dblog.state_store import AsyncStateReader, DumpStatus, StateStore
+from airflow_provider_dblog.state import AsyncStateReader, DumpStatus, StateStore, TailerHealth
 
 
 def connection_extras(conn: Any) -> dict[str, Any]:
@@ -171,11 +171,11 @@ class DBLogHook(BaseHook):
         """Reach Redis and read the TOML; what the UI's Test button shows."""
         try:
             store = self.get_conn()
-            health = store.tailer_health()
+            health = store.tailer.health()
             config = self.config
         except Exception as exc:
             return False, str(exc)
-        tailer = "no tailer heartbeat" if health is None else f"tailer {health['owner']} alive"
+        tailer = "no tailer heartbeat" if health is None else f"tailer {health.owner} alive"
         tables = ", ".join(str(t) for t in config.source.tables)
         return (
             True,
@@ -215,19 +215,19 @@ class DBLogHook(BaseHook):
         """Store the request, or, if a request of that id exists (a task retry), make it
         runnable again so that it resumes from its last completed chunk."""
         store = self.store
-        if store.get_dump(request.dump_id) is None:
-            store.create_dump(request, key_columns)
+        if store.dumps.get(request.dump_id) is None:
+            store.dumps.create(request, key_columns)
         else:
-            store.reopen_dump(request.dump_id)
-        status = store.dump_status(request.dump_id)
+            store.dumps.reopen(request.dump_id)
+        status = store.dumps.status(request.dump_id)
         assert status is not None
         return status
 
     def dump_status(self, dump_id: str) -> DumpStatus | None:
-        return self.store.dump_status(dump_id)
+        return self.store.dumps.status(dump_id)
 
-    def tailer_health(self) -> dict[str, Any] | None:
-        return self.store.tailer_health()
+    def tailer_health(self) -> TailerHealth | None:
+        return self.store.tailer.health()
 
     # -- for triggers (asyncio) -----------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.operators.lineage import dump_lineage
 from airflow_provider_dblog.sources.base import SourceUnavailable
 from airflow_provider_dblog.spark_package import package_zip
-from airflow_provider_dblog.state_store import DumpState, StateStoreUnavailable
+from airflow_provider_dblog.state import DumpState, StateStoreUnavailable
 from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger, status_payload
 
 DUMP_APPLICATION = Path(__file__).resolve().parents[2] / "spark_jobs" / "dump.py"
@@ -312,7 +312,7 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
     def on_kill(self) -> None:
         if self._hook is not None and self.dump_id:
             try:
-                self._hook.store.cancel_dump(self.dump_id)
+                self._hook.store.dumps.cancel(self.dump_id)
                 self.log.info("dump %s cancelled", self.dump_id)
             except DBLogError as exc:
                 self.log.warning("could not cancel dump %s: %s", self.dump_id, exc)
@@ -372,7 +372,7 @@ class DBLogPauseDumpOperator(_DumpControlOperator):
     action = "pause"
 
     def _apply(self, store: Any) -> bool:
-        return bool(store.pause_dump(self.dump_id))
+        return bool(store.dumps.pause(self.dump_id))
 
 
 class DBLogResumeDumpOperator(_DumpControlOperator):
@@ -381,7 +381,7 @@ class DBLogResumeDumpOperator(_DumpControlOperator):
     action = "resume"
 
     def _apply(self, store: Any) -> bool:
-        return bool(store.resume_dump(self.dump_id))
+        return bool(store.dumps.resume(self.dump_id))
 
 
 class DBLogCancelDumpOperator(_DumpControlOperator):
@@ -390,7 +390,7 @@ class DBLogCancelDumpOperator(_DumpControlOperator):
     action = "cancel"
 
     def _apply(self, store: Any) -> bool:
-        return bool(store.cancel_dump(self.dump_id))
+        return bool(store.dumps.cancel(self.dump_id))
 
 
 class DBLogThrottleDumpOperator(_DumpControlOperator):
@@ -415,7 +415,7 @@ class DBLogThrottleDumpOperator(_DumpControlOperator):
 
     def _apply(self, store: Any) -> bool:
         return bool(
-            store.throttle_dump(
+            store.dumps.throttle(
                 self.dump_id,
                 chunk_size=None if self.chunk_size is None else int(self.chunk_size),
                 delay_ms=None if self.delay_ms is None else int(self.delay_ms),

@@ -27,7 +27,7 @@ def dump_lineage(hook: DBLogHook, dump_id: str) -> Any:
     except ImportError:
         return None
     try:
-        stored = hook.store.get_dump(dump_id)
+        stored = hook.store.dumps.get(dump_id)
         if stored is None:
             return None
         config = hook.config

@@ -14,7 +14,7 @@ from airflow.sdk import BaseSensorOperator, Context, conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_dblog.hooks.dblog import DBLogHook
-from airflow_provider_dblog.state_store import DumpState
+from airflow_provider_dblog.state import DumpState
 from airflow_provider_dblog.triggers.dblog import (
     DBLogDumpTrigger,
     DBLogTailerHealthTrigger,

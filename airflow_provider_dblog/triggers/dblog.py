@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeGuard
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_dblog.hooks.dblog import DBLogHook
-from airflow_provider_dblog.state_store import DumpStatus
+from airflow_provider_dblog.state import DumpStatus, TailerHealth
 
 
 def status_payload(dump_id: str, status: DumpStatus | None, outcome: str) -> dict[str, Any]:
@@ -110,7 +110,7 @@ class DBLogDumpTrigger(BaseTrigger):
         if not self.cancel_on_kill:
             return
         store = await DBLogHook.async_store(self.dblog_conn_id)
-        cancelled = await asyncio.to_thread(store.cancel_dump, self.dump_id)
+        cancelled = await asyncio.to_thread(store.dumps.cancel, self.dump_id)
         self.log.info("dump %s: %s", self.dump_id, "cancelled" if cancelled else "already ended")
 
 
@@ -144,7 +144,7 @@ class DBLogTailerHealthTrigger(BaseTrigger):
             while True:
                 health = await reader.tailer_health()
                 if health_ok(health, self.max_lag_ms):
-                    yield TriggerEvent({"healthy": True, "health": health})
+                    yield TriggerEvent({"healthy": True, "health": health.to_json()})
                     return
                 self.log.info("tailer not healthy yet: %s", health or "no heartbeat")
                 await asyncio.sleep(self.poll_interval)
@@ -152,9 +152,9 @@ class DBLogTailerHealthTrigger(BaseTrigger):
             await client.aclose()
 
 
-def health_ok(health: dict[str, Any] | None, max_lag_ms: int) -> bool:
+def health_ok(health: TailerHealth | None, max_lag_ms: int) -> TypeGuard[TailerHealth]:
     """A tailer beats and lags at most `max_lag_ms` behind its source."""
     if health is None:
         return False
-    lag = health.get("metrics", {}).get("lag_ms")
+    lag = health.metrics.get("lag_ms")
     return isinstance(lag, int) and lag <= max_lag_ms

@@ -26,7 +26,7 @@ from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
 from airflow_provider_dblog.sources.postgres.setup import ensure_setup
-from airflow_provider_dblog.state_store import StateStore
+from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 from tests.integration.e2e_support import (
     REDIS_PASSWORD_ENV,

@@ -18,7 +18,7 @@ import pytest
 from airflow_provider_dblog.demo import compare, snapshot
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
-from airflow_provider_dblog.state_store import DumpState
+from airflow_provider_dblog.state import DumpState
 from tests.integration.airflow_support import (
     DagTestResult,
     airflow_env,
@@ -89,8 +89,8 @@ def test_repair_dag_fixes_exactly_the_keys_given(pipeline: Pipeline, run_dag: Ru
     target = snapshot(pipeline.dbs.target_dsn)
     assert target["accounts"] == expected
     assert all(not rows for table, rows in target.items() if table != "accounts")
-    (dump_id,) = pipeline.store.list_dumps()
-    status = pipeline.store.dump_status(dump_id)
+    (dump_id,) = pipeline.store.dumps.ids()
+    status = pipeline.store.dumps.status(dump_id)
     assert status is not None and status.state is DumpState.DONE
     assert status.rows == len(keys) and status.chunks == -(-len(keys) // 7)
 
@@ -149,7 +149,7 @@ def test_bad_params_fail_the_first_task_with_the_problem(
     assert result.tasks["check_request"] == "failed"
     assert result.tasks["dump"] != "success" and result.tasks["wait_for_tailer"] != "success"
     assert message in result.output
-    assert pipeline.store.list_dumps() == []
+    assert pipeline.store.dumps.ids() == []
 
 
 def test_chunk_size_zero_is_refused_by_the_params_schema(
@@ -161,4 +161,4 @@ def test_chunk_size_zero_is_refused_by_the_params_schema(
     )
     assert result.state == "refused", result.output[-4000:]
     assert "chunk_size" in result.output and "minimum" in result.output
-    assert pipeline.store.list_dumps() == []
+    assert pipeline.store.dumps.ids() == []

@@ -17,7 +17,7 @@ import pytest
 from airflow_provider_dblog.demo import compare
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
-from airflow_provider_dblog.state_store import DumpState
+from airflow_provider_dblog.state import DumpState
 from tests.integration.airflow_support import BIN, dblog_connection
 from tests.integration.e2e_support import (
     PASSWORD_ENV,
@@ -90,11 +90,11 @@ def test_on_kill_cancels_and_a_retry_resumes(pipeline: Pipeline) -> None:
 
     thread = threading.Thread(target=execute)
     thread.start()
-    wait_until(lambda: store.dump_status("killed") is not None, 60, "the dump request stored")
-    store.throttle_dump("killed", delay_ms=300)  # slow enough to be killed in the middle
+    wait_until(lambda: store.dumps.status("killed") is not None, 60, "the dump request stored")
+    store.dumps.throttle("killed", delay_ms=300)  # slow enough to be killed in the middle
 
     def some_chunks() -> bool:
-        status = store.dump_status("killed")
+        status = store.dumps.status("killed")
         return status is not None and status.chunks >= 3
 
     wait_until(some_chunks, 120, "the Spark dump completing 3 chunks")
@@ -104,7 +104,7 @@ def test_on_kill_cancels_and_a_retry_resumes(pipeline: Pipeline) -> None:
     assert not thread.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], AirflowException)
     assert "killed" in str(errors[0])
-    status = store.dump_status("killed")
+    status = store.dumps.status("killed")
     assert status is not None and status.state is not DumpState.DONE
     wait_until(lambda: not spark_submits(), 60, "spark-submit gone after on_kill")
     done_before = status.chunks
@@ -112,7 +112,7 @@ def test_on_kill_cancels_and_a_retry_resumes(pipeline: Pipeline) -> None:
 
     result = operator().execute({})  # type: ignore[arg-type]  # the task's retry
     assert result["state"] == "done"
-    status = store.dump_status("killed")
+    status = store.dumps.status("killed")
     assert status is not None and status.state is DumpState.DONE
     # 300 rows in chunks of 20: 15 chunks in all; a chunk read again would count twice.
     assert status.chunks == ROWS // 20 and status.rows == ROWS
@@ -137,6 +137,6 @@ def test_a_failed_dump_fails_the_task_with_its_reason(pipeline: Pipeline) -> Non
     )
     with pytest.raises(AirflowException, match=r"dump doomed failed: chunk 0 of public.orders"):
         operator.execute({})  # type: ignore[arg-type]
-    status = pipeline.store.dump_status("doomed")
+    status = pipeline.store.dumps.status("doomed")
     assert status is not None and status.state is DumpState.FAILED
     assert "Is the tailer running" in status.reason

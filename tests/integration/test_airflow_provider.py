@@ -21,7 +21,7 @@ from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.get_provider_info import get_provider_info
-from airflow_provider_dblog.state_store import DumpState, StateStore
+from airflow_provider_dblog.state import DumpState, StateStore
 from tests.integration.airflow_support import BIN
 from tests.integration.e2e_support import REPO
 
@@ -236,11 +236,11 @@ def test_dump_trigger_reports_done_failed_missing_and_a_dead_driver(
     conn_id, source, _ = dblog_conn
     store = StateStore(redis_server.client(), source)
     for dump_id in ("ok", "bad", "dead"):
-        store.create_dump(DumpRequest(dump_id, DumpKind.TABLE, (T,), chunk_size=5))
-        store.mark_dump(dump_id, DumpState.RUNNING)
-    store.count_dump("ok", chunks=3, rows=15)
-    store.mark_dump("ok", DumpState.DONE)
-    store.mark_dump("bad", DumpState.FAILED, reason="chunk 2 failed 5 times")
+        store.dumps.create(DumpRequest(dump_id, DumpKind.TABLE, (T,), chunk_size=5))
+        store.dumps.mark(dump_id, DumpState.RUNNING)
+    store.dumps.count("ok", chunks=3, rows=15)
+    store.dumps.mark("ok", DumpState.DONE)
+    store.dumps.mark("bad", DumpState.FAILED, reason="chunk 2 failed 5 times")
 
     done = first_event(DBLogDumpTrigger(conn_id, "ok", poll_interval=0.05))
     assert done["outcome"] == "done" and done["rows"] == 15 and done["chunks"] == 3
@@ -261,9 +261,9 @@ def test_dump_trigger_waits_while_a_driver_beats(
 
     conn_id, source, _ = dblog_conn
     store = StateStore(redis_server.client(), source)
-    store.create_dump(DumpRequest("alive", DumpKind.TABLE, (T,), chunk_size=5))
-    store.mark_dump("alive", DumpState.RUNNING)
-    store.beat_dump("alive", "spark-driver:1", ttl_ms=60_000)
+    store.dumps.create(DumpRequest("alive", DumpKind.TABLE, (T,), chunk_size=5))
+    store.dumps.mark("alive", DumpState.RUNNING)
+    store.dumps.beat("alive", "spark-driver:1", ttl_ms=60_000)
     trigger = DBLogDumpTrigger(conn_id, "alive", poll_interval=0.05, driver_timeout_s=0.2)
 
     async def run() -> dict[str, Any]:
@@ -271,7 +271,7 @@ def test_dump_trigger_waits_while_a_driver_beats(
         waiting = asyncio.ensure_future(events.__anext__())
         await asyncio.sleep(1.0)  # five driver timeouts: a beating driver is never stalled
         assert not waiting.done()
-        store.mark_dump("alive", DumpState.DONE)
+        store.dumps.mark("alive", DumpState.DONE)
         return dict((await asyncio.wait_for(waiting, 10)).payload)
 
     assert asyncio.run(run())["outcome"] == "done"
@@ -289,10 +289,10 @@ def test_tailer_health_trigger_fires_once_the_lag_is_low(
     async def run() -> dict[str, Any]:
         events = trigger.run()
         waiting = asyncio.ensure_future(events.__anext__())
-        store.heartbeat("tailer-1", {"lag_ms": 5000}, ttl_s=60)
+        store.tailer.beat("tailer-1", {"lag_ms": 5000}, ttl_s=60)
         await asyncio.sleep(0.3)  # several polls see the high lag and keep waiting
         assert not waiting.done()
-        store.heartbeat("tailer-1", {"lag_ms": 20}, ttl_s=60)
+        store.tailer.beat("tailer-1", {"lag_ms": 20}, ttl_s=60)
         return dict((await asyncio.wait_for(waiting, 10)).payload)
 
     event = asyncio.run(run())
@@ -307,7 +307,7 @@ def test_dump_operator_reports_openlineage_facets_and_never_fails_on_them(
     conn_id, source, _ = dblog_conn
     store = StateStore(redis_server.client(), source)
     tables = (T, TableRef("public", "orders"))
-    store.create_dump(DumpRequest("seen", DumpKind.ALL, tables, chunk_size=5))
+    store.dumps.create(DumpRequest("seen", DumpKind.ALL, tables, chunk_size=5))
     operator = DBLogDumpOperator(task_id="dump", dblog_conn_id=conn_id, dump_id="seen")
     lineage = operator.get_openlineage_facets_on_complete(None)
     assert [(d.namespace, d.name) for d in lineage.inputs] == [
@@ -329,13 +329,13 @@ def test_killing_the_dump_task_while_deferred_cancels_the_dump_a_sensor_does_not
     conn_id, source, _ = dblog_conn
     store = StateStore(redis_server.client(), source)
     for dump_id in ("watched", "owned"):
-        store.create_dump(DumpRequest(dump_id, DumpKind.TABLE, (T,), chunk_size=5))
-        store.mark_dump(dump_id, DumpState.RUNNING)
+        store.dumps.create(DumpRequest(dump_id, DumpKind.TABLE, (T,), chunk_size=5))
+        store.dumps.mark(dump_id, DumpState.RUNNING)
     asyncio.run(DBLogDumpTrigger(conn_id, "watched").on_kill())  # a sensor's trigger
-    controls = store.controls("watched")
+    controls = store.dumps.controls("watched")
     assert controls is not None and not controls.cancelled
     asyncio.run(DBLogDumpTrigger(conn_id, "owned", cancel_on_kill=True).on_kill())
-    controls = store.controls("owned")
+    controls = store.dumps.controls("owned")
     assert controls is not None and controls.cancelled
 
 
@@ -353,12 +353,12 @@ def test_control_operators_act_on_a_running_dump_and_refuse_a_finished_one(
 
     conn_id, source, _ = dblog_conn
     store = StateStore(redis_server.client(), source)
-    store.create_dump(DumpRequest("ctl", DumpKind.TABLE, (T,), chunk_size=5))
-    store.mark_dump("ctl", DumpState.RUNNING)
+    store.dumps.create(DumpRequest("ctl", DumpKind.TABLE, (T,), chunk_size=5))
+    store.dumps.mark("ctl", DumpState.RUNNING)
     common = {"dump_id": "ctl", "dblog_conn_id": conn_id}
 
     def controls() -> Any:
-        found = store.controls("ctl")
+        found = store.dumps.controls("ctl")
         assert found is not None
         return found
 
@@ -378,7 +378,7 @@ def test_control_operators_act_on_a_running_dump_and_refuse_a_finished_one(
         DBLogThrottleDumpOperator(task_id="t0", chunk_size=0, **common).execute({})  # type: ignore[arg-type]
     DBLogCancelDumpOperator(task_id="cancel", **common).execute({})  # type: ignore[arg-type]
     assert controls().cancelled
-    store.mark_dump("ctl", DumpState.CANCELLED)
+    store.dumps.mark("ctl", DumpState.CANCELLED)
     with pytest.raises(AirflowFailException, match="dump ctl has finished: nothing to pause"):
         DBLogPauseDumpOperator(task_id="late", **common).execute({})  # type: ignore[arg-type]
     with pytest.raises(AirflowFailException, match="no dump never"):
@@ -397,13 +397,13 @@ def test_dump_sensor_pokes_until_done_and_fails_with_the_reason(
     conn_id, source, _ = dblog_conn
     store = StateStore(redis_server.client(), source)
     for dump_id in ("slow", "broken"):
-        store.create_dump(DumpRequest(dump_id, DumpKind.TABLE, (T,), chunk_size=5))
-        store.mark_dump(dump_id, DumpState.RUNNING)
+        store.dumps.create(DumpRequest(dump_id, DumpKind.TABLE, (T,), chunk_size=5))
+        store.dumps.mark(dump_id, DumpState.RUNNING)
     slow = DBLogDumpSensor(task_id="wait", dump_id="slow", dblog_conn_id=conn_id)
     assert slow.poke({}) is False  # type: ignore[arg-type]
-    store.mark_dump("slow", DumpState.DONE)
+    store.dumps.mark("slow", DumpState.DONE)
     assert slow.poke({}) is True  # type: ignore[arg-type]
-    store.mark_dump("broken", DumpState.FAILED, reason="chunk 3 failed 5 times")
+    store.dumps.mark("broken", DumpState.FAILED, reason="chunk 3 failed 5 times")
     broken = DBLogDumpSensor(task_id="wait", dump_id="broken", dblog_conn_id=conn_id)
     with pytest.raises(AirflowException, match="dump broken failed: chunk 3 failed 5 times"):
         broken.poke({})  # type: ignore[arg-type]
@@ -413,7 +413,7 @@ def test_dump_sensor_pokes_until_done_and_fails_with_the_reason(
 
     tailer = DBLogTailerHealthSensor(task_id="tailer", dblog_conn_id=conn_id, max_lag_ms=100)
     assert tailer.poke({}) is False  # type: ignore[arg-type]  # no heartbeat
-    store.heartbeat("t", {"lag_ms": 500}, ttl_s=60)
+    store.tailer.beat("t", {"lag_ms": 500}, ttl_s=60)
     assert tailer.poke({}) is False  # type: ignore[arg-type]
-    store.heartbeat("t", {"lag_ms": 50}, ttl_s=60)
+    store.tailer.beat("t", {"lag_ms": 50}, ttl_s=60)
     assert tailer.poke({}) is True  # type: ignore[arg-type]

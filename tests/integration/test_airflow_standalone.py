@@ -73,7 +73,7 @@ def test_connection_form_bad_dump_and_repair_in_a_running_airflow(
                 result = airflow.xcom("dblog_repair", repair_run, "dump")
             finally:
                 # A failed test must not leave the detached Spark application dumping.
-                pipeline.store.cancel_dump(dump_id_for("dblog_repair", repair_run, "dump"))
+                pipeline.store.dumps.cancel(dump_id_for("dblog_repair", repair_run, "dump"))
 
         wait_caught_up(dbs)
         with psycopg.connect(dbs.source_dsn) as source:

@@ -33,7 +33,7 @@ from airflow_provider_dblog.outputs import NdjsonOutput, Output, SqlApplyOutput,
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
 from airflow_provider_dblog.sources.postgres.setup import ensure_setup
-from airflow_provider_dblog.state_store import StateStore
+from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 from tests.integration.e2e_support import (
     DBLOG,
@@ -61,14 +61,14 @@ LEASE_TTL_MS = 2000
 
 def holder(store: StateStore, redis: RedisInfo) -> str | None:
     """The owner of the tailer lease now, or None."""
-    owner = redis.client().hget(store.prefix + "tailer:lease", "owner")
+    owner = redis.client().hget(store.tailer.keys.tailer_lease, "owner")
     return None if owner is None else owner.decode() if isinstance(owner, bytes) else str(owner)
 
 
 def leading(store: StateStore, redis: RedisInfo, owner: str) -> bool:
     """`owner` holds the lease and has beaten as the active tailer (it is running)."""
-    health = store.tailer_health()
-    return holder(store, redis) == owner and health is not None and health["owner"] == owner
+    health = store.tailer.health()
+    return holder(store, redis) == owner and health is not None and health.owner == owner
 
 
 @pytest.fixture
@@ -98,7 +98,7 @@ class InProcessTailer:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.error: BaseException | None = None
         self._thread.start()
-        wait_until(lambda: store.tailer_health() is not None, 30, "the tailer's first heartbeat")
+        wait_until(lambda: store.tailer.health() is not None, 30, "the tailer's first heartbeat")
 
     def _run(self) -> None:
         try:
@@ -130,7 +130,7 @@ def test_full_dump_under_writes_reaches_sql_target_and_ndjson_in_order(
     try:
         writer.wait_for(20)
         written_before_dump = len(writer.transactions())
-        store.create_dump(DumpRequest("full", DumpKind.ALL, TABLES, chunk_size=50, parallelism=3))
+        store.dumps.create(DumpRequest("full", DumpKind.ALL, TABLES, chunk_size=50, parallelism=3))
         state = run_dump(store, lambda: PostgresChunkSource(dbs.config), "full")
         assert state == "done"
         written_after_dump = len(writer.transactions())
@@ -146,7 +146,7 @@ def test_full_dump_under_writes_reaches_sql_target_and_ndjson_in_order(
     assert missing_changes(transactions, events) == []
     assert state_differences(source_state(dbs.config), materialize(events)) == []
 
-    status = store.dump_status("full")
+    status = store.dumps.status("full")
     assert status is not None and status.state == "done"
     assert status.rows >= 3 * 600 * 0.8, "pre-existing rows reach the outputs through the dump"
     assert status.chunks >= 3 * 600 // 50
@@ -279,7 +279,7 @@ def test_dump_completes_through_tailer_kills_and_a_redis_restart(
         if tail.alive():
             tail.kill()
 
-    status = store.dump_status("crashy")
+    status = store.dumps.status("crashy")
     assert status is not None and status.state == "done", status
     events = list(read_events(events_dir))
     assert backwards(events) == []
@@ -299,7 +299,7 @@ class DumpThread:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self, request: DumpRequest) -> None:
-        self._store.create_dump(request)
+        self._store.dumps.create(request)
         self._thread.start()
 
     def _run(self) -> None:
@@ -317,7 +317,7 @@ class DumpThread:
     def chunks(self) -> int:
         if self.error is not None:
             raise AssertionError(f"the dump failed: {self.error!r}") from self.error
-        status = self._store.dump_status(self._dump_id)
+        status = self._store.dumps.status(self._dump_id)
         return 0 if status is None else status.chunks
 
     def reached(self, chunks: int) -> bool:
@@ -347,7 +347,7 @@ def test_repair_fixes_exactly_the_given_keys(
     tailer = InProcessTailer(dbs, store, SqlApplyOutput(dbs.target_dsn, monotonic=True))
     rng = random.Random()
     try:
-        store.create_dump(DumpRequest("full", DumpKind.ALL, TABLES, chunk_size=100, parallelism=3))
+        store.dumps.create(DumpRequest("full", DumpKind.ALL, TABLES, chunk_size=100, parallelism=3))
         assert run_dump(store, lambda: PostgresChunkSource(dbs.config), "full") == "done"
         wait_caught_up(dbs)
         assert compare(dbs.source_dsn, dbs.target_dsn) == []
@@ -397,7 +397,7 @@ def test_repair_fixes_exactly_the_given_keys(
     assert len(set(source["orders"]) - set(target["orders"])) == len(kept_orders)
     assert source["items"] == target["items"]
     for dump_id, count in (("repair-accounts", 10), ("repair-orders", 3)):
-        status = store.dump_status(dump_id)
+        status = store.dumps.status(dump_id)
         assert status is not None and status.state == "done" and status.rows == count
 
 
@@ -442,4 +442,4 @@ def test_cli_refuses_bad_input_with_clear_errors_and_exit_code_2(
         assert "Traceback" not in said, (args, said)
         for secret in (dbs.pg.password, redis_server.password, wrong_password):
             assert secret not in said, (args, "a password was printed")
-    assert store.list_dumps() == [], "a refused request must not be registered"
+    assert store.dumps.ids() == [], "a refused request must not be registered"

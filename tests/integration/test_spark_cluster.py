@@ -33,7 +33,7 @@ from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
-from airflow_provider_dblog.state_store import DumpState
+from airflow_provider_dblog.state import DumpState
 from tests.integration.e2e_support import (
     PASSWORD_ENV,
     REDIS_PASSWORD_ENV,
@@ -220,7 +220,7 @@ def test_full_dump_on_a_standalone_cluster_ships_the_package(
     cluster: Cluster, pipeline: Pipeline, tmp_path: Path
 ) -> None:
     store = pipeline.store
-    store.create_dump(DumpRequest("cluster", DumpKind.ALL, TABLES, chunk_size=100, parallelism=2))
+    store.dumps.create(DumpRequest("cluster", DumpKind.ALL, TABLES, chunk_size=100, parallelism=2))
     apps_before = cluster.apps_with_the_zip()
     args = ("--dump-id", "cluster", "--config", str(pipeline.config_path))
     exit_status = cluster.submit("dump.py", *args, log=tmp_path / "driver.log")
@@ -231,7 +231,7 @@ def test_full_dump_on_a_standalone_cluster_ships_the_package(
 
     wait_caught_up(pipeline.dbs)
     assert compare(pipeline.dbs.source_dsn, pipeline.dbs.target_dsn) == []
-    status = store.dump_status("cluster")
+    status = store.dumps.status("cluster")
     assert status is not None and status.state is DumpState.DONE
     assert status.rows == ROWS * 3 and status.chunks == 9  # 300 rows a table in chunks of 100
 

@@ -28,7 +28,7 @@ from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump_runner import run_dump
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
-from airflow_provider_dblog.state_store import DumpState
+from airflow_provider_dblog.state import DumpState
 from spark_jobs.compact import EXIT_LOCKED, CompactionLocked, compact
 from tests.integration.e2e_support import wait_caught_up
 from tests.integration.spark_support import running_pipeline, stop_spark
@@ -190,7 +190,7 @@ def test_lake_equals_the_source_after_a_dump_under_writes(
         workload = Workload(dbs.source_dsn, seed=5)
         workload.start()
         try:
-            store.create_dump(
+            store.dumps.create(
                 DumpRequest("lake", DumpKind.ALL, DEMO_TABLES, chunk_size=70, parallelism=2)
             )
             state = run_dump(store, lambda: PostgresChunkSource(dbs.config), "lake")

@@ -34,7 +34,7 @@ from airflow_provider_dblog.demo import TABLES, Workload, compare, snapshot
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump_runner import PAUSE_POLL_S
-from airflow_provider_dblog.state_store import DumpState, DumpStatus
+from airflow_provider_dblog.state import DumpState, DumpStatus
 from spark_jobs.dump import run_spark_dump
 from tests.integration.e2e_support import (
     PASSWORD_ENV,
@@ -82,14 +82,14 @@ def test_full_dump_under_writes_converges(
     workload.start()
     try:
         request = DumpRequest("full", DumpKind.ALL, TABLES, chunk_size=150, parallelism=parallelism)
-        store.create_dump(request)
+        store.dumps.create(request)
         assert run_spark_dump(spark.sparkContext, config, "full") is DumpState.DONE
     finally:
         workload.join()
     assert workload.writes > 0
     wait_caught_up(dbs)
     assert compare(dbs.source_dsn, dbs.target_dsn) == []
-    status = store.dump_status("full")
+    status = store.dumps.status("full")
     assert status is not None and status.state is DumpState.DONE and status.rows >= ROWS * 3
 
 
@@ -97,7 +97,7 @@ def test_key_list_repair_copies_exactly_those_keys(spark: SparkSession, pipeline
     dbs, store = pipeline.dbs, pipeline.store
     keys = tuple((k,) for k in range(5, ROWS, 7))
     request = DumpRequest("repair", DumpKind.KEYS, (TABLES[0],), keys, chunk_size=40)
-    store.create_dump(request)
+    store.dumps.create(request)
     config = load_config(pipeline.config_path)
     assert run_spark_dump(spark.sparkContext, config, "repair", tasks=3) is DumpState.DONE
     wait_caught_up(dbs)
@@ -111,13 +111,13 @@ def test_key_list_repair_copies_exactly_those_keys(spark: SparkSession, pipeline
             )
         ]
     assert snapshot(dbs.target_dsn)["accounts"] == expected
-    status = store.dump_status("repair")
+    status = store.dumps.status("repair")
     assert status is not None and status.rows == len(keys)
     assert status.chunks == -(-len(keys) // 40)
 
 
 def status_of(pipeline: Pipeline, dump_id: str) -> DumpStatus:
-    status = pipeline.store.dump_status(dump_id)
+    status = pipeline.store.dumps.status(dump_id)
     assert status is not None
     return status
 
@@ -133,13 +133,13 @@ def dump_in_thread(
         try:
             yield run
         finally:
-            pipeline.store.cancel_dump(dump_id)  # a failed test must not leave it running
+            pipeline.store.dumps.cancel(dump_id)  # a failed test must not leave it running
 
 
 def slow_dump(pipeline: Pipeline, request: DumpRequest) -> None:
     """Store the request, slowed down enough to be controlled before it ends."""
-    pipeline.store.create_dump(request)
-    pipeline.store.throttle_dump(request.dump_id, delay_ms=300)
+    pipeline.store.dumps.create(request)
+    pipeline.store.dumps.throttle(request.dump_id, delay_ms=300)
 
 
 def test_pause_holds_between_chunks_and_resume_finishes(
@@ -149,7 +149,7 @@ def test_pause_holds_between_chunks_and_resume_finishes(
     slow_dump(pipeline, DumpRequest("paused", DumpKind.ALL, TABLES, chunk_size=100))
     with dump_in_thread(spark, pipeline, "paused") as run:
         wait_until(lambda: status_of(pipeline, "paused").chunks >= 2, 60, "2 chunks")
-        assert store.pause_dump("paused")
+        assert store.dumps.pause("paused")
         wait_until(lambda: status_of(pipeline, "paused").state is DumpState.PAUSED, 30, "the pause")
         held = status_of(pipeline, "paused")
 
@@ -160,8 +160,8 @@ def test_pause_holds_between_chunks_and_resume_finishes(
 
         wait_until(paused_for_three_polls, 30, "the paused dump reading its controls")
         assert not run.done()
-        store.throttle_dump("paused", delay_ms=0)
-        assert store.resume_dump("paused")
+        store.dumps.throttle("paused", delay_ms=0)
+        assert store.dumps.resume("paused")
         assert run.result(timeout=120) is DumpState.DONE
     wait_caught_up(pipeline.dbs)
     assert compare(pipeline.dbs.source_dsn, pipeline.dbs.target_dsn) == []
@@ -175,11 +175,11 @@ def test_cancel_ends_the_run_and_no_chunk_follows(spark: SparkSession, pipeline:
     slow_dump(pipeline, DumpRequest("cancelled", DumpKind.ALL, TABLES, chunk_size=100))
     with dump_in_thread(spark, pipeline, "cancelled") as run:
         wait_until(lambda: status_of(pipeline, "cancelled").chunks >= 2, 60, "2 chunks")
-        assert store.cancel_dump("cancelled")
+        assert store.dumps.cancel("cancelled")
         assert run.result(timeout=60) is DumpState.CANCELLED
     stopped = status_of(pipeline, "cancelled")
     assert stopped.state is DumpState.CANCELLED and 2 <= stopped.chunks < 18
-    progress = store.load_progress("cancelled").values()
+    progress = store.dumps.load_progress("cancelled").values()
     assert sum(p.chunks_done for p in progress) == stopped.chunks
     # Running the cancelled request again reads nothing.
     config = load_config(pipeline.config_path)
@@ -196,7 +196,7 @@ def test_chunk_size_changed_mid_run_applies_from_the_next_chunk(
     with dump_in_thread(spark, pipeline, "resized") as run:
         wait_until(lambda: status_of(pipeline, "resized").chunks >= 2, 60, "2 chunks")
         seen = status_of(pipeline, "resized").chunks
-        assert store.throttle_dump("resized", chunk_size=200, delay_ms=0)
+        assert store.dumps.throttle("resized", chunk_size=200, delay_ms=0)
         assert run.result(timeout=120) is DumpState.DONE
     final = status_of(pipeline, "resized")
     assert final.rows == ROWS
@@ -213,8 +213,8 @@ def test_killed_application_resumes_without_rereading(
 ) -> None:
     dbs, store = pipeline.dbs, pipeline.store
     request = DumpRequest("resumed", DumpKind.ALL, TABLES, chunk_size=100)
-    store.create_dump(request)
-    store.throttle_dump("resumed", delay_ms=400)  # slow enough to be killed in the middle
+    store.dumps.create(request)
+    store.dumps.throttle("resumed", delay_ms=400)  # slow enough to be killed in the middle
     env = cli_env(dbs, redis_server, PYSPARK_PYTHON=sys.executable)
     command = [
         sys.executable,
@@ -233,7 +233,7 @@ def test_killed_application_resumes_without_rereading(
     try:
 
         def some_chunks_done() -> bool:
-            status = store.dump_status("resumed")
+            status = store.dumps.status("resumed")
             assert first.poll() is None, "the Spark dump ended before it was killed"
             return status is not None and status.chunks >= 4
 
@@ -241,19 +241,19 @@ def test_killed_application_resumes_without_rereading(
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(30)
-    killed = store.dump_status("resumed")
+    killed = store.dumps.status("resumed")
     assert killed is not None and killed.state is DumpState.RUNNING
-    done_before = sum(p.chunks_done for p in store.load_progress("resumed").values())
+    done_before = sum(p.chunks_done for p in store.dumps.load_progress("resumed").values())
     assert 4 <= done_before < 18
 
-    store.throttle_dump("resumed", delay_ms=0)
+    store.dumps.throttle("resumed", delay_ms=0)
     second = subprocess.run(
         command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=180
     )
     assert second.returncode == 0, (tmp_path / "spark-dump.log").read_text()[-3000:]
     wait_caught_up(dbs)
     assert compare(dbs.source_dsn, dbs.target_dsn) == []
-    status = store.dump_status("resumed")
+    status = store.dumps.status("resumed")
     assert status is not None and status.state is DumpState.DONE
     # 600 rows per table in chunks of 100: 6 chunks each. A re-read chunk would count again.
     assert status.chunks == 18
@@ -321,7 +321,7 @@ def test_killed_python_workers_fail_the_chunk_job_and_the_chunk_is_retried(
 
         wait_until(killed_until_retried, 30, "a chunk's Spark job failing under the kills")
         assert kills >= 1
-        store.throttle_dump("crashed", delay_ms=0)
+        store.dumps.throttle("crashed", delay_ms=0)
         assert run.result(timeout=120) is DumpState.DONE
     failed = [r for r in caplog.records if "the Spark job of chunk" in r.getMessage()]
     assert failed, "no chunk was retried for a failed Spark job"

@@ -12,7 +12,7 @@ from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.outputs.base import Output
-from airflow_provider_dblog.state_store import StateStore
+from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import _STOP, TailerSettings, _Buffer, _Complete, _Writer
 
 pytestmark = pytest.mark.unit
@@ -28,6 +28,7 @@ class Journal(Output):
 
     def __init__(self) -> None:
         self.entries: list[Any] = []
+        self.windows = ClosedWindows(self.entries)
 
     def write(self, events: Sequence[Event]) -> None:
         self.entries.append([e.position for e in events])
@@ -35,7 +36,14 @@ class Journal(Output):
     def close(self) -> None:
         pass
 
-    def close_window(self, window_id: str, token: int) -> bool:
+
+class ClosedWindows:
+    """The writer closes windows through `store.windows`: here, into the journal's entries."""
+
+    def __init__(self, entries: list[Any]) -> None:
+        self.entries = entries
+
+    def close(self, window_id: str, token: int) -> bool:
         self.entries.append(("closed", window_id))
         return True
 
