@@ -121,7 +121,14 @@ def _request_from_json(data: dict[str, Any]) -> DumpRequest:
     )
 
 
-_FINISHED = "local finished = {cancelled = true, failed = true, done = true}\n"
+_UNFINISHED = """
+local finished = {cancelled = true, failed = true, done = true}
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return -1 end
+if finished[state] then return 0 end
+"""
+"""Lua: the dump's `state` from its status hash (KEYS[1]); returns -1 if there is no such dump,
+0 if it has finished (a finished dump takes no more changes)."""
 
 
 class DumpStore(RedisStore):
@@ -202,11 +209,8 @@ return 1
     # KEYS: status. ARGV: state, reason. Returns 1, 0 (finished already), -1 (no such dump).
     _MARK = (
         NOW_MS
-        + _FINISHED
+        + _UNFINISHED
         + """
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return -1 end
-if finished[state] then return 0 end
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'reason', ARGV[2], 'updated_ms', now)
 if ARGV[1] == 'running' and redis.call('HEXISTS', KEYS[1], 'started_ms') == 0 then
   redis.call('HSET', KEYS[1], 'started_ms', now)
@@ -335,11 +339,8 @@ return 1
     # ends at once: no dump process runs yet to notice it.
     _CONTROL = (
         NOW_MS
-        + _FINISHED
+        + _UNFINISHED
         + """
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return -1 end
-if finished[state] then return 0 end
 redis.call('HSET', KEYS[2], unpack(ARGV))
 if state == 'pending' and redis.call('HGET', KEYS[2], 'cancelled') == '1' then
   redis.call('HSET', KEYS[1], 'state', 'cancelled', 'reason', 'cancelled before it started',

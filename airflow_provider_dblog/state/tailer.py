@@ -13,6 +13,7 @@ Durability (see the package's docstring for what a crash of Redis loses):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,12 +42,7 @@ class TailerHealth:
     metrics: dict[str, JsonValue]
 
     def to_json(self) -> dict[str, JsonValue]:
-        return {
-            "owner": self.owner,
-            "at_ms": self.at_ms,
-            "age_ms": self.age_ms,
-            "metrics": self.metrics,
-        }
+        return dataclasses.asdict(self)
 
 
 def tailer_health_from(
