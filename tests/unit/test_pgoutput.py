@@ -31,7 +31,7 @@ from airflow_provider_dblog.sources.postgres.pgoutput import (
     Delete,
     Insert,
     Kind,
-    Origin,
+    OriginMessage,
     Relation,
     Truncate,
     Type,
@@ -102,7 +102,7 @@ def test_type_and_origin() -> None:
     assert decode(b"Y" + struct.pack("!I", 99999) + cstr("public") + cstr("mood")) == Type(
         99999, "public", "mood"
     )
-    assert decode(b"O" + struct.pack("!Q", 77) + cstr("upstream")) == Origin(77, "upstream")
+    assert decode(b"O" + struct.pack("!Q", 77) + cstr("upstream")) == OriginMessage(77, "upstream")
 
 
 def test_insert_with_null_and_text() -> None:

@@ -63,7 +63,9 @@ class Commit:
 
 
 @dataclass(frozen=True, slots=True)
-class Origin:
+class OriginMessage:
+    """The replication origin a transaction came from (not an event's `core.event.Origin`)."""
+
     commit_lsn: int
     name: str
 
@@ -115,7 +117,7 @@ class Truncate:
     relation_ids: tuple[int, ...]
 
 
-Message = Begin | Commit | Origin | Relation | Type | Insert | Update | Delete | Truncate
+Message = Begin | Commit | OriginMessage | Relation | Type | Insert | Update | Delete | Truncate
 
 
 class _Reader:
@@ -180,7 +182,7 @@ def decode(data: bytes) -> Message:
     elif tag == "C":
         message = Commit(r.take("!B"), r.take("!Q"), r.take("!Q"), _timestamp(r.take("!q")))
     elif tag == "O":
-        message = Origin(r.take("!Q"), r.string())
+        message = OriginMessage(r.take("!Q"), r.string())
     elif tag == "R":
         relation_id, namespace, name = r.take("!I"), r.string(), r.string()
         identity = r.byte()

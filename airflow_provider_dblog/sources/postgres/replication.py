@@ -275,7 +275,7 @@ class PostgresLogReader:
                 self._config.name,
                 list(message.relation_ids),
             )
-        # Origin and Type messages need nothing: values arrive as text either way.
+        # OriginMessage and Type need nothing: values arrive as text either way.
 
     def _relation(self, stream: _Stream, relation: pgoutput.Relation) -> None:
         previous = self._tables.get(relation.relation_id)
