@@ -1,7 +1,7 @@
 """A pure decoder of pgoutput (protocol version 1) messages, the payload of XLogData.
 
 No I/O and no state: `decode(bytes)` returns one message. What the messages mean for DBLog
-(positions, keys, TOAST) is decided in `replication.py`.
+(positions, keys, TOAST) is decided in `changes.py`.
 See https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html
 """
 

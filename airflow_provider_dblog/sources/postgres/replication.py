@@ -1,43 +1,33 @@
-"""The PostgreSQL log reader: pgoutput over the streaming replication protocol, as log items.
+"""The PostgreSQL log reader: the streaming replication protocol that carries pgoutput.
 
-Items are yielded as messages are decoded, never a transaction at a time, so memory stays
-bounded whatever the transaction size. Positions are `[commit LSN of the transaction, index in
-the transaction]`; the commit LSN comes in Begin (final_lsn) before the first change.
+This module is the transport: START_REPLICATION on the slot, CopyData frames, 'k' keepalives,
+'w' XLogData, standby status replies and what has been received and flushed. What each decoded
+message means (positions, relations, row changes, watermarks) is `changes.ChangeMapper`'s work.
 
-Unchanged TOAST values: pgoutput does not resend a large value an UPDATE left alone. Such a
-column takes its value from the old row when the server sent one (REPLICA IDENTITY FULL);
-otherwise it is left out of `after` (never set to null), and consumers keep the value they
-stored. A primary-key-changing UPDATE becomes a delete of the old key and a create of the new
-one; without FULL identity that create can lack such columns too.
-
-TRUNCATE is not published (`setup.py` creates the publication without it): a truncated table is
-repaired by a dump.
+Acknowledging a handed-over transaction confirms it up to the end of its commit record, so a
+restart does not send it again; the slot never moves into a transaction still being read.
 """
 
 from __future__ import annotations
 
-import logging
 import select
 import struct
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg import pq, sql
 
-from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo, TableRef
-from airflow_provider_dblog.core.log import Change, Idle, LogItem, TransactionEnd, WatermarkWrite
-from airflow_provider_dblog.core.position import Position, parse_pg_lsn
+from airflow_provider_dblog.core.log import Idle, LogItem
+from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.postgres import pgoutput
 from airflow_provider_dblog.sources.postgres.catalog import primary_key
+from airflow_provider_dblog.sources.postgres.changes import ChangeMapper
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
-from airflow_provider_dblog.sources.postgres.converters import convert
-
-log = logging.getLogger(__name__)
 
 _XLOG_DATA_HEADER = struct.Struct("!QQq")  # after 'w': start LSN, server WAL end, send time
 _KEEPALIVE = struct.Struct("!QqB")  # after 'k': server WAL end, send time, reply requested
@@ -45,36 +35,13 @@ _STATUS = struct.Struct("!cQQQqB")  # 'r', written, flushed, applied, client tim
 
 
 @dataclass(slots=True)
-class _Table:
-    """A relation as the current stream described it."""
-
-    relation: pgoutput.Relation
-    version: int
-    ref: TableRef
-    captured: bool
-    is_watermark: bool
-    key_columns: tuple[str, ...]
-
-
-@dataclass(slots=True)
-class _Transaction:
-    begin: pgoutput.Begin
-    seq: int = 0
-
-    def next_position(self) -> Position:
-        position = Position(self.begin.final_lsn, self.seq)
-        self.seq += 1
-        return position
-
-
-@dataclass(slots=True)
 class _Stream:
-    """One replication connection and what it has received."""
+    """One replication connection, the catalog connection beside it, and the reader's mapper
+    (which outlives the stream)."""
 
     conn: psycopg.Connection[tuple[Any, ...]]
     catalog: psycopg.Connection[tuple[Any, ...]]
-    db: str
-    transaction: _Transaction | None = None
+    mapper: ChangeMapper
     last_status: float = field(default_factory=time.monotonic)
 
 
@@ -98,7 +65,8 @@ class PostgresLogReader:
         self._idle_after = idle_after
         self._status_interval = status_interval
         self._stream: _Stream | None = None
-        self._tables: dict[int, _Table] = {}
+        # Made on the first connection, which names the database; kept across reconnections.
+        self._mapper: ChangeMapper | None = None
         # (commit LSN, end LSN) of handed-over transactions not yet acknowledged, oldest first.
         self._commit_ends: deque[tuple[int, int]] = deque(maxlen=remembered_commits)
         self._received = 0
@@ -112,7 +80,7 @@ class PostgresLogReader:
             while True:
                 frame = self._next_frame(stream)
                 if frame is None:
-                    if stream.transaction is None:
+                    if stream.mapper.open_commit is None:
                         self._send_status(stream, reply_wanted=True)
                     continue
                 if frame[:1] == b"k":
@@ -120,13 +88,15 @@ class PostgresLogReader:
                     self._received = max(self._received, wal_end)
                     if reply_wanted:
                         self._send_status(stream)
-                    if stream.transaction is None:
+                    if stream.mapper.open_commit is None:
                         yield Idle(wal_end)
                 elif frame[:1] == b"w":
                     _, wal_end, _ = _XLOG_DATA_HEADER.unpack_from(frame, 1)
                     self._received = max(self._received, wal_end)
                     message = pgoutput.decode(frame[1 + _XLOG_DATA_HEADER.size :])
-                    yield from self._handle(stream, message)
+                    if isinstance(message, pgoutput.Commit):
+                        self._commit_ends.append((message.commit_lsn, message.end_lsn))
+                    yield from stream.mapper.map(message)
                 else:
                     raise SourceError(f"unexpected replication message {frame[:1]!r}")
         except psycopg.Error as exc:
@@ -147,8 +117,8 @@ class PostgresLogReader:
             if done == commit:
                 flush = end
         stream = self._stream
-        if stream is not None and stream.transaction is not None:
-            flush = min(flush, stream.transaction.begin.final_lsn)
+        if stream is not None and stream.mapper.open_commit is not None:
+            flush = min(flush, stream.mapper.open_commit)
         if flush <= self._flushed:
             return
         self._flushed = flush
@@ -188,7 +158,15 @@ class PostgresLogReader:
         except BaseException:
             catalog.close()
             raise
-        stream = _Stream(conn, catalog, db)
+        if self._mapper is None:
+            self._mapper = ChangeMapper(
+                source=config.name,
+                db=db,
+                captured=config.tables,
+                watermark=config.watermark,
+                primary_key=self._primary_key,
+            )
+        stream = _Stream(conn, catalog, self._mapper)
         try:
             self._start_replication(stream)
         except BaseException:
@@ -220,8 +198,16 @@ class PostgresLogReader:
     def _drop_stream(self) -> None:
         stream, self._stream = self._stream, None
         if stream is not None:
+            stream.mapper.drop_transaction()
             stream.conn.close()
             stream.catalog.close()
+
+    def _primary_key(self, relation_id: int) -> tuple[str, ...]:
+        """The mapper's one catalog question, asked on the current stream's catalog connection."""
+        stream = self._stream
+        if stream is None:
+            raise SourceUnavailable(f"no stream of {self._config.name} to read the catalog over")
+        return primary_key(stream.catalog, relation_id)
 
     def _next_frame(self, stream: _Stream) -> bytes | None:
         """The next CopyData payload, or None after `idle_after` seconds without one."""
@@ -254,140 +240,9 @@ class PostgresLogReader:
             _wait(pgconn.socket, select.POLLOUT, None)
         stream.last_status = time.monotonic()
 
-    # -- messages -----------------------------------------------------------------------------
-
-    def _handle(self, stream: _Stream, message: pgoutput.Message) -> Iterator[LogItem]:
-        if isinstance(message, pgoutput.Begin):
-            stream.transaction = _Transaction(message)
-        elif isinstance(message, pgoutput.Commit):
-            stream.transaction = None
-            self._commit_ends.append((message.commit_lsn, message.end_lsn))
-            yield TransactionEnd(message.commit_lsn)
-        elif isinstance(message, pgoutput.Relation):
-            self._relation(stream, message)
-        elif isinstance(message, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
-            if stream.transaction is None:
-                raise SourceError("pgoutput sent a row change outside a transaction")
-            yield from self._row_change(stream, stream.transaction, message)
-        elif isinstance(message, pgoutput.Truncate):
-            log.warning(
-                "source %s: TRUNCATE of relations %s is not captured; dump the tables again",
-                self._config.name,
-                list(message.relation_ids),
-            )
-        # OriginMessage and Type need nothing: values arrive as text either way.
-
-    def _relation(self, stream: _Stream, relation: pgoutput.Relation) -> None:
-        previous = self._tables.get(relation.relation_id)
-        if previous is not None and previous.relation == relation:
-            return
-        ref = TableRef(relation.namespace or "pg_catalog", relation.name)
-        captured = ref in self._config.tables
-        key_columns: tuple[str, ...] = ()
-        if captured:
-            key_columns = primary_key(stream.catalog, relation.relation_id)
-            if not key_columns:
-                raise SourceError(f"captured table {ref} has no primary key any more")
-        self._tables[relation.relation_id] = _Table(
-            relation=relation,
-            version=previous.version + 1 if previous is not None else 1,
-            ref=ref,
-            captured=captured,
-            is_watermark=ref == self._config.watermark,
-            key_columns=key_columns,
-        )
-
-    def _row_change(
-        self,
-        stream: _Stream,
-        transaction: _Transaction,
-        message: pgoutput.Insert | pgoutput.Update | pgoutput.Delete,
-    ) -> Iterator[LogItem]:
-        table = self._tables.get(message.relation_id)
-        if table is None:
-            raise SourceError(f"pgoutput sent a change of relation {message.relation_id} first")
-        if table.is_watermark:
-            if isinstance(message, pgoutput.Update):
-                value = _row(table, message.new, key_only=False).get("value")
-                if isinstance(value, str):
-                    yield WatermarkWrite(value, transaction.next_position())
-            return
-        if not table.captured:
-            return
-
-        def event(op: Op, key: Row, before: Row | None, after: Row | None) -> Change:
-            source = SourceInfo(
-                name=self._config.name,
-                db=stream.db,
-                schema=table.ref.schema,
-                table=table.ref.name,
-                position=transaction.next_position(),
-                origin=Origin.LOG,
-                txid=transaction.begin.xid,
-                ts_ms=transaction.begin.commit_ts_us // 1000,
-            )
-            return Change(Event(op, key, before, after, source, table.version))
-
-        if isinstance(message, pgoutput.Insert):
-            after = _row(table, message.new, key_only=False)
-            yield event(Op.CREATE, _key(table, after), None, after)
-        elif isinstance(message, pgoutput.Delete):
-            before = _row(table, message.old, key_only=message.old_is_key_only)
-            yield event(Op.DELETE, _key(table, before), before, None)
-        else:
-            old = (
-                None
-                if message.old is None
-                else _row(table, message.old, key_only=message.old_is_key_only)
-            )
-            new = _row(table, message.new, key_only=False, unchanged_from=old)
-            new_key = _key(table, new, fallback=old)
-            old_key = new_key if old is None else _key(table, old)
-            if old_key != new_key:
-                yield event(Op.DELETE, old_key, old, None)
-                yield event(Op.CREATE, new_key, None, new)
-            else:
-                yield event(Op.UPDATE, new_key, old, new)
-
 
 def _wait(fd: int, events: int, timeout: float | None) -> bool:
     """Wait until `fd` is ready for `events` (poll has no descriptor-number limit)."""
     poller = select.poll()
     poller.register(fd, events)
     return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
-
-
-def _row(
-    table: _Table,
-    values: pgoutput.TupleData,
-    *,
-    key_only: bool,
-    unchanged_from: Mapping[str, Any] | None = None,
-) -> Row:
-    """A tuple as a row of JSON values. Unchanged TOAST values come from `unchanged_from` or
-    are left out; a key-only tuple keeps only the replica identity columns."""
-    columns = table.relation.columns
-    if len(values) != len(columns):
-        raise SourceError(f"{table.ref}: tuple of {len(values)} values for {len(columns)} columns")
-    row: Row = {}
-    for column, value in zip(columns, values, strict=True):
-        if key_only and not column.is_key:
-            continue
-        if value.kind is pgoutput.Kind.UNCHANGED_TOAST:
-            if unchanged_from is not None and column.name in unchanged_from:
-                row[column.name] = unchanged_from[column.name]
-            continue
-        row[column.name] = convert(column.type_oid, value.text)
-    return row
-
-
-def _key(table: _Table, row: Row, fallback: Row | None = None) -> Row:
-    key: Row = {}
-    for name in table.key_columns:
-        if name in row:
-            key[name] = row[name]
-        elif fallback is not None and name in fallback:
-            key[name] = fallback[name]
-        else:
-            raise SourceError(f"{table.ref}: a change without primary-key column {name!r}")
-    return key

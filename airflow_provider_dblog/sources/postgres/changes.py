@@ -1,0 +1,223 @@
+"""What pgoutput messages mean for DBLog: decoded messages in, log items out.
+
+No socket and no SQL: the one catalog question, a new relation's primary key, is asked through
+an injected `PrimaryKeyLookup`, so the mapping is tested on bytes without a server
+(`replication.py` is the transport that feeds it).
+
+Positions are `[commit LSN of the transaction, index in the transaction]`; the commit LSN comes
+in Begin (final_lsn) before the first change. Items are yielded message by message, never a
+transaction at a time, so memory stays bounded whatever the transaction size.
+
+Unchanged TOAST values: pgoutput does not resend a large value an UPDATE left alone. Such a
+column takes its value from the old row when the server sent one (REPLICA IDENTITY FULL);
+otherwise it is left out of `after` (never set to null), and consumers keep the value they
+stored. A primary-key-changing UPDATE becomes a delete of the old key and a create of the new
+one; without FULL identity that create can lack such columns too.
+
+TRUNCATE is not published (`setup.py` creates the publication without it): a truncated table is
+repaired by a dump, and a Truncate message that arrives anyway is logged, not mapped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
+
+from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo, TableRef
+from airflow_provider_dblog.core.log import Change, LogItem, TransactionEnd, WatermarkWrite
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError
+from airflow_provider_dblog.sources.postgres import pgoutput
+from airflow_provider_dblog.sources.postgres.converters import convert
+
+log = logging.getLogger(__name__)
+
+PrimaryKeyLookup = Callable[[int], tuple[str, ...]]
+"""A relation's OID to its primary-key columns in key order; empty when it has none."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """A relation as the stream last described it, and how DBLog treats it."""
+
+    relation: pgoutput.Relation
+    version: int
+    ref: TableRef
+    captured: bool
+    is_watermark: bool
+    key_columns: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class _Transaction:
+    begin: pgoutput.Begin
+    seq: int = 0
+
+    def next_position(self) -> Position:
+        position = Position(self.begin.final_lsn, self.seq)
+        self.seq += 1
+        return position
+
+
+class ChangeMapper:
+    """Turns one stream of pgoutput messages into `LogItem`s.
+
+    Keeps the relations the stream described, each with a schema version that grows when a
+    Relation message changes it (an identical one, as a new stream resends, keeps it), and the
+    transaction being read. One mapper serves every stream of a reader, so versions survive
+    reconnection; `drop_transaction` forgets a transaction a lost stream cut short.
+    """
+
+    def __init__(
+        self,
+        *,
+        source: str,
+        db: str,
+        captured: Collection[TableRef],
+        watermark: TableRef,
+        primary_key: PrimaryKeyLookup,
+    ) -> None:
+        self._source = source
+        self._db = db
+        self._captured = frozenset(captured)
+        self._watermark = watermark
+        self._primary_key = primary_key
+        self._tables: dict[int, _Table] = {}
+        self._transaction: _Transaction | None = None
+
+    @property
+    def open_commit(self) -> int | None:
+        """The commit LSN of the transaction being read; None between transactions."""
+        return None if self._transaction is None else self._transaction.begin.final_lsn
+
+    def drop_transaction(self) -> None:
+        """The stream was lost: the slot sends an unacknowledged transaction again, whole."""
+        self._transaction = None
+
+    def map(self, message: pgoutput.Message) -> Iterator[LogItem]:
+        if isinstance(message, pgoutput.Begin):
+            self._transaction = _Transaction(message)
+        elif isinstance(message, pgoutput.Commit):
+            self._transaction = None
+            yield TransactionEnd(message.commit_lsn)
+        elif isinstance(message, pgoutput.Relation):
+            self._relation(message)
+        elif isinstance(message, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
+            if self._transaction is None:
+                raise SourceError("pgoutput sent a row change outside a transaction")
+            yield from self._row_change(self._transaction, message)
+        elif isinstance(message, pgoutput.Truncate):
+            log.warning(
+                "source %s: TRUNCATE of relations %s is not captured; dump the tables again",
+                self._source,
+                list(message.relation_ids),
+            )
+        # OriginMessage and Type need nothing: values arrive as text either way.
+
+    def _relation(self, relation: pgoutput.Relation) -> None:
+        previous = self._tables.get(relation.relation_id)
+        if previous is not None and previous.relation == relation:
+            return
+        ref = TableRef(relation.namespace or "pg_catalog", relation.name)
+        captured = ref in self._captured
+        key_columns: tuple[str, ...] = ()
+        if captured:
+            key_columns = self._primary_key(relation.relation_id)
+            if not key_columns:
+                raise NoPrimaryKey(f"captured table {ref} has no primary key any more")
+        self._tables[relation.relation_id] = _Table(
+            relation=relation,
+            version=previous.version + 1 if previous is not None else 1,
+            ref=ref,
+            captured=captured,
+            is_watermark=ref == self._watermark,
+            key_columns=key_columns,
+        )
+
+    def _row_change(
+        self,
+        transaction: _Transaction,
+        message: pgoutput.Insert | pgoutput.Update | pgoutput.Delete,
+    ) -> Iterator[LogItem]:
+        table = self._tables.get(message.relation_id)
+        if table is None:
+            raise SourceError(f"pgoutput sent a change of relation {message.relation_id} first")
+        if table.is_watermark:
+            if isinstance(message, pgoutput.Update):
+                value = _row(table, message.new, key_only=False).get("value")
+                if isinstance(value, str):
+                    yield WatermarkWrite(value, transaction.next_position())
+            return
+        if not table.captured:
+            return
+
+        def event(op: Op, key: Row, before: Row | None, after: Row | None) -> Change:
+            source = SourceInfo(
+                name=self._source,
+                db=self._db,
+                schema=table.ref.schema,
+                table=table.ref.name,
+                position=transaction.next_position(),
+                origin=Origin.LOG,
+                txid=transaction.begin.xid,
+                ts_ms=transaction.begin.commit_ts_us // 1000,
+            )
+            return Change(Event(op, key, before, after, source, table.version))
+
+        if isinstance(message, pgoutput.Insert):
+            after = _row(table, message.new, key_only=False)
+            yield event(Op.CREATE, _key(table, after), None, after)
+        elif isinstance(message, pgoutput.Delete):
+            before = _row(table, message.old, key_only=message.old_is_key_only)
+            yield event(Op.DELETE, _key(table, before), before, None)
+        else:
+            old = (
+                None
+                if message.old is None
+                else _row(table, message.old, key_only=message.old_is_key_only)
+            )
+            new = _row(table, message.new, key_only=False, unchanged_from=old)
+            new_key = _key(table, new, fallback=old)
+            old_key = new_key if old is None else _key(table, old)
+            if old_key != new_key:
+                yield event(Op.DELETE, old_key, old, None)
+                yield event(Op.CREATE, new_key, None, new)
+            else:
+                yield event(Op.UPDATE, new_key, old, new)
+
+
+def _row(
+    table: _Table,
+    values: pgoutput.TupleData,
+    *,
+    key_only: bool,
+    unchanged_from: Row | None = None,
+) -> Row:
+    """A tuple as a row of JSON values. Unchanged TOAST values come from `unchanged_from` or
+    are left out; a key-only tuple keeps only the replica identity columns."""
+    columns = table.relation.columns
+    if len(values) != len(columns):
+        raise SourceError(f"{table.ref}: tuple of {len(values)} values for {len(columns)} columns")
+    row: Row = {}
+    for column, value in zip(columns, values, strict=True):
+        if key_only and not column.is_key:
+            continue
+        if value.kind is pgoutput.Kind.UNCHANGED_TOAST:
+            if unchanged_from is not None and column.name in unchanged_from:
+                row[column.name] = unchanged_from[column.name]
+            continue
+        row[column.name] = convert(column.type_oid, value.text)
+    return row
+
+
+def _key(table: _Table, row: Row, fallback: Row | None = None) -> Row:
+    key: Row = {}
+    for name in table.key_columns:
+        if name in row:
+            key[name] = row[name]
+        elif fallback is not None and name in fallback:
+            key[name] = fallback[name]
+        else:
+            raise SourceError(f"{table.ref}: a change without primary-key column {name!r}")
+    return key
