@@ -39,30 +39,9 @@ from airflow_provider_dblog.sources.postgres.pgoutput import (
     Value,
     decode,
 )
+from tests.unit.pgoutput_bytes import PG_TS, TOAST, cstr, tuple_data
 
 pytestmark = pytest.mark.unit
-
-PG_TS = 789_000_000_000  # microseconds since 2000-01-01
-
-
-def cstr(text: str) -> bytes:
-    return text.encode() + b"\0"
-
-
-def tuple_data(*values: str | bytes | None) -> bytes:
-    """Values: text, None for 'n', b"u" for unchanged TOAST."""
-    out = struct.pack("!H", len(values))
-    for value in values:
-        if value is None:
-            out += b"n"
-        elif value == b"u":
-            out += b"u"
-        else:
-            assert isinstance(value, str)
-            encoded = value.encode()
-            out += b"t" + struct.pack("!I", len(encoded)) + encoded
-    return out
-
 
 # --- pgoutput -----------------------------------------------------------------------------
 
@@ -113,7 +92,7 @@ def test_insert_with_null_and_text() -> None:
 
 
 def test_update_without_old_tuple_keeps_unchanged_toast_marker() -> None:
-    message = decode(b"U" + struct.pack("!I", 5) + b"N" + tuple_data("1", b"u"))
+    message = decode(b"U" + struct.pack("!I", 5) + b"N" + tuple_data("1", TOAST))
     assert message == Update(5, None, False, (Value(Kind.TEXT, "1"), Value(Kind.UNCHANGED_TOAST)))
 
 

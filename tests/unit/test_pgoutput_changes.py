@@ -1,0 +1,329 @@
+"""The meaning of pgoutput messages (`changes.ChangeMapper`), on bytes built as a server sends
+them: positions, row changes, TOAST, key changes, watermarks, schema versions and refusals."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from airflow_provider_dblog.core.event import Event, Op, Origin, TableRef
+from airflow_provider_dblog.core.log import Change, LogItem, TransactionEnd, WatermarkWrite
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.sources.base import SourceError
+from airflow_provider_dblog.sources.postgres.changes import ChangeMapper
+from airflow_provider_dblog.sources.postgres.pgoutput import PG_EPOCH_MICROS, decode
+from tests.unit.pgoutput_bytes import (
+    PG_TS,
+    TOAST,
+    begin,
+    commit,
+    delete,
+    insert,
+    origin,
+    relation,
+    truncate,
+    type_message,
+    update,
+)
+
+pytestmark = pytest.mark.unit
+
+INT8, TEXT = 20, 25
+ORDERS, AUDIT, WATERMARK = 16385, 16390, 16400
+ORDERS_TABLE = TableRef("app", "orders")
+WATERMARK_TABLE = TableRef("dblog", "watermark")
+
+ORDERS_COLUMNS = [("id", INT8, True), ("note", TEXT, False), ("doc", TEXT, False)]
+ORDERS_RELATION = relation(ORDERS, "app", "orders", ORDERS_COLUMNS)
+ORDERS_FULL = relation(ORDERS, "app", "orders", [(n, t, True) for n, t, _ in ORDERS_COLUMNS], "f")
+AUDIT_RELATION = relation(AUDIT, "app", "audit", [("id", INT8, True)])
+WATERMARK_RELATION = relation(
+    WATERMARK, "dblog", "watermark", [("id", INT8, True), ("value", TEXT, False)]
+)
+
+
+def orders_key(order_id: str) -> list[str | None]:
+    """An old key-only tuple ('K') of orders: pgoutput sends every column, nulls but the key."""
+    return [order_id, None, None]
+
+
+class Catalog:
+    """The primary keys the mapper may ask for, and the relations it asked about."""
+
+    def __init__(self, keys: dict[int, tuple[str, ...]]) -> None:
+        self.keys = keys
+        self.asked: list[int] = []
+
+    def primary_key(self, relation_id: int) -> tuple[str, ...]:
+        self.asked.append(relation_id)
+        return self.keys.get(relation_id, ())
+
+
+def new_mapper(catalog: Catalog | None = None) -> ChangeMapper:
+    catalog = catalog or Catalog({ORDERS: ("id",)})
+    return ChangeMapper(
+        source="pg-main",
+        db="shop",
+        captured=[ORDERS_TABLE],
+        watermark=WATERMARK_TABLE,
+        primary_key=catalog.primary_key,
+    )
+
+
+def feed(mapper: ChangeMapper, *messages: bytes) -> list[LogItem]:
+    return [item for message in messages for item in mapper.map(decode(message))]
+
+
+def events(items: list[LogItem]) -> list[Event]:
+    return [item.event for item in items if isinstance(item, Change)]
+
+
+def changes(*messages: bytes) -> list[Event]:
+    """The events of `messages` in one transaction of orders."""
+    return events(
+        feed(
+            new_mapper(),
+            begin(0x500, 9),
+            ORDERS_RELATION,
+            *messages,
+            commit(0x500, 0x530),
+        )
+    )
+
+
+def test_positions_count_inside_each_transaction_and_commits_end_them() -> None:
+    items = feed(
+        new_mapper(),
+        begin(0x1_0000_0100, 741),
+        ORDERS_RELATION,
+        insert(ORDERS, ["1", "a", "x"]),
+        type_message(99999, "app", "mood"),
+        origin(0x1_0000_0100, "upstream"),
+        insert(ORDERS, ["2", "b", "y"]),
+        delete(ORDERS, orders_key("1")),
+        commit(0x1_0000_0100, 0x1_0000_0140),
+        begin(0x1_0000_0200, 742),
+        insert(ORDERS, ["3", "c", "z"]),
+        commit(0x1_0000_0200, 0x1_0000_0240),
+    )
+    shape = [item.event.position if isinstance(item, Change) else item for item in items]
+    assert shape == [
+        Position(0x1_0000_0100, 0),
+        Position(0x1_0000_0100, 1),
+        Position(0x1_0000_0100, 2),
+        TransactionEnd(0x1_0000_0100),
+        Position(0x1_0000_0200, 0),
+        TransactionEnd(0x1_0000_0200),
+    ]
+    source = events(items)[0].source
+    assert (source.name, source.db, source.schema, source.table) == (
+        "pg-main",
+        "shop",
+        "app",
+        "orders",
+    )
+    assert source.origin is Origin.LOG
+    assert (source.txid, source.ts_ms) == (741, (PG_TS + PG_EPOCH_MICROS) // 1000)
+    assert events(items)[-1].source.txid == 742
+
+
+def test_insert_update_and_delete_carry_key_before_and_after() -> None:
+    created, updated, deleted = changes(
+        insert(ORDERS, ["1", "a", None]),
+        update(ORDERS, ["1", "b", "x"]),
+        delete(ORDERS, orders_key("1")),
+    )
+    assert (created.op, created.key, created.before, created.after) == (
+        Op.CREATE,
+        {"id": 1},
+        None,
+        {"id": 1, "note": "a", "doc": None},
+    )
+    assert (updated.op, updated.key, updated.before, updated.after) == (
+        Op.UPDATE,
+        {"id": 1},
+        None,
+        {"id": 1, "note": "b", "doc": "x"},
+    )
+    assert (deleted.op, deleted.key, deleted.before, deleted.after) == (
+        Op.DELETE,
+        {"id": 1},
+        {"id": 1},
+        None,
+    )
+
+
+def test_full_identity_gives_the_whole_old_row() -> None:
+    mapper = new_mapper()
+    items = feed(
+        mapper,
+        begin(0x500, 9),
+        ORDERS_FULL,
+        update(ORDERS, ["1", "b", "x"], old=["1", "a", "x"], old_is_key_only=False),
+        delete(ORDERS, ["1", "b", "x"], old_is_key_only=False),
+        commit(0x500, 0x530),
+    )
+    updated, deleted = events(items)
+    assert updated.before == {"id": 1, "note": "a", "doc": "x"}
+    assert deleted.before == {"id": 1, "note": "b", "doc": "x"}
+    assert deleted.key == {"id": 1}
+
+
+def test_unchanged_toast_comes_from_a_full_old_row() -> None:
+    mapper = new_mapper()
+    items = feed(
+        mapper,
+        begin(0x500, 9),
+        ORDERS_FULL,
+        update(ORDERS, ["1", "b", TOAST], old=["1", "a", "big"], old_is_key_only=False),
+        commit(0x500, 0x530),
+    )
+    (updated,) = events(items)
+    assert updated.after == {"id": 1, "note": "b", "doc": "big"}
+
+
+@pytest.mark.parametrize("old", [None, orders_key("1")], ids=["no old tuple", "old key only"])
+def test_unchanged_toast_is_left_out_without_an_old_row(old: list[str | None] | None) -> None:
+    (updated,) = changes(update(ORDERS, ["1", "b", TOAST], old=old))
+    assert updated.op is Op.UPDATE
+    assert updated.after == {"id": 1, "note": "b"}
+    assert "doc" not in updated.after
+
+
+def test_a_key_changing_update_is_a_delete_then_a_create() -> None:
+    removed, created = changes(update(ORDERS, ["2", "b", "x"], old=orders_key("1")))
+    assert (removed.op, removed.key, removed.before, removed.after) == (
+        Op.DELETE,
+        {"id": 1},
+        {"id": 1},
+        None,
+    )
+    assert (created.op, created.key, created.before, created.after) == (
+        Op.CREATE,
+        {"id": 2},
+        None,
+        {"id": 2, "note": "b", "doc": "x"},
+    )
+    assert [removed.position.seq, created.position.seq] == [0, 1]
+
+
+def test_the_watermark_tables_update_is_a_watermark_write() -> None:
+    items = feed(
+        new_mapper(),
+        begin(0x700, 11),
+        WATERMARK_RELATION,
+        ORDERS_RELATION,
+        insert(WATERMARK, ["2", "ignored: only updates are watermarks"]),
+        update(WATERMARK, ["1", "lw:d1:w1"]),
+        insert(ORDERS, ["1", "a", "x"]),
+        commit(0x700, 0x740),
+    )
+    assert items[0] == WatermarkWrite("lw:d1:w1", Position(0x700, 0))
+    assert [e.position for e in events(items)] == [Position(0x700, 1)]
+    assert items[-1] == TransactionEnd(0x700)
+    assert len(items) == 3
+
+
+def test_an_uncaptured_table_is_ignored() -> None:
+    catalog = Catalog({ORDERS: ("id",)})
+    mapper = new_mapper(catalog)
+    items = feed(
+        mapper,
+        begin(0x800, 12),
+        AUDIT_RELATION,
+        insert(AUDIT, ["5"]),
+        update(AUDIT, ["6"], old=["5"]),
+        delete(AUDIT, ["6"]),
+        ORDERS_RELATION,
+        insert(ORDERS, ["1", "a", "x"]),
+        commit(0x800, 0x840),
+    )
+    assert [e.position for e in events(items)] == [Position(0x800, 0)]
+    assert [e.table for e in events(items)] == [ORDERS_TABLE]
+    assert catalog.asked == [ORDERS]
+
+
+def test_a_changed_relation_bumps_the_schema_version_and_an_identical_one_does_not() -> None:
+    catalog = Catalog({ORDERS: ("id",)})
+    mapper = new_mapper(catalog)
+    widened = relation(ORDERS, "app", "orders", [*ORDERS_COLUMNS, ("size", INT8, False)])
+    items = feed(
+        mapper,
+        begin(0x900, 13),
+        ORDERS_RELATION,
+        insert(ORDERS, ["1", "a", "x"]),
+        ORDERS_RELATION,
+        insert(ORDERS, ["2", "b", "y"]),
+        widened,
+        insert(ORDERS, ["3", "c", "z", "7"]),
+        commit(0x900, 0x940),
+    )
+    assert [e.schema_version for e in events(items)] == [1, 1, 2]
+    assert events(items)[-1].after == {"id": 3, "note": "c", "doc": "z", "size": 7}
+    assert catalog.asked == [ORDERS, ORDERS]
+
+
+def test_a_dropped_transaction_is_forgotten_and_schema_versions_are_kept() -> None:
+    """What a reconnecting reader relies on: the new stream resends the relation (unchanged, so
+    the same version) and the whole transaction, whose positions count from 0 again."""
+    mapper = new_mapper()
+    widened = relation(ORDERS, "app", "orders", [*ORDERS_COLUMNS, ("size", INT8, False)])
+    feed(mapper, begin(0x900, 13), ORDERS_RELATION, widened, insert(ORDERS, ["1", "a", "x", "1"]))
+    assert mapper.open_commit == 0x900
+    mapper.drop_transaction()
+    assert mapper.open_commit is None
+    items = feed(
+        mapper,
+        begin(0x900, 13),
+        widened,
+        insert(ORDERS, ["1", "a", "x", "1"]),
+        commit(0x900, 0x940),
+    )
+    assert [(e.position, e.schema_version) for e in events(items)] == [(Position(0x900, 0), 2)]
+
+
+def test_open_commit_follows_begin_and_commit() -> None:
+    mapper = new_mapper()
+    assert mapper.open_commit is None
+    feed(mapper, begin(0xA00, 14))
+    assert mapper.open_commit == 0xA00
+    feed(mapper, commit(0xA00, 0xA40))
+    assert mapper.open_commit is None
+
+
+def test_a_change_of_an_unknown_relation_is_refused() -> None:
+    with pytest.raises(SourceError, match="relation 16385"):
+        feed(new_mapper(), begin(0x500, 9), insert(ORDERS, ["1", "a", "x"]))
+
+
+@pytest.mark.parametrize(
+    "before",
+    [[], [begin(0x500, 9), commit(0x500, 0x530)]],
+    ids=["before any transaction", "after a commit"],
+)
+def test_a_change_outside_a_transaction_is_refused(before: list[bytes]) -> None:
+    mapper = new_mapper()
+    feed(mapper, ORDERS_RELATION, *before)
+    with pytest.raises(SourceError, match="outside a transaction"):
+        feed(mapper, insert(ORDERS, ["1", "a", "x"]))
+
+
+def test_a_captured_table_without_a_primary_key_is_refused() -> None:
+    mapper = new_mapper(Catalog({}))
+    with pytest.raises(SourceError, match=r"app\.orders has no primary key"):
+        feed(mapper, begin(0x500, 9), ORDERS_RELATION)
+
+
+def test_a_tuple_that_does_not_fit_its_relation_is_refused() -> None:
+    with pytest.raises(SourceError, match="tuple of 2 values for 3 columns"):
+        changes(insert(ORDERS, ["1", "a"]))
+
+
+def test_truncate_is_logged_not_mapped(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        items = feed(
+            new_mapper(), begin(0x500, 9), ORDERS_RELATION, truncate(ORDERS), commit(0x500, 0x530)
+        )
+    assert items == [TransactionEnd(0x500)]
+    assert "TRUNCATE of relations [16385] is not captured" in caplog.text
