@@ -7,9 +7,9 @@ with the type OID pgoutput reports, so both paths convert a column with the same
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.base import NoPrimaryKey, UnknownTable
@@ -56,11 +56,11 @@ class TableShape:
         return tuple(c.name for c in self.key)
 
 
-def primary_key(conn: psycopg.Connection[Any], relation_oid: int) -> tuple[str, ...]:
+def primary_key(conn: psycopg.Connection[TupleRow], relation_oid: int) -> tuple[str, ...]:
     return tuple(name for (name,) in conn.execute(_PRIMARY_KEY, (relation_oid,)))
 
 
-def table_shape(conn: psycopg.Connection[Any], table: TableRef) -> TableShape:
+def table_shape(conn: psycopg.Connection[TupleRow], table: TableRef) -> TableShape:
     """Columns and primary key of `table`; UnknownTable or NoPrimaryKey otherwise."""
     row = conn.execute(_TABLE_OID, (table.schema, table.name)).fetchone()
     if row is None:

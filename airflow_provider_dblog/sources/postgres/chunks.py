@@ -9,10 +9,10 @@ as the raw text the server prints and converted like the log's values.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, Row, TableRef, freeze
@@ -33,7 +33,7 @@ class PostgresChunkSource:
 
     def __init__(self, config: PostgresSourceConfig) -> None:
         self._config = config
-        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._conn: psycopg.Connection[TupleRow] | None = None
         self._shapes: dict[TableRef, TableShape] = {}
 
     def key_columns(self, table: TableRef) -> tuple[str, ...]:
@@ -108,7 +108,7 @@ class PostgresChunkSource:
         if conn is not None:
             conn.close()
 
-    def _connection(self) -> psycopg.Connection[tuple[Any, ...]]:
+    def _connection(self) -> psycopg.Connection[TupleRow]:
         if self._conn is None or self._conn.closed:
             conn = self._config.connect()
             conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
@@ -169,7 +169,7 @@ def _in_keys(shape: TableShape, keys: Sequence[Key]) -> tuple[sql.Composable, li
     return sql.SQL("({}) IN ({})").format(_names(shape.key), sql.SQL(", ").join(tuples)), params
 
 
-def _raw_rows(cursor: psycopg.Cursor[Any]) -> list[list[str | None]]:
+def _raw_rows(cursor: psycopg.Cursor[TupleRow]) -> list[list[str | None]]:
     """The result as the text the server printed, bypassing psycopg's type loaders."""
     result = cursor.pgresult
     if result is None:

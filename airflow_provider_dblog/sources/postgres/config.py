@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
@@ -85,10 +86,12 @@ class PostgresSourceConfig:
     def watermark(self) -> TableRef:
         return TableRef(self.watermark_schema, self.watermark_table)
 
-    def connect(self, *, replication: bool = False) -> psycopg.Connection[tuple[Any, ...]]:
+    def connect(self, *, replication: bool = False) -> psycopg.Connection[TupleRow]:
         """An autocommit connection; `replication=True` opens a logical replication one.
 
         A connection that cannot be made raises SourceUnavailable (retry later)."""
+        # Any: psycopg.connect's keywords differ in type (autocommit is a bool, the rest
+        # connection parameters), so one dict of them can be typed no closer.
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 10}
         if self.password_env is not None:
             password = os.environ.get(self.password_env)

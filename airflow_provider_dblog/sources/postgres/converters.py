@@ -12,7 +12,6 @@ import base64
 import json
 import math
 from collections.abc import Callable
-from typing import Any
 
 from airflow_provider_dblog.core.event import JsonValue
 
@@ -111,7 +110,7 @@ def convert(oid: int, text: str | None) -> JsonValue:
     return text if scalar is None else scalar(text)
 
 
-def parse_array(text: str, element: Callable[[str | None], JsonValue]) -> list[Any]:
+def parse_array(text: str, element: Callable[[str | None], JsonValue]) -> list[JsonValue]:
     """A PostgreSQL array literal (`{1,NULL,"a b",{2,3}}`, optionally after `[0:1]=`) as nested
     lists, each element passed through `element` (None for an unquoted NULL)."""
     if text.startswith("["):
@@ -124,11 +123,11 @@ def parse_array(text: str, element: Callable[[str | None], JsonValue]) -> list[A
 
 def _parse_level(
     text: str, pos: int, element: Callable[[str | None], JsonValue]
-) -> tuple[list[Any], int]:
+) -> tuple[list[JsonValue], int]:
     if pos >= len(text) or text[pos] != "{":
         raise ValueError(f"array literal expected '{{' at {pos}: {text!r}")
     pos += 1
-    items: list[Any] = []
+    items: list[JsonValue] = []
     if pos < len(text) and text[pos] == "}":
         return items, pos + 1
     while True:

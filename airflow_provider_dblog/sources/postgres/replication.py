@@ -16,10 +16,10 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import psycopg
 from psycopg import pq, sql
+from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.log import Idle, LogItem
 from airflow_provider_dblog.core.position import parse_pg_lsn
@@ -39,8 +39,8 @@ class _Stream:
     """One replication connection, the catalog connection beside it, and the reader's mapper
     (which outlives the stream)."""
 
-    conn: psycopg.Connection[tuple[Any, ...]]
-    catalog: psycopg.Connection[tuple[Any, ...]]
+    conn: psycopg.Connection[TupleRow]
+    catalog: psycopg.Connection[TupleRow]
     mapper: ChangeMapper
     last_status: float = field(default_factory=time.monotonic)
 

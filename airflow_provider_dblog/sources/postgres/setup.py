@@ -9,10 +9,10 @@ rules, taking values read from the server.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError, UnknownTable
@@ -169,7 +169,7 @@ def ensure_setup(config: PostgresSourceConfig) -> None:
             check_slot(config.slot, slot, _database(conn))
 
 
-def _check_server(conn: psycopg.Connection[Any]) -> None:
+def _check_server(conn: psycopg.Connection[TupleRow]) -> None:
     row = conn.execute(
         "SELECT current_setting('wal_level'), current_setting('server_encoding'), current_user,"
         " rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
@@ -185,26 +185,30 @@ def _identifier(table: TableRef) -> sql.Identifier:
     return sql.Identifier(table.schema, table.name)
 
 
-def _table_facts(conn: psycopg.Connection[Any], table: TableRef) -> tuple[str, str, bool] | None:
+def _table_facts(
+    conn: psycopg.Connection[TupleRow], table: TableRef
+) -> tuple[str, str, bool] | None:
     row = conn.execute(_TABLE_FACTS, (table.schema, table.name)).fetchone()
     return None if row is None else (row[0], row[1], row[2])
 
 
-def _published(conn: psycopg.Connection[Any], publication: str) -> set[TableRef] | None:
+def _published(conn: psycopg.Connection[TupleRow], publication: str) -> set[TableRef] | None:
     exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,))
     if exists.fetchone() is None:
         return None
     return {TableRef(s, t) for s, t in conn.execute(_PUBLISHED, (publication,))}
 
 
-def _slot_facts(conn: psycopg.Connection[Any], slot: str) -> tuple[str | None, str | None] | None:
+def _slot_facts(
+    conn: psycopg.Connection[TupleRow], slot: str
+) -> tuple[str | None, str | None] | None:
     row = conn.execute(
         "SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s", (slot,)
     ).fetchone()
     return None if row is None else (row[0], row[1])
 
 
-def _database(conn: psycopg.Connection[Any]) -> str:
+def _database(conn: psycopg.Connection[TupleRow]) -> str:
     row = conn.execute("SELECT current_database()").fetchone()
     assert row is not None
     return str(row[0])
