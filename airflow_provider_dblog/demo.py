@@ -28,7 +28,7 @@ from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
-from airflow_provider_dblog.dump_runner import run_dump
+from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.outputs.sql_apply import SqlApplyOutput
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig

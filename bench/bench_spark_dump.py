@@ -54,7 +54,7 @@ from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import Closed, Reconciler, Window
 from airflow_provider_dblog.devservices.postgres import PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
-from airflow_provider_dblog.dump_runner import run_dump
+from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource, _raw_rows
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig

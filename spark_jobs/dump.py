@@ -41,11 +41,11 @@ from itertools import pairwise
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from airflow_provider_dblog.chunk_procedure import StoredChunk
 from airflow_provider_dblog.config import Config, load_config
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, key_of
-from airflow_provider_dblog.dump_runner import DumpFailed, run_dump
+from airflow_provider_dblog.dump.chunk import StoredChunk
+from airflow_provider_dblog.dump.runner import DumpFailed, run_dump
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.spark_package import ship_package

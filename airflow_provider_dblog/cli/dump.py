@@ -15,8 +15,8 @@ from typing import Any
 from airflow_provider_dblog.cli.common import add_config_option, config_of, store_of
 from airflow_provider_dblog.core.dump_plan import TableProgress
 from airflow_provider_dblog.core.errors import DBLogError
-from airflow_provider_dblog.dump_request import build_request
-from airflow_provider_dblog.dump_runner import run_dump
+from airflow_provider_dblog.dump.request import build_request
+from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.state import StateStore
 

@@ -26,7 +26,7 @@ from airflow.sdk import BaseHook
 from airflow_provider_dblog.config import Config, ConfigError, load_config
 from airflow_provider_dblog.core.dump_plan import DumpRequest
 from airflow_provider_dblog.core.event import TableRef
-from airflow_provider_dblog.dump_request import build_request
+from airflow_provider_dblog.dump.request import build_request
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.state import AsyncStateReader, DumpStatus, StateStore, TailerHealth
 

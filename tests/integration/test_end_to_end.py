@@ -28,7 +28,7 @@ from airflow_provider_dblog.demo import TABLES, compare, snapshot
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo
-from airflow_provider_dblog.dump_runner import run_dump
+from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.outputs import NdjsonOutput, Output, SqlApplyOutput, read_events
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader

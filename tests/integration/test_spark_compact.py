@@ -25,7 +25,7 @@ from airflow_provider_dblog.demo import TABLES as DEMO_TABLES
 from airflow_provider_dblog.demo import Workload
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
-from airflow_provider_dblog.dump_runner import run_dump
+from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.state import DumpState

@@ -33,7 +33,7 @@ from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.demo import TABLES, Workload, compare, snapshot
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
-from airflow_provider_dblog.dump_runner import PAUSE_POLL_S
+from airflow_provider_dblog.dump.runner import PAUSE_POLL_S
 from airflow_provider_dblog.state import DumpState, DumpStatus
 from spark_jobs.dump import run_spark_dump
 from tests.integration.e2e_support import (
@@ -302,7 +302,7 @@ def test_killed_python_workers_fail_the_chunk_job_and_the_chunk_is_retried(
     tracker = spark.sparkContext.statusTracker()
     kills = 0
     with (
-        caplog.at_level(logging.INFO, logger="airflow_provider_dblog.dump_runner"),
+        caplog.at_level(logging.INFO, logger="airflow_provider_dblog.dump.runner"),
         dump_in_thread(spark, pipeline, "crashed") as run,
     ):
         wait_until(lambda: status_of(pipeline, "crashed").chunks >= 2, 60, "2 chunks")

@@ -20,14 +20,14 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TypeVar
 
-from airflow_provider_dblog.chunk_procedure import (
+from airflow_provider_dblog.core.dump_plan import Chunk, TablePlanner, TableProgress
+from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.dump.chunk import (
     ChunkOutcome,
     ChunkReader,
     read_in_process,
     run_chunk,
 )
-from airflow_provider_dblog.core.dump_plan import Chunk, TablePlanner, TableProgress
-from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
 from airflow_provider_dblog.state import (
     DumpControls,
