@@ -1,4 +1,8 @@
-"""The two interfaces every source implements: reading the log, and reading chunks."""
+"""What every source implements: its configuration, reading the log, and reading chunks.
+
+A source type (PostgreSQL today) provides a `SourceConfig` parsed from `[source]` and a `Source`
+built from it; `sources.factory` picks them by `[source] type`, so no caller names a type.
+"""
 
 from __future__ import annotations
 
@@ -76,3 +80,62 @@ class ChunkSource(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class SourceConfig(Protocol):
+    """A source's `[source]` section, parsed and checked by its type; no connection is made."""
+
+    @property
+    def type(self) -> str:
+        """The `[source] type` that parsed it (the factory's key)."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """The source name in every event and in the Redis keys."""
+        ...
+
+    @property
+    def tables(self) -> tuple[TableRef, ...]: ...
+
+    @property
+    def password_env(self) -> str | None:
+        """The environment variable holding the source's password, if any."""
+        ...
+
+
+class Source(Protocol):
+    """One configured source: what the tailer, the dump and the operators ask of a database.
+
+    Building one touches nothing; each method connects when called."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tables(self) -> tuple[TableRef, ...]: ...
+
+    def chunk_source(self) -> ChunkSource:
+        """A new `ChunkSource` (its own connection, opened on first use); the caller closes it."""
+        ...
+
+    def log_reader(self) -> LogReader:
+        """A new `LogReader` from the last acknowledged position; the caller closes it."""
+        ...
+
+    def ensure_setup(self) -> None:
+        """Create what capture needs if missing (safe to run again); check everything else."""
+        ...
+
+    def preflight(self) -> None:
+        """Raise a `SourceError` saying what to change if the source cannot be used; only reads."""
+        ...
+
+    def database(self) -> str:
+        """The database name events carry in `source.db`, as the server reports it."""
+        ...
+
+    def lineage_name(self, table: TableRef) -> tuple[str, str]:
+        """OpenLineage's (namespace, name) of a captured table, by its naming conventions for
+        this database; from the configuration alone, no connection."""
+        ...

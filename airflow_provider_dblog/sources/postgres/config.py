@@ -8,8 +8,10 @@ float digits, bytea format): the log and the dump must print a value the same wa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +46,10 @@ class PostgresSourceConfig:
     watermark_schema: str = "dblog"
     watermark_table: str = "watermark"
     replica_identity_full: bool = False
+
+    @property
+    def type(self) -> str:
+        return "postgres"
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -81,6 +87,31 @@ class PostgresSourceConfig:
                 raise SourceError(f"{what} must not be empty")
         if self.watermark in self.tables:
             raise SourceError(f"the watermark table {self.watermark} cannot also be captured")
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any]) -> PostgresSourceConfig:
+        """The `[source]` table of the TOML file (`type` already read by the factory).
+
+        Table names without a schema are in `public`."""
+        for required in ("name", "dsn", "tables"):
+            if required not in section:
+                raise SourceError(f"[source] needs '{required}'")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(section) - fields - {"type"})
+        if unknown:
+            raise SourceError(
+                f"[source] has unknown option(s) {', '.join(unknown)}; "
+                f"known for postgres: {', '.join(sorted(fields))}"
+            )
+        tables = section["tables"]
+        if isinstance(tables, str) or not isinstance(tables, list | tuple):
+            raise SourceError(f"[source] tables must be a list of 'schema.table', got {tables!r}")
+        try:
+            refs = tuple(TableRef.parse(t, default_schema="public") for t in tables)
+        except (ValueError, AttributeError) as exc:
+            raise SourceError(f"[source] tables: {exc}") from None
+        options = {k: v for k, v in section.items() if k not in ("type", "tables")}
+        return cls(tables=refs, **options)
 
     @property
     def watermark(self) -> TableRef:
