@@ -30,10 +30,7 @@ from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresSe
 from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.outputs.sql_apply import SqlApplyOutput
-from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
-from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
-from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
-from airflow_provider_dblog.sources.postgres.setup import ensure_setup
+from airflow_provider_dblog.sources.factory import parse_source_config, source_for
 from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 
@@ -250,20 +247,26 @@ def _demo(
     say(f"seeded {seeded} rows in accounts (bigint key), orders ((text, int) key), items (uuid)")
 
     os.environ[PASSWORD_ENV] = pg.password
-    config = PostgresSourceConfig(
-        name="demo",
-        dsn=f"host={pg.host} port={pg.port} dbname={pg.dbname} user={pg.user}",
-        tables=TABLES,
-        password_env=PASSWORD_ENV,
-        slot=f"demo_{secrets.token_hex(3)}",
+    slot = f"demo_{secrets.token_hex(3)}"
+    source = source_for(
+        parse_source_config(
+            {
+                "type": "postgres",
+                "name": "demo",
+                "dsn": f"host={pg.host} port={pg.port} dbname={pg.dbname} user={pg.user}",
+                "tables": [str(t) for t in TABLES],
+                "password_env": PASSWORD_ENV,
+                "slot": slot,
+            }
+        )
     )
-    ensure_setup(config)
-    store = StateStore(redis_client, config.name)
+    source.ensure_setup()
+    store = StateStore(redis_client, source.name)
     output = SqlApplyOutput(target_dsn, monotonic=True)
     tailer = Tailer(
-        config.name,
+        source.name,
         pg.dbname,
-        lambda: PostgresLogReader(config),
+        source.log_reader,
         store,
         output,
         "demo-tailer",
@@ -281,7 +284,7 @@ def _demo(
             "full", DumpKind.ALL, TABLES, chunk_size=chunk_size, parallelism=parallelism
         )
         store.dumps.create(full)
-        state = run_dump(store, lambda: PostgresChunkSource(config), "full")
+        state = run_dump(store, source.chunk_source, "full")
         if state != "done":
             raise RuntimeError(f"demo: the full dump ended {state}")
 
@@ -290,7 +293,7 @@ def _demo(
         keys = tuple((k,) for k in corrupted)
         repair = DumpRequest("repair", DumpKind.KEYS, (TABLES[0],), keys, chunk_size=50)
         store.dumps.create(repair)
-        state = run_dump(store, lambda: PostgresChunkSource(config), "repair")
+        state = run_dump(store, source.chunk_source, "repair")
         if state != "done":
             raise RuntimeError(f"demo: the repair ended {state}")
         remaining = max(0.0, write_seconds - (time.monotonic() - started))
@@ -302,7 +305,7 @@ def _demo(
         row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
         assert row is not None
         end = parse_pg_lsn(row[0])
-    wait_until(lambda: _slot_caught_up(pg, config.slot, end), 60, "the tailer catching up")
+    wait_until(lambda: _slot_caught_up(pg, slot, end), 60, "the tailer catching up")
     stop_tailer.set()
     tailer_thread.join(30)
     output.close()

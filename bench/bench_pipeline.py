@@ -31,14 +31,13 @@ from typing import Any
 
 import psycopg
 
-from airflow_provider_dblog.core.event import Event, Op, TableRef
+from airflow_provider_dblog.core.event import Event, Op
 from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.devservices.postgres import SYSTEM_BIN_DIR, PostgresInfo, PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisInfo, RedisServer
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
-from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
-from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
-from airflow_provider_dblog.sources.postgres.setup import ensure_setup
+from airflow_provider_dblog.sources.base import Source
+from airflow_provider_dblog.sources.factory import parse_source_config, source_for
 from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 
@@ -118,15 +117,18 @@ class Env:
         os.environ[REDIS_PASSWORD_ENV] = rds.password
         self.libpq_dsn = f"host={pg.host} port={pg.port} dbname={pg.dbname} user={pg.user}"
 
-    def source(self, name: str, tables: Sequence[str]) -> PostgresSourceConfig:
-        return PostgresSourceConfig(
-            name=name,
-            dsn=self.libpq_dsn,
-            tables=tuple(TableRef.parse(t, default_schema="public") for t in tables),
-            password_env=PG_PASSWORD_ENV,
-            slot=name,
-            publication=name,
-        )
+    def source(self, name: str, tables: Sequence[str]) -> Source:
+        """The source `write_toml` configures, with its own slot and publication."""
+        section = {
+            "type": "postgres",
+            "name": name,
+            "dsn": self.libpq_dsn,
+            "tables": list(tables),
+            "password_env": PG_PASSWORD_ENV,
+            "slot": name,
+            "publication": name,
+        }
+        return source_for(parse_source_config(section))
 
     def write_toml(self, name: str, tables: Sequence[str], output_dir: Path) -> Path:
         path = self.base / f"{name}.toml"
@@ -197,15 +199,15 @@ class TimedNdjson(NdjsonOutput):
 class RunningTailer:
     """A Tailer in a thread of this process, started and stopped around a block."""
 
-    def __init__(self, env: Env, config: PostgresSourceConfig, output: TimedNdjson) -> None:
+    def __init__(self, env: Env, source: Source, output: TimedNdjson) -> None:
         self.output = output
         self.tailer = Tailer(
-            config.name,
+            source.name,
             env.pg.dbname,
-            lambda: PostgresLogReader(config),
-            env.store(config.name),
+            source.log_reader,
+            env.store(source.name),
             output,
-            f"bench-{config.name}",
+            f"bench-{source.name}",
             TailerSettings(window_ttl_s=60),
         )
         self._stop = threading.Event()
@@ -239,8 +241,8 @@ def say(message: str) -> None:
 def bench_p1(env: Env, sizes: Sizes) -> P1Result:
     name, ceiling_slot = "bench_p1", "bench_p1_ceiling"
     env.sql("CREATE TABLE public.p1_rows (id bigint PRIMARY KEY, name text, n int, ts timestamptz)")
-    config = env.source(name, ["public.p1_rows"])
-    ensure_setup(config)
+    source = env.source(name, ["public.p1_rows"])
+    source.ensure_setup()
     env.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (ceiling_slot,))
     say(f"P1: writing a backlog of {sizes.p1_rows} inserts ({sizes.p1_rows_per_tx} per tx)")
     with psycopg.connect(env.pg.dsn, autocommit=True) as conn:
@@ -282,7 +284,7 @@ def bench_p1(env: Env, sizes: Sizes) -> P1Result:
     say("P1: our tailer reading the backlog into NDJSON")
     output = TimedNdjson(env.base / "p1-out")
     started = time.monotonic()
-    with RunningTailer(env, config, output):
+    with RunningTailer(env, source, output):
         wait_until(lambda: output.durable_events >= sizes.p1_rows, 600, "P1 tailer catch-up")
         ours_s = time.monotonic() - started
     env.drop_slot(name)
@@ -344,12 +346,12 @@ def bench_p3(env: Env, sizes: Sizes) -> list[LatencyResult]:
     )
     env.sql("VACUUM ANALYZE p3_dump")
     tables = ["public.p3_latency", "public.p3_dump"]
-    config = env.source(name, tables)
-    ensure_setup(config)
+    source = env.source(name, tables)
+    source.ensure_setup()
     toml = env.write_toml(name, tables, env.base / "p3-unused")
     output = TimedNdjson(env.base / "p3-out", timed_table="p3_latency")
     results = []
-    with RunningTailer(env, config, output) as running:
+    with RunningTailer(env, source, output) as running:
         store = env.store(name)
         wait_until(lambda: store.tailer.health() is not None, 30, "P3 tailer heartbeat")
         say(f"P3: {sizes.p3_rate:.0f} commits/s for {sizes.p3_seconds:.0f}s, no dump")

@@ -55,10 +55,9 @@ from airflow_provider_dblog.core.reconciler import Closed, Reconciler, Window
 from airflow_provider_dblog.devservices.postgres import PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.dump.runner import run_dump
-from airflow_provider_dblog.sources.base import ChunkSource
-from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource, _raw_rows
-from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
-from airflow_provider_dblog.sources.postgres.setup import ensure_setup
+from airflow_provider_dblog.sources.base import ChunkSource, Source
+from airflow_provider_dblog.sources.factory import source_for
+from airflow_provider_dblog.sources.postgres.chunks import _raw_rows
 from airflow_provider_dblog.state import DumpState, StateStore, WindowState
 from spark_jobs.dump import SparkChunkReader, run_spark_dump
 
@@ -342,9 +341,7 @@ class TimedReader:
         return stored
 
 
-def key_chunks(
-    source: PostgresChunkSource, table: TableRef, rows: int, chunk_size: int
-) -> list[Chunk]:
+def key_chunks(source: ChunkSource, table: TableRef, rows: int, chunk_size: int) -> list[Chunk]:
     """The table's keyset range chunks of `chunk_size` rows, as the dump plans them."""
     upto = source.max_key(table)
     if upto is None:
@@ -377,7 +374,7 @@ def timed_spark_dump(
     started = time.perf_counter()
     state = run_dump(
         store,
-        lambda: PostgresChunkSource(config.source),
+        source_for(config.source).chunk_source,
         dump_id,
         read=reader,
         bounded_chunks=True,
@@ -407,7 +404,7 @@ def bench_breakdown(
     env: Env,
     sc: SparkContext,
     config: Config,
-    source_config: PostgresSourceConfig,
+    bench_source: Source,
     store: StateStore,
     output: CountingNdjson,
     sizes: Sizes,
@@ -418,7 +415,7 @@ def bench_breakdown(
     write_s, events = output.write_s - write_s, output.durable_events - events
 
     # The same chunks read and appended in this process, one step at a time.
-    source = PostgresChunkSource(source_config)
+    source = bench_source.chunk_source()
     side = StateStore(env.rds.client(), "bench_breakdown")
     read_s = raw_s = append_s = fetch_s = reconcile_s = 0.0
     rows_read = 0
@@ -485,10 +482,10 @@ def bench_breakdown(
 # -- read paths: Spark JDBC against psycopg in mapPartitions ----------------------------------
 
 
-def read_parts_count(source_config: PostgresSourceConfig, parts: Iterable[Chunk]) -> Iterator[int]:
-    """One Spark task: read its chunks with `PostgresChunkSource` (our converters); yield the
-    row count. Reads the password from its environment."""
-    source = PostgresChunkSource(source_config)
+def read_parts_count(bench_source: Source, parts: Iterable[Chunk]) -> Iterator[int]:
+    """One Spark task: read its chunks with the source's `ChunkSource` (our converters); yield
+    the row count. Reads the password from its environment."""
+    source = bench_source.chunk_source()
     try:
         rows = 0
         for part in parts:
@@ -510,19 +507,19 @@ def consume_rows(rows: Iterable[Any]) -> None:
 def bench_read_paths(
     env: Env,
     spark: SparkSession,
-    source_config: PostgresSourceConfig,
+    bench_source: Source,
     sizes: Sizes,
     jdbc: bool,
 ) -> list[ReadPath]:
     sc = spark.sparkContext
     table = TableRef.parse(TABLE)
-    source = PostgresChunkSource(source_config)
+    source = bench_source.chunk_source()
     try:
         chunks = key_chunks(source, table, sizes.rows, sizes.read_chunk)
     finally:
         source.close()
     results = []
-    task = functools.partial(read_parts_count, source_config)
+    task = functools.partial(read_parts_count, bench_source)
     for partitions in sizes.read_partitions:
         # parallelize cuts the list into contiguous slices, one per partition
         rdd = sc.parallelize(chunks, partitions).mapPartitions(task)
@@ -662,8 +659,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             fill_table(env, TABLE, sizes.rows)
             fill_table(env, OVERHEAD_TABLE, sizes.overhead_rows)
             tables = [TABLE, OVERHEAD_TABLE]
-            source_config = env.source(SOURCE, tables)
-            ensure_setup(source_config)
+            bench_source = env.source(SOURCE, tables)
+            bench_source.ensure_setup()
             config = load_config(env.write_toml(SOURCE, tables, base / "out"))
             store = env.store(SOURCE)
 
@@ -679,7 +676,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sc = spark.sparkContext
             output = CountingNdjson(base / "out")
             try:
-                with RunningTailer(env, source_config, output):
+                with RunningTailer(env, bench_source, output):
                     for chunk_size in sizes.chunk_sizes:
                         for parallelism in sizes.parallelisms:
                             run = spark_dump(sc, config, store, TABLE, chunk_size, parallelism)
@@ -704,11 +701,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                     step("breakdown: one instrumented dump, then each step apart")
                     report.breakdown = bench_breakdown(
-                        env, sc, config, source_config, store, output, sizes
+                        env, sc, config, bench_source, store, output, sizes
                     )
                 step("read paths: psycopg in mapPartitions, Spark JDBC")
                 report.read_paths = bench_read_paths(
-                    env, spark, source_config, sizes, jdbc=jdbc_jar is not None
+                    env, spark, bench_source, sizes, jdbc=jdbc_jar is not None
                 )
                 for path in report.read_paths:
                     print(f"read {path.label}: {path.rate:.0f} rows/s ({path.seconds:.2f}s)")

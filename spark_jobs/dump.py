@@ -47,7 +47,7 @@ from airflow_provider_dblog.core.event import Key, key_of
 from airflow_provider_dblog.dump.chunk import StoredChunk
 from airflow_provider_dblog.dump.runner import DumpFailed, run_dump
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
-from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
+from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.spark_package import ship_package
 from airflow_provider_dblog.state import DumpState, StateStore, WindowStore
 
@@ -91,7 +91,7 @@ def read_parts(
 ) -> list[PartResult]:
     """One Spark task: read its parts on its own connection and append the rows to the window
     in Redis. Runs on an executor; reads passwords from its environment."""
-    source = PostgresChunkSource(config.source)
+    source = source_for(config.source).chunk_source()
     client = config.redis_client()
     windows = WindowStore(client, config.source.name)
     try:
@@ -172,7 +172,7 @@ def run_spark_dump(
     )
     return run_dump(
         store,
-        lambda: PostgresChunkSource(config.source),
+        source_for(config.source).chunk_source,
         dump_id,
         window_timeout_s=window_timeout_s,
         read=reader,

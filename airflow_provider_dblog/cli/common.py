@@ -34,10 +34,3 @@ def config_of(args: argparse.Namespace) -> Config:
 
 def store_of(config: Config) -> StateStore:
     return StateStore(config.redis_client(), config.source.name)
-
-
-def current_database(config: Config) -> str:
-    with config.source.connect() as conn:
-        row = conn.execute("SELECT current_database()").fetchone()
-    assert row is not None
-    return str(row[0])

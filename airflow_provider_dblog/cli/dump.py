@@ -17,7 +17,7 @@ from airflow_provider_dblog.core.dump_plan import TableProgress
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.dump.request import build_request
 from airflow_provider_dblog.dump.runner import run_dump
-from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
+from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import StateStore
 
 
@@ -59,14 +59,15 @@ def _dump(args: argparse.Namespace) -> int:
     config = config_of(args)
     store = store_of(config)
     dump_id = args.dump_id or uuid.uuid4().hex[:12]
+    source = source_for(config.source)
     if store.dumps.get(dump_id) is None:
-        source = PostgresChunkSource(config.source)
+        chunks = source.chunk_source()
         try:
             if args.keys is not None and args.table is None:
                 raise DBLogError("--keys needs --table")
             request, key_columns = build_request(
                 config,
-                source,
+                chunks,
                 dump_id=dump_id,
                 tables=None if args.table is None else [args.table],
                 keys=args.keys,
@@ -74,12 +75,12 @@ def _dump(args: argparse.Namespace) -> int:
                 parallelism=args.parallelism,
             )
         finally:
-            source.close()
+            chunks.close()
         store.dumps.create(request, key_columns)
     print(f"dump {dump_id}: running (dblog pause|resume|cancel|throttle {dump_id})")
     state = run_dump(
         store,
-        lambda: PostgresChunkSource(config.source),
+        source.chunk_source,
         dump_id,
         window_timeout_s=args.window_timeout,
         on_progress=_print_progress,

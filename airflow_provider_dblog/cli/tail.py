@@ -8,16 +8,9 @@ import socket
 import threading
 from typing import Any
 
-from airflow_provider_dblog.cli.common import (
-    add_config_option,
-    config_of,
-    current_database,
-    setup_logging,
-    store_of,
-)
+from airflow_provider_dblog.cli.common import add_config_option, config_of, setup_logging, store_of
 from airflow_provider_dblog.outputs import open_output
-from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
-from airflow_provider_dblog.sources.postgres.setup import ensure_setup
+from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 
 
@@ -31,15 +24,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 def _tail(args: argparse.Namespace) -> int:
     setup_logging()
     config = config_of(args)
-    ensure_setup(config.source)
+    source = source_for(config.source)
+    source.ensure_setup()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     owner = args.owner or f"{socket.gethostname()}:{threading.get_native_id()}"
     tailer = Tailer(
-        config.source.name,
-        current_database(config),
-        lambda: PostgresLogReader(config.source),
+        source.name,
+        source.database(),
+        source.log_reader,
         store_of(config),
         # Opened once the lease is held: a standby must not take the output (NDJSON locks its
         # directory, so a standby opening it first would exit instead of waiting).

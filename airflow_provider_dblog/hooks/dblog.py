@@ -27,7 +27,7 @@ from airflow_provider_dblog.config import Config, ConfigError, load_config
 from airflow_provider_dblog.core.dump_plan import DumpRequest
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.dump.request import build_request
-from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
+from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import AsyncStateReader, DumpStatus, StateStore, TailerHealth
 
 
@@ -195,7 +195,7 @@ class DBLogHook(BaseHook):
     ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
         """A validated request: reads the tables' primary keys from the source."""
         self.export_secrets()
-        source = PostgresChunkSource(self.config.source)
+        source = source_for(self.config.source).chunk_source()
         try:
             return build_request(
                 self.config,

@@ -1,9 +1,10 @@
 """OpenLineage facets of a dump: the source tables it reads, the output the tailer writes.
 
 Optional: without the OpenLineage provider there are none. Naming follows OpenLineage's dataset
-conventions (`postgres://host:port` + `database.schema.table`; `file` + a path). An output whose
-address is a secret (a Redis Stream URL, a SQL target DSN, both read from the environment) is
-named after the source instead, never by its address. Nothing here may fail a task.
+conventions (each source names its tables, `Source.lineage_name`: `postgres://host:port` +
+`database.schema.table`; `file` + a path). An output whose address is a secret (a Redis Stream
+URL, a SQL target DSN, both read from the environment) is named after the source instead,
+never by its address. Nothing here may fail a task.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from psycopg.conninfo import conninfo_to_dict
-
 from airflow_provider_dblog.hooks.dblog import DBLogHook
+from airflow_provider_dblog.sources.factory import source_for
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +31,8 @@ def dump_lineage(hook: DBLogHook, dump_id: str) -> Any:
         if stored is None:
             return None
         config = hook.config
-        dsn = conninfo_to_dict(config.source.dsn)
-        namespace = f"postgres://{dsn.get('host', 'localhost')}:{dsn.get('port', 5432)}"
-        database = dsn.get("dbname", dsn.get("user", "postgres"))
-        inputs = [
-            Dataset(namespace, f"{database}.{table.schema}.{table.name}")
-            for table in stored.request.tables
-        ]
+        source = source_for(config.source)
+        inputs = [Dataset(*source.lineage_name(table)) for table in stored.request.tables]
         kind = config.output.get("type")
         if kind == "ndjson":
             output = Dataset("file", str(Path(config.output["directory"]).resolve()))

@@ -25,8 +25,8 @@ from airflow_provider_dblog.demo import SCHEMA, TABLES, seed
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs.base import Output
-from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
-from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
+from airflow_provider_dblog.sources.base import Source, SourceConfig
+from airflow_provider_dblog.sources.factory import parse_source_config, source_for
 
 REPO = Path(__file__).resolve().parents[2]
 DBLOG = str(Path(sys.executable).with_name("dblog"))
@@ -52,7 +52,12 @@ class Databases:
     pg: PostgresInfo
     source_db: str
     target_db: str | None
-    config: PostgresSourceConfig
+    config: SourceConfig
+    slot: str
+
+    @property
+    def source(self) -> Source:
+        return source_for(self.config)
 
     @property
     def source_dsn(self) -> str:
@@ -86,14 +91,17 @@ def make_databases(pg: PostgresInfo, rows: int, *, target: bool, seed_value: int
         with psycopg.connect(f"{base}/{target_db}", autocommit=True) as conn:
             conn.execute(SCHEMA)
     os.environ[PASSWORD_ENV] = pg.password
-    config = PostgresSourceConfig(
-        name=f"e2e_{suffix}",
-        dsn=f"host={pg.host} port={pg.port} dbname={source_db} user={pg.user}",
-        tables=TABLES,
-        password_env=PASSWORD_ENV,
-        slot=f"e2e_{suffix}",
+    config = parse_source_config(
+        {
+            "type": "postgres",
+            "name": f"e2e_{suffix}",
+            "dsn": f"host={pg.host} port={pg.port} dbname={source_db} user={pg.user}",
+            "tables": [str(t) for t in TABLES],
+            "password_env": PASSWORD_ENV,
+            "slot": f"e2e_{suffix}",
+        }
     )
-    return Databases(pg, source_db, target_db, config)
+    return Databases(pg, source_db, target_db, config, slot=f"e2e_{suffix}")
 
 
 def drop_databases(dbs: Databases) -> None:
@@ -102,7 +110,7 @@ def drop_databases(dbs: Databases) -> None:
         conn.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
             "WHERE slot_name = %s AND NOT active",
-            (dbs.config.slot,),
+            (dbs.slot,),
         )
         for db in (dbs.source_db, dbs.target_db):
             if db is not None:
@@ -120,7 +128,7 @@ def wait_caught_up(dbs: Databases, timeout_s: float = 60) -> None:
         with psycopg.connect(dbs.source_dsn) as conn:
             found = conn.execute(
                 "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                (dbs.config.slot,),
+                (dbs.slot,),
             ).fetchone()
         return found is not None and found[0] is not None and parse_pg_lsn(found[0]) >= end
 
@@ -202,16 +210,15 @@ def write_config(
     password_env: str = PASSWORD_ENV,
 ) -> Path:
     """A `dblog` TOML file for this source (passwords only by environment variable name)."""
-    cfg = dbs.config
     lines = [
         "[source]",
         'type = "postgres"',
-        f'name = "{cfg.name}"',
+        f'name = "{dbs.config.name}"',
         f'dsn = "host={dbs.pg.host} port={port or dbs.pg.port} dbname={dbs.source_db} '
         f'user={dbs.pg.user}"',
         f'password_env = "{password_env}"',
-        "tables = [" + ", ".join(f'"{t}"' for t in cfg.tables) + "]",
-        f'slot = "{cfg.slot}"',
+        "tables = [" + ", ".join(f'"{t}"' for t in dbs.config.tables) + "]",
+        f'slot = "{dbs.slot}"',
         "",
         "[redis]",
         f'url = "redis://{redis.host}:{redis.port}/{redis.db}"',
@@ -295,20 +302,18 @@ def materialize(events: Iterable[Event]) -> dict[RowKey, Row]:
     return {k: v for k, v in state.items() if v is not None}
 
 
-def source_state(
-    config: PostgresSourceConfig, tables: Sequence[TableRef] = TABLES
-) -> dict[RowKey, Row]:
+def source_state(source: Source, tables: Sequence[TableRef] = TABLES) -> dict[RowKey, Row]:
     """Every row of the source, converted as the dump converts it."""
-    source = PostgresChunkSource(config)
+    chunks = source.chunk_source()
     try:
         state = {}
         for table in tables:
-            columns = source.key_columns(table)
-            for row in source.read_chunk(Chunk(table, 0)).rows:
+            columns = chunks.key_columns(table)
+            for row in chunks.read_chunk(Chunk(table, 0)).rows:
                 state[row_key(table.name, (row[c] for c in columns))] = row
         return state
     finally:
-        source.close()
+        chunks.close()
 
 
 def state_differences(expected: dict[RowKey, Row], actual: dict[RowKey, Row]) -> list[str]:

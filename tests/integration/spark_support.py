@@ -24,8 +24,6 @@ from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs import SqlApplyOutput
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
-from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
-from airflow_provider_dblog.sources.postgres.setup import ensure_setup
 from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 from tests.integration.e2e_support import (
@@ -73,7 +71,7 @@ def running_pipeline(
     config_path = write_config(
         work / "dblog.toml", dbs, redis_server, {"type": "ndjson", "directory": "unused"}
     )
-    ensure_setup(dbs.config)
+    dbs.source.ensure_setup()
     store = StateStore(redis_server.client(), dbs.config.name)
     output: Output = SqlApplyOutput(dbs.target_dsn, monotonic=True)
     if events_dir is not None:
@@ -81,7 +79,7 @@ def running_pipeline(
     tailer = Tailer(
         dbs.config.name,
         dbs.source_db,
-        lambda: PostgresLogReader(dbs.config),
+        dbs.source.log_reader,
         store,
         output,
         "spark-test-tailer",

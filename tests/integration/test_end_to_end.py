@@ -30,9 +30,6 @@ from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.outputs import NdjsonOutput, Output, SqlApplyOutput, read_events
-from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
-from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
-from airflow_provider_dblog.sources.postgres.setup import ensure_setup
 from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 from tests.integration.e2e_support import (
@@ -83,12 +80,12 @@ class InProcessTailer:
     """The tailer in a thread of the test process, writing to `output`."""
 
     def __init__(self, dbs: Databases, store: StateStore, output: Output) -> None:
-        ensure_setup(dbs.config)
+        dbs.source.ensure_setup()
         self.output = output
         self.tailer = Tailer(
             dbs.config.name,
             dbs.source_db,
-            lambda: PostgresLogReader(dbs.config),
+            dbs.source.log_reader,
             store,
             output,
             "e2e-tailer",
@@ -131,7 +128,7 @@ def test_full_dump_under_writes_reaches_sql_target_and_ndjson_in_order(
         writer.wait_for(20)
         written_before_dump = len(writer.transactions())
         store.dumps.create(DumpRequest("full", DumpKind.ALL, TABLES, chunk_size=50, parallelism=3))
-        state = run_dump(store, lambda: PostgresChunkSource(dbs.config), "full")
+        state = run_dump(store, dbs.source.chunk_source, "full")
         assert state == "done"
         written_after_dump = len(writer.transactions())
         transactions = writer.stop()
@@ -144,7 +141,7 @@ def test_full_dump_under_writes_reaches_sql_target_and_ndjson_in_order(
     events = list(read_events(ndjson_dir))
     assert backwards(events) == []
     assert missing_changes(transactions, events) == []
-    assert state_differences(source_state(dbs.config), materialize(events)) == []
+    assert state_differences(source_state(dbs.source), materialize(events)) == []
 
     status = store.dumps.status("full")
     assert status is not None and status.state == "done"
@@ -232,7 +229,7 @@ def test_standby_takes_over_after_the_active_tailer_is_killed(
     assert {e.source.origin for e in events} == {Origin.LOG}
     assert missing_changes(transactions, events) == []
     assert backwards(events) == []
-    assert state_differences(source_state(dbs.config), materialize(events)) == []
+    assert state_differences(source_state(dbs.source), materialize(events)) == []
     for log in ("a.log", "b.log"):
         assert dbs.pg.password not in (tmp_path / log).read_text()
 
@@ -284,7 +281,7 @@ def test_dump_completes_through_tailer_kills_and_a_redis_restart(
     events = list(read_events(events_dir))
     assert backwards(events) == []
     assert missing_changes(transactions, events) == []
-    assert state_differences(source_state(dbs.config), materialize(events)) == []
+    assert state_differences(source_state(dbs.source), materialize(events)) == []
     assert dbs.pg.password not in (tmp_path / "tail.log").read_text()
 
 
@@ -306,7 +303,7 @@ class DumpThread:
         try:
             self.state = run_dump(
                 self._store,
-                lambda: PostgresChunkSource(self._dbs.config),
+                self._dbs.source.chunk_source,
                 self._dump_id,
                 window_timeout_s=self._timeout,
                 max_attempts=10,
@@ -348,7 +345,7 @@ def test_repair_fixes_exactly_the_given_keys(
     rng = random.Random()
     try:
         store.dumps.create(DumpRequest("full", DumpKind.ALL, TABLES, chunk_size=100, parallelism=3))
-        assert run_dump(store, lambda: PostgresChunkSource(dbs.config), "full") == "done"
+        assert run_dump(store, dbs.source.chunk_source, "full") == "done"
         wait_caught_up(dbs)
         assert compare(dbs.source_dsn, dbs.target_dsn) == []
 

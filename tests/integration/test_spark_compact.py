@@ -27,7 +27,6 @@ from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
-from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.state import DumpState
 from spark_jobs.compact import EXIT_LOCKED, CompactionLocked, compact
 from tests.integration.e2e_support import wait_caught_up
@@ -193,13 +192,13 @@ def test_lake_equals_the_source_after_a_dump_under_writes(
             store.dumps.create(
                 DumpRequest("lake", DumpKind.ALL, DEMO_TABLES, chunk_size=70, parallelism=2)
             )
-            state = run_dump(store, lambda: PostgresChunkSource(dbs.config), "lake")
+            state = run_dump(store, dbs.source.chunk_source, "lake")
             assert state is DumpState.DONE
         finally:
             workload.join()
         assert workload.writes > 0
         wait_caught_up(dbs)
-        source = PostgresChunkSource(dbs.config)
+        source = dbs.source.chunk_source()
         try:
             expected = {
                 str(t): canonical(source.read_chunk(Chunk(t, 0, limit=10**6)).rows)
