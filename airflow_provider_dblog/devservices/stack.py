@@ -35,7 +35,6 @@ from airflow_provider_dblog.devservices.redis import RedisInfo, RedisServer
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_DIR = Path(".dev/services")
 STATE_FILE = "state.json"
 SERVICES = ("postgres", "mariadb", "redis")
 POSTGRES_FLAVOURS = ("auto", "pg15", "pg18")
