@@ -1,8 +1,9 @@
 """`dblog dump`, `status`, `pause`, `resume`, `cancel`, `throttle`: dumps and their controls.
 
-`dump` registers a request in Redis and runs it in this process with the chunk procedure;
-a dump of the same `--dump-id` run again resumes from its last completed chunk. The controls
-act on a running dump from anywhere: it reads them between chunks.
+`dump` registers a request in Redis and runs it in this process (`dump/runner.py`, each chunk
+read between watermarks by `dump/chunk.py`); a dump of the same `--dump-id` run again resumes
+from its last completed chunk. The controls act on a running dump from anywhere: it reads them
+between chunks.
 """
 
 from __future__ import annotations

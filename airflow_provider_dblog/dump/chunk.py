@@ -1,4 +1,4 @@
-"""One chunk between watermarks, as a library function: the CLI dump and Spark both call it.
+"""One chunk between watermarks: the runner calls it for every chunk, read here or by Spark.
 
 Register the window, write lw, read the chunk (a non-stale read), put the rows into Redis,
 write hw, then wait for the tailer to close the window. The rows are in Redis before hw is in
