@@ -158,7 +158,7 @@ class _Writer(threading.Thread):
     def _flush(self, batch: list[object]) -> None:
         events = [i for i in batch if isinstance(i, Event)]
         if events:
-            self._output.write(events)
+            self._output.write(events, self._token)
         for item in batch:
             if isinstance(item, TransactionEnd):
                 self.durable_commit = max(self.durable_commit, item.commit)

@@ -185,8 +185,8 @@ class TimedNdjson(NdjsonOutput):
         self.timed_table = timed_table
         self.latency: dict[int, float] = {}
 
-    def write(self, events: Sequence[Event]) -> None:
-        super().write(events)
+    def write(self, events: Sequence[Event], token: int) -> None:
+        super().write(events, token)
         now = time.time()
         self.durable_events += len(events)
         if self.timed_table is not None:

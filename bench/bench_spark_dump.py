@@ -245,9 +245,9 @@ class CountingNdjson(TimedNdjson):
         super().__init__(directory)
         self.write_s = 0.0
 
-    def write(self, events: Sequence[Event]) -> None:
+    def write(self, events: Sequence[Event], token: int) -> None:
         started = time.perf_counter()
-        super().write(events)
+        super().write(events, token)
         self.write_s += time.perf_counter() - started
 
 

@@ -1,7 +1,7 @@
 """Outputs of the ordered change stream, and `open_output`, which builds one from a config dict.
 
 ```
-{"type": "ndjson", "directory": "/data/dblog", "max_bytes": 67108864}
+{"type": "ndjson", "directory": "/data/dblog", "max_bytes": 67108864, "lock_timeout_s": 5}
 {"type": "redis_stream", "url_env": "DBLOG_OUTPUT_REDIS_URL",
  "per_table": false, "maxlen": 1000000, "max_age_s": null, "prefix": "dblog"}
 {"type": "sql_apply", "dsn_env": "DBLOG_TARGET_DSN", "monotonic": true,
@@ -22,6 +22,7 @@ import redis
 from airflow_provider_dblog.outputs.base import (
     Output,
     OutputError,
+    OutputFenced,
     OutputUnavailable,
     TargetTableMissing,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "NdjsonOutput",
     "Output",
     "OutputError",
+    "OutputFenced",
     "OutputUnavailable",
     "RedisStreamOutput",
     "SqlApplyOutput",
@@ -68,7 +70,7 @@ def _sql_apply(options: dict[str, Any]) -> Output:
 
 
 _OUTPUTS: dict[str, tuple[Callable[[dict[str, Any]], Output], frozenset[str]]] = {
-    "ndjson": (_ndjson, frozenset({"directory", "max_bytes"})),
+    "ndjson": (_ndjson, frozenset({"directory", "max_bytes", "lock_timeout_s"})),
     "redis_stream": (
         _redis_stream,
         frozenset({"url_env", "per_table", "maxlen", "max_age_s", "prefix"}),

@@ -11,6 +11,19 @@ keeps, per key, the position it last applied and skips an event whose position i
 (`SqlApplyOutput(monotonic=True)` does exactly that); a consumer of the whole stream can simply
 skip every event whose position is not greater than the last one it processed. Each output also
 drops the replays it can recognise itself (see each class).
+
+Fencing. Every write carries the writer's lease token, which grows with every new leader. Each
+output keeps, next to the events and updated together with them, the largest token that wrote to
+it, and refuses a batch with a smaller one (`OutputFenced`): a leader that was stopped (a long GC
+pause, a frozen VM, a partition) and wakes after another took its lease cannot write the batch it
+held. A writer that finds a smaller token there takes the output over: it reads again what it
+keeps about the output (last positions, current file), since the previous leader wrote after it
+last looked.
+
+Connection loss. A server that goes away or a disk that fails mid-batch is `OutputUnavailable`
+whatever the layer it surfaced in; nothing of the batch is then known to be written. The same
+output object works again once the server is back (it reconnects inside `write`); the caller
+backs off between attempts.
 """
 
 from __future__ import annotations
@@ -34,16 +47,33 @@ class TargetTableMissing(OutputError):
 
 
 class OutputUnavailable(DBLogError):
-    """The output's server went away or refused the connection; retrying later may succeed."""
+    """The output's server went away or refused the connection, its disk failed, or another
+    writer holds it; retrying the same batch later may succeed."""
+
+
+class OutputFenced(DBLogError):
+    """A writer with a larger lease token has written to this output: the caller lost its lease
+    and must stop writing. Nothing of the refused batch was written."""
+
+    def __init__(self, where: str, token: int, fence: int) -> None:
+        super().__init__(
+            f"{where}: a writer with lease token {fence} has written here; this writer's token"
+            f" {token} is stale (it lost the lease)"
+        )
+        self.token = token
+        self.fence = fence
 
 
 class Output(ABC):
     """Where the ordered change stream goes. Used by one thread at a time."""
 
     @abstractmethod
-    def write(self, events: Sequence[Event]) -> None:
-        """Write a batch; when this returns, the batch is durable. On an exception nothing may
-        be assumed written: the tailer will hand the events again after it restarts."""
+    def write(self, events: Sequence[Event], token: int) -> None:
+        """Write a batch as the writer holding lease token `token`; when this returns, the batch
+        is durable. Raises `OutputFenced` if a writer with a larger token has written here
+        (nothing of the batch is written), `OutputUnavailable` if the server, disk or lock is
+        not available now (retry later with the same object). On any exception nothing may be
+        assumed written: the tailer hands the events again."""
 
     @abstractmethod
     def close(self) -> None:

@@ -7,26 +7,46 @@ any event in it counts as durable.
 
 Replays are dropped here: positions strictly increase in output order, so an event whose position
 is not greater than the last one in the files was written before a tailer restart.
+
+Several writers (tailers of one source on different hosts sharing the directory) take turns:
+each batch is written under an exclusive lock on `.lock`, taken for that batch only, and `.fence`
+holds the largest lease token that wrote. A batch with a smaller token is refused
+(`OutputFenced`); a writer with a larger one reads the directory again (the last writer may have
+added lines or files since this one looked), then records its token before it writes. A standby
+that got the lease therefore takes over at its first batch even while the old leader is stopped,
+and the old leader's next batch is refused. A writer stopped in the middle of a batch keeps the
+lock: the others wait `lock_timeout_s` for it, then report the output unavailable (retry later).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
 import re
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from airflow_provider_dblog.core.event import Event, decode, encode_lines
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.outputs.base import Output, OutputError, drop_replayed
+from airflow_provider_dblog.outputs.base import (
+    Output,
+    OutputError,
+    OutputFenced,
+    OutputUnavailable,
+    drop_replayed,
+)
 
 log = logging.getLogger(__name__)
 
 FILE_PATTERN = re.compile(r"events-(\d{6,})\.ndjson")
 LOCK_FILE = ".lock"
+FENCE_FILE = ".fence"
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_LOCK_TIMEOUT_S = 5.0
+_LOCK_POLL_S = 0.02
 _BLOCK = 64 * 1024
 
 
@@ -89,37 +109,93 @@ def _last_line(fd: int, size: int) -> tuple[int, bytes | None]:
 
 class NdjsonOutput(Output):
     """Appends events to numbered files in `directory`, starting a new file before one would
-    grow past `max_bytes` (a single larger event still gets a file of its own). One writer per
-    directory: a lock file refuses a second one."""
+    grow past `max_bytes` (a single larger event still gets a file of its own). Writers take
+    turns by lease token (see the module docstring); one waits at most `lock_timeout_s` for
+    another's batch to end."""
 
-    def __init__(self, directory: Path | str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        directory: Path | str,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    ) -> None:
         if max_bytes <= 0:
             raise OutputError(f"ndjson max_bytes must be positive, got {max_bytes}")
+        if lock_timeout_s <= 0:
+            raise OutputError(f"ndjson lock_timeout_s must be positive, got {lock_timeout_s}")
         self.directory = Path(directory)
         self.max_bytes = max_bytes
+        self.lock_timeout_s = lock_timeout_s
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock = os.open(self.directory / LOCK_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock)
-            raise OutputError(f"another writer holds {self.directory / LOCK_FILE}") from None
         self.last_position: Position | None = None
         """The position of the last event in the files: later writes skip anything not newer."""
         self._fd = -1
-        files = _numbered_files(self.directory)
         self._number = 0
         self._size = 0
+        self._token: int | None = None
+        """The token whose fence this object wrote or found while it read the directory: its
+        view of the files is current while the fence still holds that token."""
+        self._lock = os.open(self.directory / LOCK_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            with self._locked(), self._unavailable(self.directory):
+                self._read_directory()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def current_file(self) -> Path:
+        return self.directory / file_name(self._number)
+
+    @property
+    def fence_file(self) -> Path:
+        return self.directory / FENCE_FILE
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the directory's lock, waiting at most `lock_timeout_s` for another writer."""
+        deadline = time.monotonic() + self.lock_timeout_s
+        while True:
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise OutputUnavailable(
+                        f"{self.directory / LOCK_FILE}: lock held by another writer for "
+                        f"{self.lock_timeout_s:g}s (one stopped in the middle of a batch?)"
+                    ) from None
+                time.sleep(_LOCK_POLL_S)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def _unavailable(self, path: Path) -> Iterator[None]:
+        """A failing disk (EIO, ENOSPC, ...) as `OutputUnavailable` naming the file; the files
+        are read again before the next batch."""
+        try:
+            yield
+        except OSError as exc:
+            self._token = None
+            raise OutputUnavailable(f"ndjson output: cannot write {path}: {exc}") from exc
+
+    def _read_directory(self) -> None:
+        """Find the current file, cut a torn last line off it, and find the last position."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.last_position = None
+        files = _numbered_files(self.directory)
         if files:
             self._number = files[-1][0]
             self._open_current(repair=True)
             self._find_last_position([path for _, path in files])
         else:
+            self._number = 0
             self._rotate()
-
-    @property
-    def current_file(self) -> Path:
-        return self.directory / file_name(self._number)
 
     def _open_current(self, *, repair: bool) -> None:
         self._fd = os.open(self.current_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -151,32 +227,81 @@ class NdjsonOutput(Output):
     def _rotate(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
+            self._fd = -1
         self._number += 1
         self._open_current(repair=False)
         _fsync_dir(self.directory)
 
-    def write(self, events: Sequence[Event]) -> None:
-        if self._fd < 0:
+    def _read_fence(self) -> int | None:
+        try:
+            text = self.fence_file.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            raise OutputError(
+                f"{self.fence_file} holds {text[:40]!r}, not a lease token: remove it (the next"
+                " writer writes it again)"
+            ) from None
+
+    def _write_fence(self, token: int) -> None:
+        """Replace the fence file atomically and durably."""
+        temporary = self.directory / f"{FENCE_FILE}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, f"{token}\n".encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, self.fence_file)
+        _fsync_dir(self.directory)
+
+    def _take(self, token: int) -> None:
+        """Under the lock: refuse a stale `token`; after another writer, read the files again
+        and record `token` as the fence."""
+        fence = self._read_fence()
+        if fence is not None and fence > token:
+            raise OutputFenced(f"ndjson output {self.directory}", token, fence)
+        if fence == token and self._token == token:
+            return
+        self._token = None
+        with self._unavailable(self.directory):
+            self._read_directory()
+        if fence != token:
+            with self._unavailable(self.fence_file):
+                self._write_fence(token)
+            if fence is not None:
+                log.info("took %s over from lease token %d (now %d)", self.directory, fence, token)
+        self._token = token
+
+    def write(self, events: Sequence[Event], token: int) -> None:
+        if self._lock < 0:
             raise OutputError(f"ndjson output {self.directory} is closed")
-        kept = drop_replayed(events, self.last_position)
-        if len(kept) < len(events):
-            log.info("skipped %d replayed events", len(events) - len(kept))
-        lines = encode_lines(kept)
-        start = 0
-        while start < len(lines):
-            if self._size and self._size + len(lines[start]) > self.max_bytes:
-                self._rotate()
-            end, size = start + 1, self._size + len(lines[start])
-            while end < len(lines) and size + len(lines[end]) <= self.max_bytes:
-                size += len(lines[end])
-                end += 1
-            self._append(b"".join(lines[start:end]))
-            self.last_position = kept[end - 1].position
-            start = end
+        with self._locked():
+            self._take(token)
+            kept = drop_replayed(events, self.last_position)
+            if len(kept) < len(events):
+                log.info("skipped %d replayed events", len(events) - len(kept))
+            lines = encode_lines(kept)
+            start = 0
+            while start < len(lines):
+                if self._size and self._size + len(lines[start]) > self.max_bytes:
+                    with self._unavailable(self.directory):
+                        self._rotate()
+                end, size = start + 1, self._size + len(lines[start])
+                while end < len(lines) and size + len(lines[end]) <= self.max_bytes:
+                    size += len(lines[end])
+                    end += 1
+                with self._unavailable(self.current_file):
+                    self._append(b"".join(lines[start:end]))
+                self.last_position = kept[end - 1].position
+                start = end
 
     def _append(self, data: bytes) -> None:
         """Write and fsync `data`; on failure cut the file back, so no torn line stays behind
-        for the next batch to be appended to."""
+        for the next batch to be appended to (and if even that fails, the next batch reads the
+        directory again, which cuts it)."""
         before = self._size
         try:
             view = memoryview(data)

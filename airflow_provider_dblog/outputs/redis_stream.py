@@ -3,8 +3,18 @@
 Each event is one entry: `event` (the encoded JSON), and `table`, `op` and `position` (`[commit,
 seq]` as JSON) for consumers that route or filter without decoding. Entry IDs are Redis's own
 (time-based), so consumers can use XREAD/XREADGROUP as usual; order within a stream is the output
-order. A batch is sent as one pipeline (not a transaction: a failed batch is retried whole, and
-what it did write is recognised as a replay).
+order.
+
+A batch is one Lua script per source (one round trip, all of it or nothing), which:
+1. refuses the batch if `{prefix}:{source}:events-fence` holds a larger lease token than the
+   writer's (`OutputFenced`), and otherwise raises it to the writer's token;
+2. checks that each stream's last entry is still the one this output last saw (another writer, or
+   a retried call whose reply was lost, may have appended since): if not, it writes nothing, and
+   the output reads the streams' last positions again and drops the replays again;
+3. appends the events.
+The fence key lives in the output's Redis, next to the streams it guards (that Redis need not be
+the state store's). In Redis Cluster, all of a source's keys must hash to one slot (put the
+source name in braces in `prefix`, e.g. `{dblog}`).
 
 Durable means what the server's persistence makes it: `appendonly yes` with `appendfsync always`
 loses nothing acknowledged; `everysec` can lose the last second on a power failure.
@@ -16,10 +26,10 @@ Either way the stream is a buffer, not the record: trimming drops entries whethe
 consumer has read them, so a consumer that falls further behind than the retention loses events
 and must be repaired from a dump. Without either option the stream grows forever.
 
-Replays are dropped: before a stream's first write the output reads its last entry's position and
-skips events not newer (positions strictly increase in output order). A stream trimmed down to
-nothing has no last entry, so replays into it are written again; consumers drop those by
-(key, position).
+Replays are dropped: before a stream's first write, and after any error, the output reads its last
+entry's position and skips events not newer (positions strictly increase in output order). A
+stream trimmed down to nothing has no last entry, so replays into it are written again; consumers
+drop those by (key, position).
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 import redis
 
@@ -36,18 +46,82 @@ from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.outputs.base import (
     Output,
     OutputError,
+    OutputFenced,
     OutputUnavailable,
     drop_replayed,
 )
+
+# KEYS: fence, then the streams. ARGV: token, trim ('' | 'MAXLEN' | 'MINID'), trim threshold,
+# then per stream its last entry ID as the caller knows it ('' = empty) and how many entries it
+# gets, then 4 fields per entry, stream after stream.
+# Returns {'fenced', fence} | {'moved'} | {'ok', last ID of each stream ('' if it got none)}.
+_APPEND = """
+local token = tonumber(ARGV[1])
+local fence = redis.call('GET', KEYS[1])
+if fence and tonumber(fence) > token then
+  return {'fenced', fence}
+end
+if not fence or tonumber(fence) < token then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+local streams = #KEYS - 1
+for s = 1, streams do
+  local last = redis.call('XREVRANGE', KEYS[s + 1], '+', '-', 'COUNT', 1)
+  if #last > 0 and last[1][1] ~= ARGV[2 + 2 * s] then
+    return {'moved'}
+  end
+end
+local trim = {}
+if ARGV[2] ~= '' then
+  trim = {ARGV[2], '~', ARGV[3]}
+end
+local result = {'ok'}
+local field = 4 + 2 * streams
+for s = 1, streams do
+  local id = ''
+  for _ = 1, tonumber(ARGV[3 + 2 * s]) do
+    local args = {'XADD', KEYS[s + 1]}
+    for _, word in ipairs(trim) do
+      args[#args + 1] = word
+    end
+    args[#args + 1] = '*'
+    args[#args + 1] = 'event'
+    args[#args + 1] = ARGV[field]
+    args[#args + 1] = 'table'
+    args[#args + 1] = ARGV[field + 1]
+    args[#args + 1] = 'op'
+    args[#args + 1] = ARGV[field + 2]
+    args[#args + 1] = 'position'
+    args[#args + 1] = ARGV[field + 3]
+    id = redis.call(unpack(args))
+    field = field + 4
+  end
+  result[s + 1] = id
+end
+return result
+"""
+
+_ATTEMPTS = 3
+"""Script calls per batch: a call that finds a stream moved raised the fence first, so only a
+writer with the same token (or a lost reply's retry) can move it again."""
 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+@dataclass(frozen=True)
+class _Tail:
+    """A stream's last entry: its ID and its event's position."""
+
+    entry_id: str
+    position: Position
+
+
 class RedisStreamOutput(Output):
     """XADDs events to `{prefix}:{source}:events`, or with `per_table` to
-    `{prefix}:{source}:events:{schema}.{table}`. The output owns `client` and closes it."""
+    `{prefix}:{source}:events:{schema}.{table}`; the fence is `{prefix}:{source}:events-fence`.
+    The output owns `client` and closes it."""
 
     def __init__(
         self,
@@ -63,45 +137,74 @@ class RedisStreamOutput(Output):
         if (maxlen is not None and maxlen <= 0) or (max_age_s is not None and max_age_s <= 0):
             raise OutputError("redis_stream: maxlen and max_age_s must be positive")
         self._client = client
+        self._append = client.register_script(_APPEND)
         self.per_table = per_table
         self.maxlen = maxlen
         self.max_age_s = max_age_s
         self.prefix = prefix
-        self._last: dict[str, Position | None] = {}
-        """Per stream, the position of its last entry, once read."""
+        self._last: dict[str, _Tail | None] = {}
+        """Per stream, its last entry (None: empty), once read; forgotten after any error."""
 
     def stream_key(self, event: Event) -> str:
         key = f"{self.prefix}:{event.source.name}:events"
         return f"{key}:{event.table}" if self.per_table else key
 
-    def write(self, events: Sequence[Event]) -> None:
-        groups: dict[str, list[Event]] = {}
+    def fence_key(self, source: str) -> str:
+        return f"{self.prefix}:{source}:events-fence"
+
+    def write(self, events: Sequence[Event], token: int) -> None:
+        sources: dict[str, dict[str, list[Event]]] = {}
         for event in events:
-            groups.setdefault(self.stream_key(event), []).append(event)
-        try:
-            self._read_last([k for k in groups if k not in self._last])
-            pipe = self._client.pipeline(transaction=False)
-            trim = self._trim()
-            kept = {key: drop_replayed(group, self._last[key]) for key, group in groups.items()}
-            for key, group in kept.items():
-                for event in group:
-                    fields = {
-                        "event": encode(event),
-                        "table": str(event.table),
-                        "op": event.op.value,
-                        "position": json.dumps(event.position.to_json()),
-                    }
-                    pipe.xadd(key, fields, **trim)  # type: ignore[arg-type]
-            pipe.execute()
-        except redis.RedisError as exc:
-            for key in groups:  # some entries may be in: read the tails again next time
-                self._last.pop(key, None)
-            if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-                raise OutputUnavailable(f"the Redis output went away: {exc}") from exc
-            raise OutputError(f"Redis refused the batch: {exc}") from exc
-        for key, group in kept.items():
-            if group:
-                self._last[key] = group[-1].position
+            streams = sources.setdefault(event.source.name, {})
+            streams.setdefault(self.stream_key(event), []).append(event)
+        for source, streams in sources.items():
+            try:
+                self._write_source(source, streams, token)
+            except redis.RedisError as exc:
+                for key in streams:  # the tails may have moved: read them again next time
+                    self._last.pop(key, None)
+                if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+                    raise OutputUnavailable(f"the Redis output went away: {exc}") from exc
+                raise OutputError(f"Redis refused the batch: {exc}") from exc
+
+    def _write_source(self, source: str, streams: dict[str, list[Event]], token: int) -> None:
+        for _ in range(_ATTEMPTS):
+            self._read_last([key for key in streams if key not in self._last])
+            keys = list(streams)
+            kept = {key: drop_replayed(streams[key], self._position(key)) for key in keys}
+            args: list[str | int] = [token, *self._trim()]
+            for key in keys:
+                tail = self._last[key]
+                args += ["" if tail is None else tail.entry_id, len(kept[key])]
+            for key in keys:
+                for event in kept[key]:
+                    args += [
+                        encode(event),
+                        str(event.table),
+                        event.op.value,
+                        json.dumps(event.position.to_json()),
+                    ]
+            result = [
+                _text(r) for r in self._append(keys=[self.fence_key(source), *keys], args=args)
+            ]
+            if result[0] == "fenced":
+                raise OutputFenced(f"Redis stream output of {source}", token, int(result[1]))
+            if result[0] == "moved":
+                for key in keys:
+                    self._last.pop(key, None)
+                continue
+            for key, entry_id in zip(keys, result[1:], strict=True):
+                if kept[key]:
+                    self._last[key] = _Tail(entry_id, kept[key][-1].position)
+            return
+        raise OutputError(
+            f"the Redis streams of {source} keep moving under this output: another writer uses"
+            f" the same lease token {token}"
+        )
+
+    def _position(self, key: str) -> Position | None:
+        tail = self._last[key]
+        return None if tail is None else tail.position
 
     def _read_last(self, keys: list[str]) -> None:
         if not keys:
@@ -111,18 +214,21 @@ class RedisStreamOutput(Output):
             pipe.xrevrange(key, count=1)
         for key, entries in zip(keys, pipe.execute(), strict=True):
             if entries:
-                fields = {_text(k): v for k, v in entries[0][1].items()}
-                self._last[key] = Position.from_json(json.loads(fields["position"]))
+                entry_id, raw = entries[0]
+                fields = {_text(k): v for k, v in raw.items()}
+                position = Position.from_json(json.loads(fields["position"]))
+                self._last[key] = _Tail(_text(entry_id), position)
             else:
                 self._last[key] = None
 
-    def _trim(self) -> dict[str, Any]:
+    def _trim(self) -> tuple[str, str]:
+        """The trim option of every XADD: its kind and threshold ('' and '' for none)."""
         if self.maxlen is not None:
-            return {"maxlen": self.maxlen, "approximate": True}
+            return "MAXLEN", str(self.maxlen)
         if self.max_age_s is not None:
             min_ms = int((time.time() - self.max_age_s) * 1000)
-            return {"minid": f"{max(min_ms, 0)}-0", "approximate": True}
-        return {}
+            return "MINID", f"{max(min_ms, 0)}-0"
+        return "", ""
 
     def close(self) -> None:
         self._client.close()

@@ -17,6 +17,16 @@ not newer. Deleted keys keep their row there, so an old image cannot bring a del
 that table therefore grows with every key ever seen.
 
 A JSON null and an SQL NULL arrive alike (None) and are written as SQL NULL.
+
+Fencing: `dblog_fence` holds, per source, the largest lease token that wrote. Each batch's
+transaction first raises it to the writer's token, or finds it larger and rolls back
+(`OutputFenced`): the row lock taken there also orders two leaders' batches, so a stale leader's
+transaction commits nothing once the new leader's first batch has. The output creates
+`dblog_fence` (and `dblog_positions`) if missing, so its user needs CREATE on the schema.
+
+A connection lost anywhere in a batch (while connecting, inside the transaction or its pipeline,
+a fast shutdown's AdminShutdown) is `OutputUnavailable`; the transaction did not commit. The next
+write connects again and reads the target tables' columns again.
 """
 
 from __future__ import annotations
@@ -35,11 +45,29 @@ from airflow_provider_dblog.core.event import Event, JsonValue, Op, Row, TableRe
 from airflow_provider_dblog.outputs.base import (
     Output,
     OutputError,
+    OutputFenced,
     OutputUnavailable,
     TargetTableMissing,
 )
 
 POSITIONS_TABLE = "dblog_positions"
+FENCE_TABLE = "dblog_fence"
+
+_CREATE_FENCE = sql.SQL(
+    "CREATE TABLE IF NOT EXISTS {table} (source text PRIMARY KEY, token bigint NOT NULL)"
+).format(table=sql.Identifier(FENCE_TABLE))
+
+# Returns a row unless the stored token is larger. The conflicting row is locked either way,
+# until the batch's transaction ends.
+_RAISE_FENCE = sql.SQL(
+    """INSERT INTO {table} AS f (source, token) VALUES (%s, %s)
+ON CONFLICT (source) DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token
+RETURNING token"""
+).format(table=sql.Identifier(FENCE_TABLE))
+
+_FENCE = sql.SQL("SELECT token FROM {table} WHERE source = %s").format(
+    table=sql.Identifier(FENCE_TABLE)
+)
 
 _CREATE_POSITIONS = sql.SQL(
     """CREATE TABLE IF NOT EXISTS {table} (
@@ -189,25 +217,30 @@ class SqlApplyOutput(Output):
         self._statements: dict[tuple[TableRef, tuple[str, ...] | None], sql.Composed] = {}
         self._conn: psycopg.Connection[Any] | None = None
         self._closed = False
-        conn = self._connection()
-        if monotonic:
-            with self._errors():
-                conn.execute(_CREATE_POSITIONS)
+        self._connection()
 
     def target_of(self, source: TableRef) -> TableRef:
         return self._table_map.get(source, source)
 
     def _connection(self) -> psycopg.Connection[Any]:
-        """The open connection, or a new one if the last one broke (a batch is retried whole)."""
+        """The open connection, or a new one if the last one broke (a batch is retried whole).
+        A new connection reads the target tables again: the target may have changed while it
+        was away."""
         if self._closed:
             raise OutputError("sql_apply output is closed")
         if self._conn is None or self._conn.closed or self._conn.broken:
+            self._targets.clear()
+            self._statements.clear()
             try:
                 self._conn = psycopg.connect(
                     self._dsn, autocommit=True, connect_timeout=self._connect_timeout
                 )
             except psycopg.OperationalError as exc:
                 raise OutputUnavailable(f"cannot connect to the SQL target: {exc}") from exc
+            with self._errors():
+                self._conn.execute(_CREATE_FENCE)
+                if self.monotonic:
+                    self._conn.execute(_CREATE_POSITIONS)
         return self._conn
 
     @contextlib.contextmanager
@@ -218,28 +251,45 @@ class SqlApplyOutput(Output):
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
             self._targets.clear()  # described again at the next write
             raise TargetTableMissing(f"a target table went away or changed: {exc}") from exc
-        except psycopg.OperationalError as exc:
-            raise OutputUnavailable(f"the SQL target went away: {exc}") from exc
         except psycopg.Error as exc:
-            if self._conn is not None and self._conn.broken:
+            conn = self._conn
+            lost = conn is None or conn.closed or conn.broken
+            if lost or (
+                isinstance(exc, psycopg.OperationalError)
+                and not isinstance(exc, psycopg.errors.PipelineAborted)
+            ):
+                if conn is not None:
+                    conn.close()  # the next write connects again
                 raise OutputUnavailable(f"the SQL target went away: {exc}") from exc
             raise OutputError(f"the SQL target refused a batch: {exc}") from exc
 
-    def write(self, events: Sequence[Event]) -> None:
+    def write(self, events: Sequence[Event], token: int) -> None:
         if not events:
             return
         conn = self._connection()
         with self._errors():
             actions = list(self._actions(conn, events))
-            with conn.transaction(), conn.pipeline(), conn.cursor() as cur:
-                start = 0
-                while start < len(actions):
-                    end = start + 1
-                    while end < len(actions) and actions[end].shape() == actions[start].shape():
-                        end += 1
-                    group = actions[start:end]
-                    cur.executemany(self._statement(group[0]), [self._params(a) for a in group])
-                    start = end
+            with conn.transaction():
+                for source in sorted({e.source.name for e in events}):
+                    self._raise_fence(conn, source, token)
+                with conn.pipeline(), conn.cursor() as cur:
+                    start = 0
+                    while start < len(actions):
+                        end = start + 1
+                        while end < len(actions) and actions[end].shape() == actions[start].shape():
+                            end += 1
+                        group = actions[start:end]
+                        statement = self._statement(group[0])
+                        cur.executemany(statement, [self._params(a) for a in group])
+                        start = end
+
+    @staticmethod
+    def _raise_fence(conn: psycopg.Connection[Any], source: str, token: int) -> None:
+        """Inside the batch's transaction: record `token` as `source`'s fence, or refuse."""
+        if conn.execute(_RAISE_FENCE, (source, token)).fetchone() is None:
+            row = conn.execute(_FENCE, (source,)).fetchone()
+            assert row is not None  # the refusing row is locked by this transaction
+            raise OutputFenced(f"SQL target (source {source})", token, int(row[0]))
 
     def _actions(self, conn: psycopg.Connection[Any], events: Sequence[Event]) -> Iterator[_Action]:
         for event in events:

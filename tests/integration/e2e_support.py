@@ -190,9 +190,9 @@ class FanOut(Output):
     def __init__(self, *outputs: Output) -> None:
         self._outputs = outputs
 
-    def write(self, events: Sequence[Event]) -> None:
+    def write(self, events: Sequence[Event], token: int) -> None:
         for output in self._outputs:
-            output.write(events)
+            output.write(events, token)
 
     def close(self) -> None:
         for output in self._outputs:

@@ -75,8 +75,8 @@ def test_redis_stream_round_trip(redis_server: RedisInfo, stream_client: redis.R
         ev(users, Op.READ, {"id": 2}, {"id": 2, "name": None}, 11, 0, source=source),
     ]
     with RedisStreamOutput(redis_server.client()) as out:
-        out.write(events[:1])
-        out.write(events[1:])
+        out.write(events[:1], 1)
+        out.write(events[1:], 1)
     got = entries(stream_client, f"dblog:{source}:events")
     assert [decode(e["event"]) for e in got] == events
     assert [(e["table"], e["op"], e["position"]) for e in got] == [
@@ -95,7 +95,8 @@ def test_redis_stream_per_table(redis_server: RedisInfo, stream_client: redis.Re
                 ev(users, Op.CREATE, {"id": 1}, {"id": 1}, 10, 0, source=source),
                 ev(orders, Op.CREATE, {"id": 1}, {"id": 1}, 10, 1, source=source),
                 ev(users, Op.UPDATE, {"id": 1}, {"id": 1}, 11, 0, source=source),
-            ]
+            ],
+            1,
         )
     assert [e["position"] for e in entries(stream_client, f"cdc:{source}:events:app.users")] == [
         "[10, 0]",
@@ -111,10 +112,10 @@ def test_redis_stream_drops_replays_after_restart(
     table = TableRef("app", "users")
     events = [ev(table, Op.UPDATE, {"id": i}, {"id": i}, 10 + i, source=source) for i in range(5)]
     with RedisStreamOutput(redis_server.client()) as out:
-        out.write(events[:3])
+        out.write(events[:3], 1)
     with RedisStreamOutput(redis_server.client()) as out:  # a restarted tailer replays from 1
-        out.write(events[1:])
-        out.write(events[4:])  # and in one process, too
+        out.write(events[1:], 1)
+        out.write(events[4:], 1)  # and in one process, too
     got = entries(stream_client, f"dblog:{source}:events")
     assert [decode(e["event"]) for e in got] == events
 
@@ -128,7 +129,8 @@ def test_redis_stream_trims_by_maxlen(redis_server: RedisInfo, stream_client: re
                 [
                     ev(table, Op.CREATE, {"id": i}, {"id": i}, batch, i, source=source)
                     for i in range(100)
-                ]
+                ],
+                1,
             )
     length = stream_client.xlen(f"dblog:{source}:events")
     assert 100 <= length < 1000  # approximate: whole nodes of entries go at once
@@ -142,11 +144,11 @@ def test_redis_stream_trims_by_age(redis_server: RedisInfo, stream_client: redis
     key = f"dblog:{source}:events"
     with RedisStreamOutput(redis_server.client(), max_age_s=0.2) as out:
         out.write(
-            [ev(table, Op.CREATE, {"id": i}, {"id": i}, 1, i, source=source) for i in range(300)]
+            [ev(table, Op.CREATE, {"id": i}, {"id": i}, 1, i, source=source) for i in range(300)], 1
         )
         assert stream_client.xlen(key) == 300
         time.sleep(0.4)
-        out.write([ev(table, Op.CREATE, {"id": 0}, {"id": 0}, 2, 0, source=source)])
+        out.write([ev(table, Op.CREATE, {"id": 0}, {"id": 0}, 2, 0, source=source)], 1)
     # Approximate trimming removes whole nodes (100 entries by default) of old entries.
     assert stream_client.xlen(key) <= 101
     assert entries(stream_client, key)[-1]["position"] == "[2, 0]"
@@ -164,7 +166,7 @@ def test_redis_stream_unreachable_is_unavailable() -> None:
     client = redis.Redis(port=free_port(), socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
     table = TableRef("app", "t")
     with RedisStreamOutput(client) as out, pytest.raises(OutputUnavailable, match="went away"):
-        out.write([ev(table, Op.CREATE, {"id": 1}, {"id": 1}, 1)])
+        out.write([ev(table, Op.CREATE, {"id": 1}, {"id": 1}, 1)], 1)
 
 
 def test_redis_stream_from_config(
@@ -175,7 +177,7 @@ def test_redis_stream_from_config(
     config = {"type": "redis_stream", "url_env": "TEST_DBLOG_REDIS_URL", "per_table": True}
     with open_output(config) as out:
         assert isinstance(out, RedisStreamOutput)
-        out.write([ev(TableRef("a", "b"), Op.CREATE, {"id": 1}, {"id": 1}, 1, source=source)])
+        out.write([ev(TableRef("a", "b"), Op.CREATE, {"id": 1}, {"id": 1}, 1, source=source)], 1)
     assert stream_client.xlen(f"dblog:{source}:events:a.b") == 1
     with pytest.raises(OutputError, match="environment variable NOT_SET_ANYWHERE"):
         open_output({"type": "redis_stream", "url_env": "NOT_SET_ANYWHERE"})
@@ -213,11 +215,12 @@ def test_sql_upserts_and_deletes(postgres: PostgresInfo, target: psycopg.Connect
                 ev(t, Op.UPDATE, {"id": 2}, {"id": 2, "name": "B", "n": None}, 12, 0),
                 ev(t, Op.DELETE, {"id": 3}, None, 13, 0),
                 ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "name": "A", "n": 10}, 14, 0),
-            ]
+            ],
+            1,
         )
         assert rows(target, t) == [(1, "A", 10), (2, "B", None)]
         out.write(
-            [ev(t, Op.DELETE, {"id": 1}, None, 15, 0), ev(t, Op.DELETE, {"id": 9}, None, 15, 1)]
+            [ev(t, Op.DELETE, {"id": 1}, None, 15, 0), ev(t, Op.DELETE, {"id": 9}, None, 15, 1)], 1
         )
     assert rows(target, t) == [(2, "B", None)]
 
@@ -239,7 +242,8 @@ def test_sql_composite_and_uuid_keys(
                 ev(u, Op.CREATE, {"id": ids[0]}, {"id": ids[0], "v": "a"}, 6),
                 ev(u, Op.CREATE, {"id": ids[1]}, {"id": ids[1], "v": "b"}, 7),
                 ev(u, Op.DELETE, {"id": ids[1]}, None, 8),
-            ]
+            ],
+            1,
         )
     assert rows(target, t, "1, 2") == [("eu", 2, "Y"), ("us", 1, "z")]
     assert rows(target, u) == [(uuid.UUID(ids[0]), "a")]
@@ -273,7 +277,7 @@ def test_sql_value_types(postgres: PostgresInfo, target: psycopg.Connection[Any]
         "note": None,
     }
     with SqlApplyOutput(postgres.dsn) as out:
-        out.write([ev(t, Op.READ, {"id": 2**62}, after, 1)])
+        out.write([ev(t, Op.READ, {"id": 2**62}, after, 1)], 1)
     (row,) = target.execute(
         f"SELECT id, amount, doc, raw, ints, grid, nums, blob, blobs, at, day::text, code, flag,"
         f' ratio, label, note, at = %s::timestamptz FROM public."{t.name}"',
@@ -298,16 +302,16 @@ def test_sql_oversized_value_is_refused_not_truncated(
 ) -> None:
     t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, label varchar(3))")
     with SqlApplyOutput(postgres.dsn) as out, pytest.raises(OutputError, match="too long"):
-        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "label": "abcd"}, 1)])
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "label": "abcd"}, 1)], 1)
     assert rows(target, t) == []
 
 
 def test_sql_absent_column_is_kept(postgres: PostgresInfo, target: psycopg.Connection[Any]) -> None:
     t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, big text, n int)")
     with SqlApplyOutput(postgres.dsn) as out:
-        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "big": "x" * 10_000, "n": 1}, 1)])
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "big": "x" * 10_000, "n": 1}, 1)], 1)
         # An update that did not touch the TOASTed column: the source could not send it.
-        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "n": 2}, 2)])
+        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "n": 2}, 2)], 1)
     assert rows(target, t) == [(1, "x" * 10_000, 2)]
 
 
@@ -316,10 +320,12 @@ def test_sql_update_that_changes_the_key(
 ) -> None:
     t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, v text)")
     with SqlApplyOutput(postgres.dsn, monotonic=True) as out:
-        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "v": "a"}, 1)])
-        out.write([ev(t, Op.UPDATE, {"id": 2}, {"id": 2, "v": "a"}, 2, before={"id": 1})])
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "v": "a"}, 1)], 1)
+        out.write([ev(t, Op.UPDATE, {"id": 2}, {"id": 2, "v": "a"}, 2, before={"id": 1})], 1)
         assert rows(target, t) == [(2, "a")]
-        out.write([ev(t, Op.READ, {"id": 1}, {"id": 1, "v": "old"}, 1, 5)])  # older than the move
+        out.write(
+            [ev(t, Op.READ, {"id": 1}, {"id": 1, "v": "old"}, 1, 5)], 1
+        )  # older than the move
     assert rows(target, t) == [(2, "a")]
 
 
@@ -336,10 +342,10 @@ def test_sql_replayed_batch_is_idempotent(
     for monotonic in (False, True):
         target.execute(f'TRUNCATE public."{t.name}"')
         with SqlApplyOutput(postgres.dsn, monotonic=monotonic) as out:
-            out.write(batch)
-            out.write(batch)
+            out.write(batch, 1)
+            out.write(batch, 1)
         with SqlApplyOutput(postgres.dsn, monotonic=monotonic) as out:  # after a restart
-            out.write(batch[1:])
+            out.write(batch[1:], 1)
         assert rows(target, t) == [(1, 2)]
 
 
@@ -348,18 +354,18 @@ def test_sql_monotonic_refuses_older_accepts_newer(
 ) -> None:
     t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, v text)")
     with SqlApplyOutput(postgres.dsn, monotonic=True) as out:
-        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "v": "at 10"}, 10, 3)])
-        out.write([ev(t, Op.READ, {"id": 1}, {"id": 1, "v": "at 10/2"}, 10, 2)])
-        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "v": "at 9"}, 9, 7)])
+        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "v": "at 10"}, 10, 3)], 1)
+        out.write([ev(t, Op.READ, {"id": 1}, {"id": 1, "v": "at 10/2"}, 10, 2)], 1)
+        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "v": "at 9"}, 9, 7)], 1)
         assert rows(target, t) == [(1, "at 10")]
-        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "v": "at 10/4"}, 10, 4)])
+        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "v": "at 10/4"}, 10, 4)], 1)
         assert rows(target, t) == [(1, "at 10/4")]
-        out.write([ev(t, Op.DELETE, {"id": 1}, None, 12)])
-        out.write([ev(t, Op.READ, {"id": 1}, {"id": 1, "v": "stale dump row"}, 11)])
+        out.write([ev(t, Op.DELETE, {"id": 1}, None, 12)], 1)
+        out.write([ev(t, Op.READ, {"id": 1}, {"id": 1, "v": "stale dump row"}, 11)], 1)
         assert rows(target, t) == []
-        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "v": "again"}, 13)])
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "v": "again"}, 13)], 1)
         # The same key of another source is tracked on its own.
-        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "v": "other"}, 1, source="other")])
+        out.write([ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "v": "other"}, 1, source="other")], 1)
     assert rows(target, t) == [(1, "other")]
     stored = target.execute(
         "SELECT source, key, commit, seq FROM dblog_positions WHERE tbl = %s ORDER BY source",
@@ -374,7 +380,7 @@ def test_sql_table_map(postgres: PostgresInfo, target: psycopg.Connection[Any]) 
     table_map = {"app.users": f"public.{t.name}"}
     with SqlApplyOutput(postgres.dsn, table_map=table_map) as out:
         assert out.target_of(source) == t
-        out.write([ev(source, Op.CREATE, {"id": 1}, {"id": 1, "v": "a"}, 1)])
+        out.write([ev(source, Op.CREATE, {"id": 1}, {"id": 1, "v": "a"}, 1)], 1)
     assert rows(target, t) == [(1, "a")]
 
 
@@ -384,7 +390,7 @@ def test_sql_missing_target_table_is_named(postgres: PostgresInfo) -> None:
         SqlApplyOutput(postgres.dsn) as out,
         pytest.raises(TargetTableMissing, match=f"target table {table} .*does not exist"),
     ):
-        out.write([ev(table, Op.CREATE, {"id": 1}, {"id": 1}, 1)])
+        out.write([ev(table, Op.CREATE, {"id": 1}, {"id": 1}, 1)], 1)
 
 
 def test_sql_target_that_differs_is_named(
@@ -394,14 +400,14 @@ def test_sql_target_that_differs_is_named(
     nokey = create(target, "CREATE TABLE {t} (id int, v text)")
     with SqlApplyOutput(postgres.dsn) as out:
         with pytest.raises(TargetTableMissing, match=f"{t} has no column extra"):
-            out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "extra": 1}, 1)])
+            out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "extra": 1}, 1)], 1)
         with pytest.raises(TargetTableMissing, match=rf"{t} has primary key \(id\) but"):
-            out.write([ev(t, Op.CREATE, {"v": "a"}, {"id": 1, "v": "a"}, 1)])
+            out.write([ev(t, Op.CREATE, {"v": "a"}, {"id": 1, "v": "a"}, 1)], 1)
         with pytest.raises(TargetTableMissing, match=f"{nokey} has no primary key"):
-            out.write([ev(nokey, Op.CREATE, {"id": 1}, {"id": 1}, 1)])
+            out.write([ev(nokey, Op.CREATE, {"id": 1}, {"id": 1}, 1)], 1)
         # A column added to the target later is picked up.
         target.execute(f'ALTER TABLE public."{t.name}" ADD COLUMN extra int')
-        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "v": "a", "extra": 5}, 2)])
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "v": "a", "extra": 5}, 2)], 1)
     assert rows(target, t) == [(1, "a", 5)]
 
 
@@ -410,12 +416,12 @@ def test_sql_target_table_dropped_under_the_output(
 ) -> None:
     t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY)")
     with SqlApplyOutput(postgres.dsn) as out:
-        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1}, 1)])
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1}, 1)], 1)
         target.execute(f'DROP TABLE public."{t.name}"')
         with pytest.raises(TargetTableMissing, match=t.name):
-            out.write([ev(t, Op.CREATE, {"id": 2}, {"id": 2}, 2)])
+            out.write([ev(t, Op.CREATE, {"id": 2}, {"id": 2}, 2)], 1)
         with pytest.raises(TargetTableMissing, match=f"target table {t} .*does not exist"):
-            out.write([ev(t, Op.CREATE, {"id": 2}, {"id": 2}, 2)])
+            out.write([ev(t, Op.CREATE, {"id": 2}, {"id": 2}, 2)], 1)
 
 
 def test_sql_target_server_going_away(
@@ -424,7 +430,7 @@ def test_sql_target_server_going_away(
     t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY)")
     app = unique("out")
     with SqlApplyOutput(f"{postgres.dsn}?application_name={app}") as out:
-        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1}, 1)])
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1}, 1)], 1)
         with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
             killed = admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -433,8 +439,10 @@ def test_sql_target_server_going_away(
             ).fetchall()
         assert killed == [(True,)]
         with pytest.raises(OutputUnavailable, match="went away"):
-            out.write([ev(t, Op.CREATE, {"id": 2}, {"id": 2}, 2)])
-        out.write([ev(t, Op.CREATE, {"id": 2}, {"id": 2}, 2)])  # reconnects; the batch is retried
+            out.write([ev(t, Op.CREATE, {"id": 2}, {"id": 2}, 2)], 1)
+        out.write(
+            [ev(t, Op.CREATE, {"id": 2}, {"id": 2}, 2)], 1
+        )  # reconnects; the batch is retried
     assert rows(target, t) == [(1,), (2,)]
 
 
@@ -453,7 +461,7 @@ def test_sql_apply_from_config(
     config = {"type": "sql_apply", "dsn_env": "TEST_DBLOG_TARGET_DSN", "monotonic": True}
     with open_output(config) as out:
         assert isinstance(out, SqlApplyOutput) and out.monotonic
-        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "doc": json.loads('{"a": 1}')}, 1)])
+        out.write([ev(t, Op.CREATE, {"id": 1}, {"id": 1, "doc": json.loads('{"a": 1}')}, 1)], 1)
     assert rows(target, t) == [(1, {"a": 1})]
     with pytest.raises(OutputError, match=r"'dsn_env' .* is required"):
         open_output({"type": "sql_apply"})

@@ -264,7 +264,8 @@ def test_compaction_on_a_standalone_cluster_ships_the_package(
                 event(Op.UPDATE, 1, {"id": 1, "n": "a2"}, 200, 0),
                 event(Op.DELETE, 2, None, 300, 0),
                 event(Op.CREATE, 3, {"id": 3, "n": "c"}, 300, 1),
-            ]
+            ],
+            1,
         )
     apps_before = cluster.apps_with_the_zip()
     args = ("--input", str(events_dir), "--output", str(output))

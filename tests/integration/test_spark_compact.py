@@ -101,7 +101,7 @@ def lake(spark: SparkSession, output: Path) -> dict[str, dict[str, Row]]:
 
 def write(directory: Path, events: list[Event], replayed: list[Event]) -> None:
     with NdjsonOutput(directory, max_bytes=4000) as out:
-        out.write(events)
+        out.write(events, 1)
     with event_files(directory)[-1].open("ab") as f:  # at-least-once: the same events again
         f.write("".join(encode(e) + "\n" for e in replayed).encode())
 

@@ -87,13 +87,13 @@ def test_events_not_after_the_folded_position_are_replays() -> None:
 def test_segments_cover_every_complete_line_once(tmp_path: Path) -> None:
     events = [event(Op.CREATE, c, {"id": c}, {"id": c, "pad": "x" * (c % 7)}) for c in range(1, 60)]
     with NdjsonOutput(tmp_path, max_bytes=1000) as out:
-        out.write(events[:30])
+        out.write(events[:30], 1)
     segments, offsets = plan_segments(tmp_path, {}, segment_bytes=97)
     lines = [line for s in segments for line in read_segment(s)]
     assert lines == [(encode(e) + "\n").encode() for e in events[:30]]
 
     with NdjsonOutput(tmp_path, max_bytes=1000) as out:
-        out.write(events[30:])
+        out.write(events[30:], 1)
     with event_files(tmp_path)[-1].open("ab") as f:
         f.write(b'{"torn')  # a line still being written is left for the next run
     segments, _ = plan_segments(tmp_path, offsets, segment_bytes=97)

@@ -30,7 +30,7 @@ class Journal(Output):
         self.entries: list[Any] = []
         self.windows = ClosedWindows(self.entries)
 
-    def write(self, events: Sequence[Event]) -> None:
+    def write(self, events: Sequence[Event], token: int) -> None:
         self.entries.append([e.position for e in events])
 
     def close(self) -> None:
