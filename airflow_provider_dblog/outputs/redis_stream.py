@@ -163,7 +163,9 @@ class RedisStreamOutput(Output):
             except redis.RedisError as exc:
                 for key in streams:  # the tails may have moved: read them again next time
                     self._last.pop(key, None)
-                if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+                # A failover's new primary is not yet known to the client: READONLY.
+                transient = redis.ConnectionError | redis.TimeoutError | redis.ReadOnlyError
+                if isinstance(exc, transient):
                     raise OutputUnavailable(f"the Redis output went away: {exc}") from exc
                 raise OutputError(f"Redis refused the batch: {exc}") from exc
 

@@ -252,12 +252,15 @@ class SqlApplyOutput(Output):
             self._targets.clear()  # described again at the next write
             raise TargetTableMissing(f"a target table went away or changed: {exc}") from exc
         except psycopg.Error as exc:
+            # Operational errors (a lost connection, a shutdown, a timeout) and rolled-back
+            # transactions (deadlock, serialization) may pass when retried; PipelineAborted
+            # only follows an error of an earlier statement.
             conn = self._conn
             lost = conn is None or conn.closed or conn.broken
-            if lost or (
-                isinstance(exc, psycopg.OperationalError)
-                and not isinstance(exc, psycopg.errors.PipelineAborted)
-            ):
+            transient = isinstance(
+                exc, psycopg.OperationalError | psycopg.errors.TransactionRollback
+            ) and not isinstance(exc, psycopg.errors.PipelineAborted)
+            if lost or transient:
                 if conn is not None:
                     conn.close()  # the next write connects again
                 raise OutputUnavailable(f"the SQL target went away: {exc}") from exc
