@@ -73,7 +73,8 @@ class Output(ABC):
         is durable. Raises `OutputFenced` if a writer with a larger token has written here
         (nothing of the batch is written), `OutputUnavailable` if the server, disk or lock is
         not available now (retry later with the same object). On any exception nothing may be
-        assumed written: the tailer hands the events again."""
+        assumed written: the tailer hands the events again. An empty batch does nothing, not
+        even check the token."""
 
     @abstractmethod
     def close(self) -> None:

@@ -278,6 +278,8 @@ class NdjsonOutput(Output):
     def write(self, events: Sequence[Event], token: int) -> None:
         if self._lock < 0:
             raise OutputError(f"ndjson output {self.directory} is closed")
+        if not events:
+            return
         with self._locked():
             self._take(token)
             kept = drop_replayed(events, self.last_position)

@@ -291,6 +291,14 @@ def test_a_writer_stopped_mid_batch_makes_the_output_unavailable_not_hung(
     assert [e.position.commit for e in read_events(tmp_path)] == [1, 2]
 
 
+def test_an_empty_batch_takes_nothing_over(tmp_path: Path) -> None:
+    with NdjsonOutput(tmp_path) as out:
+        out.write([], 3)
+        assert not (tmp_path / FENCE_FILE).exists()
+        out.write([event(1)], 1)
+    assert [e.position.commit for e in read_events(tmp_path)] == [1]
+
+
 def test_closed_output_refuses_writes(tmp_path: Path) -> None:
     out = NdjsonOutput(tmp_path)
     out.close()
