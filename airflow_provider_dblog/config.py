@@ -38,7 +38,7 @@ import redis
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.sources.base import SourceConfig, SourceError
 from airflow_provider_dblog.sources.factory import parse_source_config
-from airflow_provider_dblog.tailer import TailerSettings
+from airflow_provider_dblog.tailer.settings import TailerSettings
 
 
 class ConfigError(DBLogError):

@@ -264,13 +264,7 @@ def _demo(
     store = StateStore(redis_client, source.name)
     output = SqlApplyOutput(target_dsn, monotonic=True)
     tailer = Tailer(
-        source.name,
-        pg.dbname,
-        source.log_reader,
-        store,
-        output,
-        "demo-tailer",
-        TailerSettings(window_ttl_s=30),
+        source, store, output, owner="demo-tailer", settings=TailerSettings(window_ttl_s=30)
     )
     stop_tailer = threading.Event()
     tailer_thread = tailer.start(stop_tailer)

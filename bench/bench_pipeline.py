@@ -202,13 +202,11 @@ class RunningTailer:
     def __init__(self, env: Env, source: Source, output: TimedNdjson) -> None:
         self.output = output
         self.tailer = Tailer(
-            source.name,
-            env.pg.dbname,
-            source.log_reader,
+            source,
             env.store(source.name),
             output,
-            f"bench-{source.name}",
-            TailerSettings(window_ttl_s=60),
+            owner=f"bench-{source.name}",
+            settings=TailerSettings(window_ttl_s=60),
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.tailer.run, args=(self._stop,), daemon=True)

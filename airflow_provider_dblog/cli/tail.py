@@ -1,17 +1,21 @@
-"""`dblog tail`: run the log tailer, the one writer of the ordered output, until stopped."""
+"""`dblog tail`: run the log tailer, the one writer of the ordered output, until stopped.
+
+It exits 0 on SIGINT/SIGTERM, and 1 with the cause when the tailer stops on an error it cannot
+ride through (a supervisor restarts it); outages of the source, Redis or the output are ridden
+through with backoff.
+"""
 
 from __future__ import annotations
 
 import argparse
 import signal
-import socket
+import sys
 import threading
 from typing import Any
 
-from airflow_provider_dblog.cli.common import add_config_option, config_of, setup_logging, store_of
-from airflow_provider_dblog.outputs import open_output
+from airflow_provider_dblog.cli.common import add_config_option, config_of, setup_logging
 from airflow_provider_dblog.sources.factory import source_for
-from airflow_provider_dblog.tailer import Tailer, TailerSettings
+from airflow_provider_dblog.tailer import Tailer, TailerFailed
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -24,22 +28,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 def _tail(args: argparse.Namespace) -> int:
     setup_logging()
     config = config_of(args)
-    source = source_for(config.source)
-    source.ensure_setup()
+    source_for(config.source).ensure_setup()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    owner = args.owner or f"{socket.gethostname()}:{threading.get_native_id()}"
-    tailer = Tailer(
-        source.name,
-        source.database(),
-        source.log_reader,
-        store_of(config),
-        # Opened once the lease is held: a standby must not take the output (NDJSON locks its
-        # directory, so a standby opening it first would exit instead of waiting).
-        lambda: open_output(config.output),
-        owner,
-        TailerSettings(**config.tailer),
-    )
-    tailer.run(stop)
+    tailer = Tailer.from_config(config, owner=args.owner)
+    try:
+        tailer.run(stop)
+    except TailerFailed as exc:
+        print(f"dblog: error: {exc}", file=sys.stderr)
+        return 1
     return 0

@@ -77,13 +77,11 @@ def running_pipeline(
     if events_dir is not None:
         output = FanOut(output, NdjsonOutput(events_dir))
     tailer = Tailer(
-        dbs.config.name,
-        dbs.source_db,
-        dbs.source.log_reader,
+        dbs.source,
         store,
         output,
-        "spark-test-tailer",
-        TailerSettings(window_ttl_s=5),
+        owner="spark-test-tailer",
+        settings=TailerSettings(window_ttl_s=5),
     )
     stop = threading.Event()
     thread = tailer.start(stop)

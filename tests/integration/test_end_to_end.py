@@ -83,13 +83,11 @@ class InProcessTailer:
         dbs.source.ensure_setup()
         self.output = output
         self.tailer = Tailer(
-            dbs.config.name,
-            dbs.source_db,
-            dbs.source.log_reader,
+            dbs.source,
             store,
             output,
-            "e2e-tailer",
-            TailerSettings(window_ttl_s=30, lease_ttl_ms=5000),
+            owner="e2e-tailer",
+            settings=TailerSettings(window_ttl_s=30, lease_ttl_ms=5000),
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -1,19 +1,27 @@
-"""The tailer's writer thread: what it writes in which batches, and when marks take effect."""
+"""The tailer's writer thread: what it writes in which batches, when marks take effect, and
+that a writer that fails never leaves the session waiting on it."""
 
 from __future__ import annotations
 
 import queue
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.outputs.base import Output
-from airflow_provider_dblog.state import StateStore
-from airflow_provider_dblog.tailer import _STOP, TailerSettings, _Buffer, _Complete, _Writer
+from airflow_provider_dblog.outputs.base import Output, OutputUnavailable
+from airflow_provider_dblog.tailer import TailerSettings
+from airflow_provider_dblog.tailer.writer import (
+    STOP,
+    Buffer,
+    WindowDurable,
+    Writer,
+    WriterStopped,
+    take_batch,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -48,21 +56,21 @@ class ClosedWindows:
         return True
 
 
-def run_writer(items: list[object], batch_events: int) -> tuple[list[Any], _Writer]:
-    """All items queued before the writer starts, so its batches do not depend on timing."""
+def run_writer(items: list[object], batch_events: int) -> tuple[list[Any], Writer]:
+    """All items queued before the writer runs, so its batches do not depend on timing."""
     journal = Journal()
     settings = TailerSettings(batch_events=batch_events, buffer_items=1000)
-    writer = _Writer(journal, cast(StateStore, journal), 1, settings)
-    for item in [*items, _STOP]:
-        writer.queue.put(item)
+    writer = Writer(journal, journal.windows, 1, settings)
+    for item in [*items, STOP]:
+        writer.put(item)
     writer.run()
-    assert writer.error is None
+    assert writer.failure is None
     return journal.entries, writer
 
 
 def test_a_chunk_handed_as_lists_is_written_as_if_event_by_event() -> None:
     log_before, chunk, log_after = event(1, 0), [event(2, i) for i in range(1, 8)], event(3, 0)
-    marks: list[object] = [TransactionEnd(1), _Complete("w1"), TransactionEnd(3)]
+    marks: list[object] = [TransactionEnd(1), WindowDurable("w1"), TransactionEnd(3)]
     one_by_one = [log_before, marks[0], *chunk, marks[1], log_after, marks[2]]
     as_lists = [log_before, marks[0], chunk[:3], chunk[3:6], chunk[6:], marks[1]]
     as_lists += [log_after, marks[2]]
@@ -82,7 +90,7 @@ def test_a_chunk_handed_as_lists_is_written_as_if_event_by_event() -> None:
 
 def test_a_window_is_closed_only_after_its_last_event_is_written() -> None:
     chunk = [event(2, i) for i in range(1, 6)]
-    entries, _ = run_writer([chunk, _Complete("w1")], 2)
+    entries, _ = run_writer([chunk, WindowDurable("w1")], 2)
     assert entries == [
         [Position(2, 1), Position(2, 2)],
         [Position(2, 3), Position(2, 4)],
@@ -92,7 +100,7 @@ def test_a_window_is_closed_only_after_its_last_event_is_written() -> None:
 
 
 def test_the_buffer_is_bounded_by_events_not_items() -> None:
-    buffer = _Buffer(5)
+    buffer = Buffer(5)
     buffer.put([event(1, i) for i in range(4)])
     assert buffer.qsize() == 4 and not buffer.full()
     buffer.put(TransactionEnd(1))
@@ -105,3 +113,76 @@ def test_the_buffer_is_bounded_by_events_not_items() -> None:
     assert buffer.qsize() == 2
     assert isinstance(buffer.get_nowait(), TransactionEnd)
     assert buffer.get_nowait() == [] and buffer.empty()
+
+
+def drain(items: list[object]) -> Any:
+    """`next_item` over a list: None once it is empty, as an empty queue answers."""
+    pending = list(items)
+    return lambda: pending.pop(0) if pending else None
+
+
+def test_take_batch_fills_up_to_the_limit_and_carries_the_rest_of_a_list() -> None:
+    chunk = [event(2, i) for i in range(1, 6)]
+    batch = take_batch(event(1, 0), drain([TransactionEnd(1), chunk, event(3, 0)]), 4)
+    assert batch.items == [event(1, 0), TransactionEnd(1), chunk[0], chunk[1]]
+    assert batch.carried == chunk[2:] and not batch.stop
+    rest = take_batch(batch.carried, drain([event(3, 0)]), 4)
+    assert rest.items == [*chunk[2:], event(3, 0)] and rest.carried is None
+
+
+def test_take_batch_stops_at_stop_and_at_an_empty_queue() -> None:
+    stopped = take_batch(event(1, 0), drain([STOP, event(2, 0)]), 10)
+    assert stopped.items == [event(1, 0)] and stopped.stop and stopped.carried is None
+    assert take_batch(STOP, drain([]), 10).stop
+    short = take_batch(event(1, 0), drain([]), 10)
+    assert short.items == [event(1, 0)] and not short.stop
+    assert take_batch([event(1, 0), event(1, 1)], drain([]), 0).items == [event(1, 0)]
+
+
+class Failing(Journal):
+    """An output whose every write fails the way `error` says."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+    def write(self, events: Sequence[Event], token: int) -> None:
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [RuntimeError("disk on fire"), OutputUnavailable("gone")])
+def test_a_failed_writer_raises_its_error_in_the_session_instead_of_blocking(
+    error: BaseException,
+) -> None:
+    """The reader keeps handing items over a buffer of two: once the writer has died on its
+    first write, `put` raises the writer's own error rather than waiting on a full buffer."""
+    output = Failing(error)
+    writer = Writer(output, output.windows, 1, TailerSettings(buffer_items=2))
+    writer.start()
+    with pytest.raises(type(error), match=str(error)):
+        for i in range(10_000):
+            writer.put(event(1, i))
+    writer.join()
+    assert writer.failure is error
+    assert writer.idle.is_set()
+    assert writer.halt(1.0)
+
+
+def test_finish_writes_everything_and_halt_drops_what_is_buffered() -> None:
+    journal = Journal()
+    writer = Writer(journal, journal.windows, 1, TailerSettings(batch_events=10))
+    writer.start()
+    writer.put([event(1, 0), event(1, 1)])
+    writer.put(TransactionEnd(1))
+    writer.finish()
+    assert journal.entries == [[Position(1, 0), Position(1, 1)]]
+    assert writer.durable_commit == 1
+
+    halted = Writer(journal, journal.windows, 1, TailerSettings())
+    halted.put(event(2, 0))  # buffered before the thread runs: dropped by the halt
+    assert halted.halt(1.0)
+    halted.start()
+    halted.join()
+    assert journal.entries == [[Position(1, 0), Position(1, 1)]]
+    with pytest.raises(WriterStopped):
+        halted.put(event(2, 1))

@@ -1,0 +1,197 @@
+"""The tailer as a service: wait for the lease, lead sessions while holding it, stand by again
+after losing it.
+
+A session that ends because the source, Redis or the output went away is started again with
+backoff, from the last durable position, by the same leader. A lost lease (a store write or an
+output write refused by the fencing token) makes it a standby. Any other error ends `run` with
+`TailerFailed`, naming the cause, so that a supervisor restarts the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.outputs import open_output
+from airflow_provider_dblog.outputs.base import Output, OutputFenced, OutputUnavailable
+from airflow_provider_dblog.sources.base import Source, SourceUnavailable
+from airflow_provider_dblog.sources.factory import source_for
+from airflow_provider_dblog.state import FencedOut, StateStore, StateStoreUnavailable
+from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
+from airflow_provider_dblog.tailer.settings import TailerSettings
+
+if TYPE_CHECKING:  # config.py reads TailerSettings from this package
+    from airflow_provider_dblog.config import Config
+
+log = logging.getLogger(__name__)
+
+_UNAVAILABLE = (SourceUnavailable, StateStoreUnavailable, OutputUnavailable)
+
+
+class TailerFailed(DBLogError):
+    """The tailer stopped on an error it cannot ride through; the cause is chained."""
+
+
+class Tailer:
+    """Runs the tailer of `source` until `stop` is set.
+
+    The log is read from where the source keeps it (PostgreSQL: the slot's confirmed flush
+    position), so a new session re-reads what was not acknowledged. `output` is an open output,
+    or a function that opens one: then it is opened only once this tailer holds the lease, and
+    closed when it stops leading.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        store: StateStore,
+        output: Output | Callable[[], Output],
+        *,
+        owner: str | None = None,
+        settings: TailerSettings | None = None,
+    ) -> None:
+        self._source = source
+        self._store = store
+        self._open_output = output
+        self._output: Output | None = output if isinstance(output, Output) else None
+        self._owner = owner or f"{socket.gethostname()}:{threading.get_native_id()}"
+        self._settings = settings or TailerSettings()
+        self.stats = TailerStats()
+
+    @classmethod
+    def from_config(cls, config: Config, *, owner: str | None = None) -> Tailer:
+        """The tailer a deployment's TOML describes; its output is opened once it leads."""
+        source = source_for(config.source)
+        return cls(
+            source,
+            StateStore(config.redis_client(), source.name),
+            lambda: open_output(config.output),
+            owner=owner,
+            settings=TailerSettings(**config.tailer),
+        )
+
+    def start(self, stop: threading.Event, ready_timeout_s: float = 30.0) -> threading.Thread:
+        """`run(stop)` in a daemon thread, returned once a tailer of this source has beaten
+        (it holds the lease and reads): for the demo and tests, which need it up first."""
+        thread = threading.Thread(target=self.run, args=(stop,), name="dblog-tailer", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + ready_timeout_s
+        while self._store.tailer.health() is None:
+            if not thread.is_alive():
+                raise RuntimeError(f"the tailer of {self._source.name} stopped before it beat")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the tailer of {self._source.name} did not beat in time")
+            time.sleep(0.05)
+        return thread
+
+    def run(self, stop: threading.Event) -> None:
+        """Lead while holding the lease; after losing it, wait again as a standby."""
+        while not stop.is_set():
+            token = self._wait_for_lease(stop)
+            if token is None:
+                return
+            try:
+                self._lead(stop, Leadership(self._owner, token))
+            except (FencedOut, OutputFenced) as exc:
+                log.warning("%s; waiting for the lease again as a standby", exc)
+            except Exception as exc:
+                log.exception("tailer %s stopped: %s", self._owner, exc)
+                raise TailerFailed(
+                    f"tailer {self._owner} stopped: {type(exc).__name__}: {exc}"
+                ) from exc
+
+    def _lead(self, stop: threading.Event, leadership: Leadership) -> None:
+        log.info("tailer %s holds the lease (token %d)", leadership.owner, leadership.token)
+        delay = 0.5
+        opened_here = self._output is None
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    self._session(leadership).run(stop)
+                    return
+                except _UNAVAILABLE as exc:
+                    what = _what_is_unavailable(exc)
+                    if time.monotonic() - started > self._settings.reconnect_max_s:
+                        delay = 0.5  # it ran a while: this is a new outage, not the same one
+                    self.stats.state = f"{what} unavailable: {exc}"
+                    log.warning("%s unavailable (%s); retrying in %.1fs", what, exc, delay)
+                    self._beat(leadership)
+                if stop.wait(delay):
+                    return
+                delay = min(delay * 2, self._settings.reconnect_max_s)
+                self._renew(leadership)
+        finally:
+            if opened_here and self._output is not None:
+                with contextlib.suppress(Exception):
+                    self._output.close()
+                self._output = None
+            with contextlib.suppress(StateStoreUnavailable):
+                self._store.tailer.release_lease(leadership.owner, leadership.token)
+
+    def _session(self, leadership: Leadership) -> Session:
+        """A new session: the output opened if this leader has none yet, the source's
+        database named, a fresh reader."""
+        if self._output is None:
+            assert not isinstance(self._open_output, Output)
+            self._output = self._open_output()
+        db = self._source.database()
+        self.stats.state = "leading"
+        return Session(
+            source_name=self._source.name,
+            db=db,
+            reader=self._source.log_reader(),
+            store=self._store,
+            output=self._output,
+            leadership=leadership,
+            settings=self._settings,
+            stats=self.stats,
+        )
+
+    # -- lease --------------------------------------------------------------------------------
+
+    def _wait_for_lease(self, stop: threading.Event) -> int | None:
+        ttl = self._settings.lease_ttl_ms
+        standby = False
+        while not stop.is_set():
+            try:
+                token = self._store.tailer.acquire_lease(self._owner, ttl)
+            except StateStoreUnavailable as exc:
+                log.warning("state store unavailable (%s); cannot take the lease yet", exc)
+                token = None
+            if token is not None:
+                return token
+            if not standby:
+                standby = True
+                self.stats.state = "standby"
+                log.info("tailer %s is a standby: another tailer holds the lease", self._owner)
+            stop.wait(ttl / 4000)
+        return None
+
+    def _renew(self, leadership: Leadership) -> None:
+        """Before reconnecting: still the leader? (Redis may still be down: try again later.)"""
+        with contextlib.suppress(StateStoreUnavailable):
+            ttl = self._settings.lease_ttl_ms
+            if not self._store.tailer.renew_lease(leadership.owner, leadership.token, ttl):
+                raise FencedOut(
+                    f"tailer {leadership.owner} lost its lease (token {leadership.token})"
+                )
+
+    def _beat(self, leadership: Leadership) -> None:
+        """Tell `dblog status` why this leader is not reading (Redis may be what is away)."""
+        with contextlib.suppress(StateStoreUnavailable):
+            self._store.tailer.beat(leadership.owner, self.stats.metrics())
+
+
+def _what_is_unavailable(exc: BaseException) -> str:
+    if isinstance(exc, SourceUnavailable):
+        return "source"
+    if isinstance(exc, StateStoreUnavailable):
+        return "state store"
+    return "output"

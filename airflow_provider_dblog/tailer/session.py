@@ -1,0 +1,236 @@
+"""One connected stretch of a leader's work: the log read from the source, reconciled, and handed
+to the writer, until the source, Redis or the output goes away, the lease is lost, or `stop`.
+
+A session owns what lives only as long as its connections: the log reader, the reconciler and
+its open windows, the writer thread, the fencing token, the schema versions met in the log and
+the position acknowledged so far. Positions are acknowledged to the source and checkpointed,
+and windows closed, only once the writer made their events durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.log import Change, Idle, LogItem, TransactionEnd, WatermarkWrite
+from airflow_provider_dblog.core.reconciler import Closed, Failed, FailureReason, Reconciler
+from airflow_provider_dblog.outputs.base import Output
+from airflow_provider_dblog.sources.base import LogReader
+from airflow_provider_dblog.state import FencedOut, StateStore
+from airflow_provider_dblog.tailer.settings import TailerSettings
+from airflow_provider_dblog.tailer.writer import WindowDurable, Writer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TailerStats:
+    """What the heartbeat reports; kept across sessions."""
+
+    events: int = 0
+    dump_rows: int = 0
+    last_commit: int = 0
+    last_ts_ms: int = 0
+    caught_up: bool = False
+    """The source had nothing more to send and everything handed over was durable."""
+    windows_closed: int = 0
+    windows_failed: int = 0
+    open_windows: int = 0
+    state: str = "starting"
+    """What the tailer is doing: leading, standby, or why it cannot lead right now."""
+    started: float = field(default_factory=time.monotonic)
+
+    def metrics(self) -> dict[str, int | str]:
+        lag_ms = 0
+        if self.last_ts_ms and not self.caught_up:
+            lag_ms = max(0, int(time.time() * 1000) - self.last_ts_ms)
+        return {
+            "state": self.state,
+            "events": self.events,
+            "dump_rows": self.dump_rows,
+            "last_commit": self.last_commit,
+            "lag_ms": lag_ms,
+            "open_windows": self.open_windows,
+            "windows_closed": self.windows_closed,
+            "windows_failed": self.windows_failed,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Leadership:
+    """Who leads, with which token: every store write and output write of a session carries it."""
+
+    owner: str
+    token: int
+
+
+class Session:
+    """Reads the log with `reader` and writes `output` under `leadership`, until `run` ends."""
+
+    def __init__(
+        self,
+        *,
+        source_name: str,
+        db: str,
+        reader: LogReader,
+        store: StateStore,
+        output: Output,
+        leadership: Leadership,
+        settings: TailerSettings,
+        stats: TailerStats,
+    ) -> None:
+        self._reader = reader
+        self._store = store
+        self._leadership = leadership
+        self._settings = settings
+        self._stats = stats
+        self._reconciler = Reconciler(source_name, db)
+        self._writer = Writer(output, store.windows, leadership.token, settings)
+        self._opened_at: dict[str, float] = {}
+        self._schema_versions: dict[TableRef, int] = {}
+        self._acknowledged = 0
+        self._handed_commit = 0
+        self._next_beat = 0.0
+
+    @property
+    def _token(self) -> int:
+        return self._leadership.token
+
+    def run(self, stop: threading.Event) -> None:
+        """Until `stop` (at a transaction boundary, everything handed over made durable and
+        acknowledged), or until an error ends the session; the writer is stopped either way."""
+        self._writer.start()
+        try:
+            for item in self._items(stop):
+                self._writer.check()
+                if isinstance(item, Change):
+                    self.change(item)
+                elif isinstance(item, WatermarkWrite):
+                    self.watermark(item)
+                elif isinstance(item, TransactionEnd):
+                    self.transaction_end(item)
+                else:
+                    self.idle(item)
+                self._acknowledge_durable()
+                now = time.monotonic()
+                if now >= self._next_beat:
+                    self._next_beat = now + self._settings.heartbeat_s
+                    self.housekeeping(now)
+            self._writer.finish()
+            self._acknowledge_durable()
+        finally:
+            stopped = self._writer.halt(self._settings.writer_stop_s)
+            self._reader.close()
+            if not stopped:
+                raise WriterStuck(
+                    f"the output writer did not stop within {self._settings.writer_stop_s}s "
+                    "(stuck in the output); stopping so that no second writer writes beside it"
+                )
+
+    def _items(self, stop: threading.Event) -> Iterator[LogItem]:
+        for item in self._reader.items():
+            yield item
+            if stop.is_set() and isinstance(item, TransactionEnd | Idle):
+                return
+
+    # -- one method per kind of log item -------------------------------------------------------
+
+    def change(self, item: Change) -> None:
+        event = item.event
+        self._reconciler.change(event)
+        self._schema_versions[event.table] = event.schema_version
+        self._writer.put(event)
+        self._stats.events += 1
+        self._stats.last_ts_ms = event.source.ts_ms or self._stats.last_ts_ms
+        self._stats.caught_up = False
+
+    def watermark(self, item: WatermarkWrite) -> None:
+        known = self._store.windows.lookup_watermark(item.value)
+        if known is None:
+            return  # not ours, or a stale value from an earlier run
+        window, kind = known
+        if kind == "lw":
+            if not self._store.windows.open(window.window_id, self._token):
+                return  # abandoned by the dump, or already ended
+            opened = self._reconciler.low_watermark(window, item.position)
+            if isinstance(opened, Failed):
+                self._fail(opened)
+            else:
+                self._opened_at[window.window_id] = time.monotonic()
+            return
+        self._opened_at.pop(window.window_id, None)
+        closed = self._reconciler.high_watermark(window, item.position)
+        if isinstance(closed, Failed):
+            self._fail(closed)
+            return
+        self._emit_chunk(closed)
+
+    def transaction_end(self, item: TransactionEnd) -> None:
+        self._handed_commit = item.commit
+        self._stats.last_commit = item.commit
+        self._writer.put(item)
+
+    def idle(self, item: Idle) -> None:
+        drained = self._writer.idle.is_set() and self._writer.durable_commit >= self._handed_commit
+        self._stats.caught_up = drained
+        if drained and item.log_end > self._acknowledged:
+            self._reader.acknowledge(item.log_end)
+            self._acknowledged = item.log_end
+
+    # -- chunks, windows, acknowledgements -----------------------------------------------------
+
+    def _emit_chunk(self, closed: Closed) -> None:
+        window = closed.window
+        chunk = self._store.windows.rows(window.window_id)
+        if chunk is None:
+            missing = Failed(window, FailureReason.MISSING_CHUNK, "chunk rows are not in the store")
+            self._fail(missing)
+            return
+        version = self._schema_versions.get(window.table, chunk.schema_version)
+        events = self._reconciler.chunk_events(closed, replace(chunk, schema_version=version))
+        if isinstance(events, Failed):
+            self._fail(events)
+            return
+        if not self._store.windows.claim(window.window_id, self._token):
+            return  # the dump abandoned it first: its rows are never emitted
+        step = max(1, self._settings.batch_events)
+        for start in range(0, len(events), step):
+            self._writer.put(events[start : start + step])
+        self._writer.put(WindowDurable(window.window_id))
+        self._stats.dump_rows += len(events)
+        self._stats.windows_closed += 1
+
+    def _fail(self, failed: Failed) -> None:
+        log.info("window %s failed: %s (%s)", failed.window.window_id, failed.reason, failed.detail)
+        self._stats.windows_failed += 1
+        reason = f"{failed.reason}: {failed.detail}"
+        self._store.windows.fail(failed.window.window_id, reason, self._token)
+
+    def _acknowledge_durable(self) -> None:
+        durable = self._writer.durable_commit
+        if durable > self._acknowledged:
+            self._acknowledged = durable
+            self._reader.acknowledge(durable)
+            self._store.tailer.save_checkpoint(durable, self._token)
+
+    def housekeeping(self, now: float) -> None:
+        """Renew the lease, expire windows whose hw never came, beat."""
+        owner = self._leadership.owner
+        if not self._store.tailer.renew_lease(owner, self._token, self._settings.lease_ttl_ms):
+            raise FencedOut(f"tailer {owner} lost its lease (token {self._token})")
+        for window_id, since in list(self._opened_at.items()):
+            if now - since > self._settings.window_ttl_s:
+                del self._opened_at[window_id]
+                expired = self._reconciler.expire(window_id)
+                if expired is not None:
+                    self._fail(expired)
+        self._stats.open_windows = len(self._opened_at)
+        self._store.tailer.beat(owner, self._stats.metrics())
+
+
+class WriterStuck(RuntimeError):
+    """The writer thread did not come out of the output in time."""

@@ -1,0 +1,22 @@
+"""How a tailer paces itself: window expiry, batches, buffer, lease, beats and backoff."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TailerSettings:
+    window_ttl_s: float = 120.0
+    """An open window whose hw has not come by then expires; the dump retries the chunk."""
+    batch_events: int = 2000
+    """At most this many events per output write (each write made durable before its marks)."""
+    buffer_items: int = 20_000
+    """The buffer between the reader and the writer holds about this many events and marks."""
+    lease_ttl_ms: int = 10_000
+    heartbeat_s: float = 1.0
+    reconnect_max_s: float = 30.0
+    writer_stop_s: float = 30.0
+    """How long an ending session waits for its writer to stop. A writer still stuck in the
+    output after that stops the tailer (a supervisor restarts it): a second writer must never
+    write beside it."""

@@ -1,0 +1,209 @@
+"""The writer thread: the only thing that writes the output, in batches, in hand-over order.
+
+The session hands it events, lists of a chunk's events and marks through a bounded buffer. A
+mark takes effect only once everything handed over before it is durable: `TransactionEnd`
+moves the durable commit (what may be acknowledged to the source), `WindowDurable` closes the
+window in the store (what lets the dump move its progress).
+
+A writer that fails keeps its error and stops taking items; `put` and `check` raise that error
+in the session's thread, so the reader never blocks on a dead writer.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from airflow_provider_dblog.core.event import Event
+from airflow_provider_dblog.core.log import TransactionEnd
+from airflow_provider_dblog.outputs.base import Output
+from airflow_provider_dblog.tailer.settings import TailerSettings
+
+STOP: Final = object()
+"""The last item a session hands over when it ends cleanly: write what came before, then end."""
+
+_WAIT_S = 0.2
+"""How often a blocked hand-over or an idle writer looks up from its queue."""
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDurable:
+    """Close the window once everything handed over before it is durable."""
+
+    window_id: str
+
+
+class WindowCloser(Protocol):
+    def close(self, window_id: str, token: int) -> bool: ...
+
+
+class WriterStopped(RuntimeError):
+    """The writer ended without an error of its own (it was halted) and takes no more items."""
+
+
+class Buffer(queue.Queue[object]):
+    """The hand-over, bounded by what it holds rather than by its items.
+
+    A chunk's events go in as lists of up to `batch_events` (one lock round a list, not one an
+    event); a list weighs its length, every other item one, so memory stays bounded as when
+    each event was an item of its own (a `put` blocks while the weight is at the bound).
+    """
+
+    def _init(self, maxsize: int) -> None:
+        super()._init(maxsize)
+        self._weight = 0
+
+    def _qsize(self) -> int:
+        return self._weight
+
+    def _put(self, item: object) -> None:
+        super()._put(item)
+        self._weight += _weight(item)
+
+    def _get(self) -> object:
+        item = super()._get()
+        self._weight -= _weight(item)
+        return item
+
+
+def _weight(item: object) -> int:
+    return max(1, len(item)) if isinstance(item, list) else 1
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    items: list[object]
+    """Events and marks, in hand-over order."""
+    carried: list[object] | None
+    """The rest of a list that did not fit: the next batch's start."""
+    stop: bool
+    """`STOP` was met: write this batch, then end."""
+
+
+def take_batch(first: object, next_item: Callable[[], object | None], limit: int) -> Batch:
+    """Up to `limit` events and marks from `first` on, then from `next_item()` (None: nothing
+    more to take now), as when each event of a list was an item of its own. A list that does
+    not fit is split; nothing after it is taken."""
+    items: list[object] = []
+    room = max(1, limit)
+    item: object | None = first
+    while item is not None:
+        if item is STOP:
+            return Batch(items, None, True)
+        if isinstance(item, list):
+            if len(item) > room:
+                items.extend(item[:room])
+                return Batch(items, item[room:], False)
+            items.extend(item)
+            room -= len(item)
+        else:
+            items.append(item)
+            room -= 1
+        if room <= 0:
+            break
+        item = next_item()
+    return Batch(items, None, False)
+
+
+class Writer(threading.Thread):
+    """Writes batches to the output with the leader's fencing token; applies marks once a
+    batch is durable."""
+
+    def __init__(
+        self, output: Output, windows: WindowCloser, token: int, settings: TailerSettings
+    ) -> None:
+        super().__init__(name="dblog-writer", daemon=True)
+        self._output = output
+        self._windows = windows
+        self._token = token
+        self._limit = max(1, settings.batch_events)
+        self._queue = Buffer(settings.buffer_items)
+        self._halted = threading.Event()
+        self.durable_commit = 0
+        self.failure: BaseException | None = None
+        self.idle = threading.Event()
+        """Set when everything handed over so far is written (or the writer failed)."""
+        self.idle.set()
+
+    # -- the session's side -------------------------------------------------------------------
+
+    def put(self, item: object) -> None:
+        """Hand an item over, waiting while the buffer is full, but never on a dead writer."""
+        while True:
+            self.check()
+            try:
+                self._queue.put(item, timeout=_WAIT_S)
+                return
+            except queue.Full:
+                continue
+
+    def check(self) -> None:
+        """Raise the writer's error, if it failed."""
+        if self.failure is not None:
+            raise self.failure
+        if self._halted.is_set() or (self.ident is not None and not self.is_alive()):
+            raise WriterStopped("the writer thread has stopped")
+
+    def finish(self) -> None:
+        """Write everything handed over, then end; raises the writer's error if it failed."""
+        self.put(STOP)
+        while self.is_alive():
+            self.join(_WAIT_S)
+        if self.failure is not None:
+            raise self.failure
+
+    def halt(self, timeout_s: float) -> bool:
+        """Stop at the next batch boundary, dropping what is still buffered (it was never
+        acknowledged, so it is read again). False if the writer is still inside the output
+        after `timeout_s`."""
+        self._halted.set()
+        if self.ident is not None:
+            self.join(timeout_s)
+        return not self.is_alive()
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        carried: list[object] | None = None
+        try:
+            while not self._halted.is_set():
+                first: object | None = carried if carried is not None else self._next(_WAIT_S)
+                if first is None:
+                    continue
+                self.idle.clear()
+                batch = take_batch(first, self._next_now, self._limit)
+                carried = batch.carried
+                self._flush(batch.items)
+                if batch.stop:
+                    return
+                if carried is None and self._queue.empty():
+                    self.idle.set()
+        except BaseException as exc:
+            self.failure = exc
+        finally:
+            self.idle.set()
+
+    def _next(self, timeout_s: float) -> object | None:
+        try:
+            return self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+    def _next_now(self) -> object | None:
+        try:
+            return self._queue.get_nowait()
+        except queue.Empty:
+            return None
+
+    def _flush(self, items: list[object]) -> None:
+        events = [i for i in items if isinstance(i, Event)]
+        if events:
+            self._output.write(events, self._token)
+        for item in items:
+            if isinstance(item, TransactionEnd):
+                self.durable_commit = max(self.durable_commit, item.commit)
+            elif isinstance(item, WindowDurable):
+                self._windows.close(item.window_id, self._token)
