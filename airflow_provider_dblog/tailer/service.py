@@ -122,6 +122,7 @@ class Tailer:
                         delay = 0.5  # it ran a while: this is a new outage, not the same one
                     self.stats.state = f"{what} unavailable: {exc}"
                     log.warning("%s unavailable (%s); retrying in %.1fs", what, exc, delay)
+                    self._renew(leadership)
                     self._beat(leadership)
                 if stop.wait(delay):
                     return

@@ -10,6 +10,7 @@ restart does not send it again; the slot never moves into a transaction still be
 
 from __future__ import annotations
 
+import logging
 import select
 import struct
 import time
@@ -32,6 +33,11 @@ from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 _XLOG_DATA_HEADER = struct.Struct("!QQq")  # after 'w': start LSN, server WAL end, send time
 _KEEPALIVE = struct.Struct("!QqB")  # after 'k': server WAL end, send time, reply requested
 _STATUS = struct.Struct("!cQQQqB")  # 'r', written, flushed, applied, client time, reply wanted
+
+log = logging.getLogger(__name__)
+
+_TAKE_OVER_WAIT_MS = 5000
+"""How long `pg_terminate_backend` waits for the slot's old holder to exit."""
 
 
 @dataclass(slots=True)
@@ -141,7 +147,7 @@ class PostgresLogReader:
         catalog = config.connect()
         try:
             row = catalog.execute(
-                "SELECT current_database(), confirmed_flush_lsn::text, plugin"
+                "SELECT current_database(), confirmed_flush_lsn::text, plugin, active_pid"
                 " FROM pg_replication_slots WHERE slot_name = %s",
                 (config.slot,),
             ).fetchone()
@@ -149,9 +155,11 @@ class PostgresLogReader:
                 raise SourceError(
                     f"replication slot {config.slot!r} does not exist: run ensure_setup first"
                 )
-            db, confirmed, plugin = row
+            db, confirmed, plugin, holder = row
             if plugin != "pgoutput":
                 raise SourceError(f"replication slot {config.slot!r} uses {plugin}, not pgoutput")
+            if holder is not None:
+                self._take_slot_from(catalog, holder)
             if confirmed is not None:
                 self._flushed = max(self._flushed, parse_pg_lsn(confirmed))
             conn = config.connect(replication=True)
@@ -175,6 +183,20 @@ class PostgresLogReader:
             raise
         self._stream = stream
         return stream
+
+    def _take_slot_from(self, catalog: psycopg.Connection[TupleRow], pid: int) -> None:
+        """End the session that holds the slot. Only the lease holder opens a reader, so the
+        holder is a tailer that lost its lease without noticing (stopped, partitioned, frozen):
+        its walsender would otherwise keep the slot until `wal_sender_timeout`, and no leader
+        could read. Its writes are refused by the fencing token whenever it wakes."""
+        slot = self._config.slot
+        log.warning("slot %r is held by backend %d (a stale tailer): ending it", slot, pid)
+        catalog.execute("SELECT pg_terminate_backend(%s, %s)", (pid, _TAKE_OVER_WAIT_MS))
+        released = catalog.execute(
+            "SELECT active_pid IS NULL FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+        if released is None or not released[0]:
+            raise SourceUnavailable(f"slot {slot!r} is still held by backend {pid}")
 
     def _start_replication(self, stream: _Stream) -> None:
         config = self._config
