@@ -4,8 +4,9 @@ A source database (tables as dicts), its change log (a list of committed transac
 watermark writes), a dump driver that plans chunks with `TablePlanner` and reads them between
 watermarks, and a tailer that feeds the log to a `Reconciler` and writes the output. Every step
 is chosen by the test, so hypothesis explores the interleavings: writes, chunk reads landing at
-any point inside their windows, several windows in flight, dump crashes and window expiry, and
-tailer restarts from a checkpoint.
+any point inside their windows, several windows in flight, dump crashes and window expiry,
+tailer restarts from a checkpoint, and transactions that are in the log but not yet visible to
+a chunk read (PostgreSQL's commit waiting for a synchronous standby).
 """
 
 from __future__ import annotations
@@ -45,13 +46,27 @@ class Watermark:
 
 
 @dataclass
+class ChunkRead:
+    rows: list[dict[str, Any]]
+    invisible_txids: frozenset[int]
+
+
+@dataclass
 class Source:
-    """The database: current table contents and the log of committed changes."""
+    """The database: current table contents, the log of committed changes, and the committed
+    transactions a read cannot see yet.
+
+    An invisible transaction is in the log (the tailer meets it) and in `tables`, but a chunk
+    read sees its rows as they were before it and names it in `invisible_txids`, as
+    `PostgresChunkSource.read_chunk` does. A later write to one of its keys first makes it
+    visible, as PostgreSQL's row lock makes that writer wait for it.
+    """
 
     tables: dict[TableRef, dict[Key, dict[str, Any]]] = field(
         default_factory=lambda: {TABLE_A: {}, TABLE_B: {}}
     )
     log: list[Transaction | Watermark] = field(default_factory=list)
+    invisible: list[Transaction] = field(default_factory=list)
     _commit: int = 100
     _txid: int = 1000
     _version: int = 0
@@ -60,8 +75,15 @@ class Source:
         self._commit += 10
         return self._commit
 
-    def write(self, ops: list[tuple[str, TableRef, Key]]) -> None:
-        """Commit one transaction of inserts/updates/deletes (invalid ones are skipped)."""
+    def write(self, ops: list[tuple[str, TableRef, Key]], *, invisible: bool = False) -> None:
+        """Commit one transaction of inserts/updates/deletes (invalid ones are skipped); with
+        `invisible`, one that chunk reads do not see until `reveal`."""
+        written = {(table, key) for _, table, key in ops}
+        self.invisible = [
+            tx
+            for tx in self.invisible
+            if not any((table, key) in written for _, table, key, _, _ in tx.changes)
+        ]
         self._txid += 1
         tx = Transaction(self._txid, 0, [])
         for kind, table, key in ops:
@@ -79,12 +101,33 @@ class Source:
         if tx.changes:
             tx.commit = self.next_commit()
             self.log.append(tx)
+            if invisible:
+                self.invisible.append(tx)
+
+    def reveal(self) -> None:
+        """Every committed transaction becomes visible (the standby answered)."""
+        self.invisible.clear()
 
     def watermark(self, value: str) -> None:
         self.log.append(Watermark(value, self.next_commit()))
 
-    def select_range(self, chunk: Chunk) -> list[dict[str, Any]]:
+    def read_chunk(self, chunk: Chunk) -> ChunkRead:
+        """The chunk as a read sees it now, and the committed transactions it missed."""
         rows = self.tables[chunk.table]
+        if self.invisible:
+            rows = dict(rows)
+        for tx in reversed(self.invisible):
+            for _, table, key, before, _ in reversed(tx.changes):
+                if table != chunk.table:
+                    continue
+                if before is None:
+                    rows.pop(key, None)
+                else:
+                    rows[key] = before
+        txids = frozenset(tx.txid for tx in self.invisible)
+        return ChunkRead(self._select(rows, chunk), txids)
+
+    def _select(self, rows: dict[Key, dict[str, Any]], chunk: Chunk) -> list[dict[str, Any]]:
         if chunk.keys is not None:
             return [dict(rows[k]) for k in chunk.keys if k in rows]
         keys = sorted(
@@ -291,10 +334,11 @@ class Dump:
             self.source.watermark(f"lw{n}")
             flight.state = "lw"
         elif flight.state == "lw":
-            flight.rows = self.source.select_range(flight.chunk)
+            read = self.source.read_chunk(flight.chunk)
+            flight.rows = read.rows
             columns = KEY_COLUMNS[flight.chunk.table]
             self.store.chunks[flight.window.window_id] = ChunkRows(
-                flight.window.window_id, columns, flight.rows, 1
+                flight.window.window_id, columns, flight.rows, 1, read.invisible_txids
             )
             flight.state = "read"
         elif flight.state == "read":

