@@ -46,9 +46,10 @@ class Window:
 class ChunkRows:
     """What the dump read for a window, stored before it wrote hw.
 
-    `invisible_txids` names transactions that had committed when the read ran but that its
-    snapshot did not see (PostgreSQL can make a commit visible a moment after a later one). If one
-    of them committed before lw, the read is stale for its keys and the window fails.
+    `invisible_txids` names the transactions the read's snapshot did not see. PostgreSQL can make
+    a commit visible after a later one (a commit waiting for a synchronous standby is in the log
+    but not yet visible); if one of them committed before lw, the read is stale and the window
+    fails.
     """
 
     window_id: str

@@ -34,8 +34,8 @@ class SourceUnavailable(DBLogError):
 
 @dataclass(frozen=True, slots=True)
 class ChunkRead:
-    """Rows of one chunk in key order, and the transactions the read could not see although
-    they had committed (see `ChunkRows.invisible_txids`)."""
+    """Rows of one chunk in key order, and the transactions the read's snapshot did not see
+    (see `ChunkRows.invisible_txids`)."""
 
     rows: Sequence[Row]
     invisible_txids: frozenset[int] = field(default_factory=frozenset)

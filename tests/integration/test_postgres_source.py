@@ -539,18 +539,24 @@ def test_key_columns_and_max_key_of_odd_tables(
         source.close()
 
 
-def test_read_chunk_reports_only_committed_invisible_transactions(
+def test_read_chunk_names_the_transactions_its_snapshot_missed(
     postgres: PostgresInfo, make_config: MakeConfig
 ) -> None:
+    """A running transaction is named too: only the reconciler can tell (from the log) whether
+    it committed before lw. A commit in the log but not yet visible: test_stale_read.py."""
     table = new_table(postgres, "id int PRIMARY KEY")
     execute(postgres, f"INSERT INTO {table} VALUES (1)")
     source = PostgresChunkSource(make_config((table,)))
     try:
         with psycopg.connect(postgres.dsn) as open_transaction:
             open_transaction.execute(f"INSERT INTO {table} VALUES (2)")  # in progress
+            row = open_transaction.execute("SELECT pg_current_xact_id()::text").fetchone()
+            assert row is not None
+            # A later transaction completes, so the snapshot's xmax passes the open one's xid.
+            execute(postgres, f"INSERT INTO {table} VALUES (3)")
             read = source.read_chunk(Chunk(table, 0))
-        assert [r["id"] for r in read.rows] == [1]
-        assert read.invisible_txids == frozenset()  # running, not committed: not reported
+        assert [r["id"] for r in read.rows] == [1, 3]
+        assert int(row[0]) & 0xFFFF_FFFF in read.invisible_txids
     finally:
         source.close()
 

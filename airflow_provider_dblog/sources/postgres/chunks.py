@@ -21,9 +21,11 @@ from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo, TableSha
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.converters import convert, to_text
 
-_INVISIBLE_COMMITTED = """
-SELECT x::text FROM pg_snapshot_xip(%s::pg_snapshot) AS x WHERE pg_xact_status(x) = 'committed'
-"""
+# Every transaction the snapshot does not see, running or not: a commit waiting for a synchronous
+# standby is in the log but still "in progress" to pg_xact_status (which checks the ProcArray
+# first), so filtering on 'committed' would miss exactly the stale case. The reconciler fails a
+# window only for the ones it met in the log before lw, so the others cost nothing.
+_INVISIBLE = "SELECT x::text FROM pg_snapshot_xip(%s::pg_snapshot) AS x"
 
 _XID_MASK = 0xFFFF_FFFF
 
@@ -71,7 +73,7 @@ class PostgresChunkSource:
 
     def read_chunk(self, chunk: Chunk) -> ChunkRead:
         """Read the chunk in a REPEATABLE READ transaction and name the transactions its
-        snapshot missed although they had committed by the end of the read."""
+        snapshot did not see (its xip list)."""
         shape = self._shape(chunk.table)
         if chunk.keys is not None:
             where, params = _in_keys(shape, chunk.keys)
@@ -87,12 +89,12 @@ class PostgresChunkSource:
             snapshot_row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
             assert snapshot_row is not None
             raw = _raw_rows(conn.execute(query, params))
-            committed = conn.execute(_INVISIBLE_COMMITTED, (snapshot_row[0],)).fetchall()
+            invisible = conn.execute(_INVISIBLE, (snapshot_row[0],)).fetchall()
         rows: list[Row] = [
             {c.name: convert(c.type_oid, text) for c, text in zip(shape.columns, r, strict=True)}
             for r in raw
         ]
-        return ChunkRead(rows, frozenset(int(x) & _XID_MASK for (x,) in committed))
+        return ChunkRead(rows, frozenset(int(x) & _XID_MASK for (x,) in invisible))
 
     def write_watermark(self, value: str) -> None:
         query = sql.SQL("UPDATE {} SET value = %s").format(_table(self._config.watermark))
