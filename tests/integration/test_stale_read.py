@@ -313,13 +313,11 @@ def test_b_the_stale_window_fails_and_its_retry_emits_the_committed_row(
     store = StateStore(redis_server.client(), dbs.config.name)
     events_dir = tmp_path / "events"
     tailer = Tailer(
-        dbs.config.name,
-        dbs.source_db,
-        dbs.source.log_reader,
+        dbs.source,
         store,
         lambda: NdjsonOutput(events_dir),
-        "stale-tailer",
-        TailerSettings(window_ttl_s=30, lease_ttl_ms=5000),
+        owner="stale-tailer",
+        settings=TailerSettings(window_ttl_s=30, lease_ttl_ms=5000),
     )
     stop = threading.Event()
     thread = tailer.start(stop)
