@@ -24,6 +24,7 @@ from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServe
 from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
 from airflow_provider_dblog.devservices.process import ServerProcess
 from airflow_provider_dblog.devservices.redis import RedisInfo, RedisServer
+from tests.installed import installed
 
 S = TypeVar("S", bound=ServerProcess)
 
@@ -33,14 +34,7 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 
 def _server(make: Callable[[Path], S], base_dir: Path) -> S:
-    """The server; if its programs are not installed, a skip on a developer's machine and a
-    failure in CI, where `scripts/setup.sh` must have installed them."""
-    try:
-        return make(base_dir)
-    except FileNotFoundError as missing:
-        if os.environ.get("CI"):
-            pytest.fail(str(missing))
-        pytest.skip(str(missing))
+    return installed(lambda: make(base_dir))
 
 
 @contextmanager

@@ -26,6 +26,7 @@ from airflow_provider_dblog.devservices.process import (
     port_is_free,
 )
 from airflow_provider_dblog.devservices.redis import RedisInfo, RedisServer
+from tests.installed import installed
 
 pytestmark = pytest.mark.integration
 
@@ -67,10 +68,7 @@ def test_postgres_is_a_logical_decoding_source(postgres: PostgresInfo) -> None:
 
 @pytest.mark.parametrize("flavour", ["pg15", "pg18"])
 def test_postgres_restart_crash_and_stop(flavour: str, tmp_path: Path) -> None:
-    try:
-        server = stack.make_postgres(flavour, tmp_path / "pg")
-    except FileNotFoundError as missing:
-        pytest.skip(str(missing))
+    server = installed(lambda: stack.make_postgres(flavour, tmp_path / "pg"))
     with server:
         info = server.info
         print(f"{flavour} first start (initdb included): {server.start_seconds:.2f}s")

@@ -33,6 +33,7 @@ from airflow_provider_dblog.sources.postgres import (
     ensure_setup,
     preflight,
 )
+from tests.installed import installed
 from tests.pg_helpers import ReplicaWalServer, read_until, wait_for
 
 pytestmark = pytest.mark.integration
@@ -432,10 +433,7 @@ def server_dir() -> Iterator[Path]:
 def test_preflight_refuses_a_server_without_logical_decoding(
     server_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    try:
-        server = ReplicaWalServer(server_dir)
-    except FileNotFoundError as missing:
-        pytest.skip(str(missing))
+    server = installed(lambda: ReplicaWalServer(server_dir))
     with server:
         info = server.info
         monkeypatch.setenv("DBLOG_TEST_REPLICA_PASSWORD", info.password)

@@ -59,7 +59,7 @@ def test_a_good_config_loads(tmp_path: Path) -> None:
     ],
 )
 def test_bad_configs_name_the_problem(tmp_path: Path, text: str, message: str) -> None:
-    with pytest.raises(Exception, match=message) as raised:
+    with pytest.raises(ConfigError, match=message) as raised:
         load_config(write(tmp_path, text))
     assert "password=x" not in str(raised.value)
 

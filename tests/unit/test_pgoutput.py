@@ -9,15 +9,11 @@ import pytest
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.base import (
-    ChunkSource,
-    LogReader,
     NoPrimaryKey,
     SourceError,
     UnknownTable,
 )
 from airflow_provider_dblog.sources.postgres import (
-    PostgresChunkSource,
-    PostgresLogReader,
     pgoutput,
     setup,
 )
@@ -282,15 +278,6 @@ def test_encoding_rule() -> None:
     setup.check_server_encoding("UTF8")
     with pytest.raises(SourceError, match="UTF8 databases only"):
         setup.check_server_encoding("LATIN1")
-
-
-def test_the_source_classes_implement_the_interfaces() -> None:
-    """Checked by mypy; constructing them opens no connection."""
-    config = PostgresSourceConfig(name="pg", dsn=DSN, tables=TABLES)
-    reader: LogReader = PostgresLogReader(config)
-    chunks: ChunkSource = PostgresChunkSource(config)
-    reader.close()
-    chunks.close()
 
 
 def test_replication_role_rule() -> None:

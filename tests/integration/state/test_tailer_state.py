@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import FencedOut, StateStore, WindowState
 from tests.integration.state.support import new_window, wait_for
 
@@ -59,12 +60,14 @@ def test_lease_fencing_refuses_the_old_leader(store: StateStore) -> None:
         store.windows.close(window.window_id, second[0])
 
 
-def test_heartbeat_and_health(store: StateStore) -> None:
+def test_heartbeat_and_health(store: StateStore, redis_server: RedisInfo) -> None:
     assert store.tailer.health() is None
     metrics = {"commit": 123456, "lag_ms": 40, "events_per_s": 812.5, "open_windows": 2}
     store.tailer.beat("tailer-a", metrics, ttl_s=0.5)
     health = store.tailer.health()
     assert health is not None
     assert health.owner == "tailer-a" and health.metrics == metrics
-    assert isinstance(health.age_ms, int) and 0 <= health.age_ms < 1000
+    seconds, micros = redis_server.client().time()
+    assert health.at_ms <= seconds * 1000 + micros // 1000, "stamped by the Redis clock"
+    assert isinstance(health.age_ms, int) and health.age_ms >= 0
     wait_for(lambda: store.tailer.health() is None, 5, "the heartbeat expiring")

@@ -11,6 +11,7 @@ import redis
 
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
+from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import AlreadyExists, StateStore, UnknownWindow, WindowState
 from tests.integration.state.support import TTL_S, T, chunk_of, new_window, wait_for
 
@@ -84,36 +85,36 @@ def test_windows_fail_and_are_abandoned(store: StateStore) -> None:
 
 
 def test_wait_window_wakes_when_the_window_ends_and_times_out_otherwise(
-    store: StateStore,
+    store: StateStore, redis_server: RedisInfo
 ) -> None:
     token = store.tailer.acquire_lease("tailer-a", 10_000)
     assert token is not None
     window, _, _ = new_window(store)
-    began = time.monotonic()
     status = store.windows.wait(window.window_id, 0.3)
     assert status.state is WindowState.REGISTERED, "a timeout returns the current state"
-    assert 0.3 <= time.monotonic() - began < 2
 
-    def tailer() -> None:
-        time.sleep(0.2)
-        assert store.windows.open(window.window_id, token)
-        assert store.windows.claim(window.window_id, token)
-        assert store.windows.close(window.window_id, token)
-
-    waiters: list[float] = []
+    woken: list[WindowState] = []
 
     def waiter() -> None:
-        assert store.windows.wait(window.window_id, 30).state is WindowState.CLOSED
-        waiters.append(time.monotonic() - began)
+        woken.append(store.windows.wait(window.window_id, 30).state)
 
-    began = time.monotonic()
-    threads = [threading.Thread(target=f) for f in (tailer, waiter, waiter)]
+    admin = redis_server.client()
+    blocked_before = int(admin.info("clients")["blocked_clients"])
+    threads = [threading.Thread(target=waiter) for _ in range(2)]
     for thread in threads:
         thread.start()
+    wait_for(
+        lambda: int(admin.info("clients")["blocked_clients"]) >= blocked_before + 2,
+        10,
+        "both waiters blocked on the window",
+    )
+    assert woken == [], "nobody wakes before the window ends"
+    assert store.windows.open(window.window_id, token)
+    assert store.windows.claim(window.window_id, token)
+    assert store.windows.close(window.window_id, token)
     for thread in threads:
         thread.join(30)
-    assert len(waiters) == 2, "every waiter wakes"
-    print(f"waiters woke after {', '.join(f'{w:.3f}s' for w in waiters)} (close at ~0.2s)")
+    assert woken == [WindowState.CLOSED, WindowState.CLOSED], "every waiter wakes"
 
 
 def race_claim_against_abandon(store: StateStore, window_id: str, token: int) -> dict[str, bool]:
