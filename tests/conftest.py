@@ -79,9 +79,13 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisInfo
         yield server.info
 
 
+TESTS = Path(__file__).resolve().parent
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test by its folder, so `-m unit` and `-m integration` never miss one."""
+    """Mark every test by its top folder (tests/unit/airflow/ is unit), so `-m unit` and
+    `-m integration` never miss one."""
     for item in items:
-        folder = item.path.parent.name
+        folder = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
         if folder in ("unit", "integration"):
             item.add_marker(getattr(pytest.mark, folder))

@@ -32,7 +32,8 @@ from airflow_provider_dblog.operators.lineage import dump_lineage
 from airflow_provider_dblog.sources.base import SourceUnavailable
 from airflow_provider_dblog.spark_package import package_zip
 from airflow_provider_dblog.state import DumpState, StateStoreUnavailable
-from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger, status_payload
+from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger
+from airflow_provider_dblog.triggers.outcome import ENDED, DumpOutcome
 
 DUMP_APPLICATION = Path(__file__).resolve().parents[2] / "spark_jobs" / "dump.py"
 
@@ -197,7 +198,7 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
         status = hook.submit_or_resume(request, key_columns)
         if status.state is DumpState.DONE:
             self.log.info("dump %s is already done", dump_id)
-            return status_payload(dump_id, status, "done")
+            return DumpOutcome.of(dump_id, status).to_event()
         self.log.info(
             "dump %s: %s of %s, chunk size %d, parallelism %d, %d chunks done before",
             dump_id,
@@ -213,7 +214,7 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
                 spark.submit(str(DUMP_APPLICATION))
             except AirflowException as exc:
                 self.log.error("the Spark dump application failed: %s", exc)
-            return self._finish(status_payload(dump_id, hook.dump_status(dump_id), "ended"))
+            return self._finish(DumpOutcome.of(dump_id, hook.dump_status(dump_id), ENDED))
         self._launch_detached(spark, dump_id)
         self.defer(
             trigger=DBLogDumpTrigger(
@@ -227,8 +228,9 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        self.dump_id = event["dump_id"]
-        return self._finish(event)
+        outcome = DumpOutcome.from_event(event)
+        self.dump_id = outcome.dump_id
+        return self._finish(outcome)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Inputs: the dumped source tables; output: the tailer's output (OpenLineage)."""
@@ -236,22 +238,20 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
             return None
         return dump_lineage(DBLogHook(self.dblog_conn_id), self.dump_id)
 
-    def _finish(self, event: dict[str, Any]) -> dict[str, Any]:
-        dump_id, state, reason = event["dump_id"], event.get("state"), event.get("reason")
-        if event["outcome"] == "stalled":
+    def _finish(self, outcome: DumpOutcome) -> dict[str, Any]:
+        dump_id, state, reason = outcome.dump_id, outcome.state, outcome.reason
+        if outcome.stalled:
             raise AirflowException(
                 f"dump {dump_id} has had no running Spark driver for {self.driver_timeout_s}s "
                 "(it died, or never started: see the Spark application's log); a retry of "
                 "this task resumes it from its last completed chunk"
             )
-        if state == DumpState.DONE:
-            self.log.info(
-                "dump %s done: %s chunks, %s rows", dump_id, event["chunks"], event["rows"]
-            )
-            return event
-        if state == DumpState.FAILED:
+        if state is DumpState.DONE:
+            self.log.info("dump %s done: %s chunks, %s rows", dump_id, outcome.chunks, outcome.rows)
+            return outcome.to_event()
+        if state is DumpState.FAILED:
             raise AirflowException(f"dump {dump_id} failed: {reason}")
-        if state == DumpState.CANCELLED:
+        if state is DumpState.CANCELLED:
             # Not retried: a retry would resume what someone chose to stop. Clearing the task
             # by hand does resume it.
             raise AirflowFailException(

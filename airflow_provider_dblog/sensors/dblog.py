@@ -19,8 +19,8 @@ from airflow_provider_dblog.triggers.dblog import (
     DBLogDumpTrigger,
     DBLogTailerHealthTrigger,
     health_ok,
-    status_payload,
 )
+from airflow_provider_dblog.triggers.outcome import DumpOutcome
 
 
 class DBLogDumpSensor(BaseSensorOperator):
@@ -61,26 +61,27 @@ class DBLogDumpSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> bool:
-        status = DBLogHook(self.dblog_conn_id).dump_status(self.dump_id)
-        state = None if status is None else status.state
-        self._check(status_payload(self.dump_id, status, state.value if state else "missing"))
-        return state is DumpState.DONE
+        outcome = DumpOutcome.of(
+            self.dump_id, DBLogHook(self.dblog_conn_id).dump_status(self.dump_id)
+        )
+        self._check(outcome)
+        return outcome.state is DumpState.DONE
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        self._check(event)
-        if event["outcome"] == "stalled":
+        outcome = DumpOutcome.from_event(event)
+        self._check(outcome)
+        if outcome.stalled:
             raise AirflowException(
                 f"dump {self.dump_id} has had no running process for {self.driver_timeout_s}s"
             )
-        return event
+        return outcome.to_event()
 
-    def _check(self, event: dict[str, Any]) -> None:
-        state, reason = event.get("state"), event.get("reason")
-        if state is None:
+    def _check(self, outcome: DumpOutcome) -> None:
+        if outcome.state is None:
             raise AirflowException(f"no dump {self.dump_id} in the state store")
-        if state == DumpState.FAILED:
-            raise AirflowException(f"dump {self.dump_id} failed: {reason}")
-        if state == DumpState.CANCELLED:
+        if outcome.state is DumpState.FAILED:
+            raise AirflowException(f"dump {self.dump_id} failed: {outcome.reason}")
+        if outcome.state is DumpState.CANCELLED:
             raise AirflowException(f"dump {self.dump_id} was cancelled")
 
 

@@ -14,22 +14,8 @@ from typing import Any, TypeGuard
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_dblog.hooks.dblog import DBLogHook
-from airflow_provider_dblog.state import DumpStatus, TailerHealth
-
-
-def status_payload(dump_id: str, status: DumpStatus | None, outcome: str) -> dict[str, Any]:
-    """What a dump trigger reports (and what the operator returns as its XCom)."""
-    if status is None:
-        return {"dump_id": dump_id, "outcome": outcome, "state": None, "reason": "no such dump"}
-    return {
-        "dump_id": dump_id,
-        "outcome": outcome,
-        "state": status.state.value,
-        "reason": status.reason,
-        "chunks": status.chunks,
-        "rows": status.rows,
-        "windows_retried": status.windows_retried,
-    }
+from airflow_provider_dblog.state import TailerHealth
+from airflow_provider_dblog.triggers.outcome import STALLED, DumpOutcome
 
 
 class DBLogDumpTrigger(BaseTrigger):
@@ -80,11 +66,8 @@ class DBLogDumpTrigger(BaseTrigger):
             logged: tuple[Any, ...] = ()
             while True:
                 status = await reader.dump_status(self.dump_id)
-                if status is None:
-                    yield TriggerEvent(status_payload(self.dump_id, None, "missing"))
-                    return
-                if status.state.finished:
-                    yield TriggerEvent(status_payload(self.dump_id, status, status.state.value))
+                if status is None or status.state.finished:
+                    yield TriggerEvent(DumpOutcome.of(self.dump_id, status).to_event())
                     return
                 now = (status.state.value, status.chunks, status.rows, status.windows_retried)
                 if now != logged:
@@ -97,7 +80,7 @@ class DBLogDumpTrigger(BaseTrigger):
                 if await reader.dump_driver(self.dump_id) is not None:
                     last_seen = time.monotonic()
                 elif time.monotonic() - last_seen > self.driver_timeout_s:
-                    yield TriggerEvent(status_payload(self.dump_id, status, "stalled"))
+                    yield TriggerEvent(DumpOutcome.of(self.dump_id, status, STALLED).to_event())
                     return
                 await asyncio.sleep(self.poll_interval)
         finally:
