@@ -1,41 +1,31 @@
 """Operators: run a dump on Spark (all tables, some tables, or keys of a table), check a dump
 request, and act on a running dump (pause, resume, cancel, throttle).
 
-The dump operator registers the request in Redis and submits `spark_jobs/dump.py` through the
-Spark provider's `SparkSubmitHook`, with the Spark connection's master, deploy mode and binary.
-Its dump id is stable across task retries (dag, run, task, map index), so a retry resumes the
-same request from its last completed chunk instead of starting over. Deferrable, it starts the
-application detached from the task and hands the wait to `DBLogDumpTrigger`: no worker slot is
-held while the dump runs.
+The dump operator registers the request in Redis and submits `spark_jobs/dump.py` through
+`SparkDumpLauncher`, with the Spark connection's master, deploy mode and binary. Its dump id
+is stable across task retries (dag, run, task, map index), so a retry resumes the same request
+from its last completed chunk instead of starting over. Deferrable, it starts the application
+detached from the task and hands the wait to `DBLogDumpTrigger`: no worker slot is held while
+the dump runs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import subprocess
-import sys
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import psutil
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.hooks.dblog import DBLogHook
+from airflow_provider_dblog.hooks.spark_launcher import SparkDumpLauncher
 from airflow_provider_dblog.operators.lineage import dump_lineage
 from airflow_provider_dblog.sources.base import SourceUnavailable
-from airflow_provider_dblog.spark_package import package_zip
 from airflow_provider_dblog.state import DumpState, StateStoreUnavailable
 from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger
 from airflow_provider_dblog.triggers.outcome import ENDED, DumpOutcome
-
-DUMP_APPLICATION = Path(__file__).resolve().parents[2] / "spark_jobs" / "dump.py"
 
 
 def default_dump_id(context: Context) -> str:
@@ -187,13 +177,19 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self.driver_timeout_s = driver_timeout_s
-        self._hook: DBLogHook | None = None
-        self._spark: SparkSubmitHook | None = None
-        self._detached: subprocess.Popen[bytes] | None = None
+        self._launcher: SparkDumpLauncher | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
-        hook = self._hook = DBLogHook(self.dblog_conn_id)
+        hook = DBLogHook(self.dblog_conn_id)
         dump_id = self.dump_id = self.dump_id or default_dump_id(context)
+        launcher = self._launcher = SparkDumpLauncher(
+            hook,
+            self.spark_conn_id,
+            dump_id,
+            window_timeout_s=self.window_timeout_s,
+            tasks_per_chunk=self.tasks_per_chunk,
+            spark_conf=self.spark_conf,
+        )
         request, key_columns = self._build(hook, dump_id)
         status = hook.submit_or_resume(request, key_columns)
         if status.state is DumpState.DONE:
@@ -208,14 +204,13 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
             request.parallelism,
             status.chunks,
         )
-        spark = self._spark = self._spark_hook(hook, dump_id)
         if not self.deferrable:
             try:
-                spark.submit(str(DUMP_APPLICATION))
+                launcher.run()
             except AirflowException as exc:
                 self.log.error("the Spark dump application failed: %s", exc)
             return self._finish(DumpOutcome.of(dump_id, hook.dump_status(dump_id), ENDED))
-        self._launch_detached(spark, dump_id)
+        launcher.launch_detached()
         self.defer(
             trigger=DBLogDumpTrigger(
                 self.dblog_conn_id,
@@ -263,77 +258,9 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
             "application stopped early; a retry resumes it"
         )
 
-    def _spark_hook(self, hook: DBLogHook, dump_id: str) -> SparkSubmitHook:
-        hook.export_secrets()
-        # A client-mode driver runs the Python that runs Airflow (it has this package) unless
-        # the deployment says otherwise; so do local executors. A cluster's executors run the
-        # workers' Python (`spark.pyspark.python`), and the dump ships the package to them.
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        args = [
-            "--dump-id",
-            dump_id,
-            "--config",
-            hook.settings.config_path,
-            "--window-timeout",
-            str(self.window_timeout_s),
-        ]
-        if self.tasks_per_chunk:
-            args += ["--tasks", str(self.tasks_per_chunk)]
-        spark = SparkSubmitHook(
-            conn_id=self.spark_conn_id,
-            conf=dict(self.spark_conf or {}),
-            application_args=args,
-            # The package goes with the application: to the executors, and to the driver
-            # when it runs on the cluster (deploy mode cluster).
-            py_files=str(package_zip()),
-            name=f"dblog-dump-{dump_id}",
-        )
-        if spark._connection["master"].startswith("local"):
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        return spark
-
-    def _launch_detached(self, spark: SparkSubmitHook, dump_id: str) -> None:
-        """spark-submit in its own session, outliving this task process (which ends when it
-        defers). The command is the one the hook builds from the Spark connection."""
-        command = spark._build_spark_submit_command(str(DUMP_APPLICATION))
-        log_path = Path(tempfile.gettempdir()) / f"dblog-spark-{dump_id}.log"
-        with log_path.open("ab") as log_file:
-            self._detached = subprocess.Popen(
-                command,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self.log.info(
-            "dump %s submitted (pid %d); its log: %s", dump_id, self._detached.pid, log_path
-        )
-
     def on_kill(self) -> None:
-        if self._hook is not None and self.dump_id:
-            try:
-                self._hook.store.dumps.cancel(self.dump_id)
-                self.log.info("dump %s cancelled", self.dump_id)
-            except DBLogError as exc:
-                self.log.warning("could not cancel dump %s: %s", self.dump_id, exc)
-        # spark-submit's JVM starts the Python driver as its child: kill the whole tree, or
-        # the driver outlives it (and its local executors with it).
-        submitted = [self._detached, self._spark._submit_sp if self._spark else None]
-        tree = [p for process in submitted if process is not None for p in _tree(process.pid)]
-        if self._spark is not None:
-            self._spark.on_kill()
-        for process in tree:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    """A process and all its descendants, while they run."""
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
+        if self._launcher is not None:
+            self._launcher.kill()
 
 
 class _DumpControlOperator(BaseOperator):

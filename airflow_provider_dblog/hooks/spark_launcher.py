@@ -1,0 +1,179 @@
+"""Starting the dump's Spark application, attached or detached, and stopping it.
+
+The application is `spark_jobs/dump.py`, found by import (the `spark_jobs` package ships in
+the same wheel as this one). spark-submit's command comes from the Spark provider's
+`SparkSubmitHook`, so the Spark connection's master, deploy mode and binary apply as they do
+to `SparkSubmitOperator`. Passwords reach the application only as environment variables named
+by the deployment's TOML (`DBLogHook.secret_env`), inherited by spark-submit: never argv, never
+Spark properties, which the Spark UI shows.
+
+The provider has no public way to build spark-submit's command without running it, to read
+the master it resolved, or to reach the process it started; this class is the one place that
+uses those private members (`_build_spark_submit_command`, `_connection`, `_submit_sp`), each
+where it is needed and saying why, so that a provider upgrade that changes them breaks here
+and nowhere else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import psutil
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.hooks.dblog import DBLogHook
+from airflow_provider_dblog.spark_package import package_zip
+
+log = logging.getLogger(__name__)
+
+
+def dump_application() -> str:
+    """The path of `spark_jobs/dump.py` where it is installed (a wheel, or this source tree)."""
+    spec = importlib.util.find_spec("spark_jobs.dump")
+    if spec is None or spec.origin is None:
+        raise DBLogError("the spark_jobs package is not installed beside airflow_provider_dblog")
+    return spec.origin
+
+
+def driver_log_path(dump_id: str) -> Path:
+    """Where a detached spark-submit writes its output (the driver's log in client mode)."""
+    return Path(tempfile.gettempdir()) / f"dblog-spark-{dump_id}.log"
+
+
+class SparkDumpLauncher:
+    """Runs one dump as a Spark application and stops it.
+
+    `run()` waits for spark-submit in this process; `launch_detached()` starts it in its own
+    session, outliving a task process that defers; `kill()` cancels the dump and kills
+    spark-submit with all its descendants.
+
+    :param hook: the dblog hook of the dump's deployment (its TOML and its secrets).
+    :param spark_conn_id: the Spark connection (master, deploy mode, spark-submit binary).
+    :param dump_id: the stored dump request to run.
+    :param window_timeout_s: how long a chunk waits for the tailer before it is retried.
+    :param tasks_per_chunk: Spark tasks that read one chunk (default: Spark's parallelism).
+    :param spark_conf: extra Spark properties (never secrets: the UI shows them).
+    """
+
+    def __init__(
+        self,
+        hook: DBLogHook,
+        spark_conn_id: str,
+        dump_id: str,
+        *,
+        window_timeout_s: float = 60.0,
+        tasks_per_chunk: int | None = None,
+        spark_conf: dict[str, Any] | None = None,
+    ) -> None:
+        self.hook = hook
+        self.spark_conn_id = spark_conn_id
+        self.dump_id = dump_id
+        self.window_timeout_s = window_timeout_s
+        self.tasks_per_chunk = tasks_per_chunk
+        self.spark_conf = dict(spark_conf or {})
+        self._detached: subprocess.Popen[bytes] | None = None
+
+    def application_args(self) -> list[str]:
+        """The dump application's arguments: ids, paths and numbers only."""
+        args = [
+            "--dump-id",
+            self.dump_id,
+            "--config",
+            self.hook.settings.config_path,
+            "--window-timeout",
+            str(self.window_timeout_s),
+        ]
+        if self.tasks_per_chunk:
+            args += ["--tasks", str(self.tasks_per_chunk)]
+        return args
+
+    @cached_property
+    def spark(self) -> SparkSubmitHook:
+        """The Spark provider's hook for this dump; building it reads the Spark connection and
+        puts the secrets and the Pythons spark-submit needs into this process's environment."""
+        self.hook.export_secrets()
+        # A client-mode driver runs the Python that runs Airflow (it has this package) unless
+        # the deployment says otherwise; so do local executors. A cluster's executors run the
+        # workers' Python (`spark.pyspark.python`), and the dump ships the package to them.
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        spark = SparkSubmitHook(
+            conn_id=self.spark_conn_id,
+            conf=self.spark_conf,
+            application_args=self.application_args(),
+            # The package goes with the application: to the executors, and to the driver
+            # when it runs on the cluster (deploy mode cluster).
+            py_files=str(package_zip()),
+            name=f"dblog-dump-{self.dump_id}",
+        )
+        # Private: `_connection` is the connection as the hook resolved it (master URL from
+        # conn type, host and port); there is no public accessor, and resolving it again here
+        # would be a second copy of the provider's rules.
+        if spark._connection["master"].startswith("local"):
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        return spark
+
+    def command(self) -> list[str]:
+        """spark-submit's command line, as the Spark provider builds it."""
+        # Private: `_build_spark_submit_command` is the only way to get the command without
+        # running it; the public `submit()` runs it and waits, and a deferring task must not.
+        command: list[str] = self.spark._build_spark_submit_command(dump_application())
+        return command
+
+    def run(self) -> None:
+        """spark-submit in this process, its output in the task log, until it exits.
+        Raises the provider's `AirflowException` if spark-submit fails."""
+        self.spark.submit(dump_application())
+
+    def launch_detached(self) -> int:
+        """spark-submit in its own session, outliving this process (a task ends when it
+        defers); its output goes to `driver_log_path`. Returns its pid."""
+        path = driver_log_path(self.dump_id)
+        with path.open("ab") as driver_log:
+            self._detached = subprocess.Popen(
+                self.command(),
+                stdout=driver_log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        log.info("dump %s submitted (pid %d); its log: %s", self.dump_id, self._detached.pid, path)
+        return self._detached.pid
+
+    def kill(self) -> None:
+        """Cancel the dump (so nothing resumes it by itself), then kill spark-submit and every
+        process under it. spark-submit's JVM starts the Python driver as its child: killing
+        the JVM alone leaves the driver (and its local executors) running."""
+        try:
+            self.hook.store.dumps.cancel(self.dump_id)
+            log.info("dump %s cancelled", self.dump_id)
+        except DBLogError as exc:
+            log.warning("could not cancel dump %s: %s", self.dump_id, exc)
+        spark = self.__dict__.get("spark")  # only if `spark` was built: no connection read here
+        # Private: `_submit_sp` is the spark-submit process that `submit()` started; the
+        # provider's `on_kill` kills it alone, and only its pid finds the driver under it.
+        submitted = [self._detached, spark._submit_sp if spark is not None else None]
+        tree = [p for process in submitted if process is not None for p in _tree(process.pid)]
+        if spark is not None:
+            spark.on_kill()
+        for process in tree:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    """A process and all its descendants, while they run."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []

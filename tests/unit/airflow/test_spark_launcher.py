@@ -1,0 +1,100 @@
+"""`SparkDumpLauncher` without running Spark: the dump application is found by import, and
+the spark-submit command the Spark provider builds from the connections carries ids, paths
+and numbers, while the passwords go into the environment spark-submit inherits."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import airflow_provider_dblog
+from airflow_provider_dblog.hooks.dblog import DBLogHook
+from airflow_provider_dblog.hooks.spark_launcher import SparkDumpLauncher, dump_application
+
+REDIS_PASSWORD, SOURCE_PASSWORD = "redis-pw-5b1e", "source-pw-77c3"
+REDIS_ENV, SOURCE_ENV = "LAUNCHER_UNIT_REDIS_PASSWORD", "LAUNCHER_UNIT_SOURCE_PASSWORD"
+
+
+def test_the_dump_application_is_found_beside_the_package_by_import() -> None:
+    application = Path(dump_application())
+    assert application.is_file()
+    assert (application.parent.name, application.name) == ("spark_jobs", "dump.py")
+    # Installed from the wheel or run from the source tree: both packages sit side by side.
+    assert application.parents[1] == Path(airflow_provider_dblog.__file__).parents[1]
+
+
+@pytest.fixture
+def launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SparkDumpLauncher:
+    toml = tmp_path / "dblog.toml"
+    toml.write_text(
+        f"""
+[source]
+name = "shop"
+dsn = "host=127.0.0.1 port=1 dbname=x user=x"
+password_env = "{SOURCE_ENV}"
+tables = ["public.accounts"]
+
+[redis]
+url = "redis://127.0.0.1:6379/0"
+password_env = "{REDIS_ENV}"
+
+[output]
+type = "ndjson"
+directory = "unused"
+"""
+    )
+    dblog = {
+        "conn_type": "dblog",
+        "host": "127.0.0.1",
+        "port": 6379,
+        "password": REDIS_PASSWORD,
+        "extra": {
+            "source_name": "shop",
+            "config_path": str(toml),
+            "source_password": SOURCE_PASSWORD,
+        },
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_UNIT", json.dumps(dblog))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_UNIT", json.dumps({"conn_type": "spark", "host": "local[2]"})
+    )
+    for name in (REDIS_ENV, SOURCE_ENV, "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        monkeypatch.delenv(name, raising=False)  # and restored after the test
+    return SparkDumpLauncher(
+        DBLogHook("dblog_unit"),
+        "spark_unit",
+        "d.1",
+        window_timeout_s=2.5,
+        tasks_per_chunk=4,
+        spark_conf={"spark.ui.showConsoleProgress": "false"},
+    )
+
+
+def test_the_command_carries_no_secret_and_the_environment_carries_them(
+    launcher: SparkDumpLauncher,
+) -> None:
+    command = launcher.command()
+    assert command[0] == "spark-submit"
+    assert command[command.index("--master") + 1] == "local[2]"
+    assert command[command.index("--name") + 1] == "dblog-dump-d.1"
+    assert "spark.ui.showConsoleProgress=false" in command
+    assert command[command.index("--py-files") + 1].endswith(".zip")
+    application = command.index(dump_application())
+    assert command[application + 1 :] == [
+        "--dump-id",
+        "d.1",
+        "--config",
+        launcher.hook.settings.config_path,
+        "--window-timeout",
+        "2.5",
+        "--tasks",
+        "4",
+    ]
+    assert not any(REDIS_PASSWORD in arg or SOURCE_PASSWORD in arg for arg in command)
+    assert (os.environ[REDIS_ENV], os.environ[SOURCE_ENV]) == (REDIS_PASSWORD, SOURCE_PASSWORD)
+    # A local master runs executors on this machine: on this Python, like the driver.
+    assert os.environ["PYSPARK_PYTHON"] == os.environ["PYSPARK_DRIVER_PYTHON"] == sys.executable
