@@ -11,8 +11,8 @@ the dump runs.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context, conf
@@ -22,44 +22,14 @@ from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.hooks.spark_launcher import SparkDumpLauncher
 from airflow_provider_dblog.operators.lineage import dump_lineage
-from airflow_provider_dblog.sources.base import SourceUnavailable
-from airflow_provider_dblog.state import DumpState, StateStoreUnavailable
+from airflow_provider_dblog.operators.request import (
+    REQUEST_FIELDS,
+    checked_request,
+    default_dump_id,
+)
+from airflow_provider_dblog.state import DumpState
 from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger
 from airflow_provider_dblog.triggers.outcome import ENDED, DumpOutcome
-
-
-def default_dump_id(context: Context) -> str:
-    """The same id for every try of one task instance: a retry resumes, it does not restart."""
-    ti = context["ti"]
-    return dump_id_for(ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1))
-
-
-def dump_id_for(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
-    """The dump id of a task instance: its ids joined, anything unusual as `_`."""
-    parts = [dag_id, run_id, task_id] + ([str(map_index)] if map_index >= 0 else [])
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", ".".join(parts))
-
-
-def positive_int(name: str, value: Any) -> int:
-    """A count from a param or a template ("1000" as well as 1000), refused clearly."""
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise AirflowFailException(f"{name} must be a whole number, got {value!r}") from None
-    if number < 1 or str(number) != str(value).strip():
-        raise AirflowFailException(f"{name} must be a whole number of at least 1, got {value!r}")
-    return number
-
-
-def optional_list(name: str, value: Any) -> list[Any] | None:
-    """None, or a non-empty list (an empty list or "" from a form means: not given)."""
-    if value in (None, "", []):
-        return None
-    if isinstance(value, str):
-        return [value]
-    if not isinstance(value, list | tuple):
-        raise AirflowFailException(f"{name} must be a list, got {value!r}")
-    return list(value)
 
 
 class DBLogCheckDumpRequestOperator(BaseOperator):
@@ -76,13 +46,7 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
     :param parallelism: windows in flight at once, on disjoint key ranges.
     """
 
-    template_fields: Sequence[str] = (
-        "dblog_conn_id",
-        "tables",
-        "keys",
-        "chunk_size",
-        "parallelism",
-    )
+    template_fields: Sequence[str] = REQUEST_FIELDS
     ui_color = "#e8f4ff"
 
     def __init__(
@@ -102,32 +66,25 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
         self.chunk_size = chunk_size
         self.parallelism = parallelism
 
-    def _build(self, hook: DBLogHook, dump_id: str) -> Any:
-        tables = optional_list("tables", self.tables)
-        keys: str | list[Any] | None = optional_list("keys", self.keys)
-        if isinstance(self.keys, str) and self.keys.strip():
-            keys = self.keys
-        try:
-            return hook.build_request(
-                dump_id,
-                tables=tables,
-                keys=keys,
-                chunk_size=positive_int("chunk_size", self.chunk_size),
-                parallelism=positive_int("parallelism", self.parallelism),
-            )
-        except (SourceUnavailable, StateStoreUnavailable) as exc:
-            raise AirflowException(f"cannot check the dump request now: {exc}") from None
-        except DBLogError as exc:  # the request, the config or the connection is wrong
-            raise AirflowFailException(f"bad dump request: {exc}") from None
+    @cached_property
+    def hook(self) -> DBLogHook:
+        return DBLogHook(self.dblog_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        request, _ = self._build(DBLogHook(self.dblog_conn_id), default_dump_id(context))
+        request, _ = checked_request(
+            self.hook,
+            default_dump_id(context),
+            tables=self.tables,
+            keys=self.keys,
+            chunk_size=self.chunk_size,
+            parallelism=self.parallelism,
+        )
         tables = [str(t) for t in request.tables]
         self.log.info("dump request is valid: %s of %s", request.kind.value, ", ".join(tables))
         return {"kind": request.kind.value, "tables": tables, "keys": len(request.keys)}
 
 
-class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
+class DBLogDumpOperator(BaseOperator):
     """Run a dump as a Spark application and wait for it to end; returns its final status.
 
     Fails with the dump's reason when it fails (retried: the retry resumes it); a cancelled
@@ -148,16 +105,17 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
         before the task fails (a retry then resumes it).
     """
 
-    template_fields: Sequence[str] = (
-        *DBLogCheckDumpRequestOperator.template_fields,
-        "dump_id",
-        "spark_conf",
-    )
+    template_fields: Sequence[str] = (*REQUEST_FIELDS, "dump_id", "spark_conf")
     ui_color = "#c7e3ff"
 
     def __init__(
         self,
         *,
+        dblog_conn_id: str = DBLogHook.default_conn_name,
+        tables: list[str] | str | None = None,
+        keys: list[Any] | str | None = None,
+        chunk_size: int | str = 1000,
+        parallelism: int | str = 1,
         spark_conn_id: str = "spark_default",
         dump_id: str | None = None,
         tasks_per_chunk: int | None = None,
@@ -169,6 +127,11 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.dblog_conn_id = dblog_conn_id
+        self.tables = tables
+        self.keys = keys
+        self.chunk_size = chunk_size
+        self.parallelism = parallelism
         self.spark_conn_id = spark_conn_id
         self.dump_id = dump_id
         self.tasks_per_chunk = tasks_per_chunk
@@ -179,8 +142,12 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
         self.driver_timeout_s = driver_timeout_s
         self._launcher: SparkDumpLauncher | None = None
 
+    @cached_property
+    def hook(self) -> DBLogHook:
+        return DBLogHook(self.dblog_conn_id)
+
     def execute(self, context: Context) -> dict[str, Any]:
-        hook = DBLogHook(self.dblog_conn_id)
+        hook = self.hook
         dump_id = self.dump_id = self.dump_id or default_dump_id(context)
         launcher = self._launcher = SparkDumpLauncher(
             hook,
@@ -190,7 +157,14 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
             tasks_per_chunk=self.tasks_per_chunk,
             spark_conf=self.spark_conf,
         )
-        request, key_columns = self._build(hook, dump_id)
+        request, key_columns = checked_request(
+            hook,
+            dump_id,
+            tables=self.tables,
+            keys=self.keys,
+            chunk_size=self.chunk_size,
+            parallelism=self.parallelism,
+        )
         status = hook.submit_or_resume(request, key_columns)
         if status.state is DumpState.DONE:
             self.log.info("dump %s is already done", dump_id)
@@ -231,7 +205,7 @@ class DBLogDumpOperator(DBLogCheckDumpRequestOperator):
         """Inputs: the dumped source tables; output: the tailer's output (OpenLineage)."""
         if not self.dump_id:
             return None
-        return dump_lineage(DBLogHook(self.dblog_conn_id), self.dump_id)
+        return dump_lineage(self.hook, self.dump_id)
 
     def _finish(self, outcome: DumpOutcome) -> dict[str, Any]:
         dump_id, state, reason = outcome.dump_id, outcome.state, outcome.reason
@@ -275,8 +249,12 @@ class _DumpControlOperator(BaseOperator):
         self.dump_id = dump_id
         self.dblog_conn_id = dblog_conn_id
 
+    @cached_property
+    def hook(self) -> DBLogHook:
+        return DBLogHook(self.dblog_conn_id)
+
     def execute(self, context: Context) -> None:
-        store = DBLogHook(self.dblog_conn_id).store
+        store = self.hook.store
         try:
             changed = self._apply(store)
         except DBLogError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, conf
@@ -49,6 +50,10 @@ class DBLogDumpSensor(BaseSensorOperator):
         self.deferrable = deferrable
         self.driver_timeout_s = driver_timeout_s
 
+    @cached_property
+    def hook(self) -> DBLogHook:
+        return DBLogHook(self.dblog_conn_id)
+
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
@@ -61,9 +66,7 @@ class DBLogDumpSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> bool:
-        outcome = DumpOutcome.of(
-            self.dump_id, DBLogHook(self.dblog_conn_id).dump_status(self.dump_id)
-        )
+        outcome = DumpOutcome.of(self.dump_id, self.hook.dump_status(self.dump_id))
         self._check(outcome)
         return outcome.state is DumpState.DONE
 
@@ -109,6 +112,10 @@ class DBLogTailerHealthSensor(BaseSensorOperator):
         self.max_lag_ms = max_lag_ms
         self.deferrable = deferrable
 
+    @cached_property
+    def hook(self) -> DBLogHook:
+        return DBLogHook(self.dblog_conn_id)
+
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
@@ -121,7 +128,7 @@ class DBLogTailerHealthSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> bool:
-        health = DBLogHook(self.dblog_conn_id).tailer_health()
+        health = self.hook.tailer_health()
         if not health_ok(health, int(self.max_lag_ms)):
             self.log.info("tailer not healthy yet: %s", health or "no heartbeat")
             return False

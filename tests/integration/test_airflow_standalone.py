@@ -19,7 +19,7 @@ import pytest
 from airflow_provider_dblog.demo import snapshot
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
-from airflow_provider_dblog.operators.dblog import dump_id_for
+from airflow_provider_dblog.operators.request import dump_id_for
 from tests.integration.airflow_server import airflow_server
 from tests.integration.airflow_support import airflow_env, dblog_connection
 from tests.integration.e2e_support import wait_caught_up

@@ -1,0 +1,90 @@
+"""A dump request as the dump operators take it: params and templates checked, the id of a
+task instance's dump, and the request built through the hook with its failures sorted into
+"fix the params" (no retry) and "try again later" (retryable).
+
+Shared by `DBLogCheckDumpRequestOperator` and `DBLogDumpOperator`, which check and run the
+same request.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_provider_dblog.core.dump_plan import DumpRequest
+from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.hooks.dblog import DBLogHook
+from airflow_provider_dblog.sources.base import SourceUnavailable
+from airflow_provider_dblog.state import StateStoreUnavailable
+
+REQUEST_FIELDS = ("dblog_conn_id", "tables", "keys", "chunk_size", "parallelism")
+"""The templated fields of an operator that takes a dump request."""
+
+
+def default_dump_id(context: Context) -> str:
+    """The same id for every try of one task instance: a retry resumes, it does not restart."""
+    ti = context["ti"]
+    return dump_id_for(ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1))
+
+
+def dump_id_for(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+    """The dump id of a task instance: its ids joined, anything unusual as `_`."""
+    parts = [dag_id, run_id, task_id] + ([str(map_index)] if map_index >= 0 else [])
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", ".".join(parts))
+
+
+def positive_int(name: str, value: Any) -> int:
+    """A count from a param or a template ("1000" as well as 1000), refused clearly."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise AirflowFailException(f"{name} must be a whole number, got {value!r}") from None
+    if number < 1 or str(number) != str(value).strip():
+        raise AirflowFailException(f"{name} must be a whole number of at least 1, got {value!r}")
+    return number
+
+
+def optional_list(name: str, value: Any) -> list[Any] | None:
+    """None, or a non-empty list (an empty list or "" from a form means: not given)."""
+    if value in (None, "", []):
+        return None
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list | tuple):
+        raise AirflowFailException(f"{name} must be a list, got {value!r}")
+    return list(value)
+
+
+def checked_request(
+    hook: DBLogHook,
+    dump_id: str,
+    *,
+    tables: Any,
+    keys: Any,
+    chunk_size: Any,
+    parallelism: Any,
+) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
+    """The request the params describe, validated against the source (its tables' primary
+    keys) and the key columns of its tables. A bad request fails without retry
+    (`AirflowFailException`), naming the problem; a source or Redis out of reach fails as
+    retryable (`AirflowException`)."""
+    tables_given = optional_list("tables", tables)
+    keys_given: str | list[Any] | None = optional_list("keys", keys)
+    if isinstance(keys, str) and keys.strip():
+        keys_given = keys  # text, as `dblog dump --keys` takes it
+    try:
+        return hook.build_request(
+            dump_id,
+            tables=tables_given,
+            keys=keys_given,
+            chunk_size=positive_int("chunk_size", chunk_size),
+            parallelism=positive_int("parallelism", parallelism),
+        )
+    except (SourceUnavailable, StateStoreUnavailable) as exc:
+        raise AirflowException(f"cannot check the dump request now: {exc}") from None
+    except DBLogError as exc:  # the request, the config or the connection is wrong
+        raise AirflowFailException(f"bad dump request: {exc}") from None
