@@ -1,14 +1,12 @@
-"""The provider as Airflow sees it: DAG integrity, provider metadata, the connection form, the
-hook against a real Redis and TOML, and the triggers (serialization, and runs on real Redis)."""
+"""The provider against a real Redis: the hook with its TOML, the triggers' runs, the sensors'
+pokes, the control operators and the dump operator's lineage. Its pure parts (DAG integrity,
+provider metadata, the connection form, trigger serialization, connection parsing) are unit
+tests under tests/unit/airflow/."""
 
 from __future__ import annotations
 
 import asyncio
-import copy
-import importlib
 import json
-import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,103 +18,10 @@ from airflow_provider_dblog.config import ConfigError
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.devservices.redis import RedisInfo
-from airflow_provider_dblog.get_provider_info import get_provider_info
 from airflow_provider_dblog.state import DumpState, StateStore
-from tests.integration.airflow_support import BIN
-from tests.integration.e2e_support import REPO
 
 pytestmark = pytest.mark.integration
 T = TableRef("public", "accounts")
-
-
-def test_every_dag_imports_with_its_tasks_and_params() -> None:
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(str(REPO / "dags"))
-    assert bag.import_errors == {}
-    assert set(bag.dag_ids) == {"dblog_backfill", "dblog_dump", "dblog_repair"}
-    expected_params = {
-        "dblog_backfill": {"tables", "chunk_size", "parallelism"},
-        "dblog_dump": {"source", "tables", "keys", "chunk_size", "parallelism"},
-        "dblog_repair": {"table", "keys", "chunk_size"},
-    }
-    for dag_id, params in expected_params.items():
-        dag = bag.dags[dag_id]
-        assert {t.task_id for t in dag.tasks} == {"check_request", "wait_for_tailer", "dump"}
-        assert dag.get_task("check_request").downstream_task_ids == {"wait_for_tailer"}
-        assert dag.get_task("wait_for_tailer").downstream_task_ids == {"dump"}
-        assert set(dag.params.keys()) == params
-        assert dag.catchup is False
-    assert bag.dags["dblog_backfill"].schedule == "0 3 * * 0"
-    assert bag.dags["dblog_dump"].schedule is None and bag.dags["dblog_repair"].schedule is None
-
-
-@pytest.mark.parametrize(
-    ("dag_id", "conf", "bad"),
-    [
-        ("dblog_dump", {"chunk_size": 0}, "chunk_size"),
-        ("dblog_dump", {"parallelism": "two"}, "parallelism"),
-        ("dblog_dump", {"tables": ["not a table"]}, "tables"),
-        ("dblog_repair", {"table": "public.accounts", "keys": []}, "keys"),
-        ("dblog_repair", {"keys": [1]}, "table"),
-    ],
-)
-def test_params_schema_refuses_bad_input_naming_the_param(
-    dag_id: str, conf: dict[str, Any], bad: str
-) -> None:
-    from airflow.dag_processing.dagbag import DagBag
-    from airflow.sdk.exceptions import ParamValidationError
-
-    dag = DagBag(str(REPO / "dags")).dags[dag_id]
-    params = copy.deepcopy(dag.params)
-    with pytest.raises(ParamValidationError, match=bad):
-        params.update(conf)  # what a run's conf does to the DAG's params
-        params.validate()
-
-
-def test_provider_info_names_importable_classes() -> None:
-    info = get_provider_info()
-    assert info["package-name"] == "airflow-provider-dblog"
-    for kind in ("hooks", "operators", "sensors", "triggers"):
-        (entry,) = info[kind]
-        for module in entry["python-modules"]:
-            importlib.import_module(module)
-    (connection,) = info["connection-types"]
-    module, _, name = connection["hook-class-name"].rpartition(".")
-    hook = getattr(importlib.import_module(module), name)
-    assert hook.conn_type == connection["connection-type"] == "dblog"
-
-
-def test_airflow_lists_the_provider_and_renders_its_connection_form(tmp_path: Path) -> None:
-    env = dict(os.environ, AIRFLOW_HOME=str(tmp_path))
-    listed = subprocess.run(
-        [str(BIN / "airflow"), "providers", "list"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert listed.returncode == 0, listed.stderr[-2000:]
-    assert "airflow-provider-dblog" in listed.stdout
-
-    from airflow.providers_manager import ProvidersManager
-    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
-
-    hook = ProvidersManagerTaskRuntime().hooks["dblog"]
-    assert hook is not None and hook.hook_class_name.endswith("DBLogHook")
-    manager = ProvidersManager()
-    widgets = {k: v.field for k, v in manager.connection_form_widgets.items() if "dblog" in k}
-    assert set(widgets) == {
-        f"extra__dblog__{name}"
-        for name in ("source_name", "config_path", "source_conn_id", "source_password", "ssl")
-    }
-    assert manager.connection_form_widgets["extra__dblog__source_password"].is_sensitive
-    behaviour = manager.field_behaviours["dblog"]
-    assert behaviour["relabeling"]["host"] == "Redis host"
-    assert behaviour["hidden_fields"] == ["extra"]
-
-
-# --- the hook and the triggers against a real Redis -------------------------------------------
 
 
 def write_toml(path: Path, redis_server: RedisInfo, source: str, *, redis_port: int = 0) -> Path:
@@ -212,20 +117,6 @@ def first_event(trigger: Any) -> dict[str, Any]:
         raise AssertionError("the trigger ended without an event")
 
     return asyncio.run(asyncio.wait_for(first(), 30))
-
-
-def test_triggers_serialize_to_what_builds_them_again() -> None:
-    from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger, DBLogTailerHealthTrigger
-
-    for trigger in (
-        DBLogDumpTrigger("c", "d-1", poll_interval=0.5, driver_timeout_s=9, cancel_on_kill=True),
-        DBLogTailerHealthTrigger("c", max_lag_ms=5, poll_interval=2),
-    ):
-        classpath, kwargs = trigger.serialize()
-        module, _, name = classpath.rpartition(".")
-        again = getattr(importlib.import_module(module), name)(**kwargs)
-        assert again.serialize() == (classpath, kwargs)
-        json.dumps(kwargs)  # stored in the database as JSON
 
 
 def test_dump_trigger_reports_done_failed_missing_and_a_dead_driver(
