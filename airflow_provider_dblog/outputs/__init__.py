@@ -82,9 +82,13 @@ _OUTPUTS: dict[str, tuple[Callable[[dict[str, Any]], Output], frozenset[str]]] =
 }
 
 
-def open_output(config: Mapping[str, Any]) -> Output:
-    """The output `config["type"]` names, built from the other keys (see the module docstring)."""
+def open_output(config: Mapping[str, Any], *, max_wait_s: float | None = None) -> Output:
+    """The output `config["type"]` names, built from the other keys (see the module docstring).
+    `max_wait_s` caps how long a call may wait on another writer's lock (the NDJSON directory's):
+    a tailer must keep renewing its lease meanwhile."""
     options = dict(config)
+    if max_wait_s is not None and options.get("type") == "ndjson":
+        options["lock_timeout_s"] = min(options.get("lock_timeout_s", max_wait_s), max_wait_s)
     kind = options.pop("type", None)
     if kind not in _OUTPUTS:
         raise OutputError(f"unknown output type {kind!r}; one of: {', '.join(sorted(_OUTPUTS))}")

@@ -68,12 +68,13 @@ class Tailer:
     def from_config(cls, config: Config, *, owner: str | None = None) -> Tailer:
         """The tailer a deployment's TOML describes; its output is opened once it leads."""
         source = source_for(config.source)
+        settings = TailerSettings(**config.tailer)
         return cls(
             source,
             StateStore(config.redis_client(), source.name),
-            lambda: open_output(config.output),
+            lambda: open_output(config.output, max_wait_s=settings.lease_ttl_ms / 4000),
             owner=owner,
-            settings=TailerSettings(**config.tailer),
+            settings=settings,
         )
 
     def start(self, stop: threading.Event, ready_timeout_s: float = 30.0) -> threading.Thread:
@@ -124,10 +125,9 @@ class Tailer:
                     log.warning("%s unavailable (%s); retrying in %.1fs", what, exc, delay)
                     self._renew(leadership)
                     self._beat(leadership)
-                if stop.wait(delay):
+                if self._pause(stop, delay, leadership):
                     return
                 delay = min(delay * 2, self._settings.reconnect_max_s)
-                self._renew(leadership)
         finally:
             if opened_here and self._output is not None:
                 with contextlib.suppress(Exception):
@@ -183,6 +183,16 @@ class Tailer:
                 raise FencedOut(
                     f"tailer {leadership.owner} lost its lease (token {leadership.token})"
                 )
+
+    def _pause(self, stop: threading.Event, delay: float, leadership: Leadership) -> bool:
+        """Back off for `delay` seconds, renewing the lease meanwhile (a backoff longer than the
+        lease must not hand it over); True if `stop` was set."""
+        deadline = time.monotonic() + delay
+        while (left := deadline - time.monotonic()) > 0:
+            if stop.wait(min(left, self._settings.lease_ttl_ms / 4000)):
+                return True
+            self._renew(leadership)
+        return False
 
     def _beat(self, leadership: Leadership) -> None:
         """Tell `dblog status` why this leader is not reading (Redis may be what is away)."""
