@@ -61,6 +61,7 @@ pytestmark = pytest.mark.integration
 ACCOUNTS = TABLES[0]
 STUCK_ID = 5
 STUCK_UPDATE = f"UPDATE accounts SET owner = 'stuck' WHERE id = {STUCK_ID}"
+RESTORE_UPDATE = f"UPDATE accounts SET owner = 'owner-{STUCK_ID}' WHERE id = {STUCK_ID}"
 WHOLE_TABLE = Chunk(ACCOUNTS, 0)
 XID_MASK = 0xFFFF_FFFF
 SERVERS = {"pg15": PostgresServer, "pg18": EmbeddedPostgresServer}
@@ -141,6 +142,10 @@ class StuckCommit:
             self._thread.join()
             if self._error is not None:
                 raise self._error
+            # It committed without waiting, so it is visible: undo it before trying again.
+            with self._conn.transaction():
+                self._conn.execute("SET LOCAL synchronous_commit = local")
+                self._conn.execute(RESTORE_UPDATE)
         raise AssertionError("the commit never waited for the synchronous standby")
 
     def _commit(self) -> None:
