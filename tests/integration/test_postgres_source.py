@@ -353,6 +353,52 @@ def test_a_lost_server_raises_source_unavailable(pg15: PostgresInfo) -> None:
             drop_slot(pg15, config.slot)
 
 
+def test_chunk_source_calls_on_a_restarted_server_are_unavailable_then_reconnect(
+    pg15: PostgresInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fast shutdown (what a failover or a minor upgrade does) ends every session with
+    AdminShutdown: each chunk-source call meeting it raises `SourceUnavailable`, never a raw
+    psycopg error, and the next call connects again. While the server is down, connecting
+    is unavailable too."""
+    env = unique("DBLOG_TEST_PG_RESTART_PASSWORD").upper()
+    monkeypatch.setenv(env, pg15.password)
+    table, other = new_table(pg15, "id int PRIMARY KEY"), new_table(pg15, "k int PRIMARY KEY")
+    execute(pg15, f"INSERT INTO {table} SELECT generate_series(1, 10)")
+    config = PostgresSourceConfig(
+        name="pgtest", dsn=dsn_of(pg15), tables=(table, other), password_env=env
+    )
+    ensure_setup(config)
+    calls: dict[str, Callable[[PostgresChunkSource], object]] = {
+        "key_columns": lambda s: s.key_columns(other),
+        "max_key": lambda s: s.max_key(table),
+        "split_keys": lambda s: s.split_keys(table, None, (10,), 3, 2),
+        "read_chunk": lambda s: s.read_chunk(Chunk(table, 0)).rows,
+        "write_watermark": lambda s: s.write_watermark(unique("lw")),
+    }
+    sources = {name: PostgresChunkSource(config) for name in calls}
+    try:
+        for source in sources.values():
+            assert source.key_columns(table) == ("id",)  # connected
+        pg15.restart()
+        for name, call in calls.items():
+            with pytest.raises(SourceUnavailable, match="lost the PostgreSQL source"):
+                call(sources[name])
+        assert sources["max_key"].max_key(table) == (10,)
+        assert sources["split_keys"].split_keys(table, None, (10,), 3, 2) == [(3,), (6,)]
+        assert len(sources["read_chunk"].read_chunk(Chunk(table, 0)).rows) == 10
+        assert sources["key_columns"].key_columns(other) == ("k",)
+        sources["write_watermark"].write_watermark(unique("lw"))
+        pg15.stop()
+        with pytest.raises(SourceUnavailable, match="lost the PostgreSQL source"):
+            sources["max_key"].max_key(table)
+        with pytest.raises(SourceUnavailable, match="cannot connect"):
+            sources["max_key"].max_key(table)
+    finally:
+        pg15.start()
+        for source in sources.values():
+            source.close()
+
+
 # --- setup and preflight ------------------------------------------------------------------
 
 

@@ -4,11 +4,15 @@ Keys are compared by PostgreSQL (row-value comparison, in the columns' collation
 through the primary-key index, never by OFFSET over the rows. Key values travel as text cast to
 the column's type, so any key type the converters print can come back as a bound. Rows are read
 as the raw text the server prints and converted like the log's values.
+
+A server that goes away (a restart, a failover) surfaces as `SourceUnavailable` from whichever
+call met it, and the next call connects again: the dump retries the chunk with new watermarks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import psycopg
 from psycopg import sql
@@ -16,7 +20,7 @@ from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, Row, TableRef, freeze
-from airflow_provider_dblog.sources.base import ChunkRead, SourceError
+from airflow_provider_dblog.sources.base import ChunkRead, SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo, TableShape, table_shape
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.converters import convert, to_text
@@ -28,6 +32,10 @@ from airflow_provider_dblog.sources.postgres.converters import convert, to_text
 _INVISIBLE = "SELECT x::text FROM pg_snapshot_xip(%s::pg_snapshot) AS x"
 
 _XID_MASK = 0xFFFF_FFFF
+
+_LOST_STATES = ("08", "57P")
+"""SQLSTATE classes of a lost server: connection exceptions, and operator intervention's
+shutdowns (57P01 admin_shutdown is what a fast shutdown sends every session)."""
 
 
 class PostgresChunkSource:
@@ -50,7 +58,8 @@ class PostgresChunkSource:
                 sql.SQL("{} DESC").format(sql.Identifier(c.name)) for c in shape.key
             ),
         )
-        rows = _raw_rows(self._connection().execute(query))
+        with self._session() as conn:
+            rows = _raw_rows(conn.execute(query))
         return _key(shape.key, rows[0]) if rows else None
 
     def split_keys(
@@ -59,16 +68,17 @@ class PostgresChunkSource:
         shape = self._shape(table)
         keys: list[Key] = []
         lower = after
-        for _ in range(count):
-            where, params = _range(shape, lower, upto)
-            query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} OFFSET {} LIMIT 1").format(
-                _names(shape.key), _table(table), where, _names(shape.key), chunk_size - 1
-            )
-            rows = _raw_rows(self._connection().execute(query, params))
-            if not rows:
-                break
-            lower = _key(shape.key, rows[0])
-            keys.append(lower)
+        with self._session() as conn:
+            for _ in range(count):
+                where, params = _range(shape, lower, upto)
+                query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} OFFSET {} LIMIT 1").format(
+                    _names(shape.key), _table(table), where, _names(shape.key), chunk_size - 1
+                )
+                rows = _raw_rows(conn.execute(query, params))
+                if not rows:
+                    break
+                lower = _key(shape.key, rows[0])
+                keys.append(lower)
         return keys
 
     def read_chunk(self, chunk: Chunk) -> ChunkRead:
@@ -84,8 +94,7 @@ class PostgresChunkSource:
         )
         if chunk.limit is not None:
             query = sql.SQL("{} LIMIT {}").format(query, chunk.limit)
-        conn = self._connection()
-        with conn.transaction():
+        with self._session() as conn, conn.transaction():
             snapshot_row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
             assert snapshot_row is not None
             raw = _raw_rows(conn.execute(query, params))
@@ -98,10 +107,11 @@ class PostgresChunkSource:
 
     def write_watermark(self, value: str) -> None:
         query = sql.SQL("UPDATE {} SET value = %s").format(_table(self._config.watermark))
-        cursor = self._connection().execute(query, (value,))
-        if cursor.rowcount != 1:
+        with self._session() as conn:
+            rowcount = conn.execute(query, (value,)).rowcount
+        if rowcount != 1:
             raise SourceError(
-                f"the watermark table {self._config.watermark} has {cursor.rowcount} rows, "
+                f"the watermark table {self._config.watermark} has {rowcount} rows, "
                 "not one: run ensure_setup"
             )
 
@@ -110,17 +120,31 @@ class PostgresChunkSource:
         if conn is not None:
             conn.close()
 
-    def _connection(self) -> psycopg.Connection[TupleRow]:
+    @contextmanager
+    def _session(self) -> Iterator[psycopg.Connection[TupleRow]]:
+        """The connection (opened if there is none: `SourceUnavailable` if it cannot be); a
+        server lost while it is used raises `SourceUnavailable` and drops it, so the next call
+        connects again."""
         if self._conn is None or self._conn.closed:
             conn = self._config.connect()
             conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             self._conn = conn
-        return self._conn
+        conn = self._conn
+        try:
+            yield conn
+        except psycopg.Error as exc:
+            if not (conn.closed or (exc.sqlstate or "").startswith(_LOST_STATES)):
+                raise
+            self.close()
+            raise SourceUnavailable(
+                f"lost the PostgreSQL source {self._config.name}: {exc}"
+            ) from exc
 
     def _shape(self, table: TableRef) -> TableShape:
         shape = self._shapes.get(table)
         if shape is None:
-            shape = self._shapes[table] = table_shape(self._connection(), table)
+            with self._session() as conn:
+                shape = self._shapes[table] = table_shape(conn, table)
         return shape
 
 
