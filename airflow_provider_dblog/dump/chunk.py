@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import Key, key_of
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.sources.base import ChunkSource
@@ -21,6 +22,11 @@ from airflow_provider_dblog.state import StateStore, WindowState
 WINDOW_KEYS_MIN_TTL_S = 600.0
 """A window's Redis keys live at least this long: their TTL only collects garbage, and must
 outlast a slow read (a Spark application still starting its executors) by far."""
+
+
+class ChunkReadFailed(DBLogError):
+    """A reader could not read the chunk for a reason other than its source going away (a
+    Spark job failed): the chunk is retried with new watermarks, as a failed window."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +40,9 @@ class StoredChunk:
 
 class ChunkReader(Protocol):
     """Reads a chunk and stores its rows for the window, after lw and before hw. Returns None if
-    the window is already past open (the tailer ended it): the chunk is then retried."""
+    the window is already past open (the tailer ended it): the chunk is then retried. Raises
+    `SourceUnavailable` if the source went away, `ChunkReadFailed` if the read failed otherwise
+    and may succeed again."""
 
     def __call__(
         self,

@@ -1,7 +1,9 @@
 """Runs one stored dump request to the end: chunk after chunk, obeying its controls.
 
 Progress is saved after each chunk, so a dump killed at any moment resumes from its last
-completed chunk when run again. Between chunks it reads the controls in Redis (pause, resume,
+completed chunk when run again. A source or Redis restart is ridden through: the chunk it broke
+is retried with new watermarks, and the calls between chunks wait, for up to
+`source_patience_s` (see `retry.py`). Between chunks it reads the controls in Redis (pause, resume,
 cancel, chunk size, delay, rows/s), so they can be changed while it runs. Used by `dblog dump`
 (chunks read in this process) and by the Spark application (`spark_jobs/dump.py`: the same
 loop, each chunk read by Spark tasks through another `ChunkReader`).
@@ -25,9 +27,11 @@ from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.dump.chunk import (
     ChunkOutcome,
     ChunkReader,
+    ChunkReadFailed,
     read_in_process,
     run_chunk,
 )
+from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S, ChunkRetries, Patience
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
 from airflow_provider_dblog.state import (
     DumpControls,
@@ -41,7 +45,6 @@ log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[str, TableProgress], None]
 PAUSE_POLL_S = 0.5
-UNAVAILABLE_BACKOFF_S = 0.25
 STORE_PATIENCE_S = 60.0
 DRIVER_TTL_MS = 15_000
 """A dump whose process has not beaten for this long is taken for dead (see `beat_dump`)."""
@@ -59,6 +62,7 @@ def run_dump(
     *,
     window_timeout_s: float = 60.0,
     max_attempts: int = 5,
+    source_patience_s: float = SOURCE_PATIENCE_S,
     on_progress: ProgressCallback | None = None,
     stop: threading.Event | None = None,
     read: ChunkReader = read_in_process,
@@ -66,7 +70,9 @@ def run_dump(
 ) -> DumpState:
     """Run the dump until done, cancelled or failed; returns the final status. `read` reads
     each chunk into Redis; `bounded_chunks` plans range chunks with an upper bound always
-    (see `TablePlanner.bounded`), as a reader that splits a chunk needs."""
+    (see `TablePlanner.bounded`), as a reader that splits a chunk needs. A chunk is tried
+    `max_attempts` times when its window fails, and for up to `source_patience_s` while the
+    source or Redis is away."""
     stored = store.dumps.get(dump_id)
     if stored is None:
         raise DumpFailed(f"no dump request {dump_id!r} in the store")
@@ -86,7 +92,7 @@ def run_dump(
             ThreadPoolExecutor(parallelism, thread_name_prefix="dblog-chunk") as pool,
         ):
             for table in request.tables:
-                key_columns = sources[0].key_columns(table)
+                key_columns = _patiently(partial(sources[0].key_columns, table), source_patience_s)
                 planner = TablePlanner(
                     progress.get(table) or TableProgress(table),
                     request.chunk_size,
@@ -94,7 +100,7 @@ def run_dump(
                     bounded=bounded_chunks,
                 )
                 if planner.needs_max_key:
-                    planner.begin(sources[0].max_key(table))
+                    planner.begin(_patiently(partial(sources[0].max_key, table), source_patience_s))
                     store.dumps.save_progress(dump_id, planner.progress)
                 while not planner.done:
                     controls = _patiently(partial(store.dumps.controls, dump_id))
@@ -109,19 +115,26 @@ def run_dump(
                         continue
                     _patiently(partial(store.dumps.mark, dump_id, DumpState.RUNNING))
                     planner.chunk_size = controls.chunk_size
-                    chunks = _plan(planner, sources[0], parallelism)
+                    chunks = _patiently(
+                        partial(_plan, planner, sources[0], parallelism), source_patience_s
+                    )
                     started = time.monotonic()
                     runs = [
                         pool.submit(
-                            _run_with_retries,
-                            store,
-                            source,
-                            dump_id,
-                            chunk,
-                            key_columns,
-                            window_timeout_s,
-                            max_attempts,
-                            read,
+                            retry_chunk,
+                            partial(
+                                run_chunk,
+                                store,
+                                source,
+                                dump_id,
+                                chunk,
+                                key_columns,
+                                window_timeout_s=window_timeout_s,
+                                read=read,
+                            ),
+                            ChunkRetries(max_attempts, Patience(source_patience_s)),
+                            f"chunk {chunk.seq} of {chunk.table}",
+                            on_retry=partial(_count_retry, store, dump_id),
                         )
                         for chunk, source in zip(chunks, sources, strict=False)
                     ]
@@ -137,13 +150,11 @@ def run_dump(
                     _throttle(controls, rows, time.monotonic() - started, stop)
         store.dumps.mark(dump_id, DumpState.DONE)
         return DumpState.DONE
-    except DumpFailed as exc:
-        store.dumps.mark(dump_id, DumpState.FAILED, reason=str(exc))
-        raise
     except Exception as exc:
         # Whatever stopped the dump is its reason: nobody waits on a "running" dump forever.
+        reason = str(exc) if isinstance(exc, DumpFailed) else f"{type(exc).__name__}: {exc}"
         try:
-            store.dumps.mark(dump_id, DumpState.FAILED, reason=f"{type(exc).__name__}: {exc}")
+            store.dumps.mark(dump_id, DumpState.FAILED, reason=reason)
         except StateStoreUnavailable:
             log.warning("could not mark dump %s failed: the state store is away", dump_id)
         raise
@@ -175,18 +186,19 @@ def _beating(store: StateStore, dump_id: str) -> Iterator[None]:
         thread.join()
 
 
-def _patiently(call: Callable[[], T]) -> T:
-    """A store call between chunks rides out a Redis restart instead of ending the dump."""
-    delay, deadline = UNAVAILABLE_BACKOFF_S, time.monotonic() + STORE_PATIENCE_S
+def _patiently(call: Callable[[], T], patience_s: float = STORE_PATIENCE_S) -> T:
+    """A call between chunks rides out a restart of Redis or the source instead of ending the
+    dump; after `patience_s` of it the dump fails, saying what was away."""
+    patience = Patience(patience_s)
     while True:
         try:
             return call()
-        except StateStoreUnavailable as exc:
-            if time.monotonic() + delay > deadline:
-                raise
-            log.warning("state store unavailable (%s); retrying in %.2fs", exc, delay)
+        except (StateStoreUnavailable, SourceUnavailable) as exc:
+            delay = patience.away(exc)
+            if delay is None:
+                raise DumpFailed(patience.verdict()) from exc
+            log.warning("%s; retrying in %.2fs", exc, delay)
             time.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 def _plan(planner: TablePlanner, source: ChunkSource, parallelism: int) -> list[Chunk]:
@@ -204,46 +216,52 @@ def _plan(planner: TablePlanner, source: ChunkSource, parallelism: int) -> list[
     return planner.next_chunks(parallelism, splits)
 
 
-def _run_with_retries(
-    store: StateStore,
-    source: ChunkSource,
-    dump_id: str,
-    chunk: Chunk,
-    key_columns: tuple[str, ...],
-    window_timeout_s: float,
-    max_attempts: int,
-    read: ChunkReader,
+def retry_chunk(
+    attempt: Callable[[], ChunkOutcome],
+    retries: ChunkRetries,
+    what: str,
+    *,
+    on_retry: Callable[[str], None],
+    sleep: Callable[[float], None] = time.sleep,
 ) -> ChunkOutcome:
-    reasons = []
-    for attempt in range(max_attempts):
+    """Run `attempt` (one window: `run_chunk`) until its chunk completes; each retry is a new
+    window with new watermarks, announced to `on_retry` after its backoff. Raises DumpFailed
+    once `retries` is spent, naming `what` (the chunk) and why."""
+    while True:
         try:
-            outcome = run_chunk(
-                store,
-                source,
-                dump_id,
-                chunk,
-                key_columns,
-                window_timeout_s=window_timeout_s,
-                read=read,
-            )
-        except (StateStoreUnavailable, SourceUnavailable, UnknownWindow) as exc:
-            # Redis or the source went away for a moment (a restart), or the window's keys
-            # vanished (Redis lost them): the window is retried with new watermarks, like one
-            # the tailer did not close.
+            outcome = attempt()
+        except (SourceUnavailable, StateStoreUnavailable) as exc:
+            # The source or Redis went away (a restart, a failover): wait for it, within the
+            # patience, without spending the window attempts.
+            delay = retries.patience.away(exc)
+            if delay is None:
+                raise DumpFailed(f"{what}: {retries.patience.verdict()}") from exc
+            log.warning("%s: %s; retrying in %.2fs with new watermarks", what, exc, delay)
+            sleep(delay)
+            on_retry(str(exc))
+            continue
+        except (UnknownWindow, ChunkReadFailed) as exc:
+            # The window's keys vanished (Redis lost them) or the reader failed (a Spark job):
+            # a failed window, retried with new watermarks after a backoff.
             outcome = ChunkOutcome(False, 0, None, str(exc))
-            time.sleep(min(UNAVAILABLE_BACKOFF_S * 2**attempt, 5.0))
+            sleep(retries.window_backoff())
         if outcome.completed:
             return outcome
-        reasons.append(outcome.reason or "unknown")
-        try:
-            store.dumps.count(dump_id, windows_retried=1)
-        except StateStoreUnavailable:
-            log.warning("could not count a retried window of %s: the state store is away", dump_id)
-        log.info("chunk %s of %s retried: %s", chunk.seq, chunk.table, outcome.reason)
-    raise DumpFailed(
-        f"chunk {chunk.seq} of {chunk.table} failed {max_attempts} times; last: {reasons[-1]}. "
-        "Is the tailer running (dblog status)?"
-    )
+        reason = outcome.reason or "unknown"
+        if not retries.window_failed(reason):
+            raise DumpFailed(
+                f"{what} failed {retries.max_attempts} times; last: {reason}. "
+                "Is the tailer running (dblog status)?"
+            )
+        on_retry(reason)
+        log.info("%s retried: %s", what, reason)
+
+
+def _count_retry(store: StateStore, dump_id: str, reason: str) -> None:
+    try:
+        store.dumps.count(dump_id, windows_retried=1)
+    except StateStoreUnavailable:
+        log.warning("could not count a retried window of %s: the state store is away", dump_id)
 
 
 def _throttle(

@@ -295,7 +295,7 @@ def test_killed_python_workers_fail_the_chunk_job_and_the_chunk_is_retried(
     between two jobs is replaced by Spark and nothing fails, and a warm worker's task lasts
     milliseconds. So the workers are killed whenever the status tracker reports a job running,
     again, until the retried-window counter moves (in practice the first job seen running
-    fails). The retry's backoff (`UNAVAILABLE_BACKOFF_S`) comes before the counter moves, so
+    fails). The retry's backoff (`ChunkRetries.window_backoff`) comes before the counter moves, so
     the kills stop before the new window's job starts."""
     store = pipeline.store
     slow_dump(pipeline, DumpRequest("crashed", DumpKind.ALL, TABLES, chunk_size=100))

@@ -1,0 +1,86 @@
+"""How long a dump keeps trying: a few attempts for a window that failed, minutes for a server
+that went away.
+
+A window the tailer did not close (it expired, it saw a stale read, hw came before lw) is worth a
+few more attempts; when they are spent, something is wrong that retrying will not fix (is a
+tailer running?). A source or a Redis that went away (a failover, a restart for a minor upgrade)
+is back within minutes however many attempts that takes, so those failures are bounded by time
+instead and spend none of the window attempts. Pure: the clock is given.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from airflow_provider_dblog.sources.base import SourceUnavailable
+
+BACKOFF_S = 0.25
+MAX_BACKOFF_S = 5.0
+SOURCE_PATIENCE_S = 300.0
+"""How long a dump waits for its source (or Redis) to come back before it fails."""
+
+
+@dataclass
+class Patience:
+    """One spell of unavailability: from the first failure to the next success, at most
+    `patience_s` long. Each failure is answered with the backoff before the next try, or None
+    once the spell has outlasted the patience."""
+
+    patience_s: float
+    clock: Callable[[], float] = time.monotonic
+    since: float | None = None
+    last_error: BaseException | None = None
+    _tries: int = 0
+
+    def away(self, error: BaseException) -> float | None:
+        """`error` made a try fail: seconds to wait before the next, None to give up. The last
+        try comes when the patience runs out, never later."""
+        now = self.clock()
+        if self.since is None:
+            self.since = now
+        self.last_error = error
+        left = self.since + self.patience_s - now
+        if left <= 0:
+            return None
+        delay = min(_backoff(self._tries), left)
+        self._tries += 1
+        return delay
+
+    def back(self) -> None:
+        """A try reached the server: the next failure starts a new spell."""
+        self.since, self.last_error, self._tries = None, None, 0
+
+    def verdict(self) -> str:
+        """Why the dump gave up: what was away, for how long, and its last error."""
+        assert self.since is not None and self.last_error is not None
+        what = "the source" if isinstance(self.last_error, SourceUnavailable) else "the state store"
+        return (
+            f"{what} was unreachable for {self.clock() - self.since:.0f} s; "
+            f"last error: {self.last_error}"
+        )
+
+
+@dataclass
+class ChunkRetries:
+    """The retry budget of one chunk: `max_attempts` failed windows, and `patience` for a server
+    that is away (which does not spend them)."""
+
+    max_attempts: int
+    patience: Patience
+    reasons: list[str] = field(default_factory=list)
+
+    def window_failed(self, reason: str) -> bool:
+        """A window that reached the servers failed; True while attempts remain."""
+        self.patience.back()
+        self.reasons.append(reason)
+        return len(self.reasons) < self.max_attempts
+
+    def window_backoff(self) -> float:
+        """The pause before retrying a window whose reader failed (not the tailer's verdict)."""
+        return _backoff(len(self.reasons))
+
+
+def _backoff(tries: int) -> float:
+    return min(BACKOFF_S * 2.0**tries, MAX_BACKOFF_S)
