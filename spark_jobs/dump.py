@@ -11,7 +11,9 @@ slices), and runs one Spark job of one task per sub-range. Each task opens its o
 connection, reads its sub-range and appends the rows straight into Redis: rows never pass
 through the driver, only counts come back. Then the driver writes hw, waits for the tailer to
 close the window and stores progress. A run of the same request after a kill resumes from the
-last completed chunk; a window the killed run left open expires in the tailer.
+last completed chunk; a window the killed run left open expires in the tailer. A task that finds
+the source gone (a restart, a failover) says so instead of failing: the driver retries the chunk
+with new watermarks until the source is back, for up to `--source-patience` seconds.
 
 Credentials never travel in argv or Spark properties: each task reads the passwords from the
 environment variables the TOML names (`password_env`). Local executors inherit the driver's
@@ -44,7 +46,8 @@ from pyspark.sql import SparkSession
 from airflow_provider_dblog.config import Config, load_config
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, key_of
-from airflow_provider_dblog.dump.chunk import StoredChunk
+from airflow_provider_dblog.dump.chunk import ChunkReadFailed, StoredChunk
+from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.dump.runner import DumpFailed, run_dump
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
 from airflow_provider_dblog.sources.factory import source_for
@@ -53,13 +56,14 @@ from airflow_provider_dblog.state import DumpState, StateStore, WindowStore
 
 log = logging.getLogger("dblog.spark_dump")
 
-PartResult = tuple[int, int | None, Key | None]
-"""What a task sends back: part index, rows stored (None: the window ended), last key read."""
+PartResult = tuple[int, int | None, Key | None, str | None]
+"""What a task sends back: part index, rows stored (None: the window ended), last key read, and
+why the source could not be read (None: it was)."""
 
 
-class ChunkJobFailed(SourceUnavailable):
-    """A chunk's Spark job failed (a task's source or Redis went away, an executor was lost,
-    after Spark's own task retries): the chunk is retried with new watermarks."""
+class ChunkJobFailed(ChunkReadFailed):
+    """A chunk's Spark job failed (a task's Redis went away, an executor was lost, after Spark's
+    own task retries): the chunk is retried with new watermarks, as a failed window."""
 
 
 def sub_ranges(source: ChunkSource, chunk: Chunk, tasks: int, chunk_size: int) -> list[Chunk]:
@@ -90,19 +94,25 @@ def read_parts(
     parts: Iterable[tuple[int, Chunk]],
 ) -> list[PartResult]:
     """One Spark task: read its parts on its own connection and append the rows to the window
-    in Redis. Runs on an executor; reads passwords from its environment."""
+    in Redis. Runs on an executor; reads passwords from its environment. A source that went
+    away ends the task with that news rather than an error: Spark retrying the task at once
+    would only find it gone again, while the driver retries the chunk once it is back."""
     source = source_for(config.source).chunk_source()
     client = config.redis_client()
     windows = WindowStore(client, config.source.name)
     try:
         results: list[PartResult] = []
         for index, part in parts:
-            read = source.read_chunk(part)
+            try:
+                read = source.read_chunk(part)
+            except SourceUnavailable as exc:
+                results.append((index, None, None, str(exc)))
+                break
             stored = windows.append_rows(
                 window_id, index, read.rows, key_columns, read.invisible_txids
             )
             last = key_of(read.rows[-1], key_columns) if read.rows else None
-            results.append((index, stored, last))
+            results.append((index, stored, last, None))
         return results
     finally:
         source.close()
@@ -144,13 +154,17 @@ class SparkChunkReader:
 
 
 def _combine(results: Sequence[PartResult]) -> StoredChunk | None:
-    """The chunk's outcome from its parts' (None if any part found the window ended)."""
-    if any(stored is None for _, stored, _ in results):
+    """The chunk's outcome from its parts' (None if any part found the window ended); raises
+    SourceUnavailable if a part could not reach the source."""
+    for _, _, _, unavailable in results:
+        if unavailable is not None:
+            raise SourceUnavailable(f"a Spark task could not read the source: {unavailable}")
+    if any(stored is None for _, stored, _, _ in results):
         return None
     ordered = sorted(results, key=lambda r: r[0])
-    last_keys = [last for _, _, last in ordered if last is not None]
+    last_keys = [last for _, _, last, _ in ordered if last is not None]
     return StoredChunk(
-        sum(stored or 0 for _, stored, _ in ordered), last_keys[-1] if last_keys else None
+        sum(stored or 0 for _, stored, _, _ in ordered), last_keys[-1] if last_keys else None
     )
 
 
@@ -161,6 +175,7 @@ def run_spark_dump(
     *,
     tasks: int | None = None,
     window_timeout_s: float = 60.0,
+    source_patience_s: float = SOURCE_PATIENCE_S,
 ) -> DumpState:
     """Run one stored dump request in this Spark application; returns its final state."""
     store = StateStore(config.redis_client(), config.source.name)
@@ -175,6 +190,7 @@ def run_spark_dump(
         source_for(config.source).chunk_source,
         dump_id,
         window_timeout_s=window_timeout_s,
+        source_patience_s=source_patience_s,
         read=reader,
         bounded_chunks=True,
     )
@@ -186,6 +202,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="the dblog TOML file")
     parser.add_argument("--tasks", type=int, help="tasks per chunk (default: Spark's parallelism)")
     parser.add_argument("--window-timeout", type=float, default=60.0, help="seconds")
+    parser.add_argument(
+        "--source-patience",
+        type=float,
+        default=SOURCE_PATIENCE_S,
+        help="seconds to wait for a source or Redis that went away before failing",
+    )
     parser.add_argument("--master", help="when run with python, not spark-submit: e.g. local[2]")
     parser.add_argument(
         "--no-ship-package",
@@ -212,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.dump_id,
             tasks=args.tasks,
             window_timeout_s=args.window_timeout,
+            source_patience_s=args.source_patience,
         )
     except DumpFailed as exc:
         log.error("dump %s failed: %s", args.dump_id, exc)

@@ -17,6 +17,7 @@ from airflow_provider_dblog.cli.common import add_config_option, config_of, stor
 from airflow_provider_dblog.core.dump_plan import TableProgress
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.dump.request import build_request
+from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import StateStore
@@ -31,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     dump.add_argument("--parallelism", type=int, default=1)
     dump.add_argument("--dump-id", help="resume this dump, or give a new one its id")
     dump.add_argument("--window-timeout", type=float, default=60.0, help="seconds")
+    dump.add_argument("--source-patience", type=float, default=SOURCE_PATIENCE_S, help="seconds")
     dump.set_defaults(func=_dump)
 
     status = subparsers.add_parser("status", help="tailer health and dumps")
@@ -84,6 +86,7 @@ def _dump(args: argparse.Namespace) -> int:
         source.chunk_source,
         dump_id,
         window_timeout_s=args.window_timeout,
+        source_patience_s=args.source_patience,
         on_progress=_print_progress,
     )
     print(f"\ndump {dump_id}: {state}")
