@@ -31,11 +31,11 @@ CHUNKS = 3 * ROWS // CHUNK_SIZE
 
 @pytest.fixture
 def pipeline(pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path) -> Iterator[Pipeline]:
-    try:
-        with running_pipeline(pg15, redis_server, tmp_path, ROWS) as pipeline:
+    with running_pipeline(pg15, redis_server, tmp_path, ROWS) as pipeline:
+        try:
             yield pipeline
-    finally:
-        pg15.start()  # a no-op if it runs; the session's other tests need it
+        finally:
+            pg15.start()  # a no-op if it runs; the session's other tests (and the teardown)
 
 
 def status_of(pipeline: Pipeline, dump_id: str) -> DumpStatus | None:

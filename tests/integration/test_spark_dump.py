@@ -1,8 +1,8 @@
 """The dump as a Spark application (spark_jobs/dump.py) on local[2], against real PostgreSQL and
 Redis with a tailer running in this process into a SQL target: a full dump under writes with one
 and three windows in flight, a repair of a key list, pause and resume, cancel, a chunk size
-changed while the dump runs, Python workers killed while a chunk's job runs, and an application
-killed mid-dump that resumes from its stored progress.
+changed while the dump runs, Python workers killed while a chunk's job runs, an application
+killed mid-dump that resumes from its stored progress, and the source restarted mid-dump.
 
 One SparkSession serves the in-process dumps of this module (a session starts in about 5 s);
 the dumps that are controlled while they run go in a thread. The kill test runs the entry point
@@ -29,13 +29,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 from airflow_provider_dblog.config import load_config
-from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
+from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.demo import TABLES, Workload, compare, snapshot
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import PAUSE_POLL_S
+from airflow_provider_dblog.sources.base import SourceUnavailable
 from airflow_provider_dblog.state import DumpState, DumpStatus
-from spark_jobs.dump import run_spark_dump
+from spark_jobs.dump import SparkChunkReader, run_spark_dump
 from tests.integration.e2e_support import (
     PASSWORD_ENV,
     REDIS_PASSWORD_ENV,
@@ -331,3 +332,61 @@ def test_killed_python_workers_fail_the_chunk_job_and_the_chunk_is_retried(
     assert final.chunks == 18 and final.rows == ROWS * 3
     wait_caught_up(pipeline.dbs)
     assert compare(pipeline.dbs.source_dsn, pipeline.dbs.target_dsn) == []
+
+
+@pytest.fixture
+def restartable(pipeline: Pipeline) -> Iterator[Pipeline]:
+    """The pipeline, its pg15 (the session's) brought back up whatever the test did to it."""
+    try:
+        yield pipeline
+    finally:
+        pipeline.dbs.pg.start()
+
+
+def test_spark_dump_rides_through_a_source_restart(
+    spark: SparkSession, restartable: Pipeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fast shutdown and start of PostgreSQL (a failover, a minor upgrade) while chunks' jobs
+    run: the chunk it broke (on the driver's connection, or in a task) is retried with new
+    watermarks once the server is back, the dump ends done and the target equals the source."""
+    pipeline = restartable
+    slow_dump(pipeline, DumpRequest("restarted", DumpKind.ALL, TABLES, chunk_size=100))
+    with (
+        caplog.at_level(logging.WARNING, logger="airflow_provider_dblog.dump.runner"),
+        dump_in_thread(spark, pipeline, "restarted") as run,
+    ):
+        wait_until(lambda: status_of(pipeline, "restarted").chunks >= 2, 60, "2 chunks")
+        pipeline.dbs.pg.restart()  # SIGINT: a fast shutdown, every session ended, then a start
+        at_restart = status_of(pipeline, "restarted")
+        pipeline.store.dumps.throttle("restarted", delay_ms=0)
+        assert run.result(timeout=180) is DumpState.DONE
+    assert at_restart.state is DumpState.RUNNING and at_restart.chunks < 18, at_restart
+    # The driver's connection was lost (its next query, planning or a watermark, met it), or a
+    # task's: either way the dump waited and went on.
+    met = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
+    assert any("source" in m for m in met), "the dump never met the restart"
+    final = status_of(pipeline, "restarted")
+    assert final.state is DumpState.DONE, final
+    # 600 rows per table in chunks of 100: 6 chunks each. A chunk completed twice counts twice.
+    assert final.chunks == 18 and final.rows == ROWS * 3
+    wait_caught_up(pipeline.dbs)
+    assert compare(pipeline.dbs.source_dsn, pipeline.dbs.target_dsn) == []
+
+
+def test_a_spark_task_that_finds_the_source_gone_makes_the_chunk_unavailable(
+    spark: SparkSession, restartable: Pipeline
+) -> None:
+    """With the server down, each task of a key chunk (no query on the driver) fails to
+    connect: the tasks report it, and the reader raises SourceUnavailable, which the runner
+    waits out, instead of a failed job, which would spend a window attempt."""
+    pipeline = restartable
+    config = load_config(pipeline.config_path)
+    reader = SparkChunkReader(spark.sparkContext, config, "none", tasks=2, default_chunk_size=10)
+    chunk = Chunk(TABLES[0], 0, keys=((1,), (2,), (3,), (4,)))
+    source = pipeline.dbs.source.chunk_source()
+    pipeline.dbs.pg.stop()
+    try:
+        with pytest.raises(SourceUnavailable, match="a Spark task could not read the source"):
+            reader(pipeline.store, source, "no-window", chunk, ("id",))
+    finally:
+        source.close()
