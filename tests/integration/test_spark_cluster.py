@@ -92,8 +92,8 @@ def alive_workers(ui_port: int) -> int:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as response:
             state = json.load(response)
-    except OSError:
-        return 0  # the master is not serving yet
+    except (OSError, ValueError):
+        return 0  # the master is not serving yet (no answer, or a page that is not its JSON)
     return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
 
