@@ -2,8 +2,9 @@
 
 `dump` registers a request in Redis and runs it in this process (`dump/runner.py`, each chunk
 read between watermarks by `dump/chunk.py`); a dump of the same `--dump-id` run again resumes
-from its last completed chunk. The controls act on a running dump from anywhere: it reads them
-between chunks.
+from its last completed chunk (one whose process died, for instance). A failed or cancelled dump
+resumes only when asked with `--resume`, as an Airflow retry does; a done one never. The controls
+act on a running dump from anywhere: it reads them between chunks.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from airflow_provider_dblog.dump.request import build_request
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.sources.factory import source_for
-from airflow_provider_dblog.state import StateStore
+from airflow_provider_dblog.state import DumpState, StateStore
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -30,7 +31,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     dump.add_argument("--keys", help="primary keys of --table: '1,2,3' or JSON '[[1,\"a\"]]'")
     dump.add_argument("--chunk-size", type=int, default=1000)
     dump.add_argument("--parallelism", type=int, default=1)
+    dump.add_argument("--max-rows-per-s", type=float, help="rate limit (dblog throttle changes it)")
     dump.add_argument("--dump-id", help="resume this dump, or give a new one its id")
+    dump.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --dump-id: run a failed or cancelled dump again from its last completed chunk",
+    )
     dump.add_argument("--window-timeout", type=float, default=60.0, help="seconds")
     dump.add_argument("--source-patience", type=float, default=SOURCE_PATIENCE_S, help="seconds")
     dump.set_defaults(func=_dump)
@@ -62,8 +69,12 @@ def _dump(args: argparse.Namespace) -> int:
     config = config_of(args)
     store = store_of(config)
     dump_id = args.dump_id or uuid.uuid4().hex[:12]
+    if args.max_rows_per_s is not None and args.max_rows_per_s < 0:
+        raise DBLogError(f"--max-rows-per-s must not be negative, got {args.max_rows_per_s}")
     source = source_for(config.source)
     if store.dumps.get(dump_id) is None:
+        if args.resume:
+            raise DBLogError(f"--resume: there is no dump {dump_id} to resume")
         chunks = source.chunk_source()
         try:
             if args.keys is not None and args.table is None:
@@ -80,6 +91,10 @@ def _dump(args: argparse.Namespace) -> int:
         finally:
             chunks.close()
         store.dumps.create(request, key_columns)
+    elif not _runnable_again(store, dump_id, args.resume):
+        return 1
+    if args.max_rows_per_s is not None:
+        store.dumps.throttle(dump_id, max_rows_per_s=args.max_rows_per_s)
     print(f"dump {dump_id}: running (dblog pause|resume|cancel|throttle {dump_id})")
     state = run_dump(
         store,
@@ -91,6 +106,31 @@ def _dump(args: argparse.Namespace) -> int:
     )
     print(f"\ndump {dump_id}: {state}")
     return 0 if state == "done" else 1
+
+
+def _runnable_again(store: StateStore, dump_id: str, resume: bool) -> bool:
+    """Whether a stored dump may run again, reopened if it failed or was cancelled and
+    `--resume` asks for it; says why not on stderr. An unfinished dump (its process died, or it
+    is paused) just runs on from its progress."""
+    status = store.dumps.status(dump_id)
+    assert status is not None, f"dump {dump_id} has a request but no status"
+    if status.state is DumpState.DONE:
+        print(f"dump {dump_id} is done: there is nothing left to resume", file=sys.stderr)
+        return False
+    if not status.state.finished:
+        return True
+    if not resume:
+        reason = f" ({one_line(status.reason)})" if status.reason else ""
+        print(
+            f"dump {dump_id} is {status.state}{reason}; to run it again from its last "
+            f"completed chunk: dblog dump --dump-id {dump_id} --resume",
+            file=sys.stderr,
+        )
+        return False
+    if not store.dumps.reopen(dump_id):
+        print(f"dump {dump_id} is done: there is nothing left to resume", file=sys.stderr)
+        return False
+    return True
 
 
 def _print_progress(dump_id: str, progress: TableProgress) -> None:
@@ -121,9 +161,15 @@ def status_table(store: StateStore) -> str:
             continue
         lines.append(
             f"{dump_id:14} {status.state:10} {status.chunks:>8} {status.rows:>10} "
-            f"{status.windows_retried:>8}  {status.reason}"
+            f"{status.windows_retried:>8}  {one_line(status.reason)}"
         )
     return "\n".join(lines)
+
+
+def one_line(reason: str) -> str:
+    """A reason on one line of the table: a database error's lines (its statement, the caret
+    under it) joined with " | "."""
+    return " | ".join(line.strip() for line in reason.splitlines() if line.strip())
 
 
 def _control(args: argparse.Namespace) -> int:

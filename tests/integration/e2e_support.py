@@ -241,6 +241,13 @@ def cli_env(dbs: Databases, redis: RedisInfo, **extra: str) -> dict[str, str]:
     return env
 
 
+def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`dblog ARGS` to its end, its output captured."""
+    return subprocess.run(
+        [DBLOG, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
 @dataclass
 class TailProcess:
     """`dblog tail` as a subprocess, its stdout and stderr in one log file."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import random
 import secrets
-import subprocess
 import threading
 from collections.abc import Iterator
 from functools import partial
@@ -32,7 +31,6 @@ from airflow_provider_dblog.outputs import NdjsonOutput, Output, SqlApplyOutput,
 from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 from tests.integration.e2e_support import (
-    DBLOG,
     PASSWORD_ENV,
     Databases,
     FanOut,
@@ -44,6 +42,7 @@ from tests.integration.e2e_support import (
     make_databases,
     materialize,
     row_key,
+    run_cli,
     source_state,
     state_differences,
     wait_caught_up,
@@ -321,12 +320,6 @@ class DumpThread:
         if self.error is not None:
             raise self.error
         assert self.state == "done", self.state
-
-
-def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [DBLOG, *args], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
 
 
 def test_repair_fixes_exactly_the_given_keys(

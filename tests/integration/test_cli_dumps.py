@@ -1,0 +1,344 @@
+"""The dump commands through the `dblog` executable: `dump` (with `--parallelism`,
+`--max-rows-per-s`, `--dump-id` and `--resume`), `status`, `pause`, `resume`, `cancel` and
+`throttle`, against a running `dblog tail`, each command a subprocess reading a TOML file and
+its passwords from the environment.
+
+What a control did is read from Redis (the dump's status and progress). A throttle's effect is
+shown by a lower bound on time, which the dump's own waits guarantee: it holds on any machine,
+and the same dump without the throttle takes a fraction of it.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.state import DumpStatus, StateStore
+from tests.integration.e2e_support import (
+    DBLOG,
+    Databases,
+    TailProcess,
+    cli_env,
+    drop_databases,
+    make_databases,
+    run_cli,
+    wait_until,
+    write_config,
+)
+
+pytestmark = pytest.mark.integration
+ROWS = 600
+"""Rows per table, written before capture starts; no other writes, so a dump reads each once."""
+SLOW = 40
+"""Rows per second of a dump that a `dblog` command must catch mid-run: a command's start-up on
+a busy machine takes seconds, so the dump leaves it many."""
+
+
+@dataclass
+class Cli:
+    """A source with `dblog tail` running on it, and what a `dblog` command needs."""
+
+    dbs: Databases
+    store: StateStore
+    redis: RedisInfo
+    config: Path
+    env: dict[str, str]
+    work: Path
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(args[0], "-c", str(self.config), *args[1:], env=self.env)
+
+    def status(self, dump_id: str) -> DumpStatus:
+        status = self.store.dumps.status(dump_id)
+        assert status is not None, f"no dump {dump_id}"
+        return status
+
+    def chunks(self, dump_id: str) -> int:
+        status = self.store.dumps.status(dump_id)
+        return 0 if status is None else status.chunks
+
+    def now_ms(self) -> int:
+        """Redis's clock, the one the dump's status times come from."""
+        seconds, micros = self.redis.client().time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+
+@pytest.fixture
+def cli(pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path) -> Iterator[Cli]:
+    dbs = make_databases(pg15, ROWS, target=False, seed_value=random.randrange(1 << 30))
+    config = write_config(
+        tmp_path / "dblog.toml",
+        dbs,
+        redis_server,
+        {"type": "ndjson", "directory": str(tmp_path / "events")},
+        {"heartbeat_s": 0.2},
+    )
+    env = cli_env(dbs, redis_server)
+    store = StateStore(redis_server.client(), dbs.config.name)
+    tail = TailProcess(config, "cli-tailer", env, tmp_path / "tail.log")
+    try:
+        wait_until(
+            lambda: (h := store.tailer.health()) is not None and h.owner == "cli-tailer",
+            30,
+            "dblog tail beating",
+        )
+        yield Cli(dbs, store, redis_server, config, env, tmp_path)
+        assert tail.stop() == 0, (tmp_path / "tail.log").read_text()[-3000:]
+    finally:
+        if tail.alive():
+            tail.kill()
+        drop_databases(dbs)
+
+
+class DumpProcess:
+    """`dblog dump ARGS` running in the background, its output in a file."""
+
+    def __init__(self, cli: Cli, dump_id: str, *args: str) -> None:
+        self.log = cli.work / f"dump-{dump_id}.log"
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [DBLOG, "dump", "-c", str(cli.config), "--dump-id", dump_id, *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=cli.env,
+            )
+
+    def running(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"dblog dump exited early: {self.output()}")
+        return True
+
+    def wait(self) -> int:
+        return self.process.wait(120)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(30)
+
+
+def said(done: subprocess.CompletedProcess[str]) -> str:
+    return done.stdout + done.stderr
+
+
+def test_status_pause_and_a_failed_dump_resumed_with_resume(cli: Cli) -> None:
+    """`dblog status` shows the tailer and each dump, a failed dump's multi-line database error
+    on one line. A paused dump reads no chunk while its process keeps looking at the controls.
+    The failed dump is refused by id alone with a message naming `--resume`, resumes with it
+    after its last completed chunk (every row read once), and once done cannot be resumed."""
+    shown = cli.run("status")
+    assert shown.returncode == 0, said(shown)
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith("tailer: cli-tailer, heartbeat"), lines
+    assert lines[1].split()[:2] == ["dump", "state"] and len(lines) == 2, lines
+
+    dump = DumpProcess(cli, "broken", "--table", "public.items", "--chunk-size", "50",
+                       "--max-rows-per-s", str(SLOW))  # fmt: skip
+    try:
+        wait_until(lambda: dump.running() and cli.chunks("broken") >= 2, 60, "two chunks")
+        paused = cli.run("pause", "broken")
+        assert paused.returncode == 0, said(paused)
+        wait_until(lambda: cli.status("broken").state == "paused", 30, "the dump pausing")
+        at_pause = cli.status("broken")
+        progress = cli.store.dumps.load_progress("broken")
+        # The paused dump marks itself paused each time it reads its controls: a second of
+        # those marks is a second in which it was free to read a chunk and did not.
+        wait_until(
+            lambda: cli.status("broken").updated_ms >= at_pause.updated_ms + 1000,
+            30,
+            "the paused dump reading its controls for a second",
+        )
+        held = cli.status("broken")
+        assert (held.state, held.chunks, held.rows) == ("paused", at_pause.chunks, at_pause.rows)
+        assert cli.store.dumps.load_progress("broken") == progress
+
+        with psycopg.connect(cli.dbs.source_dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE items RENAME COLUMN name TO names")
+        resumed = cli.run("resume", "broken")
+        assert resumed.returncode == 0, said(resumed)
+        assert dump.wait() == 1, dump.output()
+    finally:
+        dump.kill()
+    failed = cli.status("broken")
+    assert failed.state == "failed" and failed.chunks == at_pause.chunks, failed
+    # PostgreSQL's error names the column and, on a line of its own, hints at the new name.
+    assert "UndefinedColumn" in failed.reason and "\nHINT:" in failed.reason, failed.reason
+
+    shown = cli.run("status")
+    assert shown.returncode == 0, said(shown)
+    lines = shown.stdout.splitlines()
+    assert len(lines) == 3, lines
+    assert lines[2].split()[:3] == ["broken", "failed", str(at_pause.chunks)], lines
+    assert "UndefinedColumn" in lines[2] and "| HINT:" in lines[2], lines
+
+    with psycopg.connect(cli.dbs.source_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE items RENAME COLUMN names TO name")
+    refused = cli.run("dump", "--dump-id", "broken")
+    assert refused.returncode == 1, said(refused)
+    assert "broken is failed" in refused.stderr, said(refused)
+    assert "dblog dump --dump-id broken --resume" in refused.stderr, said(refused)
+    assert "\nHINT" not in refused.stderr, "the reason is on one line"
+    assert cli.status("broken").state == "failed"
+
+    again = cli.run("dump", "--dump-id", "broken", "--resume", "--max-rows-per-s", "0")
+    assert again.returncode == 0, said(again)
+    done = cli.status("broken")
+    assert done.state == "done" and done.reason == "", done
+    assert done.rows == ROWS, "the resumed dump read every row exactly once"
+    assert done.chunks == ROWS // 50
+
+    for args in (["dump", "--dump-id", "broken", "--resume"], ["dump", "--dump-id", "broken"]):
+        finished = cli.run(*args)
+        assert finished.returncode == 1, said(finished)
+        assert "broken is done: there is nothing left to resume" in finished.stderr
+    assert cli.status("broken").chunks == ROWS // 50
+    late = cli.run("pause", "broken")
+    assert late.returncode == 1 and "finished or unknown" in late.stderr, said(late)
+    unknown = cli.run("dump", "--dump-id", "nope", "--resume")
+    assert unknown.returncode == 2, said(unknown)
+    assert "no dump nope to resume" in unknown.stderr
+    assert cli.store.dumps.ids() == ["broken"]
+
+
+def test_parallelism_and_max_rows_per_s(cli: Cli) -> None:
+    """`--parallelism 3` reads three chunks at a time (the chunk count moves in threes) and
+    `--max-rows-per-s` holds the dump to that rate over the whole run."""
+    dump = DumpProcess(cli, "wide", "--table", "public.accounts", "--chunk-size", "20",
+                       "--parallelism", "3", "--max-rows-per-s", "300")  # fmt: skip
+    seen: set[int] = set()
+
+    def finished() -> bool:
+        seen.add(cli.chunks("wide"))
+        return dump.process.poll() is not None
+
+    try:
+        wait_until(finished, 60, "the dump ending")
+    finally:
+        dump.kill()
+    assert dump.process.returncode == 0, dump.output()
+    status = cli.status("wide")
+    assert (status.state, status.rows, status.chunks) == ("done", ROWS, ROWS // 20), status
+    assert len(seen - {0, status.chunks}) >= 3, f"too few observations of the run: {seen}"
+    assert all(chunks % 3 == 0 for chunks in seen), f"chunks not in threes: {sorted(seen)}"
+    stored = cli.store.dumps.get("wide")
+    assert stored is not None and stored.request.parallelism == 3
+    assert status.started_ms is not None and status.finished_ms is not None
+    assert status.finished_ms - status.started_ms >= 1000 * ROWS / 300
+
+
+def test_cancel_stops_the_dump_and_resume_finishes_it(cli: Cli) -> None:
+    """`dblog cancel` ends the dump after its current chunk (the process exits 1, the dump is
+    cancelled short of its end); controls on it are refused; it is resumed only with
+    `--resume`, after its last chunk."""
+    dump = DumpProcess(cli, "stop", "--table", "public.accounts", "--chunk-size", "20",
+                       "--max-rows-per-s", str(SLOW))  # fmt: skip
+    try:
+        wait_until(lambda: dump.running() and cli.chunks("stop") >= 3, 60, "three chunks")
+        cancelled = cli.run("cancel", "stop")
+        assert cancelled.returncode == 0, said(cancelled)
+        assert "cancel requested" in cancelled.stdout
+        assert dump.wait() == 1, dump.output()
+    finally:
+        dump.kill()
+    assert "dump stop: cancelled" in dump.output()
+    status = cli.status("stop")
+    assert status.state == "cancelled" and 3 <= status.chunks < ROWS // 20, status
+    for control in (["pause", "stop"], ["throttle", "stop", "--delay-ms", "5"]):
+        refused = cli.run(*control)
+        assert refused.returncode == 1 and "finished or unknown" in refused.stderr, said(refused)
+
+    refused = cli.run("dump", "--dump-id", "stop")
+    assert refused.returncode == 1, said(refused)
+    assert "stop is cancelled" in refused.stderr and "--resume" in refused.stderr
+    assert cli.status("stop").chunks == status.chunks
+
+    again = cli.run("dump", "--dump-id", "stop", "--resume", "--max-rows-per-s", "0")
+    assert again.returncode == 0, said(again)
+    done = cli.status("stop")
+    assert (done.state, done.rows, done.chunks) == ("done", ROWS, ROWS // 20), done
+
+
+def test_throttle_applies_from_the_next_chunk(cli: Cli) -> None:
+    """`dblog throttle` on a paused dump: after `resume` its chunks have the new size and wait
+    the new delay; a second throttle sets a rate that holds the rest of the dump."""
+    dump = DumpProcess(cli, "pace", "--table", "public.accounts", "--chunk-size", "10",
+                       "--max-rows-per-s", str(SLOW))  # fmt: skip
+    try:
+        wait_until(lambda: dump.running() and cli.chunks("pace") >= 2, 60, "two chunks")
+        before = pause(cli, "pace")
+        assert before.rows == 10 * before.chunks
+
+        changed = cli.run("throttle", "pace", "--chunk-size", "50", "--delay-ms", "1000",
+                          "--max-rows-per-s", "0")  # fmt: skip
+        assert changed.returncode == 0, said(changed)
+        controls = cli.store.dumps.controls("pace")
+        assert controls is not None
+        assert (controls.chunk_size, controls.delay_ms, controls.max_rows_per_s) == (50, 1000, None)
+        resumed_at = cli.now_ms()
+        assert cli.run("resume", "pace").returncode == 0
+        wait_until(
+            lambda: dump.running() and cli.chunks("pace") >= before.chunks + 2, 60, "2 chunks"
+        )
+        # Two chunks have a wait of the new delay between them.
+        assert cli.now_ms() - resumed_at >= 1000
+        middle = pause(cli, "pace")
+        assert middle.rows - before.rows == 50 * (middle.chunks - before.chunks)
+        left = ROWS - middle.rows
+        assert left >= 100, "the first throttle left too little to see the second"
+
+        changed = cli.run("throttle", "pace", "--delay-ms", "0", "--max-rows-per-s", "200")
+        assert changed.returncode == 0, said(changed)
+        resumed_at = cli.now_ms()
+        assert cli.run("resume", "pace").returncode == 0
+        assert dump.wait() == 0, dump.output()
+    finally:
+        dump.kill()
+    done = cli.status("pace")
+    assert (done.state, done.rows) == ("done", ROWS), done
+    assert done.chunks - middle.chunks == -(-left // 50)
+    assert done.finished_ms is not None and done.finished_ms - resumed_at >= 1000 * left / 200
+
+
+def pause(cli: Cli, dump_id: str) -> DumpStatus:
+    """`dblog pause` and wait until the dump holds; its status then."""
+    paused = cli.run("pause", dump_id)
+    assert paused.returncode == 0, said(paused)
+    wait_until(lambda: cli.status(dump_id).state == "paused", 30, f"{dump_id} pausing")
+    return cli.status(dump_id)
+
+
+def test_a_killed_dump_resumes_by_id_after_its_last_completed_chunk(cli: Cli) -> None:
+    """`dblog dump` SIGKILLed between chunks (in its rate limit's wait) and run again with the
+    same `--dump-id`: no `--resume` needed for a dump that never finished; it reads only the
+    chunks after the last one it completed (rows and chunks counted once)."""
+    dump = DumpProcess(cli, "killed", "--table", "public.accounts", "--chunk-size", "20",
+                       "--max-rows-per-s", str(SLOW))  # fmt: skip
+    try:
+        # Each chunk of 20 rows is followed by a wait of about half a second: the chunk count
+        # moving means the dump has just entered that wait.
+        wait_until(lambda: dump.running() and cli.chunks("killed") >= 2, 60, "two chunks")
+    finally:
+        dump.kill()
+    at_kill = cli.status("killed")
+    assert at_kill.state == "running" and at_kill.chunks < ROWS // 20, at_kill
+
+    again = cli.run("dump", "--dump-id", "killed", "--max-rows-per-s", "0")
+    assert again.returncode == 0, said(again)
+    done = cli.status("killed")
+    assert (done.state, done.rows, done.chunks) == ("done", ROWS, ROWS // 20), done
+    progress = cli.store.dumps.load_progress("killed")
+    assert [(p.chunks_done, p.rows_done, p.done) for p in progress.values()] == [
+        (ROWS // 20, ROWS, True)
+    ]
