@@ -34,6 +34,15 @@ PASSWORD_ENV = "E2E_SOURCE_PASSWORD"
 REDIS_PASSWORD_ENV = "E2E_REDIS_PASSWORD"
 RowKey = tuple[str, str]
 """(table name, JSON list of the key values in primary-key order)."""
+VERSION_COLUMN = "e2e_version"
+VERSIONED = f"""
+ALTER TABLE accounts ADD COLUMN {VERSION_COLUMN} bigint;
+ALTER TABLE orders ADD COLUMN {VERSION_COLUMN} bigint;
+ALTER TABLE items ADD COLUMN {VERSION_COLUMN} bigint;
+CREATE SEQUENCE e2e_version_seq;
+"""
+"""The demo tables of an e2e database get a version column that the writer (e2e_writer.py)
+stamps from the sequence; rows written before the workload have none (version 0)."""
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -74,7 +83,9 @@ class Databases:
 
 def make_databases(pg: PostgresInfo, rows: int, *, target: bool, seed_value: int) -> Databases:
     """A fresh source database with the three demo tables (`rows` rows each, written before
-    capture starts) and its own slot and source name; and an empty target with the same tables."""
+    capture starts, with `seed_value`) and its own slot and source name; and an empty target
+    with the same tables. Both have the writer's version column (`VERSIONED`)."""
+    print(f"e2e databases: seed {seed_value}")
     suffix = secrets.token_hex(4)
     source_db, target_db = f"e2e_src_{suffix}", f"e2e_tgt_{suffix}" if target else None
     with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:
@@ -87,9 +98,11 @@ def make_databases(pg: PostgresInfo, rows: int, *, target: bool, seed_value: int
             seed(conn, rows, random.Random(seed_value))
         else:
             conn.execute(SCHEMA)
+        conn.execute(VERSIONED)
     if target_db is not None:
         with psycopg.connect(f"{base}/{target_db}", autocommit=True) as conn:
             conn.execute(SCHEMA)
+            conn.execute(VERSIONED)
     os.environ[PASSWORD_ENV] = pg.password
     config = parse_source_config(
         {
@@ -139,6 +152,7 @@ class Writer:
     """The write workload of e2e_writer.py, in another process; `stop()` returns its journal."""
 
     def __init__(self, dbs: Databases, work: Path, seed_value: int) -> None:
+        print(f"e2e writer: seed {seed_value}")
         self.journal = work / f"writes-{seed_value}.ndjson"
         self._stop_file = work / f"stop-writer-{seed_value}"
         env = dict(os.environ, E2E_WRITER_DSN=dbs.source_dsn)
@@ -297,6 +311,29 @@ def backwards(events: Iterable[Event]) -> list[str]:
         if before is not None and event.position < before:
             problems.append(f"{key} went from {before} back to {event.position}")
         last[key] = event.position if before is None else max(before, event.position)
+    return problems
+
+
+def versions_back(events: Iterable[Event]) -> list[str]:
+    """Keys whose version (the writer's `VERSION_COLUMN`) goes down in output order: a row
+    older than one already written, as a stale chunk row is. Positions cannot show it (a dump
+    row takes its window's position) and neither can the final state when the key is written
+    again later. A row without a version counts as version 0; a delete carries no row and is
+    passed over (the writer stamps a row just before deleting it)."""
+    highest: dict[RowKey, int] = {}
+    problems = []
+    for event in events:
+        if event.after is None:
+            continue
+        key = row_key(event.source.table, event.key.values())
+        version = int(event.after.get(VERSION_COLUMN) or 0)
+        before = highest.get(key, 0)
+        if version < before:
+            problems.append(
+                f"{key} went from version {before} back to {version} "
+                f"({event.source.origin} event at {event.position.to_json()})"
+            )
+        highest[key] = max(before, version)
     return problems
 
 
