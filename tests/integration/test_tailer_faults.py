@@ -22,6 +22,7 @@ from airflow_provider_dblog.outputs import Output, SqlApplyOutput, read_events
 from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerFailed, TailerSettings
 from tests.integration.e2e_support import (
+    VERSIONED,
     Databases,
     TailProcess,
     Writer,
@@ -175,6 +176,7 @@ def target_server(pg18: PostgresInfo) -> Iterator[PostgresInfo]:
     base = pg18.dsn.rsplit("/", 1)[0]
     with psycopg.connect(f"{base}/fault_target", autocommit=True) as conn:
         conn.execute(SCHEMA)
+        conn.execute(VERSIONED)
     try:
         yield pg18
     finally:
