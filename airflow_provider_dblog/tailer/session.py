@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from airflow_provider_dblog.core.event import TableRef
@@ -69,7 +69,11 @@ class Leadership:
 
 
 class Session:
-    """Reads the log with `reader` and writes `output` under `leadership`, until `run` ends."""
+    """Reads the log with `reader` and writes `output` under `leadership`, until `run` ends.
+
+    `reconciler` builds the session's reconciler from the source name and database: the
+    property tests pass deliberately broken ones, to show the histories catch them.
+    """
 
     def __init__(
         self,
@@ -82,13 +86,14 @@ class Session:
         leadership: Leadership,
         settings: TailerSettings,
         stats: TailerStats,
+        reconciler: Callable[[str, str], Reconciler] = Reconciler,
     ) -> None:
         self._reader = reader
         self._store = store
         self._leadership = leadership
         self._settings = settings
         self._stats = stats
-        self._reconciler = Reconciler(source_name, db)
+        self._reconciler = reconciler(source_name, db)
         self._writer = Writer(output, store.windows, leadership.token, settings)
         self._opened_at: dict[str, float] = {}
         self._schema_versions: dict[TableRef, int] = {}
