@@ -1,28 +1,35 @@
 """A model of DBLog's moving parts around the pure core, for property-based tests.
 
 A source database (tables as dicts), its change log (a list of committed transactions and
-watermark writes), a dump driver that plans chunks with `TablePlanner` and reads them between
-watermarks, and a tailer that feeds the log to a `Reconciler` and writes the output. Every step
-is chosen by the test, so hypothesis explores the interleavings: writes, chunk reads landing at
-any point inside their windows, several windows in flight, dump crashes and window expiry,
-tailer restarts from a checkpoint, and transactions that are in the log but not yet visible to
-a chunk read (PostgreSQL's commit waiting for a synchronous standby).
+watermark writes), dumps that plan chunks with `TablePlanner` and read them between watermarks,
+the window states they share with the tailer (`ModelWindows`, the state machine of
+`state.WindowStore`), and `ModelTailer`, a synchronous model of the production `Session`. The
+histories in `histories.py` drive these, and drive the production `Session` with the same
+`Source` and `Dump` (tests/integration/test_tailer_properties.py).
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, TablePlanner, TableProgress
 from airflow_provider_dblog.core.event import Event, Key, Op, Origin, SourceInfo, TableRef
+from airflow_provider_dblog.core.log import Change, LogItem, TransactionEnd, WatermarkWrite
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Failed, Reconciler, Window
 
 TABLE_A = TableRef("app", "accounts")  # key (id)
 TABLE_B = TableRef("app", "orders")  # key (region, n)
-KEY_COLUMNS = {TABLE_A: ("id",), TABLE_B: ("region", "n")}
+TABLE_C = TableRef("app", "invoices")  # key (id): the same key values as accounts
+TABLES = (TABLE_A, TABLE_B, TABLE_C)
+KEY_COLUMNS = {TABLE_A: ("id",), TABLE_B: ("region", "n"), TABLE_C: ("id",)}
+SOURCE_NAME, DB = "sim", "db"
+
+WriteKind = Literal["upsert", "delete", "move"]
+RowOp = tuple[WriteKind, TableRef, Key, Key]
+"""One row operation of a transaction: kind, table, key, and the key a `move` moves the row to
+(ignored by the other kinds)."""
 
 
 def row_for(table: TableRef, key: Key, version: int) -> dict[str, Any]:
@@ -45,6 +52,33 @@ class Watermark:
     commit: int
 
 
+LogEntry = Transaction | Watermark
+
+
+def log_items(entry: LogEntry) -> list[LogItem]:
+    """What a log reader hands the tailer for one log entry, its commit boundary last."""
+    if isinstance(entry, Watermark):
+        return [
+            WatermarkWrite(entry.value, Position(entry.commit, 0)),
+            TransactionEnd(entry.commit),
+        ]
+    items: list[LogItem] = []
+    for seq, (op, table, key, before, after) in enumerate(entry.changes):
+        source = SourceInfo(
+            SOURCE_NAME,
+            DB,
+            table.schema,
+            table.name,
+            Position(entry.commit, seq),
+            Origin.LOG,
+            txid=entry.txid,
+        )
+        key_row = dict(zip(KEY_COLUMNS[table], key, strict=True))
+        items.append(Change(Event(op, key_row, before, after, source, 1)))
+    items.append(TransactionEnd(entry.commit))
+    return items
+
+
 @dataclass
 class ChunkRead:
     rows: list[dict[str, Any]]
@@ -63,9 +97,9 @@ class Source:
     """
 
     tables: dict[TableRef, dict[Key, dict[str, Any]]] = field(
-        default_factory=lambda: {TABLE_A: {}, TABLE_B: {}}
+        default_factory=lambda: {t: {} for t in TABLES}
     )
-    log: list[Transaction | Watermark] = field(default_factory=list)
+    log: list[LogEntry] = field(default_factory=list)
     invisible: list[Transaction] = field(default_factory=list)
     _commit: int = 100
     _txid: int = 1000
@@ -75,10 +109,16 @@ class Source:
         self._commit += 10
         return self._commit
 
-    def write(self, ops: list[tuple[str, TableRef, Key]], *, invisible: bool = False) -> None:
-        """Commit one transaction of inserts/updates/deletes (invalid ones are skipped); with
-        `invisible`, one that chunk reads do not see until `reveal`."""
-        written = {(table, key) for _, table, key in ops}
+    def write(
+        self, ops: tuple[RowOp, ...], *, invisible: bool = False
+    ) -> set[tuple[TableRef, Key]]:
+        """Commit one transaction (operations that do not apply are skipped); with `invisible`,
+        one that chunk reads do not see until `reveal`. A `move` changes a row's primary key,
+        which the log shows as a delete of the old key then a create of the new one. Returns
+        the rows it wrote."""
+        written: set[tuple[TableRef, Key]] = set()
+        for _, table, key, to_key in ops:
+            written |= {(table, key), (table, to_key)}
         self.invisible = [
             tx
             for tx in self.invisible
@@ -86,7 +126,7 @@ class Source:
         ]
         self._txid += 1
         tx = Transaction(self._txid, 0, [])
-        for kind, table, key in ops:
+        for kind, table, key, to_key in ops:
             rows = self.tables[table]
             self._version += 1
             before = rows.get(key)
@@ -95,14 +135,23 @@ class Source:
                 rows[key] = after
                 op = Op.UPDATE if before is not None else Op.CREATE
                 tx.changes.append((op, table, key, before, after))
-            elif before is not None:
+            elif before is None:
+                continue
+            elif kind == "delete":
                 del rows[key]
                 tx.changes.append((Op.DELETE, table, key, before, None))
+            elif to_key not in rows:
+                del rows[key]
+                moved = row_for(table, to_key, self._version)
+                rows[to_key] = moved
+                tx.changes.append((Op.DELETE, table, key, before, None))
+                tx.changes.append((Op.CREATE, table, to_key, None, moved))
         if tx.changes:
             tx.commit = self.next_commit()
             self.log.append(tx)
             if invisible:
                 self.invisible.append(tx)
+        return written
 
     def reveal(self) -> None:
         """Every committed transaction becomes visible (the standby answered)."""
@@ -149,118 +198,227 @@ class Source:
         return keys[size - 1 :: size][:n]
 
 
-@dataclass
-class Store:
-    """What Redis holds between the dump and the tailer."""
-
-    windows: dict[str, tuple[Window, str]] = field(default_factory=dict)  # value -> (window, lw|hw)
-    chunks: dict[str, ChunkRows] = field(default_factory=dict)
-    status: dict[str, str] = field(default_factory=dict)  # window_id -> closed|failed
+ENDED = frozenset({"closed", "failed", "abandoned"})
 
 
-@dataclass
-class ModelTailer:
-    """The model of the production tailer that the generated histories drive (a log cursor,
-    the reconciler under test, an in-memory output and checkpoint)."""
+class DumpWindows(Protocol):
+    """What a dump does with its windows in the state store (`WindowStore`'s dump side)."""
 
-    source: Source
-    store: Store
-    reconciler_class: type[Reconciler] = Reconciler
-    at: int = 0
-    output: list[Event] = field(default_factory=list)
-    checkpoint: tuple[int, int] = (0, 0)  # (log index, output length)
+    def register(self, window: Window, lw: str, hw: str) -> None: ...
 
-    def __post_init__(self) -> None:
-        self.reconciler = self.reconciler_class("sim", "db")
-        self.pending_closed: list[tuple[int, str]] = []
+    def put_rows(self, window_id: str, chunk: ChunkRows) -> bool: ...
 
-    def step(self) -> bool:
-        if self.at >= len(self.source.log):
+    def state(self, window_id: str) -> str:
+        """registered, open, closing, closed, failed or abandoned."""
+        ...
+
+    def abandon(self, window_id: str) -> bool: ...
+
+
+class ModelWindows:
+    """The window states of `state.WindowStore`, in memory: the same moves, the same refusals."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, tuple[Window, str]] = {}  # value -> (window, lw|hw)
+        self.states: dict[str, str] = {}
+        self.chunks: dict[str, ChunkRows] = {}
+
+    # -- the dump's side ----------------------------------------------------------------------
+
+    def register(self, window: Window, lw: str, hw: str) -> None:
+        self.marks[lw] = (window, "lw")
+        self.marks[hw] = (window, "hw")
+        self.states[window.window_id] = "registered"
+
+    def put_rows(self, window_id: str, chunk: ChunkRows) -> bool:
+        if self.states[window_id] not in ("registered", "open"):
             return False
-        entry = self.source.log[self.at]
-        self.at += 1
-        if isinstance(entry, Transaction):
-            for seq, (op, table, key, before, after) in enumerate(entry.changes):
-                source = SourceInfo(
-                    "sim",
-                    "db",
-                    table.schema,
-                    table.name,
-                    Position(entry.commit, seq),
-                    Origin.LOG,
-                    txid=entry.txid,
-                )
-                key_row = dict(zip(KEY_COLUMNS[table], key, strict=True))
-                event = Event(op, key_row, before, after, source, 1)
-                self.reconciler.change(event)
-                self.output.append(event)
-        else:
-            self._watermark(entry)
+        self.chunks[window_id] = chunk
         return True
 
-    def _watermark(self, entry: Watermark) -> None:
-        known = self.store.windows.get(entry.value)
+    def state(self, window_id: str) -> str:
+        return self.states[window_id]
+
+    def abandon(self, window_id: str) -> bool:
+        return self._move(window_id, "abandoned", "registered", "open")
+
+    # -- the tailer's side --------------------------------------------------------------------
+
+    def lookup_watermark(self, value: str) -> tuple[Window, str] | None:
+        return self.marks.get(value)
+
+    def rows(self, window_id: str) -> ChunkRows | None:
+        return self.chunks.get(window_id)
+
+    def open(self, window_id: str) -> bool:
+        return self._move(window_id, "open", "registered")
+
+    def claim(self, window_id: str) -> bool:
+        return self._move(window_id, "closing", "open")
+
+    def close(self, window_id: str) -> bool:
+        return self._move(window_id, "closed", "closing")
+
+    def fail(self, window_id: str) -> bool:
+        return self._move(window_id, "failed", "registered", "open", "closing")
+
+    def _move(self, window_id: str, to: str, *allowed: str) -> bool:
+        if self.states.get(window_id) not in allowed:
+            return False
+        self.states[window_id] = to
+        if to in ENDED:
+            self.chunks.pop(window_id, None)
+        return True
+
+
+class ReplayDroppingOutput:
+    """The events an output took, in order. A tailer that restarts re-reads what was not
+    acknowledged; the output drops an event it already has at that position (a replay), as
+    consumers do by position. Anything else is kept, so an order violation stays visible."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self._at: dict[Position, Event] = {}
+
+    def take(self, events: list[Event]) -> None:
+        for event in events:
+            if self._at.get(event.position) == event:
+                continue
+            self.events.append(event)
+            self._at[event.position] = event
+
+
+@dataclass(frozen=True)
+class _WindowDurable:
+    window_id: str
+
+
+class ModelTailer:
+    """A synchronous model of `tailer.session.Session`: reads the log from the last
+    acknowledged position, feeds the reconciler under test, and hands events and marks over
+    as the writer would. Normally everything handed over is durable at once; while `held`,
+    nothing is (the writer is stuck in the output), and a restart drops it."""
+
+    def __init__(
+        self, source: Source, windows: ModelWindows, reconciler_class: type[Reconciler]
+    ) -> None:
+        self.source = source
+        self.windows = windows
+        self.reconciler_class = reconciler_class
+        self.output = ReplayDroppingOutput()
+        self.acks = [0]
+        self.held = False
+        self._restart_at(0)
+
+    def _restart_at(self, commit: int) -> None:
+        self.reconciler = self.reconciler_class(SOURCE_NAME, DB)
+        self.pending: list[Event | _WindowDurable | TransactionEnd] = []
+        self.at = next(
+            (i for i, entry in enumerate(self.source.log) if entry.commit > commit),
+            len(self.source.log),
+        )
+
+    @property
+    def events(self) -> list[Event]:
+        return self.output.events
+
+    def tail(self, entries: int) -> None:
+        for _ in range(entries):
+            if self.at >= len(self.source.log):
+                return
+            entry = self.source.log[self.at]
+            self.at += 1
+            for item in log_items(entry):
+                if isinstance(item, Change):
+                    self.reconciler.change(item.event)
+                    self.pending.append(item.event)
+                elif isinstance(item, WatermarkWrite):
+                    self._watermark(item)
+                elif isinstance(item, TransactionEnd):
+                    self.pending.append(item)
+            if not self.held:
+                self._flush()
+
+    def _watermark(self, item: WatermarkWrite) -> None:
+        known = self.windows.lookup_watermark(item.value)
         if known is None:
             return
         window, kind = known
-        if self.store.status.get(window.window_id) in ("closed", "failed"):
-            return
-        position = Position(entry.commit, 0)
         if kind == "lw":
-            result = self.reconciler.low_watermark(window, position)
-            if isinstance(result, Failed):
-                self.store.status[window.window_id] = "failed"
+            if not self.windows.open(window.window_id):
+                return
+            opened = self.reconciler.low_watermark(window, item.position)
+            if isinstance(opened, Failed):
+                self.windows.fail(window.window_id)
             return
-        closed = self.reconciler.high_watermark(window, position)
+        closed = self.reconciler.high_watermark(window, item.position)
         if isinstance(closed, Failed):
-            self.store.status[window.window_id] = "failed"
+            self.windows.fail(window.window_id)
             return
         assert isinstance(closed, Closed)
-        events = self.reconciler.chunk_events(closed, self.store.chunks[window.window_id])
-        if isinstance(events, Failed):
-            self.store.status[window.window_id] = "failed"
+        chunk = self.windows.rows(window.window_id)
+        if chunk is None:
+            self.windows.fail(window.window_id)
             return
-        self.output.extend(events)
-        self.pending_closed.append((len(self.output), window.window_id))
+        events = self.reconciler.chunk_events(closed, chunk)
+        if isinstance(events, Failed):
+            self.windows.fail(window.window_id)
+            return
+        if not self.windows.claim(window.window_id):
+            return
+        self.pending.extend(events)
+        self.pending.append(_WindowDurable(window.window_id))
 
-    def save_checkpoint(self) -> None:
-        """The output is durable up to here. Only now are closed windows marked complete, so a
-        restart can never lose a chunk the dump already counted as done."""
-        self.checkpoint = (self.at, len(self.output))
-        for _, window_id in self.pending_closed:
-            self.store.status[window_id] = "closed"
-        self.pending_closed.clear()
+    def _flush(self) -> None:
+        self.output.take([e for e in self.pending if isinstance(e, Event)])
+        for item in self.pending:
+            if isinstance(item, _WindowDurable):
+                self.windows.close(item.window_id)
+            elif isinstance(item, TransactionEnd) and item.commit > self.acks[-1]:
+                self.acks.append(item.commit)
+        self.pending.clear()
 
-    def restart(self) -> None:
-        """Crash and restart from the checkpoint: in-memory windows are lost."""
-        self.at, kept = self.checkpoint
-        del self.output[kept:]
-        self.pending_closed.clear()
-        self.reconciler = self.reconciler_class("sim", "db")
+    def hold(self) -> None:
+        self.held = True
 
-    def expire(self, window_id: str) -> None:
-        failed = self.reconciler.expire(window_id)
-        if failed is not None or self.store.status.get(window_id) is None:
-            self.store.status[window_id] = "failed"
+    def release(self) -> None:
+        self.held = False
+        self._flush()
+
+    def restart(self, acks_lost: int) -> None:
+        """The session ends with what it held not durable; the next reads from the last
+        acknowledged position, or an earlier one if the source lost the last acknowledgements."""
+        self.held = False
+        self._restart_at(self.acks[max(0, len(self.acks) - 1 - acks_lost)])
+
+    def expire(self) -> None:
+        """Every open window's hw is late: each expires and fails."""
+        for window, _ in list(self.reconciler.open_windows()):
+            if self.reconciler.expire(window.window_id) is not None:
+                self.windows.fail(window.window_id)
+
+    def finish(self) -> None:
+        self.release()
+        self.tail(len(self.source.log))
 
 
 @dataclass
 class Flight:
     chunk: Chunk
     window: Window
+    lw: str
+    hw: str
     state: str = "registered"  # registered -> lw -> read -> hw
     rows: list[dict[str, Any]] = field(default_factory=list)
-
-
-_ids = itertools.count()
 
 
 @dataclass
 class Dump:
     """A dump driver: chunks of each table between watermarks, resumable from progress."""
 
+    dump_id: str
     source: Source
-    store: Store
+    windows: DumpWindows
     kind: DumpKind
     tables: list[TableRef]
     keys: tuple[Key, ...] | None
@@ -270,6 +428,11 @@ class Dump:
     progress: dict[TableRef, TableProgress] = field(default_factory=dict)
     flights: list[Flight] = field(default_factory=list)
     windows_failed: int = 0
+    abandoned: set[str] = field(default_factory=set)
+    """Windows this dump abandoned: none of their rows may reach the output."""
+    stale_prone: list[str] = field(default_factory=list)
+    """Windows whose chunk read missed a committed transaction."""
+    _windows_made: int = 0
 
     def __post_init__(self) -> None:
         self.progress = {t: TableProgress(t) for t in self.tables}
@@ -292,20 +455,17 @@ class Dump:
         return all(p.done for p in self.progress.values())
 
     def crash(self) -> None:
-        """The dump dies; a new run resumes from durable progress. Open windows expire."""
+        """The dump dies; a new run resumes from durable progress. Its windows stay behind."""
         self._restart_planners()
 
-    def current(self) -> TablePlanner | None:
-        return next((p for p in self.planners.values() if not p.done), None)
-
-    def plan(self) -> bool:
-        planner = self.current()
+    def plan(self) -> None:
+        planner = next((p for p in self.planners.values() if not p.done), None)
         if planner is None:
-            return False
+            return
         if planner.needs_max_key:
             planner.begin(self.source.max_key(planner.table))
             self._save(planner)
-            return True
+            return
         wanted = planner.split_keys_wanted(self.parallelism)
         splits: list[Key] = []
         if wanted:
@@ -314,52 +474,69 @@ class Dump:
             splits = self.source.split_keys(
                 planner.table, cursor, planner.progress.max_key, self.chunk_size, wanted
             )
-        chunks = planner.next_chunks(self.parallelism, splits)
-        for chunk in chunks:
+        for chunk in planner.next_chunks(self.parallelism, splits):
             self._fly(chunk)
-        return bool(chunks)
 
     def _fly(self, chunk: Chunk) -> None:
-        n = next(_ids)
-        window = Window(f"w{n}", "dump1", chunk.table)
-        self.store.windows[f"lw{n}"] = (window, "lw")
-        self.store.windows[f"hw{n}"] = (window, "hw")
-        self.flights.append(Flight(chunk, window))
+        self._windows_made += 1
+        n = f"{self.dump_id}.{self._windows_made}"
+        window = Window(f"w{n}", self.dump_id, chunk.table)
+        flight = Flight(chunk, window, f"lw{n}", f"hw{n}")
+        self.windows.register(window, flight.lw, flight.hw)
+        self.flights.append(flight)
+
+    def _retry(self, flight: Flight) -> None:
+        self.flights.remove(flight)
+        self.windows_failed += 1
+        self._fly(flight.chunk)  # the same chunk again, with new watermarks
 
     def advance(self, index: int) -> None:
-        """Move one in-flight chunk one step: write lw, read, write hw, or see its window end."""
-        flight = self.flights[index]
-        n = flight.window.window_id[1:]
+        """Move one in-flight chunk one step: write lw, read and store the rows, write hw, or
+        see its window end (closed: progress moves; failed or abandoned: retry the chunk)."""
+        if not self.flights:
+            return
+        flight = self.flights[index % len(self.flights)]
+        window_id = flight.window.window_id
         if flight.state == "registered":
-            self.source.watermark(f"lw{n}")
+            self.source.watermark(flight.lw)
             flight.state = "lw"
         elif flight.state == "lw":
             read = self.source.read_chunk(flight.chunk)
-            flight.rows = read.rows
             columns = KEY_COLUMNS[flight.chunk.table]
-            self.store.chunks[flight.window.window_id] = ChunkRows(
-                flight.window.window_id, columns, flight.rows, 1, read.invisible_txids
-            )
+            chunk = ChunkRows(window_id, columns, read.rows, 1, read.invisible_txids)
+            if not self.windows.put_rows(window_id, chunk):
+                self._retry(flight)  # the tailer ended the window first
+                return
+            if read.invisible_txids:
+                self.stale_prone.append(window_id)
+            flight.rows = read.rows
             flight.state = "read"
         elif flight.state == "read":
-            self.source.watermark(f"hw{n}")
+            self.source.watermark(flight.hw)
             flight.state = "hw"
         else:
-            status = self.store.status.get(flight.window.window_id)
-            if status is None:
-                return
-            self.flights.pop(index)
-            planner = self.planners[flight.chunk.table]
-            if status == "failed":
-                self.windows_failed += 1
-                self._fly(flight.chunk)  # the same chunk again, with new watermarks
-                return
-            last = None
-            if flight.rows:
-                columns = KEY_COLUMNS[flight.chunk.table]
-                last = tuple(flight.rows[-1][c] for c in columns)
-            planner.complete(flight.chunk, len(flight.rows), last)
-            self._save(planner)
+            state = self.windows.state(window_id)
+            if state in ("failed", "abandoned"):
+                self._retry(flight)
+            elif state == "closed":
+                self.flights.remove(flight)
+                planner = self.planners[flight.chunk.table]
+                last = None
+                if flight.rows:
+                    columns = KEY_COLUMNS[flight.chunk.table]
+                    last = tuple(flight.rows[-1][c] for c in columns)
+                planner.complete(flight.chunk, len(flight.rows), last)
+                self._save(planner)
+
+    def abandon(self, index: int) -> None:
+        """The dump stops waiting for a window (it timed out, or the dump is stopping): if it
+        wins the race with the tailer's claim, the chunk is retried; else it waits on."""
+        if not self.flights:
+            return
+        flight = self.flights[index % len(self.flights)]
+        if self.windows.abandon(flight.window.window_id):
+            self.abandoned.add(flight.window.window_id)
+            self._retry(flight)
 
     def _save(self, planner: TablePlanner) -> None:
         self.progress[planner.table] = TableProgress.from_json(planner.progress.to_json())

@@ -1,0 +1,382 @@
+"""Generated histories of a source, one or two dumps and a tailer, and what every one must keep.
+
+A history is data: initial writes, the dumps to run, and a list of actions, each drawn by a
+Hypothesis strategy, so a failing history shrinks to a short one. `run_history` plays it against
+any tailer (`TailerDriver`): the model in simulation.py, or the production `Session`
+(tests/integration/test_tailer_properties.py). Both meet the same `Source` and `Dump`.
+
+What the actions reach: writes of one to three rows (inserts, updates, deletes, and primary-key
+changes, which the log shows as a delete then a create, often into another open window's range),
+in three tables of which two share their key values; transactions in the log that chunk reads
+cannot see yet; two dumps at once, often of the same table; chunk reads landing anywhere inside
+their windows; a dump abandoning a window before or after its hw is in the log, racing the
+tailer's claim; dump crashes; window expiry; the output holding the writer's batch (nothing
+handed over since is durable) and tailer restarts from the last acknowledged position or, if the
+source lost acknowledgements, an earlier one.
+
+Checked for every history:
+- replaying the output gives exactly the final source tables;
+- positions strictly increase in output order;
+- every row present and untouched throughout a dump is emitted by that dump;
+- no row of a window its dump abandoned is emitted.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import hypothesis
+from hypothesis import strategies as st
+
+from airflow_provider_dblog.core.dump_plan import DumpKind
+from airflow_provider_dblog.core.event import Event, Key, Op, Origin, TableRef
+from tests.unit.simulation import (
+    ENDED,
+    TABLE_B,
+    TABLES,
+    Dump,
+    DumpWindows,
+    RowOp,
+    Source,
+    WriteKind,
+)
+
+# -- the actions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Write:
+    ops: tuple[RowOp, ...]
+    invisible: bool = False
+
+
+@dataclass(frozen=True)
+class Reveal:
+    """Every transaction becomes visible to chunk reads."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    dump: int
+
+
+@dataclass(frozen=True)
+class Advance:
+    dump: int
+    flight: int
+
+
+@dataclass(frozen=True)
+class Abandon:
+    dump: int
+    flight: int
+
+
+@dataclass(frozen=True)
+class CrashDump:
+    dump: int
+
+
+@dataclass(frozen=True)
+class Tail:
+    entries: int
+
+
+@dataclass(frozen=True)
+class Hold:
+    """The output holds the writer's next batch: nothing handed over from here is durable."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """The output takes what it held; everything handed over becomes durable."""
+
+
+@dataclass(frozen=True)
+class Restart:
+    """The tailer's session ends (what the writer held is lost) and a new one starts from the
+    last acknowledged position, or `acks_lost` acknowledgements earlier."""
+
+    acks_lost: int
+
+
+@dataclass(frozen=True)
+class Expire:
+    """Every open window's hw is overdue: the tailer expires them."""
+
+
+Action = (
+    Write | Reveal | Plan | Advance | Abandon | CrashDump | Tail | Hold | Release | Restart | Expire
+)
+
+
+@dataclass(frozen=True)
+class DumpSpec:
+    kind: DumpKind
+    table: TableRef
+    keys: int
+    """For a dump of keys: which keys, 4 bits each (1 to 8 of them)."""
+    chunk_size: int
+    parallelism: int
+    bounded: bool
+
+
+@dataclass(frozen=True)
+class History:
+    initial: tuple[Write, ...]
+    dumps: tuple[DumpSpec, ...]
+    actions: tuple[Action, ...]
+
+
+# -- the strategies -------------------------------------------------------------------------
+# An action is drawn as a name from a weighted menu and one integer whose bits say which rows,
+# dump, flight or count it takes: two cheap draws, so a history of 80 actions generates fast,
+# and shrinking moves both towards the simplest action (a write of one row, key 1).
+
+_KINDS: tuple[WriteKind, ...] = ("upsert", "upsert", "delete", "move")
+_REGIONS = ("eu", "us")
+
+
+def key_for(table: TableRef, n: int) -> Key:
+    """Small key spaces, so writes hit chunk rows; accounts and invoices share theirs."""
+    if table == TABLE_B:
+        return (_REGIONS[n % 2], n // 2 % 6 + 1)
+    return (n % 12 + 1,)
+
+
+def _row_op(bits: int) -> RowOp:
+    table = TABLES[bits // 4 % 3]
+    return (_KINDS[bits % 4], table, key_for(table, bits >> 4 & 15), key_for(table, bits >> 8))
+
+
+def _write(arg: int, invisible: bool) -> Write:
+    ops = tuple(_row_op(arg >> (2 + 12 * i) & 0xFFF) for i in range(1 + arg % 3))
+    return Write(ops, invisible)
+
+
+_MENU: dict[str, Callable[[int], Action]] = {
+    "write": lambda arg: _write(arg, invisible=False),
+    "advance": lambda arg: Advance(arg % 2, arg >> 1 & 7),
+    "tail": lambda arg: Tail(1 + arg % 4),
+    "write_invisible": lambda arg: _write(arg, invisible=True),
+    "plan": lambda arg: Plan(arg % 2),
+    "abandon": lambda arg: Abandon(arg % 2, arg >> 1 & 7),
+    "restart": lambda arg: Restart(arg % 3),
+    "hold": lambda arg: Hold(),
+    "release": lambda arg: Release(),
+    "expire": lambda arg: Expire(),
+    "crash_dump": lambda arg: CrashDump(arg % 2),
+    "reveal": lambda arg: Reveal(),
+}
+_WEIGHTS = {"write": 4, "advance": 6, "tail": 3, "write_invisible": 1, "plan": 2}
+_NAMES = [name for name in _MENU for _ in range(_WEIGHTS.get(name, 1))]
+
+actions: st.SearchStrategy[Action] = st.tuples(
+    st.sampled_from(_NAMES), st.integers(0, 2**38 - 1)
+).map(lambda drawn: _MENU[drawn[0]](drawn[1]))
+
+
+def dump_specs(table: st.SearchStrategy[TableRef]) -> st.SearchStrategy[DumpSpec]:
+    return st.builds(
+        DumpSpec,
+        kind=st.sampled_from(list(DumpKind)),
+        table=table,
+        keys=st.integers(0, 2**32 - 1),
+        chunk_size=st.integers(1, 6),
+        parallelism=st.integers(1, 3),
+        bounded=st.booleans(),
+    )
+
+
+def _two_dumps(first: DumpSpec) -> st.SearchStrategy[tuple[DumpSpec, ...]]:
+    """One dump, or a second at once: often of the same table."""
+    second = st.one_of(dump_specs(st.just(first.table)), dump_specs(st.sampled_from(TABLES)))
+    return st.one_of(st.just((first,)), second.map(lambda s: (first, s)))
+
+
+histories = st.builds(
+    History,
+    initial=st.lists(st.integers(0, 2**38 - 1).map(lambda a: _write(a, False)), max_size=12).map(
+        tuple
+    ),
+    dumps=dump_specs(st.sampled_from(TABLES)).flatmap(_two_dumps),
+    # A drawn length rather than Hypothesis' short lists: most interleavings need dozens of
+    # steps. Shrinking the length cuts the history's tail.
+    actions=st.integers(0, 100)
+    .flatmap(lambda n: st.lists(actions, min_size=n, max_size=n))
+    .map(tuple),
+)
+
+
+# -- playing a history ----------------------------------------------------------------------
+
+
+def dump_keys(spec: DumpSpec) -> tuple[Key, ...]:
+    drawn = (key_for(spec.table, spec.keys >> (3 + 4 * i) & 15) for i in range(1 + spec.keys % 8))
+    return tuple(dict.fromkeys(drawn))
+
+
+class TailerDriver(Protocol):
+    """A tailer the history steers. Everything handed over is durable after each step,
+    unless the output holds it."""
+
+    @property
+    def events(self) -> list[Event]:
+        """The output, replays dropped."""
+        ...
+
+    def tail(self, entries: int) -> None:
+        """Read up to `entries` more log entries (transactions or watermark writes)."""
+        ...
+
+    def hold(self) -> None: ...
+
+    def release(self) -> None: ...
+
+    def restart(self, acks_lost: int) -> None: ...
+
+    def expire(self) -> None: ...
+
+    def finish(self) -> None:
+        """Release, read the whole log, make everything durable."""
+        ...
+
+
+_DRIVE_ROUNDS = 300
+
+
+def run_history(
+    history: History,
+    windows: DumpWindows,
+    start_tailer: Callable[[Source], TailerDriver],
+) -> None:
+    source = Source()
+    for write in history.initial:
+        source.write(write.ops)
+    tailer = start_tailer(source)
+    # Everything before the dumps is the initial state, already in the output.
+    tailer.tail(len(source.log))
+    baseline = len(tailer.events)
+
+    dumps = [
+        Dump(
+            f"d{i}",
+            source,
+            windows,
+            spec.kind,
+            list(TABLES) if spec.kind is DumpKind.ALL else [spec.table],
+            dump_keys(spec) if spec.kind is DumpKind.KEYS else None,
+            spec.chunk_size,
+            spec.parallelism,
+            spec.bounded,
+        )
+        for i, spec in enumerate(history.dumps)
+    ]
+    at_start = {t: dict(rows) for t, rows in source.tables.items()}
+    touched: dict[str, set[tuple[TableRef, Key]]] = {d.dump_id: set() for d in dumps}
+
+    def stale_read_pending() -> bool:
+        """Known gap: a restarted tailer has forgotten the commits it met before, so it cannot
+        tell that an invisible transaction committed before a later lw and would emit the stale
+        read. Until it can, the tailer restarts only when no read can be stale."""
+        prone = (w for d in dumps for w in d.stale_prone)
+        return bool(source.invisible) or any(windows.state(w) not in ENDED for w in prone)
+
+    for action in history.actions:
+        match action:
+            case Write(ops, invisible):
+                written = source.write(ops, invisible=invisible)
+                for dump in dumps:
+                    if not dump.done:
+                        touched[dump.dump_id] |= written
+            case Reveal():
+                source.reveal()
+            case Plan(d):
+                dumps[d % len(dumps)].plan()
+            case Advance(d, flight):
+                dump = dumps[d % len(dumps)]
+                if dump.flights:
+                    dump.advance(flight)
+                else:
+                    dump.plan()
+            case Abandon(d, flight):
+                dumps[d % len(dumps)].abandon(flight)
+            case CrashDump(d):
+                dumps[d % len(dumps)].crash()
+            case Tail(entries):
+                tailer.tail(entries)
+            case Hold():
+                tailer.hold()
+            case Release():
+                tailer.release()
+            case Restart(acks_lost):
+                if not stale_read_pending():
+                    tailer.restart(acks_lost)
+            case Expire():
+                tailer.expire()
+
+    # Past the actions: let every part run to completion, fairly.
+    source.reveal()
+    tailer.release()
+    for _ in range(_DRIVE_ROUNDS):
+        if all(d.done for d in dumps):
+            break
+        for dump in dumps:
+            dump.plan()
+            for i in reversed(range(len(dump.flights))):
+                dump.advance(i)
+        tailer.tail(len(source.log))
+    else:
+        raise AssertionError("the dumps do not make progress")
+    tailer.finish()
+
+    check_output(tailer.events, baseline, source, dumps, at_start, touched)
+
+
+def replay(output: list[Event]) -> dict[TableRef, dict[Key, dict[str, Any]]]:
+    state: dict[TableRef, dict[Key, dict[str, Any]]] = {t: {} for t in TABLES}
+    for event in output:
+        rows = state[event.table]
+        if event.op is Op.DELETE:
+            rows.pop(event.key_value(), None)
+        else:
+            assert event.after is not None
+            rows[event.key_value()] = event.after
+    return state
+
+
+def check_output(
+    output: list[Event],
+    baseline: int,
+    source: Source,
+    dumps: list[Dump],
+    at_start: dict[TableRef, dict[Key, dict[str, Any]]],
+    touched: dict[str, set[tuple[TableRef, Key]]],
+) -> None:
+    dump_events = [e for e in output[baseline:] if e.source.origin is Origin.DUMP]
+    hypothesis.event(f"dumps: {len(dumps)}")
+    hypothesis.event(f"windows retried: {'yes' if any(d.windows_failed for d in dumps) else 'no'}")
+    hypothesis.event(f"windows abandoned: {'yes' if any(d.abandoned for d in dumps) else 'no'}")
+    hypothesis.event(f"dump rows emitted: {'yes' if dump_events else 'no'}")
+
+    assert replay(output) == source.tables, "replaying the output does not give the source"
+
+    for earlier, later in itertools.pairwise(e.position for e in output):
+        assert earlier < later, f"position {later} after {earlier}"
+
+    for dump in dumps:
+        emitted = {
+            (e.table, e.key_value()) for e in dump_events if e.source.dump_id == dump.dump_id
+        }
+        for table in dump.tables:
+            for key in at_start[table]:
+                wanted = dump.keys is None or key in dump.keys
+                if wanted and (table, key) not in touched[dump.dump_id]:
+                    assert (table, key) in emitted, (
+                        f"{table} {key} present throughout dump {dump.dump_id}, never dumped"
+                    )
+        leaked = [e for e in dump_events if e.source.window_id in dump.abandoned]
+        assert not leaked, f"rows of abandoned windows emitted: {leaked[:3]}"
