@@ -18,6 +18,9 @@ Checked for every history:
 - replaying the output gives exactly the final source tables;
 - positions strictly increase in output order;
 - every row present and untouched throughout a dump is emitted by that dump;
+- a window whose rows are emitted is closed, and a closed window emits exactly the rows of its
+  chunk whose key no log event of its table changed between lw and hw, each with its values as
+  of hw (what Algorithm 1 promises; later writes cannot hide a stale or missing row here);
 - no row of a window its dump abandoned is emitted.
 """
 
@@ -35,12 +38,15 @@ from airflow_provider_dblog.core.dump_plan import DumpKind
 from airflow_provider_dblog.core.event import Event, Key, Op, Origin, TableRef
 from tests.unit.simulation import (
     ENDED,
+    KEY_COLUMNS,
     TABLE_B,
     TABLES,
     Dump,
     DumpWindows,
     RowOp,
     Source,
+    Transaction,
+    Watermark,
     WriteKind,
 )
 
@@ -143,8 +149,8 @@ _REGIONS = ("eu", "us")
 def key_for(table: TableRef, n: int) -> Key:
     """Small key spaces, so writes hit chunk rows; accounts and invoices share theirs."""
     if table == TABLE_B:
-        return (_REGIONS[n % 2], n // 2 % 6 + 1)
-    return (n % 12 + 1,)
+        return (_REGIONS[n % 2], n // 2 % 4 + 1)
+    return (n % 8 + 1,)
 
 
 def _row_op(bits: int) -> RowOp:
@@ -171,12 +177,27 @@ _MENU: dict[str, Callable[[int], Action]] = {
     "crash_dump": lambda arg: CrashDump(arg % 2),
     "reveal": lambda arg: Reveal(),
 }
-_WEIGHTS = {"write": 4, "advance": 6, "tail": 3, "write_invisible": 1, "plan": 2}
+_WEIGHTS = {
+    "write": 4,
+    "advance": 6,
+    "tail": 3,
+    "plan": 2,
+    "write_invisible": 2,
+    "restart": 2,
+    "reveal": 2,
+}
 _NAMES = [name for name in _MENU for _ in range(_WEIGHTS.get(name, 1))]
 
-actions: st.SearchStrategy[Action] = st.tuples(
-    st.sampled_from(_NAMES), st.integers(0, 2**38 - 1)
-).map(lambda drawn: _MENU[drawn[0]](drawn[1]))
+
+def action(name: str, arg: int) -> Action:
+    return _MENU[name](arg)
+
+
+def initial_write(arg: int) -> Write:
+    return _write(arg, invisible=False)
+
+
+actions = st.builds(action, st.sampled_from(_NAMES), st.integers(0, 2**38 - 1))
 
 
 def dump_specs(table: st.SearchStrategy[TableRef]) -> st.SearchStrategy[DumpSpec]:
@@ -199,9 +220,7 @@ def _two_dumps(first: DumpSpec) -> st.SearchStrategy[tuple[DumpSpec, ...]]:
 
 histories = st.builds(
     History,
-    initial=st.lists(st.integers(0, 2**38 - 1).map(lambda a: _write(a, False)), max_size=12).map(
-        tuple
-    ),
+    initial=st.lists(st.builds(initial_write, st.integers(0, 2**38 - 1)), max_size=12).map(tuple),
     dumps=dump_specs(st.sampled_from(TABLES)).flatmap(_two_dumps),
     # A drawn length rather than Hypothesis' short lists: most interleavings need dozens of
     # steps. Shrinking the length cuts the history's tail.
@@ -226,6 +245,16 @@ class TailerDriver(Protocol):
     @property
     def events(self) -> list[Event]:
         """The output, replays dropped."""
+        ...
+
+    @property
+    def replays(self) -> int:
+        """Events the output dropped as replays."""
+        ...
+
+    @property
+    def lost_batches(self) -> int:
+        """Restarts that lost events the writer held."""
         ...
 
     def tail(self, entries: int) -> None:
@@ -333,7 +362,10 @@ def run_history(
         raise AssertionError("the dumps do not make progress")
     tailer.finish()
 
+    hypothesis.event(f"replays dropped: {'yes' if tailer.replays else 'no'}")
+    hypothesis.event(f"restarts losing a held batch: {'yes' if tailer.lost_batches else 'no'}")
     check_output(tailer.events, baseline, source, dumps, at_start, touched)
+    check_windows(tailer.events[baseline:], source, dumps, windows)
 
 
 def replay(output: list[Event]) -> dict[TableRef, dict[Key, dict[str, Any]]]:
@@ -360,6 +392,10 @@ def check_output(
     hypothesis.event(f"dumps: {len(dumps)}")
     hypothesis.event(f"windows retried: {'yes' if any(d.windows_failed for d in dumps) else 'no'}")
     hypothesis.event(f"windows abandoned: {'yes' if any(d.abandoned for d in dumps) else 'no'}")
+    late = any(d.abandoned_after_hw for d in dumps)
+    hypothesis.event(f"abandons after hw in the log, before the claim: {'yes' if late else 'no'}")
+    refused = any(d.abandons_refused for d in dumps)
+    hypothesis.event(f"abandons refused (the claim won): {'yes' if refused else 'no'}")
     hypothesis.event(f"dump rows emitted: {'yes' if dump_events else 'no'}")
 
     assert replay(output) == source.tables, "replaying the output does not give the source"
@@ -380,3 +416,37 @@ def check_output(
                     )
         leaked = [e for e in dump_events if e.source.window_id in dump.abandoned]
         assert not leaked, f"rows of abandoned windows emitted: {leaked[:3]}"
+
+
+def check_windows(
+    output: list[Event], source: Source, dumps: list[Dump], windows: DumpWindows
+) -> None:
+    emitted: dict[str, dict[Key, dict[str, Any] | None]] = {}
+    for event in output:
+        if event.source.origin is Origin.DUMP:
+            assert event.source.window_id is not None
+            emitted.setdefault(event.source.window_id, {})[event.key_value()] = event.after
+    commits = {e.value: e.commit for e in source.log if isinstance(e, Watermark)}
+    reads = {w: flight for dump in dumps for w, flight in dump.reads.items()}
+    for window_id in emitted:
+        assert windows.state(window_id) == "closed", f"window {window_id} emitted, not closed"
+    for window_id, flight in reads.items():
+        if windows.state(window_id) != "closed":
+            continue
+        table = flight.window.table
+        lw, hw = commits[flight.lw], commits[flight.hw]
+        changed = {
+            key
+            for entry in source.log
+            if isinstance(entry, Transaction) and lw < entry.commit < hw
+            for _, t, key, _, _ in entry.changes
+            if t == table
+        }
+        columns = KEY_COLUMNS[table]
+        chunk_keys = (tuple(row[c] for c in columns) for row in flight.rows)
+        wanted = {k: source.row_at(table, k, hw) for k in chunk_keys if k not in changed}
+        got = emitted.get(window_id, {})
+        assert got == wanted, (
+            f"window {window_id} of {table} emitted {sorted(got)}, Algorithm 1 wants "
+            f"{sorted(wanted)} with their values at hw"
+        )

@@ -101,6 +101,10 @@ class Source:
     )
     log: list[LogEntry] = field(default_factory=list)
     invisible: list[Transaction] = field(default_factory=list)
+    versions: dict[tuple[TableRef, Key], list[tuple[int, dict[str, Any] | None]]] = field(
+        default_factory=dict
+    )
+    """Each row's values after every commit that wrote it (None: deleted)."""
     _commit: int = 100
     _txid: int = 1000
     _version: int = 0
@@ -149,6 +153,8 @@ class Source:
         if tx.changes:
             tx.commit = self.next_commit()
             self.log.append(tx)
+            for _, table, key, _, row in tx.changes:
+                self.versions.setdefault((table, key), []).append((tx.commit, row))
             if invisible:
                 self.invisible.append(tx)
         return written
@@ -156,6 +162,15 @@ class Source:
     def reveal(self) -> None:
         """Every committed transaction becomes visible (the standby answered)."""
         self.invisible.clear()
+
+    def row_at(self, table: TableRef, key: Key, commit: int) -> dict[str, Any] | None:
+        """The row as of `commit` (after every transaction committed up to it)."""
+        row = None
+        for at, after in self.versions.get((table, key), []):
+            if at > commit:
+                break
+            row = after
+        return row
 
     def watermark(self, value: str) -> None:
         self.log.append(Watermark(value, self.next_commit()))
@@ -278,11 +293,13 @@ class ReplayDroppingOutput:
 
     def __init__(self) -> None:
         self.events: list[Event] = []
+        self.replays = 0
         self._at: dict[Position, Event] = {}
 
     def take(self, events: list[Event]) -> None:
         for event in events:
             if self._at.get(event.position) == event:
+                self.replays += 1
                 continue
             self.events.append(event)
             self._at[event.position] = event
@@ -308,6 +325,7 @@ class ModelTailer:
         self.output = ReplayDroppingOutput()
         self.acks = [0]
         self.held = False
+        self.lost_batches = 0
         self._restart_at(0)
 
     def _restart_at(self, commit: int) -> None:
@@ -321,6 +339,10 @@ class ModelTailer:
     @property
     def events(self) -> list[Event]:
         return self.output.events
+
+    @property
+    def replays(self) -> int:
+        return self.output.replays
 
     def tail(self, entries: int) -> None:
         for _ in range(entries):
@@ -388,6 +410,7 @@ class ModelTailer:
     def restart(self, acks_lost: int) -> None:
         """The session ends with what it held not durable; the next reads from the last
         acknowledged position, or an earlier one if the source lost the last acknowledgements."""
+        self.lost_batches += any(isinstance(item, Event) for item in self.pending)
         self.held = False
         self._restart_at(self.acks[max(0, len(self.acks) - 1 - acks_lost)])
 
@@ -432,6 +455,10 @@ class Dump:
     """Windows this dump abandoned: none of their rows may reach the output."""
     stale_prone: list[str] = field(default_factory=list)
     """Windows whose chunk read missed a committed transaction."""
+    reads: dict[str, Flight] = field(default_factory=dict)
+    """Every window whose rows were stored, by id."""
+    abandoned_after_hw: int = 0
+    abandons_refused: int = 0
     _windows_made: int = 0
 
     def __post_init__(self) -> None:
@@ -510,6 +537,7 @@ class Dump:
             if read.invisible_txids:
                 self.stale_prone.append(window_id)
             flight.rows = read.rows
+            self.reads[window_id] = flight
             flight.state = "read"
         elif flight.state == "read":
             self.source.watermark(flight.hw)
@@ -536,7 +564,10 @@ class Dump:
         flight = self.flights[index % len(self.flights)]
         if self.windows.abandon(flight.window.window_id):
             self.abandoned.add(flight.window.window_id)
+            self.abandoned_after_hw += flight.state == "hw"
             self._retry(flight)
+        else:
+            self.abandons_refused += 1
 
     def _save(self, planner: TablePlanner) -> None:
         self.progress[planner.table] = TableProgress.from_json(planner.progress.to_json())
