@@ -54,7 +54,7 @@ from tests.integration.e2e_support import (
     wait_until,
 )
 from tests.pg_helpers import read_until
-from tests.unit.test_reconciler_properties import IgnoresInvisibleTransactions
+from tests.unit.broken_reconcilers import IgnoresInvisibleTransactions
 
 pytestmark = pytest.mark.integration
 
