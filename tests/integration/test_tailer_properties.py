@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import pytest
 import redis
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 
 from airflow_provider_dblog.core.event import Event
 from airflow_provider_dblog.core.log import Idle, LogItem
@@ -44,7 +44,7 @@ from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
 from airflow_provider_dblog.tailer.settings import TailerSettings
 from tests.unit.broken_reconcilers import BROKEN_RECONCILERS
-from tests.unit.histories import History, histories, run_history
+from tests.unit.histories import History, histories, mutant_search, run_history
 from tests.unit.simulation import DB, SOURCE_NAME, ReplayDroppingOutput, Source, log_items
 
 EXAMPLES = max(1, int(os.environ.get("DBLOG_PROPERTY_EXAMPLES", "1000")) // 2)
@@ -341,15 +341,7 @@ def test_production_tailer_converges(client: redis.Redis, history: History) -> N
 def test_broken_reconcilers_are_caught_in_production(
     client: redis.Redis, broken: type[Reconciler]
 ) -> None:
-    @settings(
-        max_examples=MUTANT_EXAMPLES,
-        derandomize=True,  # a fixed search, so catching the mutant is not a matter of luck
-        phases=[Phase.generate],  # the first failing history is enough: no shrinking
-        deadline=None,
-        database=None,
-        print_blob=False,
-        suppress_health_check=list(HealthCheck),
-    )
+    @mutant_search(MUTANT_EXAMPLES)
     @given(histories)
     def broken_run(history: History) -> None:
         run_production(history, client, broken)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import hypothesis
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.dump_plan import DumpKind
@@ -450,3 +451,17 @@ def check_windows(
             f"window {window_id} of {table} emitted {sorted(got)}, Algorithm 1 wants "
             f"{sorted(wanted)} with their values at hw"
         )
+
+
+def mutant_search(examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The settings of a search for a history a broken reconciler fails: fixed (catching it is
+    not a matter of luck) and unshrunk (the first failing history is enough)."""
+    return settings(
+        max_examples=examples,
+        derandomize=True,
+        phases=[Phase.generate],
+        deadline=None,
+        database=None,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+    )

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 
 from airflow_provider_dblog.core.reconciler import Reconciler
 from tests.unit.broken_reconcilers import BROKEN_RECONCILERS
-from tests.unit.histories import History, histories, run_history
+from tests.unit.histories import History, histories, mutant_search, run_history
 from tests.unit.simulation import ModelTailer, ModelWindows, Source
 
 EXAMPLES = int(os.environ.get("DBLOG_PROPERTY_EXAMPLES", "1000"))
@@ -43,15 +43,7 @@ def test_dump_with_concurrent_writes_converges(history: History) -> None:
 
 @pytest.mark.parametrize("broken", BROKEN_RECONCILERS, ids=lambda c: c.__name__)
 def test_broken_reconcilers_are_caught(broken: type[Reconciler]) -> None:
-    @settings(
-        max_examples=MUTANT_EXAMPLES,
-        derandomize=True,  # a fixed search, so catching the mutant is not a matter of luck
-        phases=[Phase.generate],  # the first failing history is enough: no shrinking
-        deadline=None,
-        database=None,
-        print_blob=False,
-        suppress_health_check=list(HealthCheck),
-    )
+    @mutant_search(MUTANT_EXAMPLES)
     @given(histories)
     def broken_run(history: History) -> None:
         run_model(history, broken)
