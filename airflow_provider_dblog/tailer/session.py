@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.log import Change, Idle, LogItem, TransactionEnd, WatermarkWrite
@@ -42,7 +42,6 @@ class TailerStats:
     open_windows: int = 0
     state: str = "starting"
     """What the tailer is doing: leading, standby, or why it cannot lead right now."""
-    started: float = field(default_factory=time.monotonic)
 
     def metrics(self) -> dict[str, int | str]:
         lag_ms = 0
