@@ -1,0 +1,189 @@
+"""How to reach a MySQL/MariaDB source, and the one way to connect to it.
+
+The DSN (`mysql://user@host:port/database`) never holds the password: it comes from the
+environment variable named by `password_env`, so a config can be logged and stored. Every
+connection pins the session settings that shape how values come back (UTC, utf8mb4), so the
+binlog reader and the dump see a value alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import pymysql
+
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
+
+DEFAULT_PORT = 3306
+# Both the query connections and the binlog reader's connection use these.
+SESSION_INIT = "SET time_zone = '+00:00', NAMES utf8mb4 COLLATE utf8mb4_bin"
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_$]{1,64}")
+_U32 = 1 << 32
+
+
+@dataclass(frozen=True, slots=True)
+class MysqlSourceConfig:
+    """A MySQL 8 or MariaDB 10.6+ source. `name` goes into every event's `source.name`.
+
+    `server_id` is the replica id the binlog reader announces; two readers with the same id
+    kick each other off, so each reader adds a random offset below `server_id_span` unless
+    `server_id_span` is 1 (then it is exactly `server_id`)."""
+
+    name: str
+    dsn: str
+    tables: tuple[TableRef, ...]
+    password_env: str | None = None
+    watermark_database: str = "dblog"
+    watermark_table: str = "watermark"
+    server_id: int = 0x5DB10000
+    server_id_span: int = 1 << 16
+
+    @property
+    def type(self) -> str:
+        return "mysql"
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise SourceError("the MySQL source needs a name (it goes into every event)")
+        parts = _dsn_parts(self.dsn)
+        if parts.password is not None:
+            raise SourceError(
+                "the MySQL dsn must not hold the password: put it in an environment variable "
+                "and name that variable in password_env"
+            )
+        if self.password_env is not None and not _ENV_NAME.fullmatch(self.password_env):
+            raise SourceError(
+                f"password_env must name an environment variable: {self.password_env!r}"
+            )
+        if not self.tables:
+            raise SourceError("the MySQL source captures no table: list at least one")
+        if not all(isinstance(t, TableRef) for t in self.tables):
+            raise SourceError("tables must be TableRef values ('database.table')")
+        if len(set(self.tables)) != len(self.tables):
+            raise SourceError("a captured table is listed twice")
+        for what, value in (
+            ("watermark_database", self.watermark_database),
+            ("watermark_table", self.watermark_table),
+        ):
+            if not _IDENTIFIER.fullmatch(value):
+                raise SourceError(f"{what} {value!r}: 1 to 64 letters, digits, '_' or '$'")
+        if self.watermark in self.tables:
+            raise SourceError(f"the watermark table {self.watermark} cannot also be captured")
+        if not (self.server_id_span >= 1 and 1 <= self.server_id < _U32 - self.server_id_span):
+            raise SourceError(
+                f"server_id {self.server_id} with server_id_span {self.server_id_span}: "
+                "the ids must stay within 1 .. 2^32-1"
+            )
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any]) -> MysqlSourceConfig:
+        """The `[source]` table of the TOML file (`type` already read by the factory).
+
+        Table names without a database are in the DSN's database."""
+        for required in ("name", "dsn", "tables"):
+            if required not in section:
+                raise SourceError(f"[source] needs '{required}'")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(section) - fields - {"type"})
+        if unknown:
+            raise SourceError(
+                f"[source] has unknown option(s) {', '.join(unknown)}; "
+                f"known for mysql: {', '.join(sorted(fields))}"
+            )
+        tables = section["tables"]
+        if isinstance(tables, str) or not isinstance(tables, list | tuple):
+            raise SourceError(f"[source] tables must be a list of 'database.table', got {tables!r}")
+        default_database = _dsn_parts(str(section["dsn"])).database
+        try:
+            refs = tuple(TableRef.parse(t, default_schema=default_database) for t in tables)
+        except (ValueError, AttributeError) as exc:
+            raise SourceError(f"[source] tables: {exc}") from None
+        options = {k: v for k, v in section.items() if k not in ("type", "tables")}
+        return cls(tables=refs, **options)
+
+    @property
+    def watermark(self) -> TableRef:
+        return TableRef(self.watermark_database, self.watermark_table)
+
+    @property
+    def host(self) -> str:
+        return _dsn_parts(self.dsn).host
+
+    @property
+    def port(self) -> int:
+        return _dsn_parts(self.dsn).port
+
+    @property
+    def database(self) -> str | None:
+        return _dsn_parts(self.dsn).database
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for `pymysql.connect`, password included: never log them.
+
+        Also the `connection_settings` of mysql-replication's BinLogStreamReader."""
+        parts = _dsn_parts(self.dsn)
+        kwargs: dict[str, Any] = {
+            "host": parts.host,
+            "port": parts.port,
+            "user": parts.user,
+            "charset": "utf8mb4",
+            "init_command": SESSION_INIT,
+        }
+        if parts.database is not None:
+            kwargs["database"] = parts.database
+        if self.password_env is not None:
+            password = os.environ.get(self.password_env)
+            if password is None:
+                raise SourceError(
+                    f"the environment variable {self.password_env} (password_env) is not set"
+                )
+            kwargs["password"] = password
+        return kwargs
+
+    def connect(self) -> pymysql.connections.Connection[Any]:
+        """An autocommit connection. One that cannot be made raises SourceUnavailable."""
+        try:
+            return pymysql.connect(**self.connect_kwargs(), autocommit=True, connect_timeout=10)
+        except pymysql.err.OperationalError as exc:
+            raise SourceUnavailable(
+                f"cannot connect to MySQL source {self.name}: {exc.args[-1]}"
+            ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class _DsnParts:
+    user: str
+    password: str | None
+    host: str
+    port: int
+    database: str | None
+
+
+def _dsn_parts(dsn: str) -> _DsnParts:
+    """`mysql://user@host:port/database`; port and database are optional."""
+    try:
+        url = urlsplit(dsn)
+        port = url.port or DEFAULT_PORT
+    except ValueError as exc:
+        raise SourceError(f"the MySQL dsn is malformed: {exc}") from None
+    if url.scheme not in ("mysql", "mariadb") or not url.hostname or not url.username:
+        raise SourceError(
+            f"the MySQL dsn must look like mysql://user@host:port/database, got {_redact(dsn)!r}"
+        )
+    database = unquote(url.path.lstrip("/")) or None
+    password = unquote(url.password) if url.password is not None else None
+    return _DsnParts(unquote(url.username), password, url.hostname, port, database)
+
+
+def _redact(dsn: str) -> str:
+    """The dsn with anything between ':' and '@' in its authority hidden."""
+    return re.sub(r"(//[^:/@]*):[^@]*@", r"\1:***@", dsn)

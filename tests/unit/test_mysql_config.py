@@ -1,0 +1,61 @@
+"""The `[source]` section of a MySQL/MariaDB source: what it accepts and what it refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.sources.base import SourceError
+from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+
+SECTION = {
+    "name": "shop",
+    "dsn": "mysql://dblog@db.example:3307/shop",
+    "tables": ["orders", "billing.invoices"],
+    "password_env": "SHOP_PASSWORD",
+}
+
+
+def test_tables_without_a_database_are_in_the_dsn_database() -> None:
+    config = MysqlSourceConfig.from_section(SECTION)
+    assert config.tables == (TableRef("shop", "orders"), TableRef("billing", "invoices"))
+    assert (config.host, config.port, config.database) == ("db.example", 3307, "shop")
+    assert config.watermark == TableRef("dblog", "watermark")
+
+
+def test_the_password_comes_from_the_environment_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = MysqlSourceConfig.from_section(SECTION)
+    monkeypatch.setenv("SHOP_PASSWORD", "s3cret")
+    kwargs = config.connect_kwargs()
+    assert (kwargs["user"], kwargs["password"], kwargs["database"]) == ("dblog", "s3cret", "shop")
+    monkeypatch.delenv("SHOP_PASSWORD")
+    with pytest.raises(SourceError, match=r"SHOP_PASSWORD.*not set"):
+        config.connect_kwargs()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"dsn": "mysql://dblog:pw@db/shop"}, "must not hold the password"),
+        ({"dsn": "postgres://dblog@db/shop"}, "must look like mysql://"),
+        ({"dsn": "mysql://db/shop"}, "must look like mysql://"),
+        ({"dsn": "mysql://dblog@db:notaport/shop"}, "malformed"),
+        ({"tables": []}, "captures no table"),
+        ({"tables": "orders"}, "must be a list"),
+        ({"tables": ["orders", "shop.orders"]}, "listed twice"),
+        ({"tables": ["dblog.watermark"]}, "cannot also be captured"),
+        ({"watermark_table": "wm-1"}, "watermark_table"),
+        ({"password_env": "not a name"}, "password_env"),
+        ({"server_id": 0}, "server_id"),
+        ({"slot": "x"}, "unknown option.*slot"),
+    ],
+)
+def test_what_is_refused_is_named(change: dict[str, object], message: str) -> None:
+    with pytest.raises(SourceError, match=message):
+        MysqlSourceConfig.from_section({**SECTION, **change})
+
+
+def test_a_password_in_the_dsn_is_not_echoed_back() -> None:
+    with pytest.raises(SourceError) as error:
+        MysqlSourceConfig.from_section({**SECTION, "dsn": "postgres://dblog:s3cret@db/shop"})
+    assert "s3cret" not in str(error.value)
