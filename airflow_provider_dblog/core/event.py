@@ -4,6 +4,12 @@
 shows it. Row values are already JSON values here: each source converts database values once,
 with one converter for both the log and the dump, so the same row gives the same JSON whichever
 path it came by.
+
+Table-level events travel in the same envelope at their log position, with an empty `key` and
+null `before`/`after`: `t` (every row of the table was removed: TRUNCATE) and `s` (the table's
+columns from here on, in an extra field `"table_schema": {"columns": [{"name", "type",
+"nullable", "default"}, ...], "key": [...]}`; its `schema_version` is the new version). A row
+event's `schema_version` is the version of the last `s` event of its table before it.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from enum import StrEnum
 from typing import Any, TypeAlias
 
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import TableSchema
 
 JsonValue: TypeAlias = Any
 """A value `json.dumps` accepts: None, bool, int, float, str, list, dict."""
@@ -30,6 +37,17 @@ class Op(StrEnum):
     UPDATE = "u"
     DELETE = "d"
     READ = "r"
+    TRUNCATE = "t"
+    """Table-level: every row of the table was removed."""
+    SCHEMA = "s"
+    """Table-level: the table's columns changed; the event carries the new ones."""
+
+    @property
+    def is_table_level(self) -> bool:
+        return self in _TABLE_LEVEL
+
+
+_TABLE_LEVEL = frozenset({Op.TRUNCATE, Op.SCHEMA})
 
 
 class Origin(StrEnum):
@@ -114,6 +132,12 @@ class Event:
     after: Row | None
     source: SourceInfo
     schema_version: int
+    table_schema: TableSchema | None = None
+    """The new columns, on an `s` event only."""
+
+    def __post_init__(self) -> None:
+        if (self.op is Op.SCHEMA) != (self.table_schema is not None):
+            raise ValueError("a schema event, and only a schema event, carries table_schema")
 
     @property
     def position(self) -> Position:
@@ -127,14 +151,17 @@ class Event:
         return tuple(freeze(v) for v in self.key.values())
 
     def to_json(self) -> dict[str, JsonValue]:
-        return {
+        data: dict[str, JsonValue] = {
             "op": self.op.value,
             "key": self.key,
             "before": self.before,
             "after": self.after,
-            "source": self.source.to_json(),
-            "schema_version": self.schema_version,
         }
+        if self.table_schema is not None:
+            data["table_schema"] = self.table_schema.to_json()
+        data["source"] = self.source.to_json()
+        data["schema_version"] = self.schema_version
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Event:
@@ -152,6 +179,7 @@ class Event:
                 txid=src.get("txid"),
                 ts_ms=src.get("ts_ms"),
             )
+            table_schema = data.get("table_schema")
             return cls(
                 op=Op(data["op"]),
                 key=data["key"],
@@ -159,9 +187,19 @@ class Event:
                 after=data["after"],
                 source=source,
                 schema_version=data["schema_version"],
+                table_schema=None if table_schema is None else TableSchema.from_json(table_schema),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a DBLog event: missing or malformed {exc}") from None
+
+
+def table_event(
+    op: Op, source: SourceInfo, schema_version: int, table_schema: TableSchema | None = None
+) -> Event:
+    """A table-level event (`t` or `s`) of `source`'s table at its position."""
+    if not op.is_table_level:
+        raise ValueError(f"{op.value!r} is a row operation, not a table-level one")
+    return Event(op, {}, None, None, source, schema_version, table_schema)
 
 
 def encode(event: Event) -> str:
@@ -242,6 +280,8 @@ class _LineEncoder:
         dump_id, window_id = source.dump_id, source.window_id
         txid, ts_ms = source.txid, source.ts_ms
         commit, seq, version = position.commit, position.seq, event.schema_version
+        if event.table_schema is not None:
+            return None  # a schema event: rare, and spelled by `encode`
         if not (
             type(op) is Op
             and type(origin) is Origin

@@ -1,18 +1,62 @@
-"""What a log reader hands the tailer: changes, watermark writes and commit boundaries."""
+"""What a log reader hands the tailer: changes, table-level changes, watermark writes and
+commit boundaries.
+
+Every item that has a position takes the next one in its transaction (`[commit, seq]` with
+`seq` counting up from 0 over the transaction's changes, watermark writes, truncates and
+schema descriptions alike), so items come in strictly increasing position order.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from airflow_provider_dblog.core.event import Event
+from airflow_provider_dblog.core.event import Event, TableRef
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import TableSchema
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """A row change of a captured table, already converted to an event."""
+    """A row change of a captured table, already converted to an event.
+
+    The reader leaves `schema_version` at 0: versions are the tailer's (they persist across
+    restarts and failovers in the state store), and it stamps the table's current one."""
 
     event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    """Every row of captured table `table` was removed (TRUNCATE), at `position`.
+
+    One item per captured table: a statement truncating several tables gives one item each,
+    each at its own position, in the order the log lists them. Tables not captured give none.
+    """
+
+    table: TableRef
+    position: Position
+    txid: int | None = None
+    ts_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaDescription:
+    """Captured table `table` has `schema` from `position` on.
+
+    A reader hands one whenever it learns a table's columns may have changed, before the first
+    change of the table that has them: PostgreSQL when pgoutput sends a Relation message (it
+    does before a table's first change on every new stream, and after every ALTER, so most
+    descriptions repeat the known schema); MySQL at an ALTER/CREATE/RENAME of a captured table
+    in a QUERY event, with the columns read from the catalog. A repeated description is cheap:
+    the tailer emits a schema event only when the columns differ from the last ones it emitted.
+    Types and defaults are the source's own SQL text (see `core.schema.Column`).
+    """
+
+    table: TableRef
+    schema: TableSchema
+    position: Position
+    txid: int | None = None
+    ts_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,4 +83,4 @@ class Idle:
     log_end: int
 
 
-LogItem = Change | WatermarkWrite | TransactionEnd | Idle
+LogItem = Change | Truncate | SchemaDescription | WatermarkWrite | TransactionEnd | Idle

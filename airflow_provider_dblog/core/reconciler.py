@@ -9,6 +9,10 @@ Several windows may be open at once (chunks of disjoint key ranges); each is rec
 own. The reconciler never sees a key range: which keys a chunk holds is decided by the database,
 in its collation. It only records which keys of T changed while each window was open.
 
+A table-level event of T (a truncate, a schema change) fails every window of T open when it
+comes: the chunk may hold rows the truncate removed, or rows in the other schema. The dump
+retries the chunk, reading the table as it is after the event.
+
 Impossible sequences (hw before lw, a duplicate lw or hw, an hw whose lw was never seen because
 the tailer restarted inside the window) end that window as `Failed`; the dump retries the chunk
 with new watermarks. They never corrupt the output and never raise.
@@ -67,6 +71,8 @@ class FailureReason(StrEnum):
     EXPIRED = "expired"
     WRONG_CHUNK = "wrong_chunk"
     MISSING_CHUNK = "missing_chunk"
+    TRUNCATED = "truncated"
+    SCHEMA_CHANGED = "schema_changed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +159,17 @@ class Reconciler:
             key = event.key_value()
             for open_window in windows:
                 open_window.changed.add(key)
+
+    def table_event(self, event: Event) -> list[Failed]:
+        """A table-level event (`t`, `s`), which the caller emits at once: every window of its
+        table open now fails, to be read again."""
+        reason = (
+            FailureReason.TRUNCATED if event.op is Op.TRUNCATE else FailureReason.SCHEMA_CHANGED
+        )
+        what = "truncated" if event.op is Op.TRUNCATE else "changed its columns"
+        detail = f"{event.table} {what} at {event.position}, inside the window"
+        windows = list(self._open_by_table.get(event.table, ()))
+        return [self._fail(w.window, reason, detail) for w in windows]
 
     def low_watermark(self, window: Window, position: Position) -> Opened | Failed:
         if window.window_id in self._open:

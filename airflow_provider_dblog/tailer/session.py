@@ -15,9 +15,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from airflow_provider_dblog.core.event import TableRef
-from airflow_provider_dblog.core.log import Change, Idle, LogItem, TransactionEnd, WatermarkWrite
+from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, TableRef, table_event
+from airflow_provider_dblog.core.log import (
+    Change,
+    Idle,
+    LogItem,
+    SchemaDescription,
+    TransactionEnd,
+    Truncate,
+    WatermarkWrite,
+)
 from airflow_provider_dblog.core.reconciler import Closed, Failed, FailureReason, Reconciler
+from airflow_provider_dblog.core.schema_versions import SchemaTracker
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.sources.base import LogReader
 from airflow_provider_dblog.state import FencedOut, StateStore
@@ -92,7 +101,10 @@ class Session:
         self._leadership = leadership
         self._settings = settings
         self._stats = stats
+        self._source_name = source_name
+        self._db = db
         self._reconciler = reconciler(source_name, db)
+        self._schemas = SchemaTracker()
         self._writer = Writer(output, store.windows, leadership.token, settings)
         self._opened_at: dict[str, float] = {}
         self._schema_versions: dict[TableRef, int] = {}
@@ -117,6 +129,10 @@ class Session:
                     self.watermark(item)
                 elif isinstance(item, TransactionEnd):
                     self.transaction_end(item)
+                elif isinstance(item, Truncate):
+                    self.truncate(item)
+                elif isinstance(item, SchemaDescription):
+                    self.schema(item)
                 else:
                     self.idle(item)
                 self._acknowledge_durable()
@@ -145,12 +161,27 @@ class Session:
 
     def change(self, item: Change) -> None:
         event = item.event
+        version = self._schemas.version(event.table)
+        if version and event.schema_version != version:
+            event = Event(event.op, event.key, event.before, event.after, event.source, version)
         self._reconciler.change(event)
         self._schema_versions[event.table] = event.schema_version
         self._writer.put(event)
         self._stats.events += 1
         self._stats.last_ts_ms = event.source.ts_ms or self._stats.last_ts_ms
         self._stats.caught_up = False
+
+    def truncate(self, item: Truncate) -> None:
+        source = self._table_source(item.table, item)
+        self._table_event(table_event(Op.TRUNCATE, source, self._schemas.version(item.table)))
+
+    def schema(self, item: SchemaDescription) -> None:
+        known = self._schemas.observe(item.table, item.schema, item.position)
+        if known is None:
+            return  # the columns did not change, or this stretch of log was emitted before
+        self._schema_versions[item.table] = known.version
+        source = self._table_source(item.table, item)
+        self._table_event(table_event(Op.SCHEMA, source, known.version, known.schema))
 
     def watermark(self, item: WatermarkWrite) -> None:
         known = self._store.windows.lookup_watermark(item.value)
@@ -185,7 +216,28 @@ class Session:
             self._reader.acknowledge(item.log_end)
             self._acknowledged = item.log_end
 
-    # -- chunks, windows, acknowledgements -----------------------------------------------------
+    # -- table-level events, chunks, windows, acknowledgements ---------------------------------
+
+    def _table_source(self, table: TableRef, item: Truncate | SchemaDescription) -> SourceInfo:
+        return SourceInfo(
+            name=self._source_name,
+            db=self._db,
+            schema=table.schema,
+            table=table.name,
+            position=item.position,
+            origin=Origin.LOG,
+            txid=item.txid,
+            ts_ms=item.ts_ms,
+        )
+
+    def _table_event(self, event: Event) -> None:
+        """Emit a table-level event at once; the windows of its table it ends are retried."""
+        for failed in self._reconciler.table_event(event):
+            self._opened_at.pop(failed.window.window_id, None)
+            self._fail(failed)
+        self._writer.put(event)
+        self._stats.events += 1
+        self._stats.caught_up = False
 
     def _emit_chunk(self, closed: Closed) -> None:
         window = closed.window

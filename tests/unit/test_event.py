@@ -21,6 +21,7 @@ from airflow_provider_dblog.core.event import (
     encode,
     encode_lines,
     key_of,
+    table_event,
 )
 from airflow_provider_dblog.core.position import (
     Position,
@@ -30,6 +31,7 @@ from airflow_provider_dblog.core.position import (
     parse_pg_lsn,
 )
 from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler, Window
+from airflow_provider_dblog.core.schema import Column, TableSchema
 
 pytestmark = pytest.mark.unit
 
@@ -89,6 +91,39 @@ def test_decode_refuses_what_is_not_an_event() -> None:
         decode('{"op": "c"}')
 
 
+def test_table_level_events_have_the_documented_shape_and_round_trip() -> None:
+    source = SourceInfo("pg", "db", "app", "users", Position(7, 2), Origin.LOG, txid=9, ts_ms=1)
+    truncate = table_event(Op.TRUNCATE, source, 3)
+    assert encode(truncate).startswith('{"op":"t","key":{},"before":null,"after":null,"source"')
+    columns = (Column("id", "integer", False, None), Column("flag", "integer", True, "7"))
+    schema = table_event(Op.SCHEMA, source, 4, TableSchema(columns, ("id",)))
+    assert json.loads(encode(schema))["table_schema"] == {
+        "columns": [
+            {"name": "id", "type": "integer", "nullable": False, "default": None},
+            {"name": "flag", "type": "integer", "nullable": True, "default": "7"},
+        ],
+        "key": ["id"],
+    }
+    assert encode(schema).startswith('{"op":"s","key":{},"before":null,"after":null,"table_')
+    for event in (truncate, schema):
+        assert decode(encode(event)) == event
+        assert encode_lines([event]) == [(encode(event) + "\n").encode()]
+
+
+def test_only_a_schema_event_carries_a_table_schema() -> None:
+    source = sample_event().source
+    with pytest.raises(ValueError, match="row operation"):
+        table_event(Op.CREATE, source, 1)
+    with pytest.raises(ValueError, match="only a schema event"):
+        table_event(Op.SCHEMA, source, 1)
+    with pytest.raises(ValueError, match="only a schema event"):
+        table_event(Op.TRUNCATE, source, 1, TableSchema((), ()))
+    with pytest.raises(ValueError, match="not columns of the table"):
+        TableSchema((Column("a", "text", True, None),), ("b",))
+    with pytest.raises(ValueError, match="not a column description"):
+        Column.from_json({"name": "a", "type": "text", "nullable": "yes", "default": None})
+
+
 def test_keys_are_hashable_in_primary_key_order() -> None:
     row = {"b": [1, 2], "a": "x", "v": 0}
     assert key_of(row, ("a", "b")) == ("x", (1, 2))
@@ -113,6 +148,12 @@ TEXT_OR_NONE = st.none() | st.text(max_size=8)
 INT_OR_NONE = st.none() | st.integers(0, 2**70)
 
 
+COLUMNS = st.builds(Column, st.text(max_size=5), st.text(max_size=8), st.booleans(), TEXT_OR_NONE)
+TABLE_SCHEMAS = st.lists(COLUMNS, max_size=3, unique_by=lambda c: c.name).map(
+    lambda columns: TableSchema(tuple(columns), tuple(c.name for c in columns[:1]))
+)
+
+
 @st.composite
 def events(draw: st.DrawFn) -> Event:
     source = SourceInfo(
@@ -127,13 +168,15 @@ def events(draw: st.DrawFn) -> Event:
         draw(INT_OR_NONE),
         draw(INT_OR_NONE),
     )
+    op = draw(st.sampled_from(Op))
     return Event(
-        draw(st.sampled_from(Op)),
+        op,
         draw(ROWS),
         draw(st.none() | ROWS),
         draw(st.none() | ROWS),
         source,
         draw(st.integers(0, 2**40)),
+        draw(TABLE_SCHEMAS) if op is Op.SCHEMA else None,
     )
 
 

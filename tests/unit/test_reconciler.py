@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, TableRef
+from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, TableRef, table_event
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import (
     ChunkRows,
@@ -15,6 +15,7 @@ from airflow_provider_dblog.core.reconciler import (
     Reconciler,
     Window,
 )
+from airflow_provider_dblog.core.schema import Column, TableSchema
 
 pytestmark = pytest.mark.unit
 
@@ -213,3 +214,28 @@ def test_chunk_events_are_positioned_one_after_another_past_hw() -> None:
         "src", "db", "public", "t", Position(20, 8), Origin.DUMP, "d1", "w1"
     )
     assert events[0] == Event(Op.READ, {"k": "k1"}, None, rows[0], expected_source, 3)
+
+
+@pytest.mark.parametrize(
+    ("op", "reason"),
+    [(Op.TRUNCATE, FailureReason.TRUNCATED), (Op.SCHEMA, FailureReason.SCHEMA_CHANGED)],
+)
+def test_a_table_level_event_fails_the_open_windows_of_its_table_only(
+    op: Op, reason: FailureReason
+) -> None:
+    """A truncate inside a window would let chunk rows it removed come back; a schema change
+    would mix columns. Either way the chunk is read again, after the event."""
+    rec = Reconciler("src", "db")
+    mine, mine_too, other = Window("w1", "d1", T), Window("w2", "d1", T), Window("w3", "d1", OTHER)
+    for n, window in enumerate((mine, mine_too, other)):
+        assert isinstance(rec.low_watermark(window, Position(10 + n, 0)), Opened)
+    source = SourceInfo("src", "db", T.schema, T.name, Position(20, 0), Origin.LOG)
+    schema = TableSchema((Column("k", "text", False, None),), ("k",))
+    event = table_event(op, source, 2, schema if op is Op.SCHEMA else None)
+    failed = rec.table_event(event)
+    assert [(f.window, f.reason) for f in failed] == [(mine, reason), (mine_too, reason)]
+    assert "inside the window" in failed[0].detail
+    late = rec.high_watermark(mine, Position(30, 0))
+    assert isinstance(late, Failed) and late.reason is FailureReason.DUPLICATE_HW
+    assert isinstance(rec.high_watermark(other, Position(31, 0)), Closed)
+    assert rec.table_event(event) == []

@@ -1,0 +1,60 @@
+"""The rule that numbers a table's schemas: `schema_version` grows by one per real change.
+
+A log reader describes a table's columns whenever it learns they may have changed (pgoutput
+resends a Relation message on every new stream and after every ALTER; MySQL has its DDL). The
+tailer keeps, per table, the description it last emitted with its version and log position
+(`KnownSchema`, persisted in the state store once the schema event is durable), and
+`SchemaTracker` decides which descriptions are changes worth a schema event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import TableSchema
+
+
+@dataclass(frozen=True, slots=True)
+class KnownSchema:
+    """A table's schema as last emitted: its version and the log position of its event."""
+
+    table: TableRef
+    version: int
+    schema: TableSchema
+    position: Position
+
+
+class SchemaTracker:
+    """The tailer's schema versions: one table's version grows by one per real change.
+
+    `known` is what the store kept: schema events that were made durable. A description at or
+    before a known position is a replay of log already emitted (the tailer restarted from an
+    older checkpoint) and changes nothing; a later one that differs from the known columns is a
+    change, which takes the next version.
+    """
+
+    def __init__(self, known: Iterable[KnownSchema] = ()) -> None:
+        self._known: dict[TableRef, KnownSchema] = {k.table: k for k in known}
+
+    def version(self, table: TableRef) -> int:
+        """The table's current version; 0 before any description of it."""
+        known = self._known.get(table)
+        return 0 if known is None else known.version
+
+    def schema(self, table: TableRef) -> TableSchema | None:
+        known = self._known.get(table)
+        return None if known is None else known.schema
+
+    def observe(
+        self, table: TableRef, schema: TableSchema, position: Position
+    ) -> KnownSchema | None:
+        """The schema to emit at `position`, if `schema` changes the table's; None otherwise."""
+        known = self._known.get(table)
+        if known is not None and (position <= known.position or schema == known.schema):
+            return None
+        change = KnownSchema(table, 1 if known is None else known.version + 1, schema, position)
+        self._known[table] = change
+        return change

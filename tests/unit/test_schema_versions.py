@@ -1,0 +1,58 @@
+"""Schema versions: one more per real change, none for a repeat or a replay."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import Column, TableSchema
+from airflow_provider_dblog.core.schema_versions import KnownSchema, SchemaTracker
+
+pytestmark = pytest.mark.unit
+
+T = TableRef("public", "t")
+OTHER = TableRef("public", "other")
+ID = Column("id", "integer", False, None)
+V1 = TableSchema((ID,), ("id",))
+V2 = TableSchema((ID, Column("flag", "integer", True, "7")), ("id",))
+
+
+def test_a_table_starts_at_version_one_and_a_repeat_changes_nothing() -> None:
+    tracker = SchemaTracker()
+    assert tracker.version(T) == 0 and tracker.schema(T) is None
+    first = tracker.observe(T, V1, Position(10, 0))
+    assert first == KnownSchema(T, 1, V1, Position(10, 0))
+    assert tracker.observe(T, V1, Position(20, 0)) is None
+    assert tracker.version(T) == 1 and tracker.version(OTHER) == 0
+
+
+def test_a_change_takes_the_next_version_and_a_change_back_another() -> None:
+    tracker = SchemaTracker()
+    tracker.observe(T, V1, Position(10, 0))
+    assert tracker.observe(T, V2, Position(20, 1)) == KnownSchema(T, 2, V2, Position(20, 1))
+    changed = tracker.observe(T, V1, Position(30, 0))
+    assert changed is not None and changed.version == 3
+    assert tracker.schema(T) == V1
+
+
+def test_versions_resume_from_the_store_and_a_replay_changes_nothing() -> None:
+    """A restarted tailer reads again from an older checkpoint: descriptions at or before the
+    stored schema's position were emitted already, whatever they say."""
+    tracker = SchemaTracker([KnownSchema(T, 4, V2, Position(50, 2))])
+    assert tracker.version(T) == 4
+    assert tracker.observe(T, V1, Position(40, 0)) is None
+    assert tracker.observe(T, V2, Position(50, 2)) is None
+    assert tracker.version(T) == 4 and tracker.schema(T) == V2
+    later = tracker.observe(T, V1, Position(60, 0))
+    assert later is not None and later.version == 5
+
+
+def test_a_default_or_nullability_change_is_a_change() -> None:
+    tracker = SchemaTracker()
+    tracker.observe(T, V2, Position(10, 0))
+    flag_default = TableSchema((ID, Column("flag", "integer", True, "8")), ("id",))
+    flag_not_null = TableSchema((ID, Column("flag", "integer", False, "7")), ("id",))
+    assert tracker.observe(T, flag_default, Position(11, 0)) is not None
+    assert tracker.observe(T, flag_not_null, Position(12, 0)) is not None
+    assert tracker.version(T) == 3
