@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
 from airflow_provider_dblog.core.event import Key, Row, TableRef
 from airflow_provider_dblog.core.log import LogItem
 
@@ -26,6 +26,15 @@ class UnknownTable(SourceError):
 
 class NoPrimaryKey(SourceError):
     pass
+
+
+class NotSetUp(SourceError):
+    """The source lacks what a dump needs (its watermark table); the message says what to run."""
+
+
+class InvalidKey(InvalidRequest):
+    """A key value that its key column's type does not accept; the message names the table,
+    the column, its type and the value."""
 
 
 class SourceUnavailable(DBLogError):
@@ -60,6 +69,34 @@ class ChunkSource(Protocol):
 
     def key_columns(self, table: TableRef) -> tuple[str, ...]:
         """Primary-key columns in key order; raises UnknownTable or NoPrimaryKey."""
+        ...
+
+    def check_keys(self, table: TableRef, keys: Sequence[Key]) -> tuple[Key, ...]:
+        """`keys` checked and normalised by the database, before a dump of them is registered.
+
+        Each key holds one value per primary-key column, in key order (as
+        `core.dump_plan.coerce_keys` returns them); a value is a JSON scalar as a person typed
+        it (text such as "42", "2024-01-01" or "abc") or as an event carries it (42, true). An
+        implementation must:
+        - have the database cast every value to its column's type (never parse it in Python:
+          the database's own input rules and collation decide), reading no table row;
+        - return each key as the values the log reader would emit for that row (the column's
+          converter applied to what the database prints), so that "7", 7 and "007" on an
+          integer column all become 7; keys equal after normalisation appear once, first
+          occurrence's order kept;
+        - raise `InvalidKey` for the first value the type refuses, its message naming the
+          table, the column, the column's type as SQL spells it, the value (repr) and the
+          database's reason on one line;
+        - raise `UnknownTable` / `NoPrimaryKey` as `key_columns` does, and `SourceUnavailable`
+          when the server cannot be reached. An empty `keys` returns ().
+        """
+        ...
+
+    def check_ready(self) -> None:
+        """Raise `NotSetUp` when this source cannot take a dump yet: its watermark table is
+        missing or does not hold exactly one row (no tailer has set the source up). The message
+        names what to run (`dblog tail`, which creates it). Only reads; `SourceUnavailable`
+        when the server cannot be reached."""
         ...
 
     def max_key(self, table: TableRef) -> Key | None: ...

@@ -11,19 +11,27 @@ call met it, and the next call connects again: the dump retries the chunk with n
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.core.event import Key, Row, TableRef, freeze
-from airflow_provider_dblog.sources.base import ChunkRead, SourceError, SourceUnavailable
+from airflow_provider_dblog.core.event import JsonValue, Key, Row, TableRef, freeze
+from airflow_provider_dblog.sources.base import (
+    ChunkRead,
+    InvalidKey,
+    NotSetUp,
+    SourceError,
+    SourceUnavailable,
+)
 from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo, TableShape, table_shape
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
-from airflow_provider_dblog.sources.postgres.converters import convert, to_text
+from airflow_provider_dblog.sources.postgres.converters import BYTEA, convert, to_text
 
 # Every transaction the snapshot does not see, running or not: a commit waiting for a synchronous
 # standby is in the log but still "in progress" to pg_xact_status (which checks the ProcArray
@@ -48,6 +56,73 @@ class PostgresChunkSource:
 
     def key_columns(self, table: TableRef) -> tuple[str, ...]:
         return self._shape(table).key_columns
+
+    def check_keys(self, table: TableRef, keys: Sequence[Key]) -> tuple[Key, ...]:
+        """Cast each column's values in one query, read back as the server prints them (its
+        output function, as pgoutput sends values); only when PostgreSQL refuses one (a data
+        exception, SQLSTATE class 22) cast them one by one to name it."""
+        shape = self._shape(table)
+        columns: list[list[JsonValue]] = [[] for _ in shape.key]
+        for key in keys:
+            if len(key) != len(shape.key):
+                raise InvalidKey(
+                    f"key {list(key)!r} of {table} has {len(key)} value(s), its primary key "
+                    f"({', '.join(shape.key_columns)}) {len(shape.key)}"
+                )
+            for values, value in zip(columns, key, strict=True):
+                values.append(value)
+        if not keys:
+            return ()
+        normalised = [
+            self._cast(table, column, values)
+            for column, values in zip(shape.key, columns, strict=True)
+        ]
+        return tuple(dict.fromkeys(zip(*normalised, strict=True)))
+
+    def check_ready(self) -> None:
+        query = sql.SQL("SELECT count(*) FROM {}").format(_table(self._config.watermark))
+        with self._session() as conn:
+            try:
+                row = conn.execute(query).fetchone()
+            except psycopg.errors.UndefinedTable:
+                row = None
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise SourceError(
+                    f"the role of source {self._config.name} cannot read the watermark table "
+                    f"{self._config.watermark}: grant it SELECT and UPDATE ({exc})"
+                ) from None
+        if row is None:
+            raise NotSetUp(
+                f"source {self._config.name} is not set up for dumps: its watermark table "
+                f"{self._config.watermark} does not exist. Start the tailer first (dblog tail "
+                "creates the watermark table, the publication and the slot), then dump"
+            )
+        if row[0] != 1:
+            raise NotSetUp(
+                f"the watermark table {self._config.watermark} holds {row[0]} rows, not one: "
+                "restart dblog tail, which puts its row back"
+            )
+
+    def _cast(self, table: TableRef, column: ColumnInfo, values: list[JsonValue]) -> list[Any]:
+        """`values` cast by PostgreSQL to `column`'s type and converted as the log converts
+        them; `InvalidKey` naming the first one refused."""
+        texts = [_key_text(table, column, v) for v in values]
+        query = sql.SQL(
+            "SELECT CAST(v AS {}) FROM unnest(CAST(%s AS text[])) WITH ORDINALITY AS u(v, n) "
+            "ORDER BY n"
+        ).format(sql.SQL(column.sql_type))
+        single = sql.SQL("SELECT CAST(CAST(%s AS text) AS {})").format(sql.SQL(column.sql_type))
+        with self._session() as conn:
+            try:
+                raw = _raw_rows(conn.execute(query, (texts,)))
+            except psycopg.DataError:
+                for value, text in zip(values, texts, strict=True):
+                    try:
+                        conn.execute(single, (text,))
+                    except psycopg.DataError as exc:
+                        raise InvalidKey(_refused(table, column, value, exc)) from None
+                raise
+        return [freeze(convert(column.type_oid, text)) for (text,) in raw]
 
     def max_key(self, table: TableRef) -> Key | None:
         shape = self._shape(table)
@@ -146,6 +221,27 @@ class PostgresChunkSource:
             with self._session() as conn:
                 shape = self._shapes[table] = table_shape(conn, table)
         return shape
+
+
+def _key_text(table: TableRef, column: ColumnInfo, value: JsonValue) -> str:
+    """The text PostgreSQL casts: text as given (the type's input function judges it), other
+    JSON values as `to_text` spells them; bytea as base64 (its form in events) or `\\x` hex."""
+    try:
+        if column.type_oid == BYTEA and isinstance(value, str) and not value.startswith("\\x"):
+            return "\\x" + base64.b64decode(value, validate=True).hex()
+        if isinstance(value, str):
+            return value
+        return to_text(column.type_oid, value)
+    except (ValueError, TypeError) as exc:
+        raise InvalidKey(_refused(table, column, value, exc)) from None
+
+
+def _refused(table: TableRef, column: ColumnInfo, value: JsonValue, reason: Exception) -> str:
+    first = str(reason).strip().splitlines()[0] if str(reason).strip() else type(reason).__name__
+    return (
+        f"key value {value!r} is not a valid {column.sql_type} for column {column.name} "
+        f"of {table}: {first}"
+    )
 
 
 def _table(table: TableRef) -> sql.Identifier:
