@@ -9,7 +9,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_dblog.cli import demo, dev_services, dump, tail
+from airflow_provider_dblog.cli import demo, dev_services, dump, status, tail
+from airflow_provider_dblog.cli.common import one_line
 from airflow_provider_dblog.core.errors import DBLogError
 
 
@@ -19,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.register(subparsers)
     tail.register(subparsers)
     dump.register(subparsers)
+    status.register(subparsers)
     dev_services.register(subparsers)
     return parser
 
@@ -29,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.func(args)
     except DBLogError as exc:
-        print(f"dblog: error: {exc}", file=sys.stderr)
+        print(f"dblog: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     return result
 

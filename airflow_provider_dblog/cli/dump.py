@@ -1,25 +1,41 @@
-"""`dblog dump`, `status`, `pause`, `resume`, `cancel`, `throttle`: dumps and their controls.
+"""`dblog dump`, `pause`, `resume`, `cancel`, `throttle`: dumps and their controls.
 
-`dump` registers a request in Redis and runs it in this process (`dump/runner.py`, each chunk
-read between watermarks by `dump/chunk.py`); a dump of the same `--dump-id` run again resumes
-from its last completed chunk (one whose process died, for instance). A failed or cancelled dump
-resumes only when asked with `--resume`, as an Airflow retry does; a done one never. The controls
-act on a running dump from anywhere: it reads them between chunks.
+`dump` checks the whole request first (options, the source being set up, tables, key values
+against their columns' types: see `dump/request.py`), so a bad one exits 2 with nothing
+stored; then it registers the request in Redis and runs it in this process (`dump/runner.py`,
+each chunk read between watermarks by `dump/chunk.py`). A dump of the same `--dump-id` run
+again resumes from its last completed chunk (one whose process died, for instance), unless a
+live process still runs it. A failed or cancelled dump resumes only when asked with `--resume`,
+as an Airflow retry does; a done one never. The controls act on a running dump from anywhere:
+it reads them between chunks.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import sys
 import uuid
 from typing import Any
 
-from airflow_provider_dblog.cli.common import add_config_option, config_of, store_of
-from airflow_provider_dblog.core.dump_plan import TableProgress
-from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.cli.common import (
+    add_config_option,
+    config_of,
+    dump_id,
+    finite_number,
+    first_line,
+    store_of,
+    whole_number,
+)
+from airflow_provider_dblog.config import Config
+from airflow_provider_dblog.core.dump_plan import DumpRequest, TableProgress
+from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
+from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.dump.request import build_request
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.dump.runner import run_dump
+from airflow_provider_dblog.sources.base import Source
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import DumpState, StateStore
 
@@ -29,22 +45,22 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     add_config_option(dump)
     dump.add_argument("--table", help="one table, 'schema.table' (default: all captured tables)")
     dump.add_argument("--keys", help="primary keys of --table: '1,2,3' or JSON '[[1,\"a\"]]'")
-    dump.add_argument("--chunk-size", type=int, default=1000)
-    dump.add_argument("--parallelism", type=int, default=1)
-    dump.add_argument("--max-rows-per-s", type=float, help="rate limit (dblog throttle changes it)")
-    dump.add_argument("--dump-id", help="resume this dump, or give a new one its id")
+    dump.add_argument("--chunk-size", type=whole_number(1), default=1000)
+    dump.add_argument("--parallelism", type=whole_number(1), default=1)
+    dump.add_argument(
+        "--max-rows-per-s", type=finite_number(0), help="rate limit (dblog throttle changes it)"
+    )
+    dump.add_argument("--dump-id", type=dump_id, help="resume this dump, or give a new one its id")
     dump.add_argument(
         "--resume",
         action="store_true",
         help="with --dump-id: run a failed or cancelled dump again from its last completed chunk",
     )
-    dump.add_argument("--window-timeout", type=float, default=60.0, help="seconds")
-    dump.add_argument("--source-patience", type=float, default=SOURCE_PATIENCE_S, help="seconds")
+    dump.add_argument("--window-timeout", type=finite_number(0, above=True), default=60.0)
+    dump.add_argument(
+        "--source-patience", type=finite_number(0), default=SOURCE_PATIENCE_S, help="seconds"
+    )
     dump.set_defaults(func=_dump)
-
-    status = subparsers.add_parser("status", help="tailer health and dumps")
-    add_config_option(status)
-    status.set_defaults(func=_status)
 
     for name, help_text in (
         ("pause", "pause a dump after its current chunk"),
@@ -53,46 +69,51 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     ):
         control = subparsers.add_parser(name, help=help_text)
         add_config_option(control)
-        control.add_argument("dump_id")
+        control.add_argument("dump_id", type=dump_id)
         control.set_defaults(func=_control, action=name)
 
     throttle = subparsers.add_parser("throttle", help="change a dump's pace while it runs")
     add_config_option(throttle)
-    throttle.add_argument("dump_id")
-    throttle.add_argument("--chunk-size", type=int)
-    throttle.add_argument("--delay-ms", type=int, help="pause between chunks")
-    throttle.add_argument("--max-rows-per-s", type=float, help="0 removes the limit")
+    throttle.add_argument("dump_id", type=dump_id)
+    throttle.add_argument("--chunk-size", type=whole_number(1))
+    throttle.add_argument("--delay-ms", type=whole_number(0), help="pause between chunks")
+    throttle.add_argument("--max-rows-per-s", type=finite_number(0), help="0 removes the limit")
     throttle.set_defaults(func=_throttle)
 
 
 def _dump(args: argparse.Namespace) -> int:
+    """Check the whole request (options, source, tables, keys) before anything is stored; a
+    dump already stored runs again only if no live process runs it."""
+    if args.keys is not None and args.table is None:
+        raise InvalidRequest("--keys needs --table")
+    if args.resume and args.dump_id is None:
+        raise InvalidRequest("--resume needs --dump-id: the dump to resume")
     config = config_of(args)
     store = store_of(config)
     dump_id = args.dump_id or uuid.uuid4().hex[:12]
-    if args.max_rows_per_s is not None and args.max_rows_per_s < 0:
-        raise DBLogError(f"--max-rows-per-s must not be negative, got {args.max_rows_per_s}")
     source = source_for(config.source)
-    if store.dumps.get(dump_id) is None:
+    stored = store.dumps.get(dump_id)
+    if stored is None:
         if args.resume:
-            raise DBLogError(f"--resume: there is no dump {dump_id} to resume")
-        chunks = source.chunk_source()
-        try:
-            if args.keys is not None and args.table is None:
-                raise DBLogError("--keys needs --table")
-            request, key_columns = build_request(
-                config,
-                chunks,
-                dump_id=dump_id,
-                tables=None if args.table is None else [args.table],
-                keys=args.keys,
-                chunk_size=args.chunk_size,
-                parallelism=args.parallelism,
+            raise InvalidRequest(f"--resume: there is no dump {dump_id} to resume")
+        store.dumps.create(*_checked_request(config, source, dump_id, args))
+    else:
+        if args.table is not None:
+            request, _ = _checked_request(config, source, dump_id, args)
+            if _what(request) != _what(stored.request):
+                raise InvalidRequest(
+                    f"--dump-id {dump_id} is a dump of {_describe(stored.request)}, not of "
+                    f"{_describe(request)}: give the new dump another --dump-id, or leave out "
+                    "--table and --keys to run this one again"
+                )
+        driver = _live_driver(store, dump_id)
+        if driver is not None:
+            raise DBLogError(
+                f"dump {dump_id} is running in {driver}: act on it with dblog "
+                f"pause|resume|cancel|throttle {dump_id}"
             )
-        finally:
-            chunks.close()
-        store.dumps.create(request, key_columns)
-    elif not _runnable_again(store, dump_id, args.resume):
-        return 1
+        if not _runnable_again(store, dump_id, args.resume):
+            return 1
     if args.max_rows_per_s is not None:
         store.dumps.throttle(dump_id, max_rows_per_s=args.max_rows_per_s)
     print(f"dump {dump_id}: running (dblog pause|resume|cancel|throttle {dump_id})")
@@ -108,6 +129,52 @@ def _dump(args: argparse.Namespace) -> int:
     return 0 if state == "done" else 1
 
 
+def _checked_request(
+    config: Config, source: Source, dump_id: str, args: argparse.Namespace
+) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
+    chunks = source.chunk_source()
+    try:
+        return build_request(
+            config,
+            chunks,
+            dump_id=dump_id,
+            tables=None if args.table is None else [args.table],
+            keys=args.keys,
+            chunk_size=args.chunk_size,
+            parallelism=args.parallelism,
+        )
+    finally:
+        chunks.close()
+
+
+def _what(request: DumpRequest) -> tuple[object, ...]:
+    """What a request dumps (not how fast): two runs of one dump id must agree on it."""
+    return request.kind, request.tables, request.keys
+
+
+def _describe(request: DumpRequest) -> str:
+    tables = ", ".join(str(t) for t in request.tables)
+    keys = f" ({len(request.keys)} keys)" if request.keys else ""
+    return f"{tables}{keys}"
+
+
+def _live_driver(store: StateStore, dump_id: str) -> str | None:
+    """The process that beats for the dump, unless it is a dead process of this host (one
+    killed a moment ago: its beat outlives it by up to the driver TTL)."""
+    driver = store.dumps.driver(dump_id)
+    if driver is None:
+        return None
+    host, _, pid = driver.rpartition(":")
+    if host == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return driver
+    return driver
+
+
 def _runnable_again(store: StateStore, dump_id: str, resume: bool) -> bool:
     """Whether a stored dump may run again, reopened if it failed or was cancelled and
     `--resume` asks for it; says why not on stderr. An unfinished dump (its process died, or it
@@ -120,7 +187,7 @@ def _runnable_again(store: StateStore, dump_id: str, resume: bool) -> bool:
     if not status.state.finished:
         return True
     if not resume:
-        reason = f" ({one_line(status.reason)})" if status.reason else ""
+        reason = f" ({first_line(status.reason)})" if status.reason else ""
         print(
             f"dump {dump_id} is {status.state}{reason}; to run it again from its last "
             f"completed chunk: dblog dump --dump-id {dump_id} --resume",
@@ -138,38 +205,6 @@ def _print_progress(dump_id: str, progress: TableProgress) -> None:
     line = f"{progress.table}: {progress.chunks_done} chunks, {progress.rows_done} rows, {state}"
     sys.stdout.write(f"\r  {line}   ")
     sys.stdout.flush()
-
-
-def _status(args: argparse.Namespace) -> int:
-    config = config_of(args)
-    store = store_of(config)
-    print(status_table(store))
-    return 0
-
-
-def status_table(store: StateStore) -> str:
-    lines = []
-    health = store.tailer.health()
-    if health is None:
-        lines.append("tailer: no heartbeat (not running?)")
-    else:
-        lines.append(f"tailer: {health.owner}, heartbeat {health.age_ms} ms ago, {health.metrics}")
-    lines.append(f"{'dump':14} {'state':10} {'chunks':>8} {'rows':>10} {'retried':>8}  reason")
-    for dump_id in store.dumps.ids():
-        status = store.dumps.status(dump_id)
-        if status is None:
-            continue
-        lines.append(
-            f"{dump_id:14} {status.state:10} {status.chunks:>8} {status.rows:>10} "
-            f"{status.windows_retried:>8}  {one_line(status.reason)}"
-        )
-    return "\n".join(lines)
-
-
-def one_line(reason: str) -> str:
-    """A reason on one line of the table: a database error's lines (its statement, the caret
-    under it) joined with " | "."""
-    return " | ".join(line.strip() for line in reason.splitlines() if line.strip())
 
 
 def _control(args: argparse.Namespace) -> int:

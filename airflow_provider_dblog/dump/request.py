@@ -1,7 +1,10 @@
 """A validated dump request from what a person gave: table names, a key list, sizes.
 
 Shared by `dblog dump` and the Airflow operators, so both refuse the same bad input with the
-same message, before anything is stored or submitted.
+same message, before anything is stored or submitted. What only the database can judge is
+asked of it here too, through the source's `ChunkSource`: that it is set up for dumps
+(`check_ready`), that the tables exist with a primary key (`key_columns`), and that every key
+value is one its column's type accepts (`check_keys`, which also normalises the keys).
 """
 
 from __future__ import annotations
@@ -49,7 +52,9 @@ def build_request(
 ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
     """A validated request and the tables' key columns. `keys` (text as `dblog dump --keys`
     takes it, or already-parsed JSON values) needs exactly one table. Unknown tables, tables
-    without a primary key and malformed keys are refused here with a message naming them."""
+    without a primary key, malformed keys, key values their column's type refuses and a source
+    no tailer has set up are refused here with a message naming them; the keys come back as
+    the source normalised them (`"7"` on an integer key is 7)."""
     refs = captured_tables(config, tables)
     if keys is not None and len(refs) != 1:
         raise InvalidRequest(f"keys need exactly one table, got {len(refs)}")
@@ -58,7 +63,12 @@ def build_request(
     if isinstance(keys, str):
         parsed = parse_keys(keys, key_columns[refs[0]], refs[0])
     elif keys is not None:
+        if not isinstance(keys, Sequence):
+            raise InvalidRequest(f"keys must be a list or text, got {keys!r}")
         parsed = coerce_keys(list(keys), key_columns[refs[0]], refs[0])
+    if parsed:
+        parsed = source.check_keys(refs[0], parsed)
+    source.check_ready()
     if keys is not None:
         kind = DumpKind.KEYS
     elif tables is None:

@@ -10,6 +10,7 @@ and the same dump without the throttle takes a fraction of it.
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -135,9 +136,10 @@ def said(done: subprocess.CompletedProcess[str]) -> str:
 
 def test_status_pause_and_a_failed_dump_resumed_with_resume(cli: Cli) -> None:
     """`dblog status` shows the tailer and each dump, a failed dump's multi-line database error
-    on one line. A paused dump reads no chunk while its process keeps looking at the controls.
-    The failed dump is refused by id alone with a message naming `--resume`, resumes with it
-    after its last completed chunk (every row read once), and once done cannot be resumed."""
+    cut to its first line (`--dump ID` shows it whole, `--json` gives it to scripts). A paused
+    dump reads no chunk while its process keeps looking at the controls. The failed dump is
+    refused by id alone with a message naming `--resume`, resumes with it after its last
+    completed chunk (every row read once), and once done cannot be resumed."""
     shown = cli.run("status")
     assert shown.returncode == 0, said(shown)
     lines = shown.stdout.splitlines()
@@ -179,9 +181,17 @@ def test_status_pause_and_a_failed_dump_resumed_with_resume(cli: Cli) -> None:
     shown = cli.run("status")
     assert shown.returncode == 0, said(shown)
     lines = shown.stdout.splitlines()
-    assert len(lines) == 3, lines
+    assert len(lines) == 4, lines
     assert lines[2].split()[:3] == ["broken", "failed", str(at_pause.chunks)], lines
-    assert "UndefinedColumn" in lines[2] and "| HINT:" in lines[2], lines
+    assert "UndefinedColumn" in lines[2] and "HINT" not in shown.stdout, lines
+    assert lines[3] == "(the whole reason: dblog status --dump broken)", lines
+    detail = cli.run("status", "--dump", "broken")
+    assert detail.returncode == 0, said(detail)
+    assert "\n    HINT:" in detail.stdout and "public.items: " in detail.stdout, detail.stdout
+    as_json = json.loads(cli.run("status", "--json").stdout)
+    assert as_json["tailer"]["owner"] == "cli-tailer", as_json
+    assert [(d["dump_id"], d["state"]) for d in as_json["dumps"]] == [("broken", "failed")]
+    assert as_json["dumps"][0]["reason"] == failed.reason
 
     with psycopg.connect(cli.dbs.source_dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE items RENAME COLUMN names TO name")

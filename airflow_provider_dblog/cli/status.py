@@ -1,0 +1,177 @@
+"""`dblog status`: the tailer's health and every dump, for people and for scripts.
+
+The table gives each dump one line, its reason cut to the first line (a database error's
+statement and hint follow on lines of their own); `--dump ID` shows one dump whole (request,
+progress per table, controls, driver, the full reason), and `--json` prints the same as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from airflow_provider_dblog.cli.common import (
+    add_config_option,
+    config_of,
+    dump_id,
+    first_line,
+    store_of,
+)
+from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.core.event import JsonValue
+from airflow_provider_dblog.state import DumpStatus, StateStore, TailerHealth
+
+REASON_WIDTH = 100
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    status = subparsers.add_parser("status", help="tailer health and dumps")
+    add_config_option(status)
+    status.add_argument("--dump", type=dump_id, help="one dump in full, its whole reason too")
+    status.add_argument("--json", action="store_true", help="JSON for scripts")
+    status.set_defaults(func=_status)
+
+
+def _status(args: argparse.Namespace) -> int:
+    store = store_of(config_of(args))
+    if args.dump is not None:
+        detail = dump_detail(store, args.dump)
+        print(json.dumps(detail, indent=2) if args.json else detail_text(detail))
+        return 0
+    if args.json:
+        print(json.dumps(status_json(store), indent=2))
+    else:
+        print(status_table(store))
+    return 0
+
+
+def status_json(store: StateStore) -> dict[str, JsonValue]:
+    """The tailer's health (None without a heartbeat) and every dump's status."""
+    health = store.tailer.health()
+    dumps: list[JsonValue] = []
+    for dump in store.dumps.ids():
+        status = store.dumps.status(dump)
+        if status is not None:
+            dumps.append(_status_json(dump, status))
+    return {"tailer": None if health is None else health.to_json(), "dumps": dumps}
+
+
+def status_table(store: StateStore) -> str:
+    """The tailer on one line, then one aligned line per dump."""
+    rows = []
+    for dump in store.dumps.ids():
+        status = store.dumps.status(dump)
+        if status is not None:
+            rows.append((dump, status))
+    width = max([len("dump"), *(len(d) for d, _ in rows)])
+    lines = [
+        _tailer_line(store.tailer.health()),
+        f"{'dump':{width}}  {'state':9} {'chunks':>8} {'rows':>10} {'retried':>7}  reason",
+    ]
+    cut = []
+    for dump, status in rows:
+        reason = first_line(status.reason, REASON_WIDTH)
+        if reason != status.reason.strip():
+            cut.append(dump)
+        lines.append(
+            f"{dump:{width}}  {status.state:9} {status.chunks:>8} {status.rows:>10} "
+            f"{status.windows_retried:>7}  {reason}".rstrip()
+        )
+    if cut:
+        lines.append(f"(the whole reason: dblog status --dump {cut[0]})")
+    return "\n".join(lines)
+
+
+def _tailer_line(health: TailerHealth | None) -> str:
+    if health is None:
+        return "tailer: no heartbeat (not running?)"
+    m = health.metrics
+    parts = [f"tailer: {health.owner}, heartbeat {health.age_ms} ms ago"]
+    for key, label in (
+        ("state", "state {}"),
+        ("lag_ms", "lag {} ms"),
+        ("events", "{} events"),
+        ("open_windows", "{} open windows"),
+        ("windows_failed", "{} windows failed"),
+    ):
+        if key in m:
+            parts.append(label.format(m[key]))
+    return ", ".join(parts)
+
+
+def dump_detail(store: StateStore, dump: str) -> dict[str, JsonValue]:
+    """One dump whole; `DBLogError` if there is none."""
+    stored = store.dumps.get(dump)
+    status = store.dumps.status(dump)
+    if stored is None or status is None:
+        raise DBLogError(f"no dump {dump} (dblog status lists them)")
+    request = stored.request
+    controls = store.dumps.controls(dump)
+    detail = _status_json(dump, status)
+    detail["request"] = {
+        "kind": request.kind.value,
+        "tables": [str(t) for t in request.tables],
+        "keys": [list(k) for k in request.keys],
+        "chunk_size": request.chunk_size,
+        "parallelism": request.parallelism,
+    }
+    detail["progress"] = [p.to_json() for p in store.dumps.load_progress(dump).values()]
+    detail["controls"] = None
+    if controls is not None:
+        detail["controls"] = {
+            "paused": controls.paused,
+            "cancelled": controls.cancelled,
+            "chunk_size": controls.chunk_size,
+            "delay_ms": controls.delay_ms,
+            "max_rows_per_s": controls.max_rows_per_s,
+        }
+    detail["driver"] = store.dumps.driver(dump)
+    return detail
+
+
+def detail_text(detail: dict[str, Any]) -> str:
+    request = detail["request"]
+    keys = f", {len(request['keys'])} keys" if request["keys"] else ""
+    lines = [
+        f"dump {detail['dump_id']}: {detail['state']}",
+        f"  request   {request['kind']} of {', '.join(request['tables'])}{keys}, "
+        f"chunk size {request['chunk_size']}, parallelism {request['parallelism']}",
+        f"  done      {detail['chunks']} chunks, {detail['rows']} rows, "
+        f"{detail['windows_retried']} windows retried",
+        f"  driver    {detail['driver'] or 'none beating'}",
+    ]
+    controls = detail["controls"]
+    if controls is not None:
+        rate = controls["max_rows_per_s"]
+        lines.append(
+            f"  controls  {'paused, ' if controls['paused'] else ''}"
+            f"{'cancelled, ' if controls['cancelled'] else ''}chunk size "
+            f"{controls['chunk_size']}, delay {controls['delay_ms']} ms, "
+            f"{'no rate limit' if rate is None else f'{rate:g} rows/s'}"
+        )
+    for progress in detail["progress"]:
+        state = "done" if progress["done"] else "started" if progress["started"] else "waiting"
+        lines.append(
+            f"  table     {progress['table']}: {progress['chunks_done']} chunks, "
+            f"{progress['rows_done']} rows, {state}"
+        )
+    if detail["reason"]:
+        lines.append("  reason")
+        lines += [f"    {line}" for line in detail["reason"].splitlines()]
+    return "\n".join(lines)
+
+
+def _status_json(dump: str, status: DumpStatus) -> dict[str, JsonValue]:
+    return {
+        "dump_id": dump,
+        "state": status.state.value,
+        "reason": status.reason,
+        "chunks": status.chunks,
+        "rows": status.rows,
+        "windows_retried": status.windows_retried,
+        "created_ms": status.created_ms,
+        "started_ms": status.started_ms,
+        "finished_ms": status.finished_ms,
+        "updated_ms": status.updated_ms,
+    }
