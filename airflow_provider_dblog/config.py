@@ -27,11 +27,14 @@ names (`password_env`), so it never appears on a command line, in a log line or 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 
@@ -66,19 +69,19 @@ def _secret(env: str) -> str:
 
 
 def load_config(path: str | Path) -> Config:
+    """The file parsed and checked: every error names the file, the section and the key."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    try:
-        source = data["source"]
-        redis_section = data["redis"]
-        output = dict(data["output"])
-    except KeyError as missing:
-        raise ConfigError(f"config file {path} has no [{missing.args[0]}] section") from None
+    source = _section(path, data, "source")
+    redis_section = _section(path, data, "redis")
+    output = _section(path, data, "output")
     if "password" in source or "password" in redis_section:
         raise ConfigError(
             f"{path} holds a password: put it in an environment variable and name it with "
@@ -88,21 +91,77 @@ def load_config(path: str | Path) -> Config:
         source_config = parse_source_config(source)
     except SourceError as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
+    url, password_env = _redis_options(path, redis_section)
     return Config(
         source=source_config,
-        redis_url=redis_section.get("url", "redis://127.0.0.1:6379/0"),
-        redis_password_env=redis_section.get("password_env"),
+        redis_url=url,
+        redis_password_env=password_env,
         output=output,
-        tailer=_tailer_options(path, data.get("tailer", {})),
+        tailer=_tailer_options(path, _section(path, data, "tailer", required=False)),
     )
 
 
+def _section(
+    path: Path, data: dict[str, Any], name: str, *, required: bool = True
+) -> dict[str, Any]:
+    if name not in data:
+        if required:
+            raise ConfigError(f"config file {path} has no [{name}] section")
+        return {}
+    section = data[name]
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {path}: {name} must be a [{name}] section, got {section!r}")
+    return dict(section)
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _redis_options(path: Path, section: dict[str, Any]) -> tuple[str, str | None]:
+    unknown = sorted(set(section) - {"url", "password_env"})
+    if unknown:
+        raise ConfigError(
+            f"[redis] in {path} has unknown option(s) {', '.join(unknown)}; "
+            "known: password_env, url"
+        )
+    url = section.get("url", "redis://127.0.0.1:6379/0")
+    try:
+        if not isinstance(url, str):
+            raise ValueError("it is not text")
+        redis.ConnectionPool.from_url(url)  # parses only: connects to nothing
+        parts = urlsplit(url)
+        if parts.scheme != "unix" and not parts.path.strip("/").isdigit() and parts.path.strip("/"):
+            raise ValueError("the database after the port must be a number")
+    except ValueError as exc:
+        raise ConfigError(
+            f"[redis] url in {path} is not a Redis URL (redis://host:port/db): {url!r}: {exc}"
+        ) from None
+    password_env = section.get("password_env")
+    if password_env is not None and not (
+        isinstance(password_env, str) and _ENV_NAME.fullmatch(password_env)
+    ):
+        raise ConfigError(
+            f"[redis] password_env in {path} must name an environment variable: {password_env!r}"
+        )
+    return url, password_env
+
+
 def _tailer_options(path: Path, section: dict[str, Any]) -> dict[str, Any]:
-    known = {f.name for f in dataclasses.fields(TailerSettings)}
-    unknown = sorted(set(section) - known)
+    """Known options only, each a positive finite number (a whole one where the setting
+    counts things)."""
+    fields = {f.name: f for f in dataclasses.fields(TailerSettings)}
+    unknown = sorted(set(section) - set(fields))
     if unknown:
         raise ConfigError(
             f"[tailer] in {path} has unknown option(s) {', '.join(unknown)}; "
-            f"known: {', '.join(sorted(known))}"
+            f"known: {', '.join(sorted(fields))}"
         )
-    return dict(section)
+    for name, value in section.items():
+        whole = fields[name].type in ("int", int)
+        number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if number is None or (whole and not isinstance(number, int)):
+            number = None
+        if number is None or not math.isfinite(number) or number <= 0:
+            what = "a whole number" if whole else "a number"
+            raise ConfigError(f"[tailer] {name} in {path} must be {what} above 0, got {value!r}")
+    return section

@@ -103,8 +103,17 @@ class PostgresSourceConfig:
                 f"[source] has unknown option(s) {', '.join(unknown)}; "
                 f"known for postgres: {', '.join(sorted(fields))}"
             )
+        for name, value in section.items():
+            wanted = bool if name == "replica_identity_full" else str
+            if name != "tables" and not isinstance(value, wanted):
+                what = "true or false" if wanted is bool else "text"
+                raise SourceError(f"[source] {name} must be {what}, got {value!r}")
         tables = section["tables"]
-        if isinstance(tables, str) or not isinstance(tables, list | tuple):
+        if (
+            isinstance(tables, str)
+            or not isinstance(tables, list | tuple)
+            or not all(isinstance(t, str) for t in tables)
+        ):
             raise SourceError(f"[source] tables must be a list of 'schema.table', got {tables!r}")
         try:
             refs = tuple(TableRef.parse(t, default_schema="public") for t in tables)
