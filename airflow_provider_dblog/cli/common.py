@@ -53,14 +53,18 @@ def dump_id(text: str) -> str:
     return text
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+"""A whole number as people write it: ASCII digits only (Python's int() also takes "1_000"
+and other scripts' digits)."""
+
+
 def whole_number(minimum: int) -> Callable[[str], int]:
     """An argparse type: a whole number of at least `minimum`."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not _INTEGER.fullmatch(text.strip()):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+        value = int(text)
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
         return value
@@ -69,10 +73,13 @@ def whole_number(minimum: int) -> Callable[[str], int]:
 
 
 def finite_number(minimum: float, *, above: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite number, at least `minimum` (or above it)."""
+    """An argparse type: a finite number, at least `minimum` (or above it), in ASCII (no
+    digit separators)."""
 
     def parse(text: str) -> float:
         try:
+            if not text.isascii() or "_" in text:
+                raise ValueError(text)
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None

@@ -148,5 +148,6 @@ class PostgresSourceConfig:
             return psycopg.connect(self.dsn, **kwargs)
         except psycopg.OperationalError as exc:
             raise SourceUnavailable(
-                f"cannot connect to PostgreSQL source {self.name}: {exc}"
+                f"cannot connect to PostgreSQL source {self.name} (check [source] dsn and "
+                f"password_env): {exc}"
             ) from exc
