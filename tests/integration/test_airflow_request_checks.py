@@ -1,0 +1,141 @@
+"""The dump request checks behind the Airflow hook and operators, on real PostgreSQL and Redis:
+the same refusals as `dblog dump` (key values against their columns' types, a source no
+tailer has set up, unknown tables), failing the task without retry and storing nothing; a
+source out of reach fails it as retryable."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.state import StateStore
+from tests.integration.airflow_support import dblog_connection
+from tests.integration.e2e_support import Databases, drop_databases, make_databases, write_config
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Checks:
+    dbs: Databases
+    store: StateStore
+    toml: Path
+
+
+@pytest.fixture(scope="module")
+def source(pg15: PostgresInfo, redis_server: RedisInfo) -> Iterator[Databases]:
+    dbs = make_databases(pg15, 10, target=False, seed_value=3)
+    try:
+        dbs.source.ensure_setup()
+        yield dbs
+    finally:
+        drop_databases(dbs)
+
+
+@pytest.fixture
+def checks(
+    source: Databases,
+    pg15: PostgresInfo,
+    redis_server: RedisInfo,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Checks:
+    """A `dblog_checks` connection on the source, its TOML in `tmp_path`."""
+    toml = write_config(tmp_path / "dblog.toml", source, redis_server, {"type": "ndjson"})
+    conn = dblog_connection(redis_server, pg15, source.config.name, toml)
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_CHECKS", json.dumps(conn))
+    store = StateStore(redis_server.client(), source.config.name)
+    return Checks(source, store, toml)
+
+
+def context() -> Any:
+    ti = SimpleNamespace(dag_id="d", run_id=f"r{uuid.uuid4().hex[:6]}", task_id="t", map_index=-1)
+    return {"ti": ti}
+
+
+@pytest.mark.parametrize(
+    ("tables", "keys", "message"),
+    [
+        (
+            ["public.accounts"],
+            ["7", "abc"],
+            "key value 'abc' is not a valid bigint for column id of public.accounts",
+        ),
+        (["accounts"], "1, 2, x", "key value 'x' is not a valid bigint for column id"),
+        (["public.orders"], [["eu", "one"]], "'one' is not a valid integer for column n"),
+        (["public.items"], ["not-a-uuid"], "is not a valid uuid for column id of public.items"),
+        (["public.nope"], None, "table public.nope is not captured"),
+        (["public.orders"], "eu,1", "composite primary key"),
+    ],
+)
+def test_bad_requests_fail_the_check_and_the_dump_without_retry(
+    checks: Checks, tables: list[str], keys: Any, message: str
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_dblog.operators.dblog import (
+        DBLogCheckDumpRequestOperator,
+        DBLogDumpOperator,
+    )
+
+    for operator in (
+        DBLogCheckDumpRequestOperator(
+            task_id="check", dblog_conn_id="dblog_checks", tables=tables, keys=keys
+        ),
+        DBLogDumpOperator(task_id="dump", dblog_conn_id="dblog_checks", tables=tables, keys=keys),
+    ):
+        with pytest.raises(AirflowFailException, match=r"^bad dump request: ") as failed:
+            operator.execute(context())
+        assert message in str(failed.value)
+        assert "\n" not in str(failed.value)
+    assert checks.store.dumps.ids() == []
+
+
+def test_good_keys_are_checked_and_normalised_by_the_source(checks: Checks) -> None:
+    from airflow_provider_dblog.hooks.dblog import DBLogHook
+
+    request, key_columns = DBLogHook("dblog_checks").build_request(
+        "good", tables=["public.orders"], keys=[["eu", "7"], {"region": "eu", "n": 7}, ["us", 1]]
+    )
+    assert request.keys == (("eu", 7), ("us", 1))
+    assert dict(key_columns) == {request.tables[0]: ("region", "n")}
+    assert checks.store.dumps.ids() == []
+
+
+def test_a_source_no_tailer_set_up_fails_naming_what_to_run(checks: Checks) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_dblog.operators.dblog import DBLogCheckDumpRequestOperator
+
+    checks.toml.write_text(
+        checks.toml.read_text().replace("[source]\n", '[source]\nwatermark_schema = "nowhere"\n')
+    )
+    check = DBLogCheckDumpRequestOperator(task_id="check", dblog_conn_id="dblog_checks")
+    with pytest.raises(AirflowFailException, match="dblog tail"):
+        check.execute(context())
+    assert checks.store.dumps.ids() == []
+
+
+def test_a_source_out_of_reach_fails_as_retryable(checks: Checks) -> None:
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from airflow_provider_dblog.operators.dblog import DBLogCheckDumpRequestOperator
+
+    text = checks.toml.read_text()
+    port = f"port={checks.dbs.pg.port} "
+    assert port in text
+    checks.toml.write_text(text.replace(port, "port=1 "))
+    check = DBLogCheckDumpRequestOperator(task_id="check", dblog_conn_id="dblog_checks")
+    with pytest.raises(AirflowException, match="cannot check the dump request now") as failed:
+        check.execute(context())
+    assert not isinstance(failed.value, AirflowFailException)
+    assert checks.store.dumps.ids() == []
