@@ -193,7 +193,9 @@ class DBLogHook(BaseHook):
         chunk_size: int = 1000,
         parallelism: int = 1,
     ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
-        """A validated request: reads the tables' primary keys from the source."""
+        """A validated request, checked as `dblog dump` checks it (`dump.request`): the
+        tables' primary keys and the key values are judged by the source, which must be set
+        up for dumps; the keys come back normalised. Stores nothing."""
         self.export_secrets()
         source = source_for(self.config.source).chunk_source()
         try:

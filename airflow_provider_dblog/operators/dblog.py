@@ -34,8 +34,10 @@ from airflow_provider_dblog.triggers.outcome import ENDED, DumpOutcome
 
 class DBLogCheckDumpRequestOperator(BaseOperator):
     """Check a dump request without running it: unknown tables, tables without a primary
-    key, malformed keys and sizes below 1 fail the task at once (no retry), naming the problem;
-    a source or Redis that cannot be reached fails it as retryable. Put it first in a DAG so
+    key, malformed keys, key values their column's type refuses (judged by the source's
+    database), a source no tailer has set up and sizes below 1 fail the task at once (no
+    retry), naming the problem; a source or Redis that cannot be reached fails it as
+    retryable. Put it first in a DAG so
     that bad params fail the run before anything waits.
 
     :param dblog_conn_id: the `dblog` connection.
