@@ -155,7 +155,7 @@ def refused(setup: Setup, argv: list[str], field: str) -> None:
     assert code == 2, (argv, code, said)
     assert "Traceback" not in said, said
     last = said.strip().splitlines()[-1]
-    assert re.match(r"dblog( dump)?: error: ", last), said
+    assert re.match(r"dblog( [a-z-]+)?: error: ", last), said
     assert re.search(field, last), f"{argv}: the message does not name {field!r}: {said}"
     assert setup.snapshot() == before, f"{argv} changed the store"
 
@@ -200,9 +200,7 @@ BAD_ARGUMENTS = st.one_of(
     st.one_of(not_number(0), st.just("0")).map(
         lambda v: (["--window-timeout", v], "--window-timeout")
     ),
-    TEXT.filter(lambda t: not re.fullmatch(r"[A-Za-z0-9_.:-]{1,200}", t)).map(
-        lambda v: (["--dump-id", v], "--dump-id")
-    ),
+    st.deferred(lambda: BAD_ID).map(lambda v: (["--dump-id", v], "--dump-id")),
     TEXT.filter(lambda t: t.strip() not in CAPTURED).map(lambda v: (["--table", v], "table")),
     TEXT.filter(lambda t: "," not in t and not INTEGER.fullmatch(t)).map(
         lambda v: (["--table", "public.accounts", "--keys", _keys_with(v)], "key")
@@ -229,14 +227,38 @@ BAD_ARGUMENTS = st.one_of(
 )
 
 
+BAD_ID = TEXT.filter(lambda t: not re.fullmatch(r"[A-Za-z0-9_.:-]{1,200}", t))
+BAD_CONTROLS = st.one_of(
+    not_integer(1).map(lambda v: (["throttle", RUNNING, "--chunk-size", v], "--chunk-size")),
+    not_integer(0).map(lambda v: (["throttle", RUNNING, "--delay-ms", v], "--delay-ms")),
+    not_number(0).map(lambda v: (["throttle", RUNNING, "--max-rows-per-s", v], "--max-rows-per-s")),
+    st.tuples(st.sampled_from(["pause", "resume", "cancel", "throttle"]), BAD_ID).map(
+        lambda c: ([c[0], c[1]], "dump_id")
+    ),
+    BAD_ID.map(lambda v: (["status", "--dump", v], "--dump")),
+    st.just((["status", "--dump", "nobody"], "no dump nobody")),
+)
+"""Bad values for the commands that act on a running dump, aimed at the running one."""
+
+
 @EXAMPLES
 @given(case=BAD_ARGUMENTS)
-def test_bad_arguments_exit_2_naming_the_field_and_store_nothing(
+def test_bad_dump_arguments_exit_2_naming_the_field_and_store_nothing(
     setup: Setup, case: tuple[list[str], str]
 ) -> None:
     arguments, field = case
     config = setup.write(setup.good)
     refused(setup, ["dump", "-c", str(config), *arguments], field)
+
+
+@EXAMPLES
+@given(case=BAD_CONTROLS)
+def test_bad_control_arguments_exit_2_and_leave_the_running_dump_alone(
+    setup: Setup, case: tuple[list[str], str]
+) -> None:
+    (command, *arguments), field = case
+    config = setup.write(setup.good)
+    refused(setup, [command, "-c", str(config), *arguments], field)
 
 
 def test_good_keys_pass_the_same_checks_normalised(setup: Setup) -> None:
@@ -248,13 +270,21 @@ def test_good_keys_pass_the_same_checks_normalised(setup: Setup) -> None:
         for table, keys, normalised in (
             ("public.accounts", " 1, 02 ,1", ((1,), (2,))),
             ("orders", '[["eu", "7"], {"n": 7, "region": "eu"}]', (("eu", 7),)),
-            ("items", "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11",
-             (("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",),)),
-        ):  # fmt: skip
+            (
+                "items",
+                "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11",
+                (("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",),),
+            ),
+        ):
             request, _ = build_request(
-                config, chunks, dump_id="ok", tables=[table], keys=keys, chunk_size=5,
+                config,
+                chunks,
+                dump_id="ok",
+                tables=[table],
+                keys=keys,
+                chunk_size=5,
                 parallelism=1,
-            )  # fmt: skip
+            )
             assert request.keys == normalised
     finally:
         chunks.close()
