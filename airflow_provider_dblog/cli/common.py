@@ -66,7 +66,7 @@ def whole_number(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
         value = int(text)
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
         return value
 
     return parse

@@ -421,7 +421,7 @@ def test_cli_refuses_bad_input_with_clear_errors_and_exit_code_2(
         (["dump", "-c", str(good), "--table", "public.orders", "--keys", "1,2"], env,
          ["public.orders", "composite primary key"]),
         (["dump", "-c", str(good), "--keys", "1,2"], env, ["--keys needs --table"]),
-        (["dump", "-c", str(good), "--chunk-size", "0"], env, ["chunk_size", "at least 1"]),
+        (["dump", "-c", str(good), "--chunk-size", "0"], env, ["--chunk-size", "at least 1"]),
         (["dump", "-c", str(unset)], env, ["E2E_UNSET_PASSWORD", "not set"]),
         (["dump", "-c", str(good)], wrong_env, ["password authentication failed"]),
         (["dump", "-c", str(closed)], env, ["cannot connect", "refused"]),
