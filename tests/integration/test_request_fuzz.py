@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -83,11 +84,14 @@ def setup(
     pg15: PostgresInfo, redis_server: RedisInfo, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Setup]:
     """A source set up for dumps (its watermark table made as `dblog tail` makes it) with the
-    three demo tables, and a dump of it that another process is running."""
+    three demo tables and one without a primary key, and a dump of it that another process is
+    running."""
     dbs = make_databases(pg15, 20, target=False, seed_value=7)
     os.environ[REDIS_PASSWORD_ENV] = redis_server.password
     try:
         dbs.source.ensure_setup()
+        with psycopg.connect(dbs.source_dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE public.loose (v int)")
         good = {
             "source": {
                 "type": "postgres",
@@ -327,6 +331,12 @@ BAD_TOML = st.one_of(
             st.just(["a.b.c"]),
         ),
         "tables|table",
+    ),
+    spoil(
+        "source",
+        "tables",
+        st.just(["public.accounts", "public.loose"]),
+        "public.loose has no primary key",
     ),
     spoil("source", "slot", st.one_of(NOT_TEXT, st.just("Bad-Slot"), st.just("")), "slot"),
     spoil(
