@@ -26,6 +26,8 @@ from airflow_provider_dblog.operators.request import (
     REQUEST_FIELDS,
     checked_request,
     default_dump_id,
+    non_negative,
+    positive_int,
 )
 from airflow_provider_dblog.state import DumpState
 from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger
@@ -321,11 +323,18 @@ class DBLogThrottleDumpOperator(_DumpControlOperator):
         self.max_rows_per_s = max_rows_per_s
 
     def _apply(self, store: Any) -> bool:
+        """Each setting checked before any is sent: a bad one fails the task, naming it, and
+        the dump keeps its pace."""
+        chunk_size, delay_ms, rate = self.chunk_size, self.delay_ms, self.max_rows_per_s
         return bool(
             store.dumps.throttle(
                 self.dump_id,
-                chunk_size=None if self.chunk_size is None else int(self.chunk_size),
-                delay_ms=None if self.delay_ms is None else int(self.delay_ms),
-                max_rows_per_s=None if self.max_rows_per_s is None else float(self.max_rows_per_s),
+                chunk_size=None if chunk_size is None else positive_int("chunk_size", chunk_size),
+                delay_ms=None
+                if delay_ms is None
+                else non_negative("delay_ms", delay_ms, whole=True),
+                max_rows_per_s=None
+                if rate is None
+                else non_negative("max_rows_per_s", rate, whole=False),
             )
         )

@@ -8,6 +8,7 @@ same request.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -45,6 +46,21 @@ def positive_int(name: str, value: Any) -> int:
         raise AirflowFailException(f"{name} must be a whole number, got {value!r}") from None
     if number < 1 or str(number) != str(value).strip():
         raise AirflowFailException(f"{name} must be a whole number of at least 1, got {value!r}")
+    return number
+
+
+def non_negative(name: str, value: Any, *, whole: bool) -> int | float:
+    """A delay or a rate from a param or a template: 0 or more, finite, a whole number if
+    `whole`; refused clearly."""
+    kind = "a whole number" if whole else "a number"
+    try:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        number: int | float = int(str(value).strip()) if whole else float(value)
+    except (TypeError, ValueError):
+        raise AirflowFailException(f"{name} must be {kind} of at least 0, got {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        raise AirflowFailException(f"{name} must be {kind} of at least 0, got {value!r}")
     return number
 
 

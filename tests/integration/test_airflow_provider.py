@@ -265,8 +265,14 @@ def test_control_operators_act_on_a_running_dump_and_refuse_a_finished_one(
         40,
         1000.0,
     )
-    with pytest.raises(AirflowFailException, match="chunk_size must be at least 1"):
-        DBLogThrottleDumpOperator(task_id="t0", chunk_size=0, **common).execute({})  # type: ignore[arg-type]
+    for bad, message in (
+        ({"chunk_size": 0}, "chunk_size must be a whole number of at least 1, got 0"),
+        ({"chunk_size": 9, "delay_ms": "soon"}, "delay_ms must be a whole number of at least 0"),
+        ({"delay_ms": 9, "max_rows_per_s": "nan"}, "max_rows_per_s must be a number of at least"),
+    ):
+        with pytest.raises(AirflowFailException, match=message):
+            DBLogThrottleDumpOperator(task_id="t0", **bad, **common).execute({})  # type: ignore[arg-type]
+        assert (controls().chunk_size, controls().delay_ms) == (250, 40), "nothing was sent"
     DBLogCancelDumpOperator(task_id="cancel", **common).execute({})  # type: ignore[arg-type]
     assert controls().cancelled
     store.dumps.mark("ctl", DumpState.CANCELLED)

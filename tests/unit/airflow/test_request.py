@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_dblog.operators.request import (
     default_dump_id,
     dump_id_for,
+    non_negative,
     optional_list,
     positive_int,
 )
@@ -73,3 +74,21 @@ def test_optional_list_reads_an_empty_form_field_as_not_given(value: Any, listed
 def test_optional_list_refuses_what_is_no_list_naming_the_param() -> None:
     with pytest.raises(AirflowFailException, match="tables must be a list, got 5"):
         optional_list("tables", 5)
+
+
+@pytest.mark.parametrize(
+    ("value", "whole", "number"),
+    [(0, True, 0), (" 250 ", True, 250), ("0.5", False, 0.5), (3, False, 3.0)],
+)
+def test_non_negative_takes_zero_and_up(value: Any, whole: bool, number: float) -> None:
+    assert non_negative("delay_ms", value, whole=whole) == number
+
+
+@pytest.mark.parametrize(
+    ("value", "whole"),
+    [(-1, True), ("1.5", True), (True, True), ("nan", False), ("inf", False), ("-0.1", False),
+     (None, False), ("fast", False)],
+)  # fmt: skip
+def test_non_negative_refuses_the_rest_naming_the_param(value: Any, whole: bool) -> None:
+    with pytest.raises(AirflowFailException, match=r"^delay_ms must be a"):
+        non_negative("delay_ms", value, whole=whole)
