@@ -79,7 +79,7 @@ def status_table(store: StateStore) -> str:
             f"{status.windows_retried:>7}  {reason}".rstrip()
         )
     if cut:
-        lines.append(f"(the whole reason: dblog status --dump {cut[0]})")
+        lines.append(f"(the whole reason: dblog status --dump {cut[0] if len(cut) == 1 else 'ID'})")
     return "\n".join(lines)
 
 
