@@ -58,7 +58,13 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [{"integration-name": "DBLog", "python-modules": [f"{_P}.hooks.dblog"]}],
         "operators": [{"integration-name": "DBLog", "python-modules": [f"{_P}.operators.dblog"]}],
         "sensors": [{"integration-name": "DBLog", "python-modules": [f"{_P}.sensors.dblog"]}],
-        "triggers": [{"integration-name": "DBLog", "python-modules": [f"{_P}.triggers.dblog"]}],
+        "triggers": [
+            {
+                "integration-name": "DBLog",
+                "python-modules": [f"{_P}.triggers.dblog", f"{_P}.triggers.changes"],
+            }
+        ],
+        "asset-uris": [{"schemes": ["dblog"], "handler": f"{_P}.assets.sanitize_uri"}],
         "connection-types": [
             {
                 "hook-class-name": f"{_P}.hooks.dblog.DBLogHook",

@@ -106,6 +106,13 @@ _ATTEMPTS = 3
 writer with the same token (or a lost reply's retry) can move it again."""
 
 
+def stream_name(prefix: str, source: str, table: str | None = None) -> str:
+    """The stream of a source's events, or with `table` (per_table) of that table's events:
+    also what the change trigger reads."""
+    key = f"{prefix}:{source}:events"
+    return key if table is None else f"{key}:{table}"
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -146,8 +153,8 @@ class RedisStreamOutput(Output):
         """Per stream, its last entry (None: empty), once read; forgotten after any error."""
 
     def stream_key(self, event: Event) -> str:
-        key = f"{self.prefix}:{event.source.name}:events"
-        return f"{key}:{event.table}" if self.per_table else key
+        table = str(event.table) if self.per_table else None
+        return stream_name(self.prefix, event.source.name, table)
 
     def fence_key(self, source: str) -> str:
         return f"{self.prefix}:{source}:events-fence"
