@@ -18,6 +18,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_provider_dblog.assets import DUMPS, announce_dump
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.hooks.spark_launcher import SparkDumpLauncher
@@ -107,6 +108,10 @@ class DBLogDumpOperator(BaseOperator):
     :param poll_interval: seconds between polls of the dump's status when deferred.
     :param driver_timeout_s: when deferred, how long the dump may go without a live driver
         before the task fails (a retry then resumes it).
+
+    Its outlet is the `assets.DUMPS` alias: a finished dump adds an event of each dumped
+    table's asset (`dblog://<source>/<schema>.<table>`), so DAGs scheduled on the table also
+    run after a backfill or repair.
     """
 
     template_fields: Sequence[str] = (*REQUEST_FIELDS, "dump_id", "spark_conf")
@@ -130,6 +135,7 @@ class DBLogDumpOperator(BaseOperator):
         driver_timeout_s: float = 180.0,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("outlets", [DUMPS])
         super().__init__(**kwargs)
         self.dblog_conn_id = dblog_conn_id
         self.tables = tables
@@ -187,7 +193,7 @@ class DBLogDumpOperator(BaseOperator):
                 launcher.run()
             except AirflowException as exc:
                 self.log.error("the Spark dump application failed: %s", exc)
-            return self._finish(DumpOutcome.of(dump_id, hook.dump_status(dump_id), ENDED))
+            return self._finish(DumpOutcome.of(dump_id, hook.dump_status(dump_id), ENDED), context)
         launcher.launch_detached()
         self.defer(
             trigger=DBLogDumpTrigger(
@@ -203,7 +209,7 @@ class DBLogDumpOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         outcome = DumpOutcome.from_event(event)
         self.dump_id = outcome.dump_id
-        return self._finish(outcome)
+        return self._finish(outcome, context)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Inputs: the dumped source tables; output: the tailer's output (OpenLineage)."""
@@ -211,7 +217,7 @@ class DBLogDumpOperator(BaseOperator):
             return None
         return dump_lineage(self.hook, self.dump_id)
 
-    def _finish(self, outcome: DumpOutcome) -> dict[str, Any]:
+    def _finish(self, outcome: DumpOutcome, context: Context) -> dict[str, Any]:
         dump_id, state, reason = outcome.dump_id, outcome.state, outcome.reason
         if outcome.stalled:
             raise AirflowException(
@@ -221,6 +227,7 @@ class DBLogDumpOperator(BaseOperator):
             )
         if state is DumpState.DONE:
             self.log.info("dump %s done: %s chunks, %s rows", dump_id, outcome.chunks, outcome.rows)
+            announce_dump(context, self.outlets, self.hook, outcome)
             return outcome.to_event()
         if state is DumpState.FAILED:
             raise AirflowException(f"dump {dump_id} failed: {reason}")
