@@ -17,7 +17,7 @@ def test_every_dag_imports_with_its_tasks_and_params() -> None:
 
     bag = DagBag(str(DAGS))
     assert bag.import_errors == {}
-    assert set(bag.dag_ids) == {"dblog_backfill", "dblog_dump", "dblog_repair"}
+    assert set(bag.dag_ids) == {"dblog_backfill", "dblog_dump", "dblog_repair", "dblog_on_change"}
     expected_params = {
         "dblog_backfill": {"tables", "chunk_size", "parallelism"},
         "dblog_dump": {"source", "tables", "keys", "chunk_size", "parallelism"},
