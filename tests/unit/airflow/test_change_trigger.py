@@ -1,17 +1,23 @@
 """The change trigger and the table assets as a DAG file builds them: the URI scheme, what
 the trigger serializes (the triggerer rebuilds it from the database), its own consumer group
-per watch, and arguments that fail the DAG's parse by name."""
+per watch, arguments that fail the DAG's parse by name, and a deployment that does not fit
+failing the trigger's start by name."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
+import re
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 from airflow_provider_dblog.assets import dblog_table, sanitize_uri, table_uri
-from airflow_provider_dblog.triggers.changes import DBLogChangeTrigger
+from airflow_provider_dblog.config import ConfigError
+from airflow_provider_dblog.triggers.change_batch import Watch
+from airflow_provider_dblog.triggers.changes import DBLogChangeTrigger, resolve_stream
 
 
 def test_a_table_asset_is_named_by_its_uri_and_watched_by_a_change_trigger() -> None:
@@ -83,3 +89,55 @@ def test_airflow_checks_dblog_uris_with_the_providers_handler() -> None:
     assert Asset(uri="dblog://shop/public.orders").uri == "dblog://shop/public.orders"
     with pytest.raises(ValueError, match="not a DBLog table URI"):
         Asset(uri="dblog://shop/orders")
+
+
+def _deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output: str) -> Watch:
+    """A TOML for source `shop` capturing public.orders with `output`, and the connection
+    `dblog_test` pointing at it; the watch of public.orders."""
+    toml = tmp_path / "dblog.toml"
+    toml.write_text(
+        '[source]\ntype = "postgres"\nname = "shop"\ndsn = "host=db dbname=shop user=u"\n'
+        'tables = ["public.orders"]\n\n[redis]\nurl = "redis://127.0.0.1:6379/0"\n\n'
+        f"[output]\n{output}\n"
+    )
+    conn = {"conn_type": "dblog", "extra": {"source_name": "shop", "config_path": str(toml)}}
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_TEST", json.dumps(conn))
+    return Watch.of("shop", ["public.orders"], ["d"])
+
+
+STREAM = 'type = "redis_stream"\nurl_env = "TEST_STREAM_URL"\nper_table = true'
+
+
+def test_a_fitting_deployment_resolves_to_the_tables_streams(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    watch = _deployment(tmp_path, monkeypatch, STREAM)
+    monkeypatch.setenv("TEST_STREAM_URL", "redis://:secret@127.0.0.1:6379/0")
+    stream = asyncio.run(resolve_stream("dblog_test", watch, "g"))
+    assert stream.streams == ("dblog:shop:events:public.orders",) and stream.group == "g"
+    assert "secret" not in repr(stream)
+
+
+@pytest.mark.parametrize(
+    ("conn_id", "watch", "output", "named"),
+    [
+        ("dblog_nope", None, STREAM, "connection 'dblog_nope', which does not exist"),
+        ("dblog_test", ("shop", "public.items"), STREAM, "does not capture public.items"),
+        ("dblog_test", ("other", "public.orders"), STREAM, "names source 'other'"),
+        ("dblog_test", None, 'type = "ndjson"\ndirectory = "x"', "type is 'ndjson'"),
+        ("dblog_test", None, STREAM, "TEST_STREAM_URL"),
+    ],
+)
+def test_bad_configuration_fails_the_trigger_start_naming_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    conn_id: str,
+    watch: tuple[str, str] | None,
+    output: str,
+    named: str,
+) -> None:
+    default = _deployment(tmp_path, monkeypatch, output)
+    monkeypatch.delenv("TEST_STREAM_URL", raising=False)
+    watched = default if watch is None else Watch.of(watch[0], [watch[1]], ["d"])
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        asyncio.run(resolve_stream(conn_id, watched, "g"))
