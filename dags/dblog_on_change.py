@@ -54,13 +54,18 @@ with DAG(
         """Log each triggering event: table, ops and positions (or the dump), and return
         them."""
         changes = []
-        for asset, events in (triggering_asset_events or {}).items():
+        seen = set()  # an event that came through an alias is listed under it too
+        for events in (triggering_asset_events or {}).values():
             for event in events:
+                uri = event.asset.uri
+                if (uri, str(event.timestamp)) in seen:
+                    continue
+                seen.add((uri, str(event.timestamp)))
                 change = describe(dict(event.extra or {}))
                 if change["origin"] == "log":
                     log.info(
                         "%s changed: table %s, ops %s, positions %s..%s",
-                        asset.uri,
+                        uri,
                         change["table"],
                         change["ops"],
                         change["first_position"],
@@ -69,7 +74,7 @@ with DAG(
                 else:
                     log.info(
                         "%s dumped: table %s, dump %s, %s rows",
-                        asset.uri,
+                        uri,
                         change["table"],
                         change["dump_id"],
                         change["rows"],

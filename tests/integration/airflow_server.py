@@ -93,16 +93,25 @@ class AirflowServer:
 
     def start(self) -> None:
         for component in COMPONENTS:
-            with self.log_of(component).open("ab") as out:
-                self.processes[component] = subprocess.Popen(
-                    [str(BIN / "airflow"), component],
-                    env=self.env,
-                    cwd=self.home,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            self.start_component(component)
+
+    def start_component(self, component: str) -> None:
+        with self.log_of(component).open("ab") as out:
+            self.processes[component] = subprocess.Popen(
+                [str(BIN / "airflow"), component],
+                env=self.env,
+                cwd=self.home,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def kill_component(self, component: str) -> None:
+        """SIGKILL one component's whole group, as a crash or an OOM kill would stop it."""
+        process = self.processes[component]
+        _signal_group(process, signal.SIGKILL)
+        process.wait(30)
 
     def check_alive(self) -> None:
         for component, process in self.processes.items():

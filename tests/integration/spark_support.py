@@ -16,12 +16,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import redis
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
-from airflow_provider_dblog.outputs import SqlApplyOutput
+from airflow_provider_dblog.outputs import RedisStreamOutput, SqlApplyOutput
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.state import StateStore
@@ -61,21 +62,27 @@ def running_pipeline(
     work: Path,
     rows: int,
     events_dir: Path | None = None,
+    stream_url_env: str | None = None,
 ) -> Iterator[Pipeline]:
     """A private source (`rows` rows per table before capture), an empty SQL target, and a
     tailer applying the log and the dump rows into it, in this process. Sets the password
     variables in this process's environment (a Spark JVM started later passes them on).
-    With `events_dir`, the tailer also writes the change stream there as NDJSON."""
+    With `events_dir`, the tailer also writes the change stream there as NDJSON; with
+    `stream_url_env`, into a Redis Stream (the TOML's output) at the URL that variable holds."""
     dbs = make_databases(pg, rows, target=True, seed_value=random.randrange(1 << 30))
     os.environ[REDIS_PASSWORD_ENV] = redis_server.password
-    config_path = write_config(
-        work / "dblog.toml", dbs, redis_server, {"type": "ndjson", "directory": "unused"}
-    )
+    output_config: dict[str, str] = {"type": "ndjson", "directory": "unused"}
+    if stream_url_env is not None:
+        output_config = {"type": "redis_stream", "url_env": stream_url_env}
+    config_path = write_config(work / "dblog.toml", dbs, redis_server, output_config)
     dbs.source.ensure_setup()
     store = StateStore(redis_server.client(), dbs.config.name)
     output: Output = SqlApplyOutput(dbs.target_dsn, monotonic=True)
     if events_dir is not None:
         output = FanOut(output, NdjsonOutput(events_dir))
+    if stream_url_env is not None:
+        stream = RedisStreamOutput(redis.Redis.from_url(os.environ[stream_url_env]))
+        output = FanOut(output, stream)
     tailer = Tailer(
         dbs.source,
         store,
