@@ -1,21 +1,38 @@
-"""dblog_dump: a dump triggered by hand from the UI's params form: all captured tables, some
-tables, or primary keys of one table, with its chunk size and parallelism.
+"""### dblog_dump: a DBLog dump on demand
+
+Re-emits the current rows of the captured tables into the tailer's output, between
+watermarks, without locking the tables or stalling the log. Trigger it from this form:
+
+- **tables** empty: every captured table; or the tables chosen.
+- **keys** empty: whole tables; or primary keys of the one table chosen, as
+  `dblog dump --keys` takes them: `1,2,3`, or JSON `[["eu", 1], ["us", 2]]` for a
+  composite key.
+- **chunk_size**: rows per chunk; **parallelism**: chunks in flight at once.
+
+The run checks the request first (`check_request`: unknown tables, malformed keys, counts
+below 1 fail there, in words, before anything is registered), waits for a healthy tailer,
+then runs the dump on Spark (`dump`). The dump task's XCom holds the rows, chunks and retried
+windows, and where the Spark driver's log is; a retry resumes from the last completed chunk.
 """
 
 from __future__ import annotations
 
 from airflow.sdk import DAG, Param
 
-from airflow_provider_dblog.operators.chain import (
-    DAG_DEFAULTS,
-    DBLOG_CONN_ID,
-    TABLE_PATTERN,
-    dump_chain,
+from airflow_provider_dblog.operators.chain import DAG_DEFAULTS, DBLOG_CONN_ID, dump_chain
+from airflow_provider_dblog.operators.params import (
+    ParamValue,
+    captured_table_names,
+    chunk_size_param,
+    keys_param,
+    parallelism_param,
+    tables_param,
 )
 
 with DAG(
     dag_id="dblog_dump",
     description="DBLog dump on demand: tables or keys, chunk size, parallelism",
+    doc_md=__doc__,
     schedule=None,
     **DAG_DEFAULTS,
     params={
@@ -23,30 +40,18 @@ with DAG(
             DBLOG_CONN_ID,
             type="string",
             minLength=1,
-            description="The dblog connection of the source",
+            description="The dblog connection of the source (the table choices are its own)",
         ),
-        "tables": Param(
-            [],
-            type="array",
-            items={"type": "string", "pattern": TABLE_PATTERN},
-            description="Tables ('schema.table'); empty: every captured table",
-        ),
-        "keys": Param(
-            [],
-            type="array",
-            description=(
-                'Optional primary keys of the one table given: [1, 2] or [["eu", 1]] for '
-                "composite keys; empty: whole tables"
-            ),
-        ),
-        "chunk_size": Param(1000, type="integer", minimum=1, maximum=1_000_000),
-        "parallelism": Param(1, type="integer", minimum=1, maximum=64),
+        "tables": tables_param(captured_table_names(DBLOG_CONN_ID)),
+        "keys": keys_param(required=False),
+        "chunk_size": chunk_size_param(1000),
+        "parallelism": parallelism_param(1),
     },
 ) as dag:
     dump_chain(
-        dblog_conn_id="{{ params.source }}",
-        tables="{{ params.tables }}",
-        keys="{{ params['keys'] }}",
-        chunk_size="{{ params.chunk_size }}",
-        parallelism="{{ params.parallelism }}",
+        dblog_conn_id=ParamValue("source"),
+        tables=ParamValue("tables"),
+        keys=ParamValue("keys"),
+        chunk_size=ParamValue("chunk_size"),
+        parallelism=ParamValue("parallelism"),
     )

@@ -31,19 +31,15 @@ DAG_DEFAULTS: dict[str, Any] = {
     "start_date": pendulum.datetime(2026, 1, 1, tz="UTC"),
     "catchup": False,
     "default_args": DEFAULT_ARGS,
-    # Params keep their JSON types in templates: lists stay lists, numbers numbers.
-    "render_template_as_native_obj": True,
     "tags": ["dblog", "cdc"],
 }
 """What every DBLog DAG passes to `DAG(...)`."""
 
-TABLE_PATTERN = r"^[^.\s]+(\.[^.\s]+)?$"
-"""A table name in a params form: `table` or `schema.table`."""
-
 
 def dump_chain(**request: Any) -> DBLogDumpOperator:
     """check_request >> wait_for_tailer >> dump, in the DAG being defined, for the request
-    given (`tables`, `keys`, `chunk_size`, `parallelism`, `dblog_conn_id`: templated)."""
+    given (`tables`, `keys`, `chunk_size`, `parallelism`, `dblog_conn_id`: templated, or a
+    DAG param as `params.ParamValue`)."""
     conn = request.pop("dblog_conn_id", DBLOG_CONN_ID)
     check = DBLogCheckDumpRequestOperator(
         task_id="check_request", dblog_conn_id=conn, retries=0, **request

@@ -1,0 +1,120 @@
+"""The params of the DBLog DAGs, as Airflow's trigger form renders them, and how their values
+reach the operators.
+
+How the form reads a param's JSON schema (Airflow 3.3, `FlexibleForm/FieldSelector.tsx`):
+a `type` that includes "null" is optional (no red asterisk, an empty field sends null); an
+array with `examples` is a multi-select of those values; a type list of more than one non-null
+type is a text box whose text is kept as JSON when it parses to one of the types, as the raw
+text otherwise; a number field clamps what is typed to the schema's `minimum` and `maximum`
+when it loses focus, silently. So the counts here carry no bounds: `check_request` refuses a
+count below 1 in words, and the text of `keys` reaches the request unchanged.
+
+The values reach the operators through `ParamValue`, not `{{ params.x }}`: Jinja's native
+rendering runs `ast.literal_eval` on a string it renders, so keys typed as `1e3`, `None` or
+`True` would arrive as a float, as nothing (a whole-table dump) or as a bool.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from airflow.sdk import BaseHook, Context, Param
+
+from airflow_provider_dblog.config import load_config
+from airflow_provider_dblog.hooks.dblog import connection_extras
+
+log = logging.getLogger(__name__)
+
+KEYS_HELP = (
+    "As `dblog dump --keys` takes them: `1,2,3` for a one-column key, or JSON: "
+    '`[["eu", 1], ["us", 2]]` for a composite key (one list per key, in primary-key order), '
+    '`[{"region": "eu", "n": 1}]` by column name.'
+)
+
+
+@dataclass(frozen=True)
+class ParamValue:
+    """A DAG param's value for an operator's templated field, as the run's params hold it
+    (validated, the conf over the defaults), without going through Jinja."""
+
+    name: str
+
+    def resolve(self, context: Context) -> Any:
+        """Called by Airflow's templating for any templated value that has `resolve`."""
+        return context["params"][self.name]
+
+    def iter_references(self) -> tuple[()]:
+        """No upstream task: it reads the run's params."""
+        return ()
+
+
+def captured_table_names(conn_id: str) -> list[str]:
+    """The tables that the TOML of connection `conn_id` captures, offered as the forms'
+    choices; empty when they cannot be read while the DAG is parsed (the form then takes
+    names as text, and `check_request` checks them)."""
+    try:
+        config = load_config(connection_extras(BaseHook.get_connection(conn_id))["config_path"])
+    except Exception as exc:  # a form without choices beats a DAG that does not parse
+        log.warning("no table choices in the DBLog forms: %s: %s", type(exc).__name__, exc)
+        return []
+    return [str(table) for table in config.source.tables]
+
+
+def tables_param(choices: list[str]) -> Param:
+    """Optional tables: a multi-select of `choices` if any, else one name per line."""
+    schema: dict[str, Any] = {"type": ["array", "null"], "items": {"type": "string"}}
+    if choices:
+        schema["examples"] = choices
+    return Param(
+        None,
+        description="Tables to dump ('schema.table'). Empty: every captured table.",
+        **schema,
+    )
+
+
+def table_param(choices: list[str]) -> Param:
+    """One required table, typed, with `choices` suggested while typing."""
+    schema: dict[str, Any] = {"type": "string", "minLength": 1}
+    if choices:
+        schema["examples"] = choices
+    return Param(description="The table ('schema.table').", **schema)
+
+
+def keys_param(*, required: bool) -> Param:
+    """Primary keys of one table as text (what `dblog dump --keys` takes) or a JSON array."""
+    if required:
+        return Param(
+            type=["string", "array"],
+            minLength=1,
+            minItems=1,
+            description=f"Primary keys of the table. {KEYS_HELP}",
+        )
+    return Param(
+        None,
+        type=["string", "array", "null"],
+        description=f"Primary keys of the one table chosen. {KEYS_HELP} Empty: whole tables.",
+    )
+
+
+def chunk_size_param(default: int) -> Param:
+    return Param(
+        default,
+        type="integer",
+        description=(
+            "Rows read per chunk, between one low and one high watermark: at least 1. Larger "
+            "chunks dump faster and hold more rows in Redis while a window is open."
+        ),
+    )
+
+
+def parallelism_param(default: int) -> Param:
+    return Param(
+        default,
+        type="integer",
+        description=(
+            "Chunks in flight at once, on disjoint key ranges: at least 1. More is faster "
+            "and puts more load on the source."
+        ),
+    )
