@@ -13,6 +13,7 @@ Nothing here touches the network until a method is called.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -22,6 +23,7 @@ from urllib.parse import urlsplit
 import redis
 import redis.asyncio
 from airflow.sdk import BaseHook
+from airflow.sdk.log import mask_secret
 
 from airflow_provider_dblog.config import Config, ConfigError, load_config
 from airflow_provider_dblog.core.dump_plan import DumpRequest
@@ -33,9 +35,20 @@ from airflow_provider_dblog.state import AsyncStateReader, DumpStatus, StateStor
 
 def connection_extras(conn: Any) -> dict[str, Any]:
     """The connection's extras by field name; forms of older UIs store them prefixed
-    (`extra__dblog__source_name`)."""
+    (`extra__dblog__source_name`).
+
+    Read from the raw JSON, not `extra_dejson`: that hands every extra value to the secrets
+    masker, which warns "Skipping masking for a secret as it's too short" at the first value
+    under five characters, a source named `shop` say, though it would never mask a value whose
+    name is not secret. The one secret here, `source_password`, is masked where it is read."""
     prefix = f"extra__{DBLogHook.conn_type}__"
-    return {k.removeprefix(prefix): v for k, v in conn.extra_dejson.items() if v not in ("", None)}
+    try:
+        extra = json.loads(conn.extra or "{}")
+    except ValueError:
+        raise ConfigError(f"connection {conn.conn_id!r}: its extra is not JSON") from None
+    if not isinstance(extra, dict):
+        raise ConfigError(f"connection {conn.conn_id!r}: its extra is not a JSON object")
+    return {k.removeprefix(prefix): v for k, v in extra.items() if v not in ("", None)}
 
 
 @dataclass(frozen=True)
@@ -117,6 +130,7 @@ class DBLogHook(BaseHook):
 
     def _source_password(self, extra: dict[str, Any]) -> str | None:
         if extra.get("source_password"):
+            mask_secret(str(extra["source_password"]), "source_password")
             return str(extra["source_password"])
         if extra.get("source_conn_id"):
             return self.get_connection(extra["source_conn_id"]).password or None
@@ -168,13 +182,17 @@ class DBLogHook(BaseHook):
         return self.get_conn()
 
     def test_connection(self) -> tuple[bool, str]:
-        """Reach Redis and read the TOML; what the UI's Test button shows."""
+        """Reach Redis and read the TOML; what the UI's Test button shows.
+
+        The UI tests a copy of the form under a random connection id (Airflow's
+        `POST /connections/test`), never under the id the user gave: a message says "this
+        connection" instead of naming that random id."""
         try:
             store = self.get_conn()
             health = store.tailer.health()
             config = self.config
         except Exception as exc:
-            return False, str(exc)
+            return False, str(exc).replace(f"connection {self.dblog_conn_id!r}", "this connection")
         tailer = "no tailer heartbeat" if health is None else f"tailer {health.owner} alive"
         tables = ", ".join(str(t) for t in config.source.tables)
         return (

@@ -89,3 +89,47 @@ def test_a_connection_missing_what_it_needs_is_refused_naming_it(
 ) -> None:
     with pytest.raises(ConfigError, match=f"connection 'dblog_unit'.*{message}"):
         DBLogConnection.parse(connection(extra, schema=schema), None)
+
+
+def test_reading_the_extras_masks_the_source_password_and_warns_of_no_short_secret(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task log's "Skipping masking for a secret as it's too short" came from the source
+    name: `extra_dejson` hands every extra value to the masker, which warns at the first one
+    under five characters before it looks at the value's name."""
+    from airflow.sdk._shared.secrets_masker import SecretsMasker, redact
+
+    from airflow_provider_dblog.hooks.dblog import DBLogHook
+
+    conn = connection(
+        {"source_name": "shop", "config_path": "/etc/dblog.toml", "source_password": "s3cr3t-pg"}
+    )
+    monkeypatch.setattr(SecretsMasker, "_has_warned_short_secret", False)
+    with caplog.at_level("WARNING"):
+        extras = connection_extras(conn)
+        assert DBLogHook("dblog_unit")._source_password(extras) == "s3cr3t-pg"
+    assert "too short" not in caplog.text
+    assert redact("password s3cr3t-pg") == "password ***"
+
+    with caplog.at_level("WARNING"):
+        conn.extra_dejson  # noqa: B018 - what the hook read before: the source name warns
+    assert "Skipping masking for a secret as it's too short" in caplog.text
+
+
+@pytest.mark.parametrize("extra", ["not json", "[1, 2]"])
+def test_extras_that_are_no_json_object_are_refused_naming_the_connection(extra: str) -> None:
+    conn = Connection(conn_id="dblog_unit", conn_type="dblog", extra=extra)
+    with pytest.raises(ConfigError, match="connection 'dblog_unit': its extra is not"):
+        connection_extras(conn)
+
+
+def test_the_test_button_says_this_connection_not_the_random_id_airflow_tests_it_under(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow_provider_dblog.hooks.dblog import DBLogHook
+
+    conn = {"conn_type": "dblog", "host": "127.0.0.1", "extra": {"source_name": "shop"}}
+    monkeypatch.setenv("AIRFLOW_CONN_XQ7RANDOM", json.dumps(conn))
+    ok, message = DBLogHook("xq7random").test_connection()
+    assert not ok
+    assert message == "this connection needs config_path in its extras", message
