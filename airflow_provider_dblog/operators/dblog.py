@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_provider_dblog.assets import DUMPS, announce_dump
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.hooks.dblog import DBLogHook
-from airflow_provider_dblog.hooks.spark_launcher import SparkDumpLauncher
+from airflow_provider_dblog.hooks.spark_launcher import SparkDumpLauncher, driver_log_path
 from airflow_provider_dblog.operators.lineage import dump_lineage
 from airflow_provider_dblog.operators.request import (
     REQUEST_FIELDS,
@@ -178,7 +178,7 @@ class DBLogDumpOperator(BaseOperator):
         status = hook.submit_or_resume(request, key_columns)
         if status.state is DumpState.DONE:
             self.log.info("dump %s is already done", dump_id)
-            return DumpOutcome.of(dump_id, status).to_event()
+            return self._finish(DumpOutcome.of(dump_id, status), context)
         self.log.info(
             "dump %s: %s of %s, chunk size %d, parallelism %d, %d chunks done before",
             dump_id,
@@ -222,15 +222,25 @@ class DBLogDumpOperator(BaseOperator):
         if outcome.stalled:
             raise AirflowException(
                 f"dump {dump_id} has had no running Spark driver for {self.driver_timeout_s}s "
-                "(it died, or never started: see the Spark application's log); a retry of "
-                "this task resumes it from its last completed chunk"
+                f"(it died, or never started: see its log, {self._spark_log(dump_id)}); a "
+                "retry of this task resumes it from its last completed chunk"
             )
         if state is DumpState.DONE:
-            self.log.info("dump %s done: %s chunks, %s rows", dump_id, outcome.chunks, outcome.rows)
+            summary = {**outcome.to_event(), "spark_log": self._spark_log(dump_id)}
+            self.log.info(
+                "dump %s done: %d rows in %d chunks, %d windows retried; Spark driver log: %s",
+                dump_id,
+                outcome.rows,
+                outcome.chunks,
+                outcome.windows_retried,
+                summary["spark_log"],
+            )
             announce_dump(context, self.outlets, self.hook, outcome)
-            return outcome.to_event()
+            return summary
         if state is DumpState.FAILED:
-            raise AirflowException(f"dump {dump_id} failed: {reason}")
+            raise AirflowException(
+                f"dump {dump_id} failed: {reason} (Spark driver log: {self._spark_log(dump_id)})"
+            )
         if state is DumpState.CANCELLED:
             # Not retried: a retry would resume what someone chose to stop. Clearing the task
             # by hand does resume it.
@@ -242,6 +252,10 @@ class DBLogDumpOperator(BaseOperator):
             f"dump {dump_id} ended {state or 'missing'} without finishing ({reason}): the Spark "
             "application stopped early; a retry resumes it"
         )
+
+    def _spark_log(self, dump_id: str) -> str:
+        """Where the Spark driver's output went: a file on the worker when detached."""
+        return str(driver_log_path(dump_id)) if self.deferrable else "this task's log"
 
     def on_kill(self) -> None:
         if self._launcher is not None:
