@@ -27,6 +27,9 @@ from airflow_provider_dblog.hooks.dblog import connection_extras
 
 log = logging.getLogger(__name__)
 
+# The form renders a param's `description_md` (in its schema) as Markdown, its `description`
+# as plain text: the help below has code spans.
+
 KEYS_HELP = (
     "As `dblog dump --keys` takes them: `1,2,3` for a one-column key, or JSON: "
     '`[["eu", 1], ["us", 2]]` for a composite key (one list per key, in primary-key order), '
@@ -69,7 +72,7 @@ def tables_param(choices: list[str]) -> Param:
         schema["examples"] = choices
     return Param(
         None,
-        description="Tables to dump ('schema.table'). Empty: every captured table.",
+        description_md="Tables to dump (`schema.table`). Empty: every captured table.",
         **schema,
     )
 
@@ -79,7 +82,7 @@ def table_param(choices: list[str]) -> Param:
     schema: dict[str, Any] = {"type": "string", "minLength": 1}
     if choices:
         schema["examples"] = choices
-    return Param(description="The table ('schema.table').", **schema)
+    return Param(description_md="The table (`schema.table`).", **schema)
 
 
 def keys_param(*, required: bool) -> Param:
@@ -89,12 +92,12 @@ def keys_param(*, required: bool) -> Param:
             type=["string", "array"],
             minLength=1,
             minItems=1,
-            description=f"Primary keys of the table. {KEYS_HELP}",
+            description_md=f"Primary keys of the table. {KEYS_HELP}",
         )
     return Param(
         None,
         type=["string", "array", "null"],
-        description=f"Primary keys of the one table chosen. {KEYS_HELP} Empty: whole tables.",
+        description_md=f"Primary keys of the one table chosen. {KEYS_HELP} Empty: whole tables.",
     )
 
 
@@ -102,7 +105,7 @@ def chunk_size_param(default: int) -> Param:
     return Param(
         default,
         type="integer",
-        description=(
+        description_md=(
             "Rows read per chunk, between one low and one high watermark: at least 1. Larger "
             "chunks dump faster and hold more rows in Redis while a window is open."
         ),
@@ -113,7 +116,7 @@ def parallelism_param(default: int) -> Param:
     return Param(
         default,
         type="integer",
-        description=(
+        description_md=(
             "Chunks in flight at once, on disjoint key ranges: at least 1. More is faster "
             "and puts more load on the source."
         ),

@@ -92,7 +92,7 @@ def test_optional_params_are_optional_in_the_form_and_counts_say_what_they_are()
         for name in ("chunk_size", "parallelism"):
             if name in dag.params:
                 param = dag.params.get_param(name)
-                assert "at least 1" in (param.description or ""), (dag.dag_id, name)
+                assert "at least 1" in param.schema["description_md"], (dag.dag_id, name)
                 # The form's number field would silently clamp a typed 0 to a minimum.
                 assert not {"minimum", "maximum"} & set(param.schema), param.schema
 
