@@ -119,6 +119,12 @@ class DBLogTailerHealthSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        # A healthy tailer needs no wait. Deferring anyway would have the trigger fire at once,
+        # which Airflow 3.3 can race into failing the resumed task: the stale "success" of
+        # the deferring process arrives after the resumed one runs (apache/airflow#72716).
+        health = self.hook.tailer_health()
+        if health_ok(health, int(self.max_lag_ms)):
+            return self.execute_complete(context, {"healthy": True, "health": health.to_json()})
         self.defer(
             trigger=DBLogTailerHealthTrigger(
                 self.dblog_conn_id, int(self.max_lag_ms), self.poke_interval
