@@ -287,7 +287,7 @@ def test_control_operators_act_on_a_running_dump_and_refuse_a_finished_one(
 def test_dump_sensor_pokes_until_done_and_fails_with_the_reason(
     dblog_conn: tuple[str, str, Path], redis_server: RedisInfo
 ) -> None:
-    from airflow.sdk.exceptions import AirflowException
+    from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
     from airflow_provider_dblog.sensors.dblog import DBLogDumpSensor, DBLogTailerHealthSensor
 
@@ -314,3 +314,12 @@ def test_dump_sensor_pokes_until_done_and_fails_with_the_reason(
     assert tailer.poke({}) is False  # type: ignore[arg-type]
     store.tailer.beat("t", {"lag_ms": 50}, ttl_s=60)
     assert tailer.poke({}) is True  # type: ignore[arg-type]
+
+    # Deferrable, it defers only while the tailer is not healthy yet.
+    deferring = DBLogTailerHealthSensor(
+        task_id="tailer", dblog_conn_id=conn_id, max_lag_ms=100, deferrable=True
+    )
+    assert deferring.execute({})["healthy"] is True  # type: ignore[arg-type]
+    store.tailer.beat("t", {"lag_ms": 500}, ttl_s=60)
+    with pytest.raises(TaskDeferred):
+        deferring.execute({})  # type: ignore[arg-type]
