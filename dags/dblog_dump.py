@@ -1,7 +1,7 @@
 """### dblog_dump: a DBLog dump on demand
 
 Re-emits the current rows of the captured tables into the tailer's output, between
-watermarks, without locking the tables or stalling the log. Trigger it from this form:
+watermarks, without locking the tables or stalling the log. Its trigger form takes:
 
 - **tables** empty: every captured table; or the tables chosen.
 - **keys** empty: whole tables; or primary keys of the one table chosen, as

@@ -1,7 +1,7 @@
 """### dblog_repair: re-send given rows of one table
 
 Re-emits the current rows of the given primary keys of one table, e.g. keys a consumer
-reported wrong. Trigger it from this form, or from the REST API with
+reported wrong. Trigger it from its form (Trigger), or from the REST API with
 `{"conf": {"table": "public.orders", "keys": [["eu", 1]]}}`:
 
 - **table**: `schema.table`, one of the captured tables.

@@ -6,6 +6,8 @@
 #   openjdk-17-jre-headless  Java for Spark
 #   libpostgresql-jdbc-java  PostgreSQL JDBC driver (/usr/share/java/postgresql.jar), for the
 #                            Spark JDBC read that bench/bench_spark_dump.py compares with ours
+#   chromium                 a headless browser for the test of Airflow's trigger forms
+#                            (driven through its DevTools protocol; nothing downloads another)
 # The tests start their own servers (airflow_provider_dblog/devservices); the system services
 # are not needed, so they are kept from starting during installation.
 #
@@ -13,7 +15,8 @@
 # as another user it lists what is missing and the command to run, and exits 1.
 set -euo pipefail
 
-PACKAGES=(postgresql-15 mariadb-server redis-server openjdk-17-jre-headless libpostgresql-jdbc-java)
+PACKAGES=(postgresql-15 mariadb-server redis-server openjdk-17-jre-headless libpostgresql-jdbc-java
+    chromium)
 
 missing=()
 for package in "${PACKAGES[@]}"; do
