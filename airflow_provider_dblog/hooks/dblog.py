@@ -37,10 +37,11 @@ def connection_extras(conn: Any) -> dict[str, Any]:
     """The connection's extras by field name; forms of older UIs store them prefixed
     (`extra__dblog__source_name`).
 
-    Read from the raw JSON, not `extra_dejson`: that hands every extra value to the secrets
-    masker, which warns "Skipping masking for a secret as it's too short" at the first value
-    under five characters, a source named `shop` say, though it would never mask a value whose
-    name is not secret. The one secret here, `source_password`, is masked where it is read."""
+    Read from the raw JSON, not `extra_dejson`, which hands every extra value to the secrets
+    masker on each read: the masker warns "Skipping masking for a secret as it's too short" at
+    a value under five characters (a source named `shop`) before it checks that the value's
+    name is secret, and it cannot be told apart from a short password. The one secret here,
+    `source_password`, is masked by name where it is read."""
     prefix = f"extra__{DBLogHook.conn_type}__"
     try:
         extra = json.loads(conn.extra or "{}")
