@@ -1,7 +1,8 @@
 """The three DAGs run with `dag.test()` against real PostgreSQL, Redis and Spark (local[2]),
 with a tailer applying the log and the dump rows into a SQL target: each run ends with the
-target equal to the source (the repair: exactly the keys given). Bad params fail the run at
-its first task, naming the problem, before anything waits.
+target equal to the source (the repair: exactly the keys given, composite keys in the shape
+the trigger form sends them). Bad params fail the run at its first task, naming the problem,
+before anything waits.
 
 Deferrable tasks run their triggers inline in `dag.test()`; the dump task starts
 `spark_jobs/dump.py` through spark-submit, detached, and follows it in Redis.
@@ -9,6 +10,7 @@ Deferrable tasks run their triggers inline in `dag.test()`; the dump task starts
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -70,11 +72,15 @@ def assert_succeeded(result: DagTestResult) -> None:
     }
 
 
-def test_repair_dag_fixes_exactly_the_keys_given(pipeline: Pipeline, run_dag: RunDag) -> None:
-    keys = list(range(3, ROWS, 11))
+def test_repair_dag_fixes_exactly_the_composite_keys_given_in_the_forms_shape(
+    pipeline: Pipeline, run_dag: RunDag
+) -> None:
+    with psycopg.connect(pipeline.dbs.source_dsn) as conn:
+        keys = [list(r) for r in conn.execute("SELECT region, n FROM orders ORDER BY n LIMIT 9")]
+    # What the form's keys box sends for `[["eu", 1], ...]` typed into it: the JSON, parsed.
     result = run_dag(
         "dblog_repair",
-        {"table": "public.accounts", "keys": keys, "chunk_size": 7},
+        {"table": "public.orders", "keys": keys, "chunk_size": 4},
     )
     assert_succeeded(result)
     wait_caught_up(pipeline.dbs)
@@ -82,17 +88,33 @@ def test_repair_dag_fixes_exactly_the_keys_given(pipeline: Pipeline, run_dag: Ru
         expected = [
             r[0]
             for r in conn.execute(
-                "SELECT row_to_json(t)::text FROM accounts t WHERE id = ANY(%s) ORDER BY id",
-                (keys,),
+                "SELECT row_to_json(t)::text FROM orders t "
+                "WHERE (region, n) IN (SELECT * FROM jsonb_to_recordset(%s::jsonb) "
+                "AS k(region text, n int)) ORDER BY region, n",
+                (json.dumps([{"region": r, "n": n} for r, n in keys]),),
             )
         ]
     target = snapshot(pipeline.dbs.target_dsn)
-    assert target["accounts"] == expected
-    assert all(not rows for table, rows in target.items() if table != "accounts")
+    assert len(expected) == len(keys) and target["orders"] == expected
+    assert all(not rows for table, rows in target.items() if table != "orders")
     (dump_id,) = pipeline.store.dumps.ids()
     status = pipeline.store.dumps.status(dump_id)
     assert status is not None and status.state is DumpState.DONE
-    assert status.rows == len(keys) and status.chunks == -(-len(keys) // 7)
+    assert status.rows == len(keys) and status.chunks == -(-len(keys) // 4)
+
+
+def test_dump_dag_takes_keys_as_text_as_dblog_dump_does(
+    pipeline: Pipeline, run_dag: RunDag
+) -> None:
+    """`1,2,3` typed into the keys box: sent as text, parsed as `dblog dump --keys` parses it."""
+    result = run_dag(
+        "dblog_dump",
+        {"tables": ["public.accounts"], "keys": "3,5,8", "chunk_size": 2, "parallelism": 1},
+    )
+    assert_succeeded(result)
+    wait_caught_up(pipeline.dbs)
+    ids = [json.loads(row)["id"] for row in snapshot(pipeline.dbs.target_dsn)["accounts"]]
+    assert ids == [3, 5, 8]
 
 
 def test_dump_dag_of_all_tables_converges(pipeline: Pipeline, run_dag: RunDag) -> None:
@@ -133,8 +155,24 @@ def test_backfill_dag_converges(pipeline: Pipeline, run_dag: RunDag) -> None:
             {"tables": ["public.accounts", "public.orders"], "keys": [1]},
             "keys need exactly one table, got 2",
         ),
+        (
+            "dblog_repair",
+            {"table": "public.orders", "keys": ["eu", 1]},
+            "key #1 of public.orders has 1 value(s), the primary key (region, n) has 2",
+        ),
+        (
+            "dblog_dump",
+            {"chunk_size": 0},
+            "chunk_size must be a whole number of at least 1, got 0",
+        ),
     ],
-    ids=["unknown-table", "malformed-keys", "keys-of-two-tables"],
+    ids=[
+        "unknown-table",
+        "malformed-keys",
+        "keys-of-two-tables",
+        "composite-key-not-in-a-list",
+        "chunk-size-zero",
+    ],
 )
 def test_bad_params_fail_the_first_task_with_the_problem(
     pipeline: Pipeline,
@@ -149,16 +187,4 @@ def test_bad_params_fail_the_first_task_with_the_problem(
     assert result.tasks["check_request"] == "failed"
     assert result.tasks["dump"] != "success" and result.tasks["wait_for_tailer"] != "success"
     assert message in result.output
-    assert pipeline.store.dumps.ids() == []
-
-
-def test_chunk_size_zero_is_refused_by_the_params_schema(
-    pipeline: Pipeline, run_dag: RunDag
-) -> None:
-    result = run_dag(
-        "dblog_dump",
-        {"chunk_size": 0},
-    )
-    assert result.state == "refused", result.output[-4000:]
-    assert "chunk_size" in result.output and "minimum" in result.output
     assert pipeline.store.dumps.ids() == []
