@@ -1,0 +1,167 @@
+"""The trigger forms as a person meets them, in headless Chromium against a running Airflow
+(api-server, scheduler, dag-processor, triggerer) with the provider, a tailer and Spark.
+
+In `dblog_dump`'s form the optional fields carry no "required" asterisk and a chunk size of 0
+stays 0 (no silent clamp to 1). From `dblog_repair`'s page, its docs; then from its form a
+repair of composite keys typed as `dblog dump --keys` takes them, which succeeds and leaves
+exactly those rows in the target, with the rows, chunks and the Spark driver's log in the
+dump task's XCom; and a repair of a table that is not captured, which fails its first task
+saying so. The connection test the Test button runs
+says "this connection", not the random id Airflow tests it under.
+
+Screenshots of each step are kept in a directory the test prints (`screenshots_dir`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from urllib.parse import unquote
+
+import psycopg
+import pytest
+
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.hooks.spark_launcher import driver_log_path
+from airflow_provider_dblog.operators.request import dump_id_for
+from tests.integration.airflow_server import AirflowServer, airflow_server
+from tests.integration.airflow_support import airflow_env, dblog_connection
+from tests.integration.browser import Page, chromium
+from tests.integration.e2e_support import wait_caught_up
+from tests.integration.spark_support import running_pipeline
+
+pytestmark = pytest.mark.integration
+ROWS = 60
+
+
+def screenshots_dir() -> Path:
+    """A new directory under $DBLOG_TEST_ARTIFACTS (default: the temp dir's
+    `dblog-test-artifacts`), kept after the test: pytest's own temp dirs are pruned when
+    other sessions start."""
+    default = Path(tempfile.gettempdir()) / "dblog-test-artifacts"
+    base = Path(os.environ.get("DBLOG_TEST_ARTIFACTS") or default)
+    base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="forms-browser-", dir=base))
+
+
+def open_trigger_form(page: Page, airflow: AirflowServer, dag_id: str) -> None:
+    page.navigate(f"{airflow.url}/dags/{dag_id}")
+    page.click("button[aria-label='Trigger Dag']")
+    page.wait("!!document.querySelector('#element_chunk_size, [name=element_chunk_size]')", "form")
+
+
+def trigger_from_form(page: Page) -> str:
+    """Press the form's Trigger button; the id of the run it started (the page goes to it)."""
+    page.click_text("[role=dialog] button", "Trigger")
+    href = page.wait("location.pathname.includes('/runs/') && location.pathname", "the new run")
+    return unquote(str(href).rsplit("/runs/", 1)[1])
+
+
+def test_a_person_repairs_composite_keys_from_the_trigger_form(
+    pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    shots = screenshots_dir()
+    print(f"screenshots of the browser test: {shots}")
+    with running_pipeline(pg15, redis_server, tmp_path, rows=ROWS) as pipeline:
+        dbs = pipeline.dbs
+        with psycopg.connect(dbs.source_dsn) as source:
+            keys = [list(r) for r in source.execute("SELECT region, n FROM orders LIMIT 5")]
+        conn = dblog_connection(redis_server, pg15, dbs.config.name, pipeline.config_path)
+        home = tmp_path / "airflow"
+        env = airflow_env(home, conn, AIRFLOW__CORE__TEST_CONNECTION="Enabled")
+        with airflow_server(home, env) as airflow, chromium(tmp_path) as page:
+            for dag_id in ("dblog_dump", "dblog_repair"):
+                airflow.wait_dag(dag_id)
+            assert airflow.client is not None
+            token = airflow.client.headers["Authorization"].removeprefix("Bearer ")
+            page.send("Network.setCookie", name="_token", value=token, url=f"{airflow.url}/")
+
+            # dblog_dump's form: only what is needed is marked required; 0 stays 0.
+            open_trigger_form(page, airflow, "dblog_dump")
+            required = page.evaluate(
+                "Object.fromEntries([...document.querySelectorAll('[role=group] label')]"
+                ".map(l => [l.innerText.split('\\n')[0].trim(), l.innerText.includes('*')]))"
+            )
+            assert {k: required.get(k) for k in ("source", "tables", "keys", "chunk_size")} == {
+                "source": True,
+                "tables": False,
+                "keys": False,
+                "chunk_size": True,
+            }, required
+            page.type_into("[name=element_chunk_size]", "0")
+            page.evaluate("document.querySelector('#element_keys').focus()")  # leave the field
+            assert page.evaluate("document.querySelector('[name=element_chunk_size]').value") == "0"
+            page.screenshot(shots / "1-dump-form.png")
+
+            # dblog_repair's docs, on its page.
+            page.navigate(f"{airflow.url}/dags/dblog_repair")
+            page.click("button[aria-label='Dag Docs']")
+            page.wait("document.body.innerText.includes('re-send given rows')", "the DAG's docs")
+            page.screenshot(shots / "2-repair-docs.png")
+
+            # A repair of composite keys, typed as `dblog dump --keys` takes them.
+            open_trigger_form(page, airflow, "dblog_repair")
+            page.type_into("#element_table", "public.orders")
+            page.type_into("#element_keys", json.dumps(keys))
+            page.type_into("[name=element_chunk_size]", "2")
+            page.screenshot(shots / "3-repair-form.png")
+            repair_run = trigger_from_form(page)
+
+            # A repair of a table that is not captured.
+            open_trigger_form(page, airflow, "dblog_repair")
+            page.type_into("#element_table", "public.nope")
+            page.type_into("#element_keys", "1,2")
+            bad_run = trigger_from_form(page)
+            try:
+                state = airflow.wait_run("dblog_repair", bad_run, 120, fail_fast=True)
+                report = airflow.report("dblog_repair", bad_run)
+                assert state == "failed", report
+                assert airflow.task_states("dblog_repair", bad_run)["check_request"] == "failed"
+                check_log = airflow.task_log("dblog_repair", bad_run, "check_request", 1)
+                assert "table public.nope is not captured by source" in check_log, report
+
+                state = airflow.wait_run("dblog_repair", repair_run, 300, fail_fast=True)
+                assert state == "success", airflow.report("dblog_repair", repair_run)
+            finally:
+                # A failed test must not leave the detached Spark application dumping.
+                pipeline.store.dumps.cancel(dump_id_for("dblog_repair", repair_run, "dump"))
+            page.navigate(f"{airflow.url}/dags/dblog_repair/runs/{repair_run}")
+            page.wait("document.body.innerText.includes('dump')", "the run's page")
+            page.screenshot(shots / "4-repair-run.png")
+
+            sent = airflow.api("GET", f"/api/v2/dags/dblog_repair/dagRuns/{repair_run}")["conf"]
+            assert sent["keys"] == keys, sent  # the form sent the JSON typed, as JSON
+            result = airflow.xcom("dblog_repair", repair_run, "dump")
+
+            # What the connection form's Test button asks the api-server.
+            tested = airflow.api(
+                "POST",
+                "/api/v2/connections/test",
+                json={
+                    "connection_id": "my_dblog",
+                    "conn_type": "dblog",
+                    "host": redis_server.host,
+                    "extra": json.dumps({"source_name": "shop"}),
+                },
+            )
+            assert tested == {
+                "status": False,
+                "message": "this connection needs config_path in its extras",
+            }
+
+        wait_caught_up(dbs)
+        with psycopg.connect(dbs.source_dsn) as source, psycopg.connect(dbs.target_dsn) as target:
+            query = "SELECT row_to_json(t)::text FROM orders t WHERE (region, n) = (%s, %s)"
+            expected = [source.execute(query, key).fetchone() for key in keys]
+            repaired = [target.execute(query, key).fetchone() for key in keys]
+            others = target.execute("SELECT count(*) FROM orders").fetchone()
+        assert None not in expected and repaired == expected
+        assert others == (len(keys),)
+        dump_id = dump_id_for("dblog_repair", repair_run, "dump")
+        assert result["state"] == "done" and result["rows"] == len(keys), result
+        assert result["chunks"] == -(-len(keys) // 2) and result["windows_retried"] >= 0, result
+        assert result["spark_log"] == str(driver_log_path(dump_id)), result
+        assert Path(result["spark_log"]).stat().st_size > 0
