@@ -7,7 +7,9 @@ array with `examples` is a multi-select of those values; a type list of more tha
 type is a text box whose text is kept as JSON when it parses to one of the types, as the raw
 text otherwise; a number field clamps what is typed to the schema's `minimum` and `maximum`
 when it loses focus, silently. So the counts here carry no bounds: `check_request` refuses a
-count below 1 in words, and the text of `keys` reaches the request unchanged.
+count below 1 in words, and the text of `keys` reaches the request unchanged. The help is
+each schema's `description_md`, which the form renders as Markdown (`description` it shows as
+plain text).
 
 The values reach the operators through `ParamValue`, not `{{ params.x }}`: Jinja's native
 rendering runs `ast.literal_eval` on a string it renders, so keys typed as `1e3`, `None` or
@@ -26,9 +28,6 @@ from airflow_provider_dblog.config import load_config
 from airflow_provider_dblog.hooks.dblog import connection_extras
 
 log = logging.getLogger(__name__)
-
-# The form renders a param's `description_md` (in its schema) as Markdown, its `description`
-# as plain text: the help below has code spans.
 
 KEYS_HELP = (
     "As `dblog dump --keys` takes them: `1,2,3` for a one-column key, or JSON: "
