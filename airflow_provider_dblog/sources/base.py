@@ -14,6 +14,7 @@ from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
 from airflow_provider_dblog.core.event import Key, Row, TableRef
 from airflow_provider_dblog.core.log import LogItem
+from airflow_provider_dblog.core.schema import TableSchema
 
 
 class SourceError(DBLogError):
@@ -59,6 +60,14 @@ class LogReader(Protocol):
 
     def acknowledge(self, commit: int) -> None:
         """Everything up to `commit` is durable downstream; never moves backwards."""
+        ...
+
+    def describe(self, table: TableRef) -> TableSchema:
+        """`table`'s schema as the catalog has it now, spelled as the reader's
+        `SchemaDescription`s spell it (the same columns describe alike). Asked while items are
+        being read, when a dump chunk's rows have other columns than the log last described
+        (an ALTER the log has not shown yet); raises `SourceUnavailable` if the server went
+        away."""
         ...
 
     def close(self) -> None: ...

@@ -25,6 +25,8 @@ every key of a source lives in one slot and every Lua script of the stores may t
 | P tailer:token         | string | the last fencing token handed out                           |
 | P tailer:lease         | hash   | owner, token of the active tailer; expires (PX)             |
 | P tailer:heartbeat     | hash   | owner, at_ms (Redis clock), metrics (JSON); expires (PX)    |
+| P tailer:schemas       | hash   | table ("schema.name") -> its last durable schema event:     |
+|                        |        | JSON {version, schema, position}                            |
 
 The window keys belong to `WindowStore` (windows.py), the dump keys to `DumpStore` (dumps.py),
 the tailer keys to `TailerStore` (tailer.py); `AsyncStateReader` reads some of the last two.
@@ -49,6 +51,7 @@ class SourceKeys:
         "tailer_checkpoint",
         "tailer_heartbeat",
         "tailer_lease",
+        "tailer_schemas",
         "tailer_token",
     )
 
@@ -64,6 +67,7 @@ class SourceKeys:
         self.tailer_token = self.prefix + "tailer:token"
         self.tailer_lease = self.prefix + "tailer:lease"
         self.tailer_heartbeat = self.prefix + "tailer:heartbeat"
+        self.tailer_schemas = self.prefix + "tailer:schemas"
 
     def window(self, window_id: str) -> str:
         return f"{self.prefix}window:{window_id}"

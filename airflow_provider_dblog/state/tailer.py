@@ -1,5 +1,6 @@
 """The tailer's state: the lease that makes one tailer of a source active, the fencing token
-that refuses a stale one, the checkpoint it restarts from, and the heartbeat Airflow reads.
+that refuses a stale one, the checkpoint it restarts from, the schema versions it numbered, and
+the heartbeat Airflow reads.
 
 Durability (see the package's docstring for what a crash of Redis loses):
 
@@ -9,6 +10,9 @@ Durability (see the package's docstring for what a crash of Redis loses):
   after a lost INCR is still larger than every token handed out before the crash (as long as the
   Redis host's clock does not step back across the restart), and the old leader stays fenced out.
 - heartbeat lost: health looks stale until the next beat, a few seconds later.
+- a schema lost: a schema is saved once its event is durable and before the checkpoint passes
+  it, so a lost save comes with a lost checkpoint: the tailer reads that stretch of log again
+  and emits the schema event again, at its position with its version (a duplicate).
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from airflow_provider_dblog.core.event import JsonValue
+from airflow_provider_dblog.core.event import JsonValue, TableRef
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import TableSchema
+from airflow_provider_dblog.core.schema_versions import KnownSchema
 from airflow_provider_dblog.state.base import (
     FENCE,
     NOW_MS,
@@ -91,6 +98,53 @@ return 1
     def load_checkpoint(self) -> int | None:
         raw = self._r.get(self.keys.tailer_checkpoint)
         return None if raw is None else int(raw)
+
+    # KEYS: schemas, token. ARGV: token, table, version, JSON. Returns 0 if the stored version
+    # is not older (a replay), 1 when saved.
+    _SCHEMA = (
+        FENCE
+        + """
+local stored = redis.call('HGET', KEYS[1], ARGV[2])
+if stored and cjson.decode(stored)['version'] >= tonumber(ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[4])
+return 1
+"""
+    )
+
+    @reachable
+    def save_schema(self, known: KnownSchema, token: int) -> bool:
+        """Store a table's schema once its event is durable, unless a version at least as new
+        is stored (versions only grow). Raises `FencedOut` if `token` no longer holds the
+        lease."""
+        data = {
+            "version": known.version,
+            "schema": known.schema.to_json(),
+            "position": known.position.to_json(),
+        }
+        result = self._eval(
+            self._SCHEMA,
+            keys=[self.keys.tailer_schemas, self.keys.tailer_token],
+            args=[token, str(known.table), known.version, compact_json(data)],
+        )
+        if result == -1:
+            raise FencedOut.of(self.source, token, f"schema of {known.table} was not saved")
+        return bool(result)
+
+    @reachable
+    def load_schemas(self) -> list[KnownSchema]:
+        """Every table's last durable schema, as `save_schema` stored it."""
+        known = []
+        for table, raw in decode_hash(self._r.hgetall(self.keys.tailer_schemas)).items():
+            data = json.loads(raw)
+            known.append(
+                KnownSchema(
+                    TableRef.parse(table),
+                    int(data["version"]),
+                    TableSchema.from_json(data["schema"]),
+                    Position.from_json(data["position"]),
+                )
+            )
+        return known
 
     # KEYS: lease, token. ARGV: owner, ttl_ms. Returns the new token, or 0 when the lease is held.
     _ACQUIRE = (

@@ -2,9 +2,19 @@
 to the writer, until the source, Redis or the output goes away, the lease is lost, or `stop`.
 
 A session owns what lives only as long as its connections: the log reader, the reconciler and
-its open windows, the writer thread, the fencing token, the schema versions met in the log and
-the position acknowledged so far. Positions are acknowledged to the source and checkpointed,
-and windows closed, only once the writer made their events durable.
+its open windows, the writer thread, the fencing token, the schema versions (loaded from the
+store, where each is saved once its schema event is durable) and the position acknowledged so
+far. Positions are acknowledged to the source and checkpointed, and windows closed, only once
+the writer made their events durable.
+
+Table-level events. A truncate and a schema change are emitted at their log position; each ends
+the open windows of its table (the reconciler fails them and their chunks are read again). A
+schema description becomes an `s` event only if it changes the table's columns. A chunk whose
+rows have other columns than the last schema event of its table says the log has not shown an
+ALTER yet (pgoutput describes a table only before its next change): the catalog is asked, and if
+it agrees with the rows its schema is emitted at hw, just before the rows; otherwise the window
+fails and the chunk is read again. (A table the log never described has no schema to compare
+with: its rows go out as read.)
 """
 
 from __future__ import annotations
@@ -25,13 +35,21 @@ from airflow_provider_dblog.core.log import (
     Truncate,
     WatermarkWrite,
 )
-from airflow_provider_dblog.core.reconciler import Closed, Failed, FailureReason, Reconciler
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.reconciler import (
+    ChunkRows,
+    Closed,
+    Failed,
+    FailureReason,
+    Reconciler,
+)
+from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.core.schema_versions import SchemaTracker
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.sources.base import LogReader
 from airflow_provider_dblog.state import FencedOut, StateStore
 from airflow_provider_dblog.tailer.settings import TailerSettings
-from airflow_provider_dblog.tailer.writer import WindowDurable, Writer
+from airflow_provider_dblog.tailer.writer import SchemaDurable, WindowDurable, Writer
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +122,11 @@ class Session:
         self._source_name = source_name
         self._db = db
         self._reconciler = reconciler(source_name, db)
-        self._schemas = SchemaTracker()
-        self._writer = Writer(output, store.windows, leadership.token, settings)
+        self._schemas = SchemaTracker(store.tailer.load_schemas())
+        self._writer = Writer(
+            output, store.windows, leadership.token, settings, schemas=store.tailer
+        )
         self._opened_at: dict[str, float] = {}
-        self._schema_versions: dict[TableRef, int] = {}
         self._acknowledged = 0
         self._handed_commit = 0
         self._next_beat = 0.0
@@ -162,26 +181,20 @@ class Session:
     def change(self, item: Change) -> None:
         event = item.event
         version = self._schemas.version(event.table)
-        if version and event.schema_version != version:
+        if event.schema_version != version:
             event = Event(event.op, event.key, event.before, event.after, event.source, version)
         self._reconciler.change(event)
-        self._schema_versions[event.table] = event.schema_version
         self._writer.put(event)
         self._stats.events += 1
         self._stats.last_ts_ms = event.source.ts_ms or self._stats.last_ts_ms
         self._stats.caught_up = False
 
     def truncate(self, item: Truncate) -> None:
-        source = self._table_source(item.table, item)
+        source = self._table_source(item.table, item.position, item.txid, item.ts_ms)
         self._table_event(table_event(Op.TRUNCATE, source, self._schemas.version(item.table)))
 
     def schema(self, item: SchemaDescription) -> None:
-        known = self._schemas.observe(item.table, item.schema, item.position)
-        if known is None:
-            return  # the columns did not change, or this stretch of log was emitted before
-        self._schema_versions[item.table] = known.version
-        source = self._table_source(item.table, item)
-        self._table_event(table_event(Op.SCHEMA, source, known.version, known.schema))
+        self._schema_change(item.table, item.schema, item.position, item.txid, item.ts_ms)
 
     def watermark(self, item: WatermarkWrite) -> None:
         known = self._store.windows.lookup_watermark(item.value)
@@ -218,17 +231,34 @@ class Session:
 
     # -- table-level events, chunks, windows, acknowledgements ---------------------------------
 
-    def _table_source(self, table: TableRef, item: Truncate | SchemaDescription) -> SourceInfo:
+    def _table_source(
+        self, table: TableRef, position: Position, txid: int | None, ts_ms: int | None
+    ) -> SourceInfo:
         return SourceInfo(
             name=self._source_name,
             db=self._db,
             schema=table.schema,
             table=table.name,
-            position=item.position,
+            position=position,
             origin=Origin.LOG,
-            txid=item.txid,
-            ts_ms=item.ts_ms,
+            txid=txid,
+            ts_ms=ts_ms,
         )
+
+    def _schema_change(
+        self,
+        table: TableRef,
+        schema: TableSchema,
+        position: Position,
+        txid: int | None = None,
+        ts_ms: int | None = None,
+    ) -> None:
+        known = self._schemas.observe(table, schema, position)
+        if known is None:
+            return  # the columns did not change, or this stretch of log was emitted before
+        source = self._table_source(table, position, txid, ts_ms)
+        self._table_event(table_event(Op.SCHEMA, source, known.version, known.schema))
+        self._writer.put(SchemaDurable(known))
 
     def _table_event(self, event: Event) -> None:
         """Emit a table-level event at once; the windows of its table it ends are retried."""
@@ -246,7 +276,9 @@ class Session:
             missing = Failed(window, FailureReason.MISSING_CHUNK, "chunk rows are not in the store")
             self._fail(missing)
             return
-        version = self._schema_versions.get(window.table, chunk.schema_version)
+        if not self._chunk_columns_known(closed, chunk):
+            return
+        version = self._schemas.version(window.table)
         events = self._reconciler.chunk_events(closed, replace(chunk, schema_version=version))
         if isinstance(events, Failed):
             self._fail(events)
@@ -259,6 +291,28 @@ class Session:
         self._writer.put(WindowDurable(window.window_id))
         self._stats.dump_rows += len(events)
         self._stats.windows_closed += 1
+
+    def _chunk_columns_known(self, closed: Closed, chunk: ChunkRows) -> bool:
+        """Whether the chunk's rows have the columns of the last schema event of their table,
+        once the catalog has been asked about an ALTER the log has not shown yet; False when
+        the window failed instead."""
+        table = closed.window.table
+        known = self._schemas.schema(table)
+        if not chunk.rows or known is None:
+            return True  # nothing to mix, or a table the log has not described yet
+        columns = set(chunk.rows[0])
+        if set(known.names) == columns:
+            return True
+        now = self._reader.describe(table)
+        if set(now.names) != columns:
+            detail = (
+                f"the chunk was read with columns {sorted(columns)}, {table} has "
+                f"{sorted(now.names)} now"
+            )
+            self._fail(Failed(closed.window, FailureReason.SCHEMA_CHANGED, detail))
+            return False
+        self._schema_change(table, now, closed.hw_position)
+        return True
 
     def _fail(self, failed: Failed) -> None:
         log.info("window %s failed: %s (%s)", failed.window.window_id, failed.reason, failed.detail)

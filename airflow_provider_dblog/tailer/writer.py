@@ -3,7 +3,8 @@
 The session hands it events, lists of a chunk's events and marks through a bounded buffer. A
 mark takes effect only once everything handed over before it is durable: `TransactionEnd`
 moves the durable commit (what may be acknowledged to the source), `WindowDurable` closes the
-window in the store (what lets the dump move its progress).
+window in the store (what lets the dump move its progress), `SchemaDurable` saves a table's
+schema and version in the store (what a restarted tailer numbers from).
 
 A writer that fails keeps its error and stops taking items; `put` and `check` raise that error
 in the session's thread, so the reader never blocks on a dead writer.
@@ -19,6 +20,7 @@ from typing import Final, Protocol
 
 from airflow_provider_dblog.core.event import Event
 from airflow_provider_dblog.core.log import TransactionEnd
+from airflow_provider_dblog.core.schema_versions import KnownSchema
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.tailer.settings import TailerSettings
 
@@ -36,8 +38,19 @@ class WindowDurable:
     window_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class SchemaDurable:
+    """Save the schema once everything handed over before it (its event) is durable."""
+
+    known: KnownSchema
+
+
 class WindowCloser(Protocol):
     def close(self, window_id: str, token: int) -> bool: ...
+
+
+class SchemaSaver(Protocol):
+    def save_schema(self, known: KnownSchema, token: int) -> bool: ...
 
 
 class WriterStopped(RuntimeError):
@@ -113,11 +126,18 @@ class Writer(threading.Thread):
     batch is durable."""
 
     def __init__(
-        self, output: Output, windows: WindowCloser, token: int, settings: TailerSettings
+        self,
+        output: Output,
+        windows: WindowCloser,
+        token: int,
+        settings: TailerSettings,
+        *,
+        schemas: SchemaSaver,
     ) -> None:
         super().__init__(name="dblog-writer", daemon=True)
         self._output = output
         self._windows = windows
+        self._schemas = schemas
         self._token = token
         self._limit = max(1, settings.batch_events)
         self._queue = Buffer(settings.buffer_items)
@@ -207,3 +227,5 @@ class Writer(threading.Thread):
                 self.durable_commit = max(self.durable_commit, item.commit)
             elif isinstance(item, WindowDurable):
                 self._windows.close(item.window_id, self._token)
+            elif isinstance(item, SchemaDurable):
+                self._schemas.save_schema(item.known, self._token)

@@ -17,8 +17,17 @@ from psycopg import sql
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Event, Op, TableRef
-from airflow_provider_dblog.core.log import Change, Idle, LogItem, TransactionEnd, WatermarkWrite
+from airflow_provider_dblog.core.log import (
+    Change,
+    Idle,
+    LogItem,
+    SchemaDescription,
+    TransactionEnd,
+    Truncate,
+    WatermarkWrite,
+)
 from airflow_provider_dblog.core.position import parse_pg_lsn
+from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
 from airflow_provider_dblog.sources.base import (
     NoPrimaryKey,
@@ -243,7 +252,14 @@ def test_row_changes_positions_watermarks_and_transaction_ends(
         (Op.DELETE, {"id": 1}, {"id": 1}, None),
         (Op.CREATE, {"id": 4}, None, {"id": 4, "name": "d", "extra": 40}),
     ]
-    assert [e.schema_version for e in events] == [1] * 6 + [2]
+    described = [i for i in items if isinstance(i, SchemaDescription)]
+    assert {d.table for d in described} == {table}
+    assert described[0].schema == TableSchema(
+        (Column("id", "integer", False, None), Column("name", "text", True, None)), ("id",)
+    )
+    assert described[-1].schema.columns[-1] == Column("extra", "integer", True, None)
+    assert described[-1].position < events[-1].position
+    assert {e.schema_version for e in events} == {0}, "versions are the tailer's"
     assert events[0].source.txid == events[1].source.txid == first_xid
     assert {(e.source.name, e.source.db, e.source.schema, e.source.table) for e in events} == {
         ("pgtest", postgres.dbname, table.schema, table.name)
@@ -257,17 +273,65 @@ def test_row_changes_positions_watermarks_and_transaction_ends(
             assert open_commit in (None, item.commit)
             open_commit = None
             continue
-        assert isinstance(item, Change | WatermarkWrite)
+        assert isinstance(item, Change | WatermarkWrite | SchemaDescription)
         position = item.event.position if isinstance(item, Change) else item.position
         assert open_commit in (None, position.commit)
         open_commit = position.commit
         positions.append(position)
     assert positions == sorted(positions) and len(set(positions)) == len(positions)
-    assert events[0].position.seq == 0 and events[1].position.seq == 1
+    assert events[0].position.seq == 1 and events[1].position.seq == 3
     watermarks = [i for i in items if isinstance(i, WatermarkWrite)]
     assert [w.value for w in watermarks] == ["lw-1"]
     index = items.index(watermarks[0])
     assert items[index + 1] == TransactionEnd(watermarks[0].position.commit)
+
+
+def test_truncate_and_the_catalog_describe_tables_as_the_log_does(
+    postgres: PostgresInfo, make_config: MakeConfig
+) -> None:
+    """TRUNCATE is published and captured per captured table; a column added with a default
+    is described with its default and nullability, by the log and by `describe` alike."""
+    table, other = (new_table(postgres, "id int PRIMARY KEY, name text") for _ in range(2))
+    config = make_config((table,))
+    ensure_setup(config)
+    execute(postgres, f"INSERT INTO {table} VALUES (1, 'a')", f"INSERT INTO {other} VALUES (1)")
+    execute(postgres, f"TRUNCATE {table}, {other}")
+    execute(postgres, f"ALTER TABLE {table} ADD COLUMN flag int NOT NULL DEFAULT 7")
+    execute(postgres, f"INSERT INTO {table} VALUES (2, 'b')")
+    reader = PostgresLogReader(config, idle_after=0.2)
+    try:
+        items = read_until(
+            reader.items(),
+            lambda seen: (
+                isinstance(seen[-1], TransactionEnd)
+                and any(e.key == {"id": 2} for e in changes(seen))
+            ),
+        )
+        now = reader.describe(table)
+    finally:
+        reader.close()
+    truncates = [i for i in items if isinstance(i, Truncate)]
+    assert [t.table for t in truncates] == [table]
+    created = changes(items)
+    assert truncates[0].position > created[0].position
+    assert created[-1].after == {"id": 2, "name": "b", "flag": 7}
+    last = [i for i in items if isinstance(i, SchemaDescription)][-1]
+    assert last.schema.columns[-1] == Column("flag", "integer", False, "7")
+    assert last.position < created[-1].position
+    assert now == last.schema
+
+
+def test_a_publication_without_truncate_is_refused_and_set_up_again(
+    postgres: PostgresInfo, make_config: MakeConfig
+) -> None:
+    table = new_table(postgres, "id int PRIMARY KEY")
+    config = make_config((table,))
+    ensure_setup(config)
+    execute(postgres, f"ALTER PUBLICATION {config.publication} SET (publish = 'insert, update')")
+    with pytest.raises(SourceError, match="does not publish delete, truncate: run ensure_setup"):
+        preflight(config)
+    ensure_setup(config)
+    preflight(config)
 
 
 def test_acknowledge_moves_the_slot_forward_never_back(

@@ -35,9 +35,10 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 
-from airflow_provider_dblog.core.event import Event
+from airflow_provider_dblog.core.event import Event, TableRef
 from airflow_provider_dblog.core.log import Idle, LogItem
 from airflow_provider_dblog.core.reconciler import ChunkRows, Reconciler, Window
+from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs.base import Output, OutputUnavailable
 from airflow_provider_dblog.state import StateStore
@@ -180,6 +181,9 @@ class ScriptedLog:
 
     def acknowledge(self, commit: int) -> None:
         self.acknowledged = max(self.acknowledged, commit)
+
+    def describe(self, table: TableRef) -> TableSchema:
+        raise AssertionError(f"{table} was never described, so its catalog is never asked")
 
     def close(self) -> None:
         pass

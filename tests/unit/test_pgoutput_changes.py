@@ -1,18 +1,25 @@
 """The meaning of pgoutput messages (`changes.ChangeMapper`), on bytes built as a server sends
-them: positions, row changes, TOAST, key changes, watermarks, schema versions and refusals."""
+them: positions, row changes, TOAST, key changes, watermarks, schema descriptions, truncates and
+refusals."""
 
 from __future__ import annotations
-
-import logging
 
 import pytest
 
 from airflow_provider_dblog.core.event import Event, Op, Origin, TableRef
-from airflow_provider_dblog.core.log import Change, LogItem, TransactionEnd, WatermarkWrite
+from airflow_provider_dblog.core.log import (
+    Change,
+    LogItem,
+    SchemaDescription,
+    TransactionEnd,
+    Truncate,
+    WatermarkWrite,
+)
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.base import SourceError
 from airflow_provider_dblog.sources.postgres.changes import ChangeMapper
-from airflow_provider_dblog.sources.postgres.pgoutput import PG_EPOCH_MICROS, decode
+from airflow_provider_dblog.sources.postgres.pgoutput import PG_EPOCH_MICROS, Relation, decode
 from tests.unit.pgoutput_bytes import (
     PG_TS,
     TOAST,
@@ -48,16 +55,27 @@ def orders_key(order_id: str) -> list[str | None]:
     return [order_id, None, None]
 
 
-class Catalog:
-    """The primary keys the mapper may ask for, and the relations it asked about."""
+TYPE_NAMES = {INT8: "bigint", TEXT: "text"}
 
-    def __init__(self, keys: dict[int, tuple[str, ...]]) -> None:
+
+class Catalog:
+    """The primary keys and defaults the mapper may ask for, and the relations it asked about."""
+
+    def __init__(
+        self, keys: dict[int, tuple[str, ...]], defaults: dict[str, str] | None = None
+    ) -> None:
         self.keys = keys
+        self.defaults = defaults or {}
         self.asked: list[int] = []
 
-    def primary_key(self, relation_id: int) -> tuple[str, ...]:
-        self.asked.append(relation_id)
-        return self.keys.get(relation_id, ())
+    def describe(self, relation: Relation) -> TableSchema:
+        self.asked.append(relation.relation_id)
+        key = self.keys.get(relation.relation_id, ())
+        columns = tuple(
+            Column(c.name, TYPE_NAMES[c.type_oid], c.name not in key, self.defaults.get(c.name))
+            for c in relation.columns
+        )
+        return TableSchema(columns, key)
 
 
 def new_mapper(catalog: Catalog | None = None) -> ChangeMapper:
@@ -67,7 +85,7 @@ def new_mapper(catalog: Catalog | None = None) -> ChangeMapper:
         db="shop",
         captured=[ORDERS_TABLE],
         watermark=WATERMARK_TABLE,
-        primary_key=catalog.primary_key,
+        describe=catalog.describe,
     )
 
 
@@ -107,13 +125,19 @@ def test_positions_count_inside_each_transaction_and_commits_end_them() -> None:
         insert(ORDERS, ["3", "c", "z"]),
         commit(0x1_0000_0200, 0x1_0000_0240),
     )
-    shape = [item.event.position if isinstance(item, Change) else item for item in items]
+    shape = [
+        item.event.position
+        if isinstance(item, Change)
+        else (item.position if isinstance(item, SchemaDescription) else item)
+        for item in items
+    ]
     assert shape == [
         Position(0x1_0000_0100, 0),
         Position(0x1_0000_0100, 1),
-        Position(0x1_0000_0100, 2),
+        Position(0x1_0000_0100, 3),
+        Position(0x1_0000_0100, 5),
         TransactionEnd(0x1_0000_0100),
-        Position(0x1_0000_0200, 0),
+        Position(0x1_0000_0200, 1),
         TransactionEnd(0x1_0000_0200),
     ]
     source = events(items)[0].source
@@ -205,7 +229,7 @@ def test_a_key_changing_update_is_a_delete_then_a_create() -> None:
         None,
         {"id": 2, "note": "b", "doc": "x"},
     )
-    assert [removed.position.seq, created.position.seq] == [0, 1]
+    assert [removed.position.seq, created.position.seq] == [1, 3]
 
 
 def test_the_watermark_tables_update_is_a_watermark_write() -> None:
@@ -219,10 +243,11 @@ def test_the_watermark_tables_update_is_a_watermark_write() -> None:
         insert(ORDERS, ["1", "a", "x"]),
         commit(0x700, 0x740),
     )
-    assert items[0] == WatermarkWrite("lw:d1:w1", Position(0x700, 0))
-    assert [e.position for e in events(items)] == [Position(0x700, 1)]
+    assert isinstance(items[0], SchemaDescription)
+    assert items[1] == WatermarkWrite("lw:d1:w1", Position(0x700, 1))
+    assert [e.position for e in events(items)] == [Position(0x700, 3)]
     assert items[-1] == TransactionEnd(0x700)
-    assert len(items) == 3
+    assert len(items) == 4
 
 
 def test_an_uncaptured_table_is_ignored() -> None:
@@ -239,13 +264,17 @@ def test_an_uncaptured_table_is_ignored() -> None:
         insert(ORDERS, ["1", "a", "x"]),
         commit(0x800, 0x840),
     )
-    assert [e.position for e in events(items)] == [Position(0x800, 0)]
+    assert [e.position for e in events(items)] == [Position(0x800, 1)]
     assert [e.table for e in events(items)] == [ORDERS_TABLE]
+    assert [i.table for i in items if isinstance(i, SchemaDescription)] == [ORDERS_TABLE]
     assert catalog.asked == [ORDERS]
 
 
-def test_a_changed_relation_bumps_the_schema_version_and_an_identical_one_does_not() -> None:
-    catalog = Catalog({ORDERS: ("id",)})
+def test_every_relation_of_a_captured_table_is_described_just_before_its_change() -> None:
+    """Descriptions take the even seq before the change they precede, so where pgoutput puts
+    its Relation messages (it depends on where the stream started) moves no change; each
+    repeats the catalog's nullability and defaults, and events leave versions to the tailer."""
+    catalog = Catalog({ORDERS: ("id",)}, defaults={"size": "7"})
     mapper = new_mapper(catalog)
     widened = relation(ORDERS, "app", "orders", [*ORDERS_COLUMNS, ("size", INT8, False)])
     items = feed(
@@ -259,17 +288,33 @@ def test_a_changed_relation_bumps_the_schema_version_and_an_identical_one_does_n
         insert(ORDERS, ["3", "c", "z", "7"]),
         commit(0x900, 0x940),
     )
-    assert [e.schema_version for e in events(items)] == [1, 1, 2]
+    described = [i for i in items if isinstance(i, SchemaDescription)]
+    assert [d.position for d in described] == [Position(0x900, n) for n in (0, 2, 4)]
+    assert [e.position.seq for e in events(items)] == [1, 3, 5]
+    assert described[0].schema == described[1].schema
+    assert described[2].schema == TableSchema(
+        (
+            Column("id", "bigint", False, None),
+            Column("note", "text", True, None),
+            Column("doc", "text", True, None),
+            Column("size", "bigint", True, "7"),
+        ),
+        ("id",),
+    )
+    assert (described[2].table, described[2].txid) == (ORDERS_TABLE, 13)
+    assert [e.schema_version for e in events(items)] == [0, 0, 0]
     assert events(items)[-1].after == {"id": 3, "note": "c", "doc": "z", "size": 7}
-    assert catalog.asked == [ORDERS, ORDERS]
+    assert catalog.asked == [ORDERS, ORDERS, ORDERS]
 
 
-def test_a_dropped_transaction_is_forgotten_and_schema_versions_are_kept() -> None:
-    """What a reconnecting reader relies on: the new stream resends the relation (unchanged, so
-    the same version) and the whole transaction, whose positions count from 0 again."""
+def test_a_dropped_transaction_is_forgotten_and_positions_come_again() -> None:
+    """What a reconnecting reader relies on: the new stream resends the relation and the whole
+    transaction, whose changes take the same positions again."""
     mapper = new_mapper()
     widened = relation(ORDERS, "app", "orders", [*ORDERS_COLUMNS, ("size", INT8, False)])
-    feed(mapper, begin(0x900, 13), ORDERS_RELATION, widened, insert(ORDERS, ["1", "a", "x", "1"]))
+    first = feed(
+        mapper, begin(0x900, 13), ORDERS_RELATION, widened, insert(ORDERS, ["1", "a", "x", "1"])
+    )
     assert mapper.open_commit == 0x900
     mapper.drop_transaction()
     assert mapper.open_commit is None
@@ -280,7 +325,30 @@ def test_a_dropped_transaction_is_forgotten_and_schema_versions_are_kept() -> No
         insert(ORDERS, ["1", "a", "x", "1"]),
         commit(0x900, 0x940),
     )
-    assert [(e.position, e.schema_version) for e in events(items)] == [(Position(0x900, 0), 2)]
+    assert [e.position for e in events(items)] == [e.position for e in events(first)]
+    assert [e.position for e in events(items)] == [Position(0x900, 1)]
+
+
+def test_a_truncate_is_one_item_per_captured_table_each_at_its_position() -> None:
+    items = feed(
+        new_mapper(),
+        begin(0x500, 9),
+        ORDERS_RELATION,
+        AUDIT_RELATION,
+        insert(ORDERS, ["1", "a", "x"]),
+        truncate(AUDIT, ORDERS),
+        commit(0x500, 0x530),
+    )
+    truncates = [i for i in items if isinstance(i, Truncate)]
+    assert truncates == [
+        Truncate(ORDERS_TABLE, Position(0x500, 3), 9, (PG_TS + PG_EPOCH_MICROS) // 1000)
+    ]
+    assert items[-1] == TransactionEnd(0x500)
+
+
+def test_a_truncate_of_an_unknown_relation_is_refused() -> None:
+    with pytest.raises(SourceError, match="truncate of relation 16385"):
+        feed(new_mapper(), begin(0x500, 9), truncate(ORDERS))
 
 
 def test_open_commit_follows_begin_and_commit() -> None:
@@ -304,7 +372,7 @@ def test_a_change_of_an_unknown_relation_is_refused() -> None:
 )
 def test_a_change_outside_a_transaction_is_refused(before: list[bytes]) -> None:
     mapper = new_mapper()
-    feed(mapper, ORDERS_RELATION, *before)
+    feed(mapper, begin(0x400, 8), ORDERS_RELATION, commit(0x400, 0x430), *before)
     with pytest.raises(SourceError, match="outside a transaction"):
         feed(mapper, insert(ORDERS, ["1", "a", "x"]))
 
@@ -318,12 +386,3 @@ def test_a_captured_table_without_a_primary_key_is_refused() -> None:
 def test_a_tuple_that_does_not_fit_its_relation_is_refused() -> None:
     with pytest.raises(SourceError, match="tuple of 2 values for 3 columns"):
         changes(insert(ORDERS, ["1", "a"]))
-
-
-def test_truncate_is_logged_not_mapped(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING):
-        items = feed(
-            new_mapper(), begin(0x500, 9), ORDERS_RELATION, truncate(ORDERS), commit(0x500, 0x530)
-        )
-    assert items == [TransactionEnd(0x500)]
-    assert "TRUNCATE of relations [16385] is not captured" in caplog.text

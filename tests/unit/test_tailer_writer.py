@@ -9,14 +9,17 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo
+from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, TableRef
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import Column, TableSchema
+from airflow_provider_dblog.core.schema_versions import KnownSchema
 from airflow_provider_dblog.outputs.base import Output, OutputUnavailable
 from airflow_provider_dblog.tailer import TailerSettings
 from airflow_provider_dblog.tailer.writer import (
     STOP,
     Buffer,
+    SchemaDurable,
     WindowDurable,
     Writer,
     WriterStopped,
@@ -46,7 +49,8 @@ class Journal(Output):
 
 
 class ClosedWindows:
-    """The writer closes windows through `store.windows`: here, into the journal's entries."""
+    """The writer closes windows through `store.windows` and saves schemas through
+    `store.tailer`: here, into the journal's entries."""
 
     def __init__(self, entries: list[Any]) -> None:
         self.entries = entries
@@ -55,12 +59,16 @@ class ClosedWindows:
         self.entries.append(("closed", window_id))
         return True
 
+    def save_schema(self, known: KnownSchema, token: int) -> bool:
+        self.entries.append(("schema", known.table, known.version))
+        return True
+
 
 def run_writer(items: list[object], batch_events: int) -> tuple[list[Any], Writer]:
     """All items queued before the writer runs, so its batches do not depend on timing."""
     journal = Journal()
     settings = TailerSettings(batch_events=batch_events, buffer_items=1000)
-    writer = Writer(journal, journal.windows, 1, settings)
+    writer = Writer(journal, journal.windows, 1, settings, schemas=journal.windows)
     for item in [*items, STOP]:
         writer.put(item)
     writer.run()
@@ -97,6 +105,18 @@ def test_a_window_is_closed_only_after_its_last_event_is_written() -> None:
         [Position(2, 5)],
         ("closed", "w1"),
     ]
+
+
+def test_a_schema_is_saved_only_after_its_event_is_written_and_before_the_commit_moves() -> None:
+    """A restarted tailer numbers from the saved schema: saved early, a lost event would never
+    be emitted again; the checkpoint follows the durable commit, so it never passes an unsaved
+    schema."""
+    schema = TableSchema((Column("id", "integer", False, None),), ("id",))
+    known = KnownSchema(TableRef("app", "t"), 2, schema, Position(3, 0))
+    items = [event(3, 0), SchemaDurable(known), event(3, 1), TransactionEnd(3)]
+    entries, writer = run_writer(items, 10)
+    assert entries == [[Position(3, 0), Position(3, 1)], ("schema", TableRef("app", "t"), 2)]
+    assert writer.durable_commit == 3
 
 
 def test_the_buffer_is_bounded_by_events_not_items() -> None:
@@ -157,7 +177,9 @@ def test_a_failed_writer_raises_its_error_in_the_session_instead_of_blocking(
     """The reader keeps handing items over a buffer of two: once the writer has died on its
     first write, `put` raises the writer's own error rather than waiting on a full buffer."""
     output = Failing(error)
-    writer = Writer(output, output.windows, 1, TailerSettings(buffer_items=2))
+    writer = Writer(
+        output, output.windows, 1, TailerSettings(buffer_items=2), schemas=output.windows
+    )
     writer.start()
     with pytest.raises(type(error), match=str(error)):
         for i in range(10_000):
@@ -170,7 +192,9 @@ def test_a_failed_writer_raises_its_error_in_the_session_instead_of_blocking(
 
 def test_finish_writes_everything_and_halt_drops_what_is_buffered() -> None:
     journal = Journal()
-    writer = Writer(journal, journal.windows, 1, TailerSettings(batch_events=10))
+    writer = Writer(
+        journal, journal.windows, 1, TailerSettings(batch_events=10), schemas=journal.windows
+    )
     writer.start()
     writer.put([event(1, 0), event(1, 1)])
     writer.put(TransactionEnd(1))
@@ -178,7 +202,7 @@ def test_finish_writes_everything_and_halt_drops_what_is_buffered() -> None:
     assert journal.entries == [[Position(1, 0), Position(1, 1)]]
     assert writer.durable_commit == 1
 
-    halted = Writer(journal, journal.windows, 1, TailerSettings())
+    halted = Writer(journal, journal.windows, 1, TailerSettings(), schemas=journal.windows)
     halted.put(event(2, 0))  # buffered before the thread runs: dropped by the halt
     assert halted.halt(1.0)
     halted.start()

@@ -2,6 +2,10 @@
 
 Columns are listed as pgoutput lists them (attribute order, no dropped or generated columns),
 with the type OID pgoutput reports, so both paths convert a column with the same converter.
+
+Schema descriptions (`core.schema.TableSchema`) spell types with `format_type` and defaults with
+`pg_get_expr`, whether they describe a Relation message or the catalog as it is now, so the same
+columns describe alike either way.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, UnknownTable
 
 _PRIMARY_KEY = """
@@ -33,6 +38,30 @@ ORDER BY a.attnum
 _TABLE_OID = """
 SELECT c.oid::int FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
+"""
+
+
+# The columns a Relation message names (name, type OID, type modifier, in its order), with the
+# nullability and default the catalog holds for a column of that name now (a column dropped
+# since the message was sent has none: nullable, no default).
+_DESCRIBE_RELATION = """
+SELECT r.name, format_type(r.type_oid, r.type_modifier), coalesce(NOT a.attnotnull, true),
+       pg_get_expr(d.adbin, d.adrelid)
+FROM unnest(%s::text[], %s::oid[], %s::int[]) WITH ORDINALITY AS r(name, type_oid, type_modifier, n)
+LEFT JOIN pg_attribute a
+  ON a.attrelid = %s AND a.attname = r.name AND a.attnum > 0 AND NOT a.attisdropped
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+ORDER BY r.n
+"""
+
+# The columns pgoutput would list now, described as `_DESCRIBE_RELATION` describes them.
+_DESCRIBE_TABLE = """
+SELECT a.attname, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull,
+       pg_get_expr(d.adbin, d.adrelid)
+FROM pg_attribute a
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+ORDER BY a.attnum
 """
 
 
@@ -58,6 +87,36 @@ class TableShape:
 
 def primary_key(conn: psycopg.Connection[TupleRow], relation_oid: int) -> tuple[str, ...]:
     return tuple(name for (name,) in conn.execute(_PRIMARY_KEY, (relation_oid,)))
+
+
+def describe_relation(
+    conn: psycopg.Connection[TupleRow],
+    relation_oid: int,
+    columns: tuple[tuple[str, int, int], ...],
+) -> TableSchema:
+    """The schema of a Relation message's `columns` (name, type OID, type modifier): types as
+    the message gives them, nullability and defaults as the catalog has them now."""
+    rows = conn.execute(
+        _DESCRIBE_RELATION,
+        (
+            [c[0] for c in columns],
+            [c[1] for c in columns],
+            [c[2] for c in columns],
+            relation_oid,
+        ),
+    )
+    described = tuple(Column(*row) for row in rows)
+    return TableSchema(described, primary_key(conn, relation_oid))
+
+
+def describe_table(conn: psycopg.Connection[TupleRow], table: TableRef) -> TableSchema:
+    """`table`'s schema as the catalog has it now; UnknownTable if it does not exist."""
+    row = conn.execute(_TABLE_OID, (table.schema, table.name)).fetchone()
+    if row is None:
+        raise UnknownTable(f"table {table} does not exist")
+    (oid,) = row
+    columns = tuple(Column(*c) for c in conn.execute(_DESCRIBE_TABLE, (oid,)))
+    return TableSchema(columns, primary_key(conn, oid))
 
 
 def table_shape(conn: psycopg.Connection[TupleRow], table: TableRef) -> TableShape:

@@ -1,12 +1,24 @@
 """What pgoutput messages mean for DBLog: decoded messages in, log items out.
 
-No socket and no SQL: the one catalog question, a new relation's primary key, is asked through
-an injected `PrimaryKeyLookup`, so the mapping is tested on bytes without a server
-(`replication.py` is the transport that feeds it).
+No socket and no SQL: the one catalog question, what a Relation message's columns are (with
+the nullability, defaults and primary key pgoutput does not send), is asked through an injected
+`RelationLookup`, so the mapping is tested on bytes without a server (`replication.py` is the
+transport that feeds it).
 
-Positions are `[commit LSN of the transaction, index in the transaction]`; the commit LSN comes
-in Begin (final_lsn) before the first change. Items are yielded message by message, never a
-transaction at a time, so memory stays bounded whatever the transaction size.
+Positions are `[commit LSN of the transaction, seq]`; the commit LSN comes in Begin (final_lsn)
+before the first change. The n-th change, watermark write or truncated table of a transaction
+takes seq 2n+1; a Relation message of a captured table becomes a `SchemaDescription` at the even
+seq just before the change it precedes. pgoutput sends a Relation message before a table's first
+change on every new stream and after each ALTER, so where descriptions fall depends on where the
+stream started; the changes' own positions do not, and a replay gives them the same ones. Items
+are yielded message by message, never a transaction at a time, so memory stays bounded whatever
+the transaction size.
+
+Schema descriptions: pgoutput sends the columns' names and types only, and only before the next
+change of the table after an ALTER (an ALTER with no later write reaches the log reader only at
+that write; the tailer also checks the catalog when a dump chunk shows other columns). The
+nullability and defaults come from the catalog when the message is read, so they are the
+catalog's at that time, which may be later than the message's position.
 
 Unchanged TOAST values: pgoutput does not resend a large value an UPDATE left alone. Such a
 column takes its value from the old row when the server sent one (REPLICA IDENTITY FULL);
@@ -14,8 +26,8 @@ otherwise it is left out of `after` (never set to null), and consumers keep the 
 stored. A primary-key-changing UPDATE becomes a delete of the old key and a create of the new
 one; without FULL identity that create can lack such columns too.
 
-TRUNCATE is not published (`setup.py` creates the publication without it): a truncated table is
-repaired by a dump, and a Truncate message that arrives anyway is logged, not mapped.
+TRUNCATE is published (`setup.py`): each captured table of a Truncate message becomes a
+`Truncate` item at its own position; uncaptured ones are skipped.
 """
 
 from __future__ import annotations
@@ -25,16 +37,25 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo, TableRef
-from airflow_provider_dblog.core.log import Change, LogItem, TransactionEnd, WatermarkWrite
+from airflow_provider_dblog.core.log import (
+    Change,
+    LogItem,
+    SchemaDescription,
+    TransactionEnd,
+    Truncate,
+    WatermarkWrite,
+)
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError
 from airflow_provider_dblog.sources.postgres import pgoutput
 from airflow_provider_dblog.sources.postgres.converters import convert
 
 log = logging.getLogger(__name__)
 
-PrimaryKeyLookup = Callable[[int], tuple[str, ...]]
-"""A relation's OID to its primary-key columns in key order; empty when it has none."""
+RelationLookup = Callable[[pgoutput.Relation], TableSchema]
+"""A captured relation's schema: the message's columns and types, with the catalog's
+nullability, defaults and primary key (empty when it has none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +63,6 @@ class _Table:
     """A relation as the stream last described it, and how DBLog treats it."""
 
     relation: pgoutput.Relation
-    version: int
     ref: TableRef
     captured: bool
     is_watermark: bool
@@ -52,21 +72,24 @@ class _Table:
 @dataclass(slots=True)
 class _Transaction:
     begin: pgoutput.Begin
-    seq: int = 0
+    changes: int = 0
 
     def next_position(self) -> Position:
-        position = Position(self.begin.final_lsn, self.seq)
-        self.seq += 1
-        return position
+        """The next change's position: seq 2n+1 for the n-th."""
+        self.changes += 1
+        return Position(self.begin.final_lsn, 2 * self.changes - 1)
+
+    def description_position(self) -> Position:
+        """Just before the next change: its (even) seq minus one."""
+        return Position(self.begin.final_lsn, 2 * self.changes)
 
 
 class ChangeMapper:
     """Turns one stream of pgoutput messages into `LogItem`s.
 
-    Keeps the relations the stream described, each with a schema version that grows when a
-    Relation message changes it (an identical one, as a new stream resends, keeps it), and the
-    transaction being read. One mapper serves every stream of a reader, so versions survive
-    reconnection; `drop_transaction` forgets a transaction a lost stream cut short.
+    Keeps the relations the stream described and the transaction being read; `drop_transaction`
+    forgets a transaction a lost stream cut short. Events carry schema_version 0: the tailer
+    numbers schemas (see `core.log.Change`).
     """
 
     def __init__(
@@ -76,13 +99,13 @@ class ChangeMapper:
         db: str,
         captured: Collection[TableRef],
         watermark: TableRef,
-        primary_key: PrimaryKeyLookup,
+        describe: RelationLookup,
     ) -> None:
         self._source = source
         self._db = db
         self._captured = frozenset(captured)
         self._watermark = watermark
-        self._primary_key = primary_key
+        self._describe = describe
         self._tables: dict[int, _Table] = {}
         self._transaction: _Transaction | None = None
 
@@ -102,38 +125,54 @@ class ChangeMapper:
             self._transaction = None
             yield TransactionEnd(message.commit_lsn)
         elif isinstance(message, pgoutput.Relation):
-            self._relation(message)
+            yield from self._relation(message)
         elif isinstance(message, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
-            if self._transaction is None:
-                raise SourceError("pgoutput sent a row change outside a transaction")
-            yield from self._row_change(self._transaction, message)
+            yield from self._row_change(self._open("a row change"), message)
         elif isinstance(message, pgoutput.Truncate):
-            log.warning(
-                "source %s: TRUNCATE of relations %s is not captured; dump the tables again",
-                self._source,
-                list(message.relation_ids),
-            )
+            yield from self._truncate(self._open("a truncate"), message)
         # OriginMessage and Type need nothing: values arrive as text either way.
 
-    def _relation(self, relation: pgoutput.Relation) -> None:
-        previous = self._tables.get(relation.relation_id)
-        if previous is not None and previous.relation == relation:
-            return
+    def _open(self, what: str) -> _Transaction:
+        if self._transaction is None:
+            raise SourceError(f"pgoutput sent {what} outside a transaction")
+        return self._transaction
+
+    def _relation(self, relation: pgoutput.Relation) -> Iterator[LogItem]:
         ref = TableRef(relation.namespace or "pg_catalog", relation.name)
         captured = ref in self._captured
-        key_columns: tuple[str, ...] = ()
+        schema: TableSchema | None = None
         if captured:
-            key_columns = self._primary_key(relation.relation_id)
-            if not key_columns:
+            transaction = self._open("a relation of a captured table")
+            schema = self._describe(relation)
+            if not schema.key:
                 raise NoPrimaryKey(f"captured table {ref} has no primary key any more")
+            yield SchemaDescription(
+                ref,
+                schema,
+                transaction.description_position(),
+                transaction.begin.xid,
+                transaction.begin.commit_ts_us // 1000,
+            )
         self._tables[relation.relation_id] = _Table(
             relation=relation,
-            version=previous.version + 1 if previous is not None else 1,
             ref=ref,
             captured=captured,
             is_watermark=ref == self._watermark,
-            key_columns=key_columns,
+            key_columns=() if schema is None else schema.key,
         )
+
+    def _truncate(self, transaction: _Transaction, message: pgoutput.Truncate) -> Iterator[LogItem]:
+        for relation_id in message.relation_ids:
+            table = self._tables.get(relation_id)
+            if table is None:
+                raise SourceError(f"pgoutput sent a truncate of relation {relation_id} first")
+            if table.captured:
+                yield Truncate(
+                    table.ref,
+                    transaction.next_position(),
+                    transaction.begin.xid,
+                    transaction.begin.commit_ts_us // 1000,
+                )
 
     def _row_change(
         self,
@@ -163,7 +202,7 @@ class ChangeMapper:
                 txid=transaction.begin.xid,
                 ts_ms=transaction.begin.commit_ts_us // 1000,
             )
-            return Change(Event(op, key, before, after, source, table.version))
+            return Change(Event(op, key, before, after, source, 0))
 
         if isinstance(message, pgoutput.Insert):
             after = _row(table, message.new, key_only=False)

@@ -22,11 +22,13 @@ import psycopg
 from psycopg import pq, sql
 from psycopg.rows import TupleRow
 
+from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.log import Idle, LogItem
 from airflow_provider_dblog.core.position import parse_pg_lsn
+from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.postgres import pgoutput
-from airflow_provider_dblog.sources.postgres.catalog import primary_key
+from airflow_provider_dblog.sources.postgres.catalog import describe_relation, describe_table
 from airflow_provider_dblog.sources.postgres.changes import ChangeMapper
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 
@@ -137,6 +139,16 @@ class PostgresLogReader:
                     f"cannot acknowledge to {self._config.name}: {exc}"
                 ) from exc
 
+    def describe(self, table: TableRef) -> TableSchema:
+        """`table`'s columns as the catalog has them now, described as Relation messages are."""
+        try:
+            return describe_table(self._catalog(), table)
+        except psycopg.Error as exc:
+            self._drop_stream()
+            raise SourceUnavailable(
+                f"cannot read the catalog of {self._config.name}: {exc}"
+            ) from exc
+
     def close(self) -> None:
         self._drop_stream()
 
@@ -172,7 +184,7 @@ class PostgresLogReader:
                 db=db,
                 captured=config.tables,
                 watermark=config.watermark,
-                primary_key=self._primary_key,
+                describe=self._describe_relation,
             )
         stream = _Stream(conn, catalog, self._mapper)
         try:
@@ -224,12 +236,16 @@ class PostgresLogReader:
             stream.conn.close()
             stream.catalog.close()
 
-    def _primary_key(self, relation_id: int) -> tuple[str, ...]:
-        """The mapper's one catalog question, asked on the current stream's catalog connection."""
+    def _catalog(self) -> psycopg.Connection[TupleRow]:
         stream = self._stream
         if stream is None:
             raise SourceUnavailable(f"no stream of {self._config.name} to read the catalog over")
-        return primary_key(stream.catalog, relation_id)
+        return stream.catalog
+
+    def _describe_relation(self, relation: pgoutput.Relation) -> TableSchema:
+        """The mapper's one catalog question, asked on the current stream's catalog connection."""
+        columns = tuple((c.name, c.type_oid, c.type_modifier) for c in relation.columns)
+        return describe_relation(self._catalog(), relation.relation_id, columns)
 
     def _next_frame(self, stream: _Stream) -> bytes | None:
         """The next CopyData payload, or None after `idle_after` seconds without one."""

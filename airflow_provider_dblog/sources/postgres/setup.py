@@ -30,6 +30,13 @@ _PUBLISHED = """
 SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s
 """
 
+PUBLISH = "insert, update, delete, truncate"
+"""What the publication publishes: every row change, and TRUNCATE (a table-level event)."""
+
+_PUBLISHED_OPERATIONS = """
+SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = %s
+"""
+
 
 def check_wal_level(wal_level: str) -> None:
     if wal_level != "logical":
@@ -86,6 +93,16 @@ def check_publication(
         )
 
 
+def check_published_operations(publication: str, flags: tuple[bool, bool, bool, bool]) -> None:
+    """`flags` is the publication's (insert, update, delete, truncate)."""
+    missing = [op for op, on in zip(PUBLISH.split(", "), flags, strict=True) if not on]
+    if missing:
+        raise SourceError(
+            f"publication {publication!r} does not publish {', '.join(missing)}: run "
+            f"ensure_setup or ALTER PUBLICATION {publication} SET (publish = '{PUBLISH}')"
+        )
+
+
 def check_slot(slot: str, facts: tuple[str | None, str | None] | None, database: str) -> None:
     """`facts` is the slot's (plugin, database), None when the slot does not exist."""
     if facts is None:
@@ -113,6 +130,7 @@ def preflight(config: PostgresSourceConfig) -> None:
             _published(conn, config.publication),
             (*config.tables, config.watermark),
         )
+        check_published_operations(config.publication, _operations(conn, config.publication))
         check_slot(config.slot, _slot_facts(conn, config.slot), _database(conn))
 
 
@@ -148,11 +166,19 @@ def ensure_setup(config: PostgresSourceConfig) -> None:
         publication = sql.Identifier(config.publication)
         if published is None:
             conn.execute(
-                sql.SQL(
-                    "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete')"
-                ).format(publication, sql.SQL(", ").join(_identifier(t) for t in wanted))
+                sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = {})").format(
+                    publication,
+                    sql.SQL(", ").join(_identifier(t) for t in wanted),
+                    sql.Literal(PUBLISH),
+                )
             )
         else:
+            if not all(_operations(conn, config.publication)):
+                conn.execute(
+                    sql.SQL("ALTER PUBLICATION {} SET (publish = {})").format(
+                        publication, sql.Literal(PUBLISH)
+                    )
+                )
             missing = [t for t in wanted if t not in published]
             if missing:
                 conn.execute(
@@ -197,6 +223,14 @@ def _published(conn: psycopg.Connection[TupleRow], publication: str) -> set[Tabl
     if exists.fetchone() is None:
         return None
     return {TableRef(s, t) for s, t in conn.execute(_PUBLISHED, (publication,))}
+
+
+def _operations(
+    conn: psycopg.Connection[TupleRow], publication: str
+) -> tuple[bool, bool, bool, bool]:
+    row = conn.execute(_PUBLISHED_OPERATIONS, (publication,)).fetchone()
+    assert row is not None  # checked to exist before
+    return (row[0], row[1], row[2], row[3])
 
 
 def _slot_facts(

@@ -1,9 +1,14 @@
-"""TailerStore on a real Redis: the lease and its fencing token, the checkpoint, heartbeats."""
+"""TailerStore on a real Redis: the lease and its fencing token, the checkpoint, schema versions,
+heartbeats."""
 
 from __future__ import annotations
 
 import pytest
 
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import Column, TableSchema
+from airflow_provider_dblog.core.schema_versions import KnownSchema
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import FencedOut, StateStore, WindowState
 from tests.integration.state.support import new_window, wait_for
@@ -71,3 +76,26 @@ def test_heartbeat_and_health(store: StateStore, redis_server: RedisInfo) -> Non
     assert health.at_ms <= seconds * 1000 + micros // 1000, "stamped by the Redis clock"
     assert isinstance(health.age_ms, int) and health.age_ms >= 0
     wait_for(lambda: store.tailer.health() is None, 5, "the heartbeat expiring")
+
+
+def test_schemas_persist_only_grow_and_are_fenced(store: StateStore) -> None:
+    """What a restarted tailer or a new leader numbers schemas from."""
+    table = TableRef("app", "orders")
+    v1 = TableSchema((Column("id", "bigint", False, None),), ("id",))
+    v2 = TableSchema((*v1.columns, Column("flag", "integer", True, "7")), ("id",))
+    first = store.tailer.acquire_lease("tailer-a", 10_000)
+    assert first is not None
+    assert store.tailer.load_schemas() == []
+    assert store.tailer.save_schema(KnownSchema(table, 1, v1, Position(10, 0)), first)
+    assert store.tailer.save_schema(KnownSchema(table, 2, v2, Position(2**64 - 1, 4)), first)
+    assert not store.tailer.save_schema(KnownSchema(table, 1, v1, Position(10, 0)), first), (
+        "an older version (a replay) is not saved over a newer one"
+    )
+    assert store.tailer.load_schemas() == [KnownSchema(table, 2, v2, Position(2**64 - 1, 4))]
+
+    assert store.tailer.release_lease("tailer-a", first)
+    second = store.tailer.acquire_lease("tailer-b", 10_000)
+    assert second is not None
+    with pytest.raises(FencedOut):
+        store.tailer.save_schema(KnownSchema(table, 3, v1, Position(2**64 - 1, 6)), first)
+    assert [k.version for k in store.tailer.load_schemas()] == [2]
