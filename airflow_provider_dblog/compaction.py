@@ -13,6 +13,12 @@ skipped (duplicates and replays); `d` removes the row; `r` (a dump read, always 
 replaces it; `c` and `u` lay `after` over the previous image, so a column absent from `after`
 (an unchanged TOAST value) keeps its stored value. An update whose `before` holds another key
 (a primary-key change) also deletes the old key, at the same position.
+
+Table-level events: a truncate (`t`) is the table's floor: every stored row and every change of
+the table positioned before it is dropped, as if each key were deleted at the truncate's
+position. A schema event (`s`) changes no stored row: rows stay the JSON they arrived as, so a
+row not written since an ADD COLUMN lacks the column (its value is the default the schema event
+names, which a typed view must fill in), and one not written since a DROP COLUMN still holds it.
 """
 
 from __future__ import annotations
@@ -50,11 +56,21 @@ class Stored(NamedTuple):
     row: Row
 
 
-def fold(stored: Stored | None, changes: Iterable[Delta]) -> Stored | None:
+TRUNCATE = Op.TRUNCATE.value
+TABLE_KEY = ""
+"""The key a table-level change is found under (no row's key JSON is empty)."""
+
+
+def fold(
+    stored: Stored | None, changes: Iterable[Delta], floor: tuple[int, int] | None = None
+) -> Stored | None:
     """The latest image of one key: `stored` (the table's row, None if absent) with `changes`
-    applied in position order, or None when the key ends deleted."""
+    applied in position order, or None when the key ends deleted. `floor` is the position of
+    the table's last truncate: what is positioned before it is gone."""
     current = stored
     last = (stored.commit, stored.seq) if stored is not None else None
+    if floor is not None and (last is None or last < floor):
+        current, last = None, floor
     for change in sorted(changes, key=lambda c: (c.commit, c.seq)):
         position = (change.commit, change.seq)
         if last is not None and position <= last:
@@ -76,9 +92,14 @@ def key_json(key: Mapping[str, JsonValue]) -> str:
 
 def changes_of(event: Event) -> list[tuple[str, str, Delta]]:
     """`(table, key JSON, change)` for every key the event touches: one, or two for an update
-    that moved the row to another key."""
+    that moved the row to another key; a truncate is one change under `TABLE_KEY`, a schema
+    event none."""
     table = str(event.table)
     commit, seq = event.position.commit, event.position.seq
+    if event.op is Op.SCHEMA:
+        return []
+    if event.op is Op.TRUNCATE:
+        return [(table, TABLE_KEY, Delta(commit, seq, TRUNCATE, None))]
     if event.op is Op.DELETE:
         return [(table, key_json(event.key), Delta(commit, seq, Op.DELETE.value, None))]
     after = {**(event.after or {}), **event.key}
@@ -179,6 +200,14 @@ class CompactState:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def floors(truncates: Iterable[tuple[str, Delta]]) -> dict[str, tuple[int, int]]:
+    """Each table's floor: the position of its last truncate among `truncates`."""
+    found: dict[str, tuple[int, int]] = {}
+    for table, delta in truncates:
+        found[table] = max(found.get(table, (delta.commit, delta.seq)), (delta.commit, delta.seq))
+    return found
 
 
 def parse_line(line: bytes, after: tuple[int, int] | None) -> list[tuple[str, str, Delta]]:

@@ -48,10 +48,12 @@ from pyspark.sql.types import (
 
 from airflow_provider_dblog.compaction import (
     DEFAULT_SEGMENT_BYTES,
+    TRUNCATE,
     CompactState,
     Delta,
     Segment,
     Stored,
+    floors,
     fold,
     parse_line,
     plan_segments,
@@ -152,7 +154,13 @@ def _compact(spark: SparkSession, input_dir: Path, output: Path) -> CompactState
     new = CompactState(state.position, offsets, dict(state.tables))
     if touched:
         new.position = list(changes.map(lambda kv: (kv[1].commit, kv[1].seq)).max())
-        _write_tables(spark, output, changes, touched, new)
+        truncated = floors(
+            changes.filter(lambda kv: kv[1].op == TRUNCATE)
+            .map(lambda kv: (kv[0][0], kv[1]))
+            .collect()
+        )
+        rows = changes.filter(lambda kv: kv[1].op != TRUNCATE)
+        _write_tables(spark, output, rows, touched, truncated, new)
     new.save(output)
     _settle(output, new)
     changes.unpersist()
@@ -160,10 +168,16 @@ def _compact(spark: SparkSession, input_dir: Path, output: Path) -> CompactState
 
 
 def _write_tables(
-    spark: SparkSession, output: Path, changes: RDD, touched: list[str], state: CompactState
+    spark: SparkSession,
+    output: Path,
+    changes: RDD,
+    touched: list[str],
+    truncated: dict[str, tuple[int, int]],
+    state: CompactState,
 ) -> None:
-    """Fold the changes into each touched table and write it as a new version, recorded in
-    `state.tables` (not yet committed)."""
+    """Fold the row changes into each touched table, dropping what lies before its floor (its
+    last truncate, in `truncated`), and write it as a new version, recorded in `state.tables`
+    (not yet committed)."""
     sc = spark.sparkContext
     existing = [
         _stored_rows(spark, output, t, state.tables[t]) for t in touched if t in state.tables
@@ -173,7 +187,7 @@ def _write_tables(
 
     def latest(item: tuple[tuple[str, str], tuple[list[Delta], list[Stored]]]) -> list[tuple]:
         (table, key), (new_changes, old) = item
-        row = fold(next(iter(old), None), new_changes)
+        row = fold(next(iter(old), None), new_changes, truncated.get(table))
         if row is None:
             return []
         text = json.dumps(row.row, separators=(",", ":"), ensure_ascii=False)

@@ -3,7 +3,9 @@
 Each event is one entry: `event` (the encoded JSON), and `table`, `op` and `position` (`[commit,
 seq]` as JSON) for consumers that route or filter without decoding. Entry IDs are Redis's own
 (time-based), so consumers can use XREAD/XREADGROUP as usual; order within a stream is the output
-order.
+order. A table-level event is an entry like any other, in its table's stream: `op` is `t` (the
+table was truncated: drop every row of it held so far) or `s` (its columns changed: the new ones
+are in the event's `table_schema`).
 
 A batch is one Lua script per source (one round trip, all of it or nothing), which:
 1. refuses the batch if `{prefix}:{source}:events-fence` holds a larger lease token than the

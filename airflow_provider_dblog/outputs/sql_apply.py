@@ -1,4 +1,5 @@
-"""Apply the change stream to tables in a PostgreSQL target: upsert c/u/r, delete d, by key.
+"""Apply the change stream to tables in a PostgreSQL target: upsert c/u/r, delete d, by key;
+truncate at `t`, alter the table at `s`.
 
 Each batch is one transaction, sent in one pipeline. The target tables must exist with the
 source's columns and primary key: creating them from events would guess types, so a missing or
@@ -17,6 +18,28 @@ not newer. Deleted keys keep their row there, so an old image cannot bring a del
 that table therefore grows with every key ever seen.
 
 A JSON null and an SQL NULL arrive alike (None) and are written as SQL NULL.
+
+Truncate (`t`): the target table is truncated in the batch's transaction. In monotonic mode the
+truncate's position becomes the table's floor (a row of `dblog_positions` with the JSON key
+`null`), its per-key rows are deleted, and every later statement also refuses an event at or
+before the floor: no row positioned before the truncate comes back, whatever is replayed.
+
+Schema change (`s`), applied in the batch's transaction, so the target table follows its source
+table's columns (`dblog_schemas` keeps, per source table, the version and schema last applied; a
+replayed older version is skipped):
+- a column the target lacks is added with the source's type, default and NOT NULL, so the
+  target's existing rows get the default as the source's did (a volatile default such as now()
+  or a sequence gives them other values than the source's, or fails: dump the table after such
+  an ALTER);
+- a column the last applied schema had and the new one lacks is dropped (columns of the
+  target's own, never in the source, are left alone);
+- a type that changed since the last applied schema is applied if PostgreSQL converts the column
+  without a USING clause (int to bigint, a longer varchar, to text); otherwise the output stops
+  (`OutputError`) saying what to alter in the target before the tailer is started again;
+- the defaults and NOT NULL of existing columns and the primary key are left as they are: they
+  change no row. The first schema event of a table only adds missing columns.
+Types and defaults are the source's SQL text, run in the target: a target trusts its source's
+catalog, and must be PostgreSQL when the source is.
 
 Fencing: `dblog_fence` holds, per source, the largest lease token that wrote. Each batch's
 transaction first raises it to the writer's token, or finds it larger and rolls back
@@ -42,6 +65,7 @@ from psycopg import sql
 from psycopg.types.json import Json, Jsonb
 
 from airflow_provider_dblog.core.event import Event, JsonValue, Op, Row, TableRef, key_of
+from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.outputs.base import (
     Output,
     OutputError,
@@ -52,6 +76,7 @@ from airflow_provider_dblog.outputs.base import (
 
 POSITIONS_TABLE = "dblog_positions"
 FENCE_TABLE = "dblog_fence"
+SCHEMAS_TABLE = "dblog_schemas"
 
 _CREATE_FENCE = sql.SQL(
     "CREATE TABLE IF NOT EXISTS {table} (source text PRIMARY KEY, token bigint NOT NULL)"
@@ -82,17 +107,68 @@ _CREATE_POSITIONS = sql.SQL(
 ).format(table=sql.Identifier(POSITIONS_TABLE))
 
 # The (only) CTE of a monotonic statement: records the event's position for its key if it is
-# newer than the stored one, and returns a row only then.
+# newer than the stored one and after the table's floor (its last truncate), and returns a row
+# only then.
 _NEWER = sql.SQL(
     """WITH newer AS (
     INSERT INTO {table} AS p (source, schema, tbl, key, commit, seq)
-    VALUES (%s, %s, %s, %s::jsonb, %s::numeric, %s::int)
+    SELECT e.* FROM (VALUES (%s, %s, %s, %s::jsonb, %s::numeric, %s::int))
+        AS e (source, schema, tbl, key, commit, seq)
+    WHERE NOT EXISTS (
+        SELECT FROM {table} f
+        WHERE f.source = e.source AND f.schema = e.schema AND f.tbl = e.tbl
+        AND f.key = 'null'::jsonb AND (f.commit, f.seq) >= (e.commit, e.seq)
+    )
     ON CONFLICT (source, schema, tbl, key)
     DO UPDATE SET commit = EXCLUDED.commit, seq = EXCLUDED.seq
     WHERE (p.commit, p.seq) < (EXCLUDED.commit, EXCLUDED.seq)
     RETURNING 1
 ) """
 ).format(table=sql.Identifier(POSITIONS_TABLE))
+
+# Raises a table's floor to a truncate's position; a row only if the truncate is newer.
+_RAISE_FLOOR = sql.SQL(
+    """INSERT INTO {table} AS p (source, schema, tbl, key, commit, seq)
+VALUES (%s, %s, %s, 'null'::jsonb, %s::numeric, %s::int)
+ON CONFLICT (source, schema, tbl, key)
+DO UPDATE SET commit = EXCLUDED.commit, seq = EXCLUDED.seq
+WHERE (p.commit, p.seq) < (EXCLUDED.commit, EXCLUDED.seq)
+RETURNING 1"""
+).format(table=sql.Identifier(POSITIONS_TABLE))
+
+_DROP_KEY_POSITIONS = sql.SQL(
+    "DELETE FROM {table} WHERE source = %s AND schema = %s AND tbl = %s AND key <> 'null'::jsonb"
+).format(table=sql.Identifier(POSITIONS_TABLE))
+
+_CREATE_SCHEMAS = sql.SQL(
+    """CREATE TABLE IF NOT EXISTS {table} (
+    source text NOT NULL,
+    schema text NOT NULL,
+    tbl text NOT NULL,
+    version bigint NOT NULL,
+    table_schema jsonb NOT NULL,
+    PRIMARY KEY (source, schema, tbl)
+)"""
+).format(table=sql.Identifier(SCHEMAS_TABLE))
+
+_APPLIED_SCHEMA = sql.SQL(
+    "SELECT version, table_schema FROM {table} WHERE source = %s AND schema = %s AND tbl = %s"
+).format(table=sql.Identifier(SCHEMAS_TABLE))
+
+_SAVE_SCHEMA = sql.SQL(
+    """INSERT INTO {table} (source, schema, tbl, version, table_schema)
+VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (source, schema, tbl) DO UPDATE SET version = EXCLUDED.version,
+table_schema = EXCLUDED.table_schema"""
+).format(table=sql.Identifier(SCHEMAS_TABLE))
+
+# A target table's columns and their full types, to compare with a schema event's.
+_COLUMN_TYPES = """
+SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+FROM pg_attribute a
+WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
 
 _RELATION = """
 SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -123,6 +199,29 @@ JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 WHERE i.indrelid = %s AND i.indisprimary
 ORDER BY k.n
 """
+
+
+def _runs(events: Sequence[Event]) -> Iterator[Event | Sequence[Event]]:
+    """The batch in order: runs of row events, and each table-level event on its own."""
+    start = 0
+    for index, event in enumerate(events):
+        if event.op.is_table_level:
+            if start < index:
+                yield events[start:index]
+            yield event
+            start = index + 1
+    if start < len(events):
+        yield events[start:]
+
+
+def _column_definition(column: Column) -> sql.Composed:
+    """`name type [DEFAULT ...] [NOT NULL]` as the source spells them."""
+    parts = [sql.Identifier(column.name), sql.SQL(column.type)]
+    if column.default is not None:
+        parts += [sql.SQL("DEFAULT"), sql.SQL(column.default)]
+    if not column.nullable:
+        parts.append(sql.SQL("NOT NULL"))
+    return sql.SQL(" ").join(parts)
 
 
 def _adapter(type_name: str) -> Callable[[JsonValue], Any]:
@@ -239,6 +338,7 @@ class SqlApplyOutput(Output):
                 raise OutputUnavailable(f"cannot connect to the SQL target: {exc}") from exc
             with self._errors():
                 self._conn.execute(_CREATE_FENCE)
+                self._conn.execute(_CREATE_SCHEMAS)
                 if self.monotonic:
                     self._conn.execute(_CREATE_POSITIONS)
         return self._conn
@@ -270,21 +370,113 @@ class SqlApplyOutput(Output):
         if not events:
             return
         conn = self._connection()
-        with self._errors():
-            actions = list(self._actions(conn, events))
-            with conn.transaction():
+        try:
+            with self._errors(), conn.transaction():
                 for source in sorted({e.source.name for e in events}):
                     self._raise_fence(conn, source, token)
-                with conn.pipeline(), conn.cursor() as cur:
-                    start = 0
-                    while start < len(actions):
-                        end = start + 1
-                        while end < len(actions) and actions[end].shape() == actions[start].shape():
-                            end += 1
-                        group = actions[start:end]
-                        statement = self._statement(group[0])
-                        cur.executemany(statement, [self._params(a) for a in group])
-                        start = end
+                for run in _runs(events):
+                    if isinstance(run, Event):
+                        self._table_level(conn, run)
+                    else:
+                        self._apply_rows(conn, run)
+        except BaseException:
+            # Rolled back: tables described inside the transaction may show its DDL.
+            self._targets.clear()
+            self._statements.clear()
+            raise
+
+    def _apply_rows(self, conn: psycopg.Connection[Any], events: Sequence[Event]) -> None:
+        actions = list(self._actions(conn, events))
+        with conn.pipeline(), conn.cursor() as cur:
+            start = 0
+            while start < len(actions):
+                end = start + 1
+                while end < len(actions) and actions[end].shape() == actions[start].shape():
+                    end += 1
+                group = actions[start:end]
+                statement = self._statement(group[0])
+                cur.executemany(statement, [self._params(a) for a in group])
+                start = end
+
+    # -- table-level events ---------------------------------------------------------------------
+
+    def _table_level(self, conn: psycopg.Connection[Any], event: Event) -> None:
+        target = self._describe(conn, event.table)
+        self._targets.pop(event.table, None)  # described again at its next row
+        self._statements.clear()
+        if event.op is Op.TRUNCATE:
+            self._truncate(conn, event, target)
+        else:
+            self._alter(conn, event, target)
+
+    def _truncate(self, conn: psycopg.Connection[Any], event: Event, target: _Target) -> None:
+        table = sql.Identifier(target.ref.schema, target.ref.name)
+        if self.monotonic:
+            where = (event.source.name, event.table.schema, event.table.name)
+            position = (event.position.commit, event.position.seq)
+            if conn.execute(_RAISE_FLOOR, (*where, *position)).fetchone() is None:
+                return  # a replay: the floor is at or past it
+            conn.execute(_DROP_KEY_POSITIONS, where)
+        conn.execute(sql.SQL("TRUNCATE {}").format(table))
+
+    def _alter(self, conn: psycopg.Connection[Any], event: Event, target: _Target) -> None:
+        """Give the target the event's columns (see the module docstring for what is done)."""
+        schema = event.table_schema
+        assert schema is not None  # an `s` event carries one
+        where = (event.source.name, event.table.schema, event.table.name)
+        applied = conn.execute(_APPLIED_SCHEMA, where).fetchone()
+        if applied is not None and applied[0] >= event.schema_version:
+            return  # a replay of a schema already applied
+        previous = None if applied is None else TableSchema.from_json(applied[1])
+        oid = conn.execute(_RELATION, (target.ref.schema, target.ref.name)).fetchone()
+        assert oid is not None  # described just before, in this transaction
+        types: dict[str, str] = dict(conn.execute(_COLUMN_TYPES, (oid[0],)).fetchall())
+        table = sql.Identifier(target.ref.schema, target.ref.name)
+        for column in schema.columns:
+            old = None if previous is None else previous.column(column.name)
+            if column.name not in types:
+                add = sql.SQL("ALTER TABLE {} ADD COLUMN {}")
+                self._ddl(conn, event, add.format(table, _column_definition(column)))
+            elif old is not None and old.type != column.type != types[column.name]:
+                self._ddl(
+                    conn,
+                    event,
+                    sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}").format(
+                        table, sql.Identifier(column.name), sql.SQL(column.type)
+                    ),
+                    f"column {column.name} changed type from {old.type} to {column.type} in "
+                    "the source, and the target cannot convert it without a USING clause: "
+                    f"ALTER TABLE {target.ref} ALTER COLUMN {column.name} TYPE {column.type} "
+                    "USING ... as the source did, then start the tailer again",
+                )
+        for old in () if previous is None else previous.columns:
+            if old.name in types and schema.column(old.name) is None:
+                drop = sql.SQL("ALTER TABLE {} DROP COLUMN {}")
+                self._ddl(conn, event, drop.format(table, sql.Identifier(old.name)))
+        conn.execute(_SAVE_SCHEMA, (*where, event.schema_version, Jsonb(schema.to_json())))
+
+    @staticmethod
+    def _ddl(
+        conn: psycopg.Connection[Any],
+        event: Event,
+        statement: sql.Composed,
+        what_to_do: str | None = None,
+    ) -> None:
+        try:
+            conn.execute(statement)
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError) or (conn.closed or conn.broken):
+                raise
+            detail = what_to_do or (
+                "apply the change to the target table by hand, then start the tailer again"
+            )
+            raise OutputError(
+                f"cannot apply the schema change of {event.table} at {event.position} "
+                f"(schema_version {event.schema_version}) to the SQL target: "
+                f"{str(exc).strip().splitlines()[0]}; {detail}"
+            ) from exc
+
+    # -- row events -----------------------------------------------------------------------------
 
     @staticmethod
     def _raise_fence(conn: psycopg.Connection[Any], source: str, token: int) -> None:

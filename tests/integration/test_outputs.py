@@ -16,8 +16,18 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo, TableRef, decode
+from airflow_provider_dblog.core.event import (
+    Event,
+    Op,
+    Origin,
+    Row,
+    SourceInfo,
+    TableRef,
+    decode,
+    table_event,
+)
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo
@@ -53,6 +63,27 @@ def ev(
     return Event(op, key, before, after, info, 1)
 
 
+def table_ev(
+    table: TableRef,
+    op: Op,
+    commit: int,
+    seq: int = 0,
+    *,
+    version: int = 1,
+    schema: str = "",
+    source: str = "src",
+) -> Event:
+    """A table-level event; `schema` is "name type [default=...] [null]; ..." for an `s` one."""
+    info = SourceInfo(source, "db", table.schema, table.name, Position(commit, seq), Origin.LOG)
+    columns = []
+    for spec in filter(None, (part.split() for part in schema.split(";"))):
+        name, type_, *rest = spec
+        default = next((r[len("default=") :] for r in rest if r.startswith("default=")), None)
+        columns.append(Column(name, type_, "null" in rest, default))
+    table_schema = TableSchema(tuple(columns), ("id",)) if op is Op.SCHEMA else None
+    return table_event(op, info, version, table_schema)
+
+
 # --- Redis Streams ---------------------------------------------------------------------------
 
 
@@ -73,6 +104,10 @@ def test_redis_stream_round_trip(redis_server: RedisInfo, stream_client: redis.R
         ev(users, Op.CREATE, {"id": 1}, {"id": 1, "name": "ü"}, 10, 0, source=source),
         ev(orders, Op.DELETE, {"id": 7}, None, 10, 1, source=source, before={"id": 7}),
         ev(users, Op.READ, {"id": 2}, {"id": 2, "name": None}, 11, 0, source=source),
+        table_ev(orders, Op.TRUNCATE, 12, source=source),
+        table_ev(
+            users, Op.SCHEMA, 13, version=2, schema="id integer; name text null", source=source
+        ),
     ]
     with RedisStreamOutput(redis_server.client()) as out:
         out.write(events[:1], 1)
@@ -83,6 +118,8 @@ def test_redis_stream_round_trip(redis_server: RedisInfo, stream_client: redis.R
         ("app.users", "c", "[10, 0]"),
         ("app.orders", "d", "[10, 1]"),
         ("app.users", "r", "[11, 0]"),
+        ("app.orders", "t", "[12, 0]"),
+        ("app.users", "s", "[13, 0]"),
     ]
 
 
@@ -372,6 +409,96 @@ def test_sql_monotonic_refuses_older_accepts_newer(
         (t.name,),
     ).fetchall()
     assert stored == [("other", {"id": 1}, 1, 0), ("src", {"id": 1}, 13, 0)]
+
+
+@pytest.mark.parametrize("monotonic", [False, True], ids=["plain", "monotonic"])
+def test_sql_truncate_empties_the_target_and_sets_a_floor(
+    postgres: PostgresInfo, target: psycopg.Connection[Any], monotonic: bool
+) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+    with SqlApplyOutput(postgres.dsn, monotonic=monotonic) as out:
+        out.write(
+            [
+                ev(t, Op.CREATE, {"id": 1}, {"id": 1, "v": "a"}, 10),
+                ev(t, Op.CREATE, {"id": 2}, {"id": 2, "v": "b"}, 11),
+                table_ev(t, Op.TRUNCATE, 12),
+                ev(t, Op.CREATE, {"id": 3}, {"id": 3, "v": "after"}, 13),
+            ],
+            1,
+        )
+        assert rows(target, t) == [(3, "after")]
+        if not monotonic:
+            return
+        # Replays and stale dump rows from before the truncate never come back, and a
+        # replayed truncate does not empty the table again.
+        out.write(
+            [
+                ev(t, Op.CREATE, {"id": 1}, {"id": 1, "v": "a"}, 10),
+                ev(t, Op.READ, {"id": 2}, {"id": 2, "v": "stale"}, 11, 5),
+                table_ev(t, Op.TRUNCATE, 12),
+            ],
+            1,
+        )
+        assert rows(target, t) == [(3, "after")]
+        out.write([ev(t, Op.READ, {"id": 4}, {"id": 4, "v": "new"}, 14, 1)], 1)
+    assert rows(target, t) == [(3, "after"), (4, "new")]
+    floor = target.execute(
+        "SELECT commit, seq FROM dblog_positions WHERE tbl = %s AND key = 'null'::jsonb",
+        (t.name,),
+    ).fetchall()
+    assert floor == [(12, 0)]
+
+
+@pytest.mark.parametrize("monotonic", [False, True], ids=["plain", "monotonic"])
+def test_sql_schema_events_add_and_drop_columns_as_the_source_did(
+    postgres: PostgresInfo, target: psycopg.Connection[Any], monotonic: bool
+) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, v text, mine text DEFAULT 'x')")
+    v1 = table_ev(t, Op.SCHEMA, 10, version=1, schema="id integer; v text null")
+    v2 = table_ev(
+        t,
+        Op.SCHEMA,
+        12,
+        version=2,
+        schema="id integer; v text null; flag integer default=7; note text null",
+    )
+    v3 = table_ev(t, Op.SCHEMA, 14, version=3, schema="id integer; flag integer default=7")
+    with SqlApplyOutput(postgres.dsn, monotonic=monotonic) as out:
+        out.write([v1, ev(t, Op.CREATE, {"id": 1}, {"id": 1, "v": "a"}, 11)], 1)
+        out.write([v2, ev(t, Op.CREATE, {"id": 2}, {"id": 2, "v": "b", "flag": 8}, 13)], 1)
+        assert rows(target, t) == [(1, "a", "x", 7, None), (2, "b", "x", 8, None)]
+        out.write([v3, ev(t, Op.UPDATE, {"id": 1}, {"id": 1, "flag": 9}, 15)], 1)
+        # A replay of older schemas changes nothing.
+        out.write([v1, v2], 1)
+    assert rows(target, t) == [(1, "x", 9), (2, "x", 8)], "the target's own column stays"
+    flag = target.execute(
+        "SELECT attnotnull, pg_get_expr(adbin, adrelid) FROM pg_attribute"
+        " JOIN pg_attrdef ON adrelid = attrelid AND adnum = attnum"
+        " WHERE attrelid = %s::regclass AND attname = 'flag'",
+        (f'public."{t.name}"',),
+    ).fetchone()
+    assert flag == (True, "7")
+
+
+def test_sql_type_changes_apply_when_safe_and_stop_otherwise(
+    postgres: PostgresInfo, target: psycopg.Connection[Any]
+) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, n integer, s text)")
+    with SqlApplyOutput(postgres.dsn) as out:
+        out.write(
+            [table_ev(t, Op.SCHEMA, 10, version=1, schema="id integer; n integer; s text")], 1
+        )
+        out.write([table_ev(t, Op.SCHEMA, 11, version=2, schema="id integer; n bigint; s text")], 1)
+        assert target.execute(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+            " WHERE attrelid = %s::regclass AND attname = 'n'",
+            (f'public."{t.name}"',),
+        ).fetchone() == ("bigint",)
+        with pytest.raises(OutputError, match=r"column s changed type from text to integer.*USING"):
+            out.write(
+                [table_ev(t, Op.SCHEMA, 12, version=3, schema="id integer; n bigint; s integer")],
+                1,
+            )
 
 
 def test_sql_table_map(postgres: PostgresInfo, target: psycopg.Connection[Any]) -> None:

@@ -1,7 +1,7 @@
 """The Parquet compaction on Spark local[2]: random change streams for two tables (one with a
-composite key) fold into the latest state, a second run reads only the new bytes, a second
-compaction of one output directory is refused while the first holds it, and the real change
-stream of a dump under writes folds into tables equal to the source."""
+composite key, both sometimes truncated) fold into the latest state, a second run reads only the
+new bytes, a second compaction of one output directory is refused while the first holds it, and
+the real change stream of a dump under writes folds into tables equal to the source."""
 
 from __future__ import annotations
 
@@ -19,8 +19,17 @@ from pyspark.sql import SparkSession
 
 from airflow_provider_dblog.compaction import STATE_FILE, CompactState
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
-from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo, encode
+from airflow_provider_dblog.core.event import (
+    Event,
+    Op,
+    Origin,
+    Row,
+    SourceInfo,
+    encode,
+    table_event,
+)
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.demo import TABLES as DEMO_TABLES
 from airflow_provider_dblog.demo import Workload
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
@@ -69,7 +78,16 @@ class Stream:
         events = []
         for _ in range(transactions):
             self.commit += self.rng.randrange(1, 1000)
-            for seq in range(self.rng.randrange(1, 5)):
+            if self.rng.random() < 0.04:  # a table-level event opens the transaction
+                table = self.rng.choice(list(TABLES))
+                source = SourceInfo("src", "db", "app", table, Position(self.commit, 0), Origin.LOG)
+                if self.rng.random() < 0.7:
+                    events.append(table_event(Op.TRUNCATE, source, 1))
+                    self.state[f"app.{table}"] = {}
+                else:
+                    columns = (Column("n", "float8", True, None),)
+                    events.append(table_event(Op.SCHEMA, source, 1, TableSchema(columns, ())))
+            for seq in range(1, self.rng.randrange(2, 6)):
                 table = self.rng.choice(list(TABLES))
                 key = self._key(table)
                 rows = self.state[f"app.{table}"]

@@ -7,17 +7,21 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dblog.compaction import (
+    TABLE_KEY,
+    TRUNCATE,
     CompactState,
     Delta,
     Stored,
     changes_of,
+    floors,
     fold,
     parse_line,
     plan_segments,
     read_segment,
 )
-from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, encode
+from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, encode, table_event
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
 
 pytestmark = pytest.mark.unit
@@ -76,6 +80,29 @@ def test_key_changing_update_deletes_the_old_key_at_the_same_position() -> None:
         ("app.t", '{"a":2,"b":"x"}', Delta(7, 0, "u", {"a": 2, "b": "x"})),
         ("app.t", '{"a":1,"b":"x"}', Delta(7, 0, "d", None)),
     ]
+
+
+def test_a_truncate_is_a_floor_for_every_key_of_its_table() -> None:
+    """Stored rows and changes positioned before the table's last truncate are gone; what
+    comes after it is folded as usual."""
+    stored = Stored(3, 0, {"id": 1, "a": "before"})
+    assert fold(stored, [], (5, 1)) is None
+    assert fold(stored, [upsert(4, a="still before")], (5, 1)) is None
+    assert fold(stored, [upsert(5, 2, a="after")], (5, 1)) == Stored(5, 2, {"id": 1, "a": "after"})
+    assert fold(None, [upsert(6, op="r", a="dump"), upsert(2, a="old")], (5, 1)) == Stored(
+        6, 0, {"id": 1, "a": "dump"}
+    )
+
+
+def test_table_level_events_as_changes() -> None:
+    source = SourceInfo("src", "db", "app", "t", Position(8, 3), Origin.LOG)
+    truncate = table_event(Op.TRUNCATE, source, 1)
+    schema = TableSchema((Column("id", "integer", False, None),), ("id",))
+    assert changes_of(truncate) == [("app.t", TABLE_KEY, Delta(8, 3, TRUNCATE, None))]
+    assert changes_of(table_event(Op.SCHEMA, source, 2, schema)) == []
+    found = [("app.t", Delta(8, 3, "t", None)), ("app.u", Delta(2, 0, "t", None))]
+    found.append(("app.t", Delta(9, 1, "t", None)))
+    assert floors(found) == {"app.t": (9, 1), "app.u": (2, 0)}
 
 
 def test_events_not_after_the_folded_position_are_replays() -> None:

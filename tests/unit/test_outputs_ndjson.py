@@ -4,6 +4,7 @@ taking turns by lease token, a lock held by a stopped writer, a failing disk."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, encode
+from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, encode, table_event
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.outputs import open_output
 from airflow_provider_dblog.outputs.base import OutputError, OutputFenced, OutputUnavailable
 from airflow_provider_dblog.outputs.ndjson import (
@@ -41,6 +43,19 @@ def test_read_back_equals_written(tmp_path: Path) -> None:
         out.write(events[4:], 1)
     assert list(read_events(tmp_path)) == events
     assert [p.name for p in event_files(tmp_path)] == ["events-000001.ndjson"]
+
+
+def test_table_level_events_are_carried_in_place(tmp_path: Path) -> None:
+    """A truncate and a schema change are lines of their own between the row events."""
+    truncate = table_event(Op.TRUNCATE, event(2, 1).source, 1)
+    columns = (Column("id", "bigint", False, None), Column("flag", "integer", True, "7"))
+    schema = table_event(Op.SCHEMA, event(3, 0).source, 2, TableSchema(columns, ("id",)))
+    events = [event(2), truncate, schema, event(3, 1)]
+    with NdjsonOutput(tmp_path) as out:
+        out.write(events, 1)
+    assert list(read_events(tmp_path)) == events
+    lines = (tmp_path / "events-000001.ndjson").read_text().splitlines()
+    assert [json.loads(line)["op"] for line in lines] == ["u", "t", "s", "u"]
 
 
 def test_encoding_is_stable_one_line_per_event(tmp_path: Path) -> None:
