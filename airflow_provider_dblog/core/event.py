@@ -133,11 +133,8 @@ class Event:
     source: SourceInfo
     schema_version: int
     table_schema: TableSchema | None = None
-    """The new columns, on an `s` event only."""
-
-    def __post_init__(self) -> None:
-        if (self.op is Op.SCHEMA) != (self.table_schema is not None):
-            raise ValueError("a schema event, and only a schema event, carries table_schema")
+    """The new columns, on an `s` event only (`table_event` and `from_json` check it; row
+    events are built without a check, as they are built by the million)."""
 
     @property
     def position(self) -> Position:
@@ -180,8 +177,10 @@ class Event:
                 ts_ms=src.get("ts_ms"),
             )
             table_schema = data.get("table_schema")
+            op = Op(data["op"])
+            _check_table_schema(op, table_schema)
             return cls(
-                op=Op(data["op"]),
+                op=op,
                 key=data["key"],
                 before=data["before"],
                 after=data["after"],
@@ -199,7 +198,13 @@ def table_event(
     """A table-level event (`t` or `s`) of `source`'s table at its position."""
     if not op.is_table_level:
         raise ValueError(f"{op.value!r} is a row operation, not a table-level one")
+    _check_table_schema(op, table_schema)
     return Event(op, {}, None, None, source, schema_version, table_schema)
+
+
+def _check_table_schema(op: Op, table_schema: object) -> None:
+    if (op is Op.SCHEMA) != (table_schema is not None):
+        raise ValueError("a schema event, and only a schema event, carries table_schema")
 
 
 def encode(event: Event) -> str:

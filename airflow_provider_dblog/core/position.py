@@ -1,8 +1,10 @@
 """Log positions: `[commit, seq]`, strictly increasing in output order.
 
 `commit` grows in commit order (PostgreSQL: the transaction's commit LSN; MySQL/MariaDB: binlog
-file number << 32 | offset of the transaction's end). `seq` is the event's index inside its
-transaction; dump rows take the commit of their high watermark and indexes after it. A change's
+file number << 32 | offset of the transaction's end). `seq` grows with the event's index inside
+its transaction (a source may leave gaps: PostgreSQL's changes take odd seqs, so that a table's
+schema description fits before the change it precedes); dump rows take the commit of their high
+watermark and indexes after it. A change's
 own LSN is not enough: a transaction that commits later can hold changes with lower LSNs.
 """
 

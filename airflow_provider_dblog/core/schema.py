@@ -67,6 +67,16 @@ class TableSchema:
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
 
+    @property
+    def signature(self) -> tuple[tuple[str, str], ...]:
+        """What a schema change is a change of: the columns' names, order and types.
+
+        A log reader learns these from the log itself, as of the description's position, so a
+        replay describes them alike. Nullability, defaults and the primary key come from the
+        catalog when the description is read (pgoutput does not send them): they ride along,
+        and a change of them alone is no schema change."""
+        return tuple((c.name, c.type) for c in self.columns)
+
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
 

@@ -32,8 +32,10 @@ class SchemaTracker:
 
     `known` is what the store kept: schema events that were made durable. A description at or
     before a known position is a replay of log already emitted (the tailer restarted from an
-    older checkpoint) and changes nothing; a later one that differs from the known columns is a
-    change, which takes the next version.
+    older checkpoint) and changes nothing; a later one whose columns (`TableSchema.signature`)
+    differ from the known ones is a change, which takes the next version. Comparing only what
+    the log itself says keeps a replay's decisions those of the first reading, whatever the
+    catalog says by then.
     """
 
     def __init__(self, known: Iterable[KnownSchema] = ()) -> None:
@@ -53,7 +55,9 @@ class SchemaTracker:
     ) -> KnownSchema | None:
         """The schema to emit at `position`, if `schema` changes the table's; None otherwise."""
         known = self._known.get(table)
-        if known is not None and (position <= known.position or schema == known.schema):
+        if known is not None and (
+            position <= known.position or schema.signature == known.schema.signature
+        ):
             return None
         change = KnownSchema(table, 1 if known is None else known.version + 1, schema, position)
         self._known[table] = change

@@ -9,7 +9,8 @@ the writer made their events durable.
 
 Table-level events. A truncate and a schema change are emitted at their log position; each ends
 the open windows of its table (the reconciler fails them and their chunks are read again). A
-schema description becomes an `s` event only if it changes the table's columns. A chunk whose
+schema description becomes an `s` event only if it changes the table's columns (names, order,
+types: see `TableSchema.signature`). A chunk whose
 rows have other columns than the last schema event of its table says the log has not shown an
 ALTER yet (pgoutput describes a table only before its next change): the catalog is asked, and if
 it agrees with the rows its schema is emitted at hw, just before the rows; otherwise the window
@@ -298,9 +299,15 @@ class Session:
         the window failed instead."""
         table = closed.window.table
         known = self._schemas.schema(table)
-        if not chunk.rows or known is None:
+        rows = chunk.rows
+        if not rows or known is None:
             return True  # nothing to mix, or a table the log has not described yet
-        columns = set(chunk.rows[0])
+        width = len(rows[0])
+        if any(len(row) != width for row in rows):  # parts read on both sides of an ALTER
+            detail = "the chunk's rows were read with different columns"
+            self._fail(Failed(closed.window, FailureReason.SCHEMA_CHANGED, detail))
+            return False
+        columns = set(rows[0])
         if set(known.names) == columns:
             return True
         now = self._reader.describe(table)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import secrets
 import signal
 import subprocess
@@ -264,24 +265,26 @@ def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
 
 @dataclass
 class TailProcess:
-    """`dblog tail` as a subprocess, its stdout and stderr in one log file."""
+    """`dblog tail` as a subprocess, its stdout and stderr in one log file; with `module`,
+    `python -m MODULE CONFIG OWNER` instead (e2e_tailer.py: the tailer with two outputs)."""
 
     config: Path
     owner: str
     env: dict[str, str]
     log: Path
+    module: str | None = None
     process: subprocess.Popen[bytes] = field(init=False)
 
     def __post_init__(self) -> None:
         self.start()
 
     def start(self) -> None:
+        argv = [DBLOG, "tail", "--config", str(self.config), "--owner", self.owner]
+        if self.module is not None:
+            argv = [sys.executable, "-m", self.module, str(self.config), self.owner]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [DBLOG, "tail", "--config", str(self.config), "--owner", self.owner],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=self.env,
+                argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=REPO
             )
 
     def kill(self) -> None:
@@ -338,12 +341,40 @@ def versions_back(events: Iterable[Event]) -> list[str]:
 
 
 def materialize(events: Iterable[Event]) -> dict[RowKey, Row]:
-    """The state of every table the event stream describes: each key's last row, deletes gone."""
-    state: dict[RowKey, Row | None] = {}
+    """The state of every table the event stream describes, as the README's consumer rules
+    build it: each key's last row, deletes gone; a truncate empties its table; a schema event
+    drops the columns it no longer has from the table's rows and gives the rows that lack a new
+    column its default."""
+    state: dict[RowKey, Row] = {}
     for event in events:
-        key = row_key(event.source.table, event.key.values())
-        state[key] = None if event.op is Op.DELETE else event.after
-    return {k: v for k, v in state.items() if v is not None}
+        table = event.source.table
+        if event.op is Op.TRUNCATE:
+            state = {k: v for k, v in state.items() if k[0] != table}
+        elif event.op is Op.SCHEMA:
+            assert event.table_schema is not None
+            columns = event.table_schema.columns
+            for key in [k for k in state if k[0] == table]:
+                row = state[key]
+                state[key] = {c.name: row.get(c.name, constant(c.default)) for c in columns}
+        elif event.op is Op.DELETE:
+            state.pop(row_key(table, event.key.values()), None)
+        else:
+            assert event.after is not None
+            state[row_key(table, event.key.values())] = event.after
+    return state
+
+
+def constant(default: str | None) -> Any:
+    """The JSON value of a constant PostgreSQL default as `pg_get_expr` spells it (`7`,
+    `'old'::text`): the value the source gave every existing row when the column was added."""
+    if default is None:
+        return None
+    literal = re.fullmatch(r"'((?:[^']|'')*)'::[\w ]+", default)
+    if literal:
+        return literal.group(1).replace("''", "'")
+    if re.fullmatch(r"-?\d+", default):
+        return int(default)
+    raise AssertionError(f"not a constant default: {default}")
 
 
 def source_state(source: Source, tables: Sequence[TableRef] = TABLES) -> dict[RowKey, Row]:

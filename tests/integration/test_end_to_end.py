@@ -1,5 +1,6 @@
 """DBLog end to end on real PostgreSQL and Redis: tailer, dumps under writes from another
-process, crashes, a Redis restart, repair, lease takeover and command-line errors.
+process, crashes, a Redis restart, TRUNCATE and ALTER TABLE, repair, lease takeover and
+command-line errors.
 
 Every test gets its own source database, slot and source name on the shared servers, so the
 tests are independent of each other and of concurrent sessions. Waiting is always on a condition
@@ -12,8 +13,9 @@ import json
 import random
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,8 @@ import psycopg
 import pytest
 
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
-from airflow_provider_dblog.core.event import Event, Origin
+from airflow_provider_dblog.core.event import Event, Op, Origin, TableRef
+from airflow_provider_dblog.core.schema import Column
 from airflow_provider_dblog.demo import TABLES, compare, snapshot
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import free_port
@@ -329,6 +332,153 @@ class DumpThread:
         if self.error is not None:
             raise self.error
         assert self.state == "done", self.state
+
+
+def test_truncate_and_alters_under_a_dump_and_a_tailer_kill_reach_every_output(
+    dbs: Databases, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """While another process writes and a full dump runs, `items` is truncated and `orders`
+    gets two columns with defaults and loses one of them again, and the tailer (writing a
+    monotonic SQL target and NDJSON at once) is SIGKILLed and restarted once, at random points
+    of the dump: the dump completes, the SQL target equals the source (the added column and its
+    default included), and the NDJSON carries the truncate and the schema events in position
+    order and rebuilds the source by the README's consumer rules."""
+    seed_value = random.randrange(1 << 30)
+    print(f"truncate, alters and kill: seed {seed_value}")
+    rng = random.Random(seed_value)
+    store = StateStore(redis_server.client(), dbs.config.name)
+    events_dir = tmp_path / "events"
+    config = write_config(
+        tmp_path / "dblog.toml",
+        dbs,
+        redis_server,
+        {"type": "ndjson", "directory": str(events_dir)},
+        {"lease_ttl_ms": LEASE_TTL_MS, "heartbeat_s": 0.2, "window_ttl_s": 10},
+    )
+    env = cli_env(dbs, redis_server, E2E_TARGET_DSN=dbs.target_dsn)
+    log = tmp_path / "tail.log"
+    tail = TailProcess(config, "tailer", env, log, module="tests.integration.e2e_tailer")
+
+    def source_ddl(statement: str) -> None:
+        with psycopg.connect(dbs.source_dsn, autocommit=True) as conn:
+            conn.execute(statement)
+
+    def kill_and_restart() -> None:
+        tail.kill()
+        tail.start()
+
+    steps: list[Callable[[], None]] = [
+        partial(source_ddl, "ALTER TABLE orders ADD COLUMN flag int DEFAULT 7"),
+        partial(source_ddl, "ALTER TABLE orders ADD COLUMN legacy text DEFAULT 'old'"),
+        partial(source_ddl, "TRUNCATE items"),
+        partial(source_ddl, "ALTER TABLE orders DROP COLUMN legacy"),
+    ]
+    steps.insert(rng.randrange(len(steps) + 1), kill_and_restart)
+    writer: Writer | None = None
+    dump = DumpThread(store, dbs, "ddl", window_timeout_s=5)
+    try:
+        wait_until(lambda: leading(store, redis_server, "tailer"), 30, "the tailer leading")
+        writer = Writer(dbs, tmp_path, seed_value=rng.randrange(1000))
+        writer.wait_for(20)
+        dump.start(DumpRequest("ddl", DumpKind.ALL, TABLES, chunk_size=20, parallelism=3))
+        for step, at_chunks in zip(
+            steps, sorted(rng.sample(range(5, 75), len(steps))), strict=True
+        ):
+            wait_until(partial(dump.reached, at_chunks), 120, f"the dump at {at_chunks} chunks")
+            step()
+        dump.join(240)
+        transactions = writer.stop()
+        wait_caught_up(dbs)
+        assert tail.stop() == 0, log.read_text()[-3000:]
+    finally:
+        if writer is not None:
+            writer.kill()
+        if tail.alive():
+            tail.kill()
+
+    assert compare(dbs.source_dsn, dbs.target_dsn) == []
+    events = list(read_events(events_dir))
+    assert all(a.position < b.position for a, b in pairwise(events)), "positions only grow"
+    truncates = [e for e in events if e.op is Op.TRUNCATE]
+    assert [e.table for e in truncates] == [TableRef("public", "items")]
+    orders = [e.table_schema for e in events if e.op is Op.SCHEMA and e.table.name == "orders"]
+    assert any(s is not None and s.column("legacy") for s in orders), "the added column showed"
+    last = orders[-1]
+    assert last is not None and last.column("legacy") is None
+    assert last.column("flag") == Column("flag", "integer", True, "7")
+    assert schema_versions_out_of_step(events) == []
+    assert backwards(events) == []
+    assert versions_back(events) == []
+    assert missing_changes(transactions, events) == []
+    assert state_differences(source_state(dbs.source), materialize(events)) == []
+    assert dbs.pg.password not in log.read_text()
+
+
+def test_an_alter_with_no_later_write_reaches_the_stream_through_the_dump(
+    dbs: Databases, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """pgoutput describes `orders` again only at its next change; after an ALTER with no write,
+    a dump's chunk shows the new column: the tailer asks the catalog and emits the schema event
+    at the chunk's hw, before its rows. The version is kept across a tailer restart: the
+    restarted tailer's Relation messages describe the same columns, so no event repeats and
+    the rows written afterwards carry the same version."""
+    store = StateStore(redis_server.client(), dbs.config.name)
+    events_dir = tmp_path / "events"
+    orders = TableRef("public", "orders")
+    tailer = InProcessTailer(dbs, store, NdjsonOutput(events_dir))
+    try:
+        with psycopg.connect(dbs.source_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE orders SET note = 'seen' WHERE n = 1")
+            wait_caught_up(dbs)
+            conn.execute("ALTER TABLE orders ADD COLUMN flag int DEFAULT 7")
+        request = DumpRequest("after-alter", DumpKind.TABLE, (orders,), chunk_size=200)
+        store.dumps.create(request)
+        assert run_dump(store, dbs.source.chunk_source, "after-alter") == "done"
+        wait_caught_up(dbs)
+    finally:
+        tailer.stop()
+    tailer = InProcessTailer(dbs, store, NdjsonOutput(events_dir))
+    try:
+        with psycopg.connect(dbs.source_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE orders SET note = 'after restart' WHERE n = 2")
+        wait_caught_up(dbs)
+    finally:
+        tailer.stop()
+
+    events = [e for e in read_events(events_dir) if e.table == orders]
+    schemas = [e for e in events if e.op is Op.SCHEMA]
+    assert [s.schema_version for s in schemas] == [1, 2]
+    assert schemas[1].table_schema is not None
+    assert schemas[1].table_schema.column("flag") == Column("flag", "integer", True, "7")
+    first_row = next(e for e in events if e.source.origin is Origin.DUMP)
+    assert events.index(schemas[1]) == events.index(first_row) - 1, "at hw, just before the rows"
+    assert schemas[1].position.commit == first_row.position.commit
+    assert first_row.after is not None and first_row.after["flag"] == 7
+    assert schema_versions_out_of_step(events) == []
+    last = events[-1]
+    assert last.op is Op.UPDATE and last.schema_version == 2
+    assert last.after is not None and last.after["note"] == "after restart"
+
+
+def schema_versions_out_of_step(events: list[Event]) -> list[str]:
+    """Row events whose schema_version is not the version of the last schema event of their
+    table before them, and schema versions that do not grow by one."""
+    current: dict[TableRef, int] = {}
+    problems = []
+    for event in events:
+        version = current.get(event.table, 0)
+        if event.op is Op.SCHEMA:
+            if event.schema_version != version + 1:
+                problems.append(
+                    f"{event.table} went from version {version} to {event.schema_version}"
+                )
+            current[event.table] = event.schema_version
+        elif event.schema_version != version:
+            problems.append(
+                f"{event.op} of {event.table} at {event.position} has version "
+                f"{event.schema_version}, not {version}"
+            )
+    return problems
 
 
 def test_repair_fixes_exactly_the_given_keys(

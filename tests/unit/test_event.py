@@ -118,6 +118,9 @@ def test_only_a_schema_event_carries_a_table_schema() -> None:
         table_event(Op.SCHEMA, source, 1)
     with pytest.raises(ValueError, match="only a schema event"):
         table_event(Op.TRUNCATE, source, 1, TableSchema((), ()))
+    line = json.loads(encode(table_event(Op.TRUNCATE, source, 1)))
+    with pytest.raises(ValueError, match="only a schema event"):
+        decode(json.dumps({**line, "op": "s"}))
     with pytest.raises(ValueError, match="not columns of the table"):
         TableSchema((Column("a", "text", True, None),), ("b",))
     with pytest.raises(ValueError, match="not a column description"):

@@ -158,18 +158,24 @@ class PostgresChunkSource:
 
     def read_chunk(self, chunk: Chunk) -> ChunkRead:
         """Read the chunk in a REPEATABLE READ transaction and name the transactions its
-        snapshot did not see (its xip list)."""
-        shape = self._shape(chunk.table)
-        if chunk.keys is not None:
-            where, params = _in_keys(shape, chunk.keys)
-        else:
-            where, params = _range(shape, chunk.after, chunk.upto)
-        query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {}").format(
-            _names(shape.columns), _table(chunk.table), where, _names(shape.key)
-        )
-        if chunk.limit is not None:
-            query = sql.SQL("{} LIMIT {}").format(query, chunk.limit)
+        snapshot did not see (its xip list).
+
+        The table is locked (ACCESS SHARE, as the read itself would) before its columns are
+        read, and the snapshot is taken after both: no ALTER can come between the columns and
+        the rows, so each chunk is read whole with the table's columns of that moment, and a
+        chunk read again after an ALTER reads the new ones."""
         with self._session() as conn, conn.transaction():
+            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(_table(chunk.table)))
+            shape = self._shapes[chunk.table] = table_shape(conn, chunk.table)
+            if chunk.keys is not None:
+                where, params = _in_keys(shape, chunk.keys)
+            else:
+                where, params = _range(shape, chunk.after, chunk.upto)
+            query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {}").format(
+                _names(shape.columns), _table(chunk.table), where, _names(shape.key)
+            )
+            if chunk.limit is not None:
+                query = sql.SQL("{} LIMIT {}").format(query, chunk.limit)
             snapshot_row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
             assert snapshot_row is not None
             raw = _raw_rows(conn.execute(query, params))
