@@ -1,5 +1,9 @@
 """Rotating NDJSON files: one encoded event per line, `events-000001.ndjson`, `events-000002...`.
 
+Table-level events are lines like any other, in position order: `"op": "t"` (the table was
+truncated) and `"op": "s"` (its columns changed, the new ones in `table_schema`), both with
+`"key": {}` and null `before` and `after` (see `core/event.py` and the README's consumer rules).
+
 A batch is written whole and then fsynced, so after a crash only the last line of the last file
 can be torn, and a line is complete only with its `\\n`. Opening the directory cuts such a torn
 line off, and `read_events` never returns one. A new file's directory entry is fsynced before
