@@ -22,6 +22,7 @@ names (`password_env`), so it never appears on a command line, in a log line or 
 
     [tailer]                           # optional
     window_ttl_s = 120
+    metrics_port = 9187                # optional: serve Prometheus metrics on this port
 """
 
 from __future__ import annotations
@@ -147,8 +148,8 @@ def _redis_options(path: Path, section: dict[str, Any]) -> tuple[str, str | None
 
 
 def _tailer_options(path: Path, section: dict[str, Any]) -> dict[str, Any]:
-    """Known options only, each a positive finite number (a whole one where the setting
-    counts things)."""
+    """Known options only: each a positive finite number (a whole one where the setting counts
+    things), `metrics_port` a TCP port and `metrics_address` an address to bind."""
     fields = {f.name: f for f in dataclasses.fields(TailerSettings)}
     unknown = sorted(set(section) - set(fields))
     if unknown:
@@ -157,6 +158,19 @@ def _tailer_options(path: Path, section: dict[str, Any]) -> dict[str, Any]:
             f"known: {', '.join(sorted(fields))}"
         )
     for name, value in section.items():
+        if name == "metrics_port":
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 65536:
+                raise ConfigError(
+                    f"[tailer] metrics_port in {path} must be a TCP port (1-65535), got {value!r}"
+                )
+            continue
+        if name == "metrics_address":
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigError(
+                    f"[tailer] metrics_address in {path} must be an address to bind, "
+                    f'such as "127.0.0.1" or "0.0.0.0", got {value!r}'
+                )
+            continue
         whole = fields[name].type in ("int", int)
         number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
         if number is None or (whole and not isinstance(number, int)):

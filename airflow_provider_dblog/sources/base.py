@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
@@ -71,6 +71,28 @@ class LogReader(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LogBacklog:
+    """How far capture is behind the source's log, in the log's own bytes."""
+
+    behind_bytes: int
+    """From the position the reader acknowledged to the server's current log position."""
+    retained_bytes: int | None
+    """Log the server keeps for this capture (PostgreSQL: the WAL the slot holds back); None
+    when the source cannot say."""
+
+
+@runtime_checkable
+class ReportsLogBacklog(Protocol):
+    """What a `LogReader` may also do: say how far behind it is (the tailer's metrics ask).
+
+    Optional: a reader without it has no backlog metrics. It is called from another thread
+    than `items()` (the metrics endpoint's), so it uses a connection of its own, and raises
+    `SourceUnavailable` when the server cannot be reached."""
+
+    def log_backlog(self) -> LogBacklog: ...
 
 
 class ChunkSource(Protocol):

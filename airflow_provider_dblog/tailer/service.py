@@ -20,9 +20,16 @@ from typing import TYPE_CHECKING
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.outputs import open_output
 from airflow_provider_dblog.outputs.base import Output, OutputFenced, OutputUnavailable
-from airflow_provider_dblog.sources.base import Source, SourceUnavailable
+from airflow_provider_dblog.sources.base import (
+    LogBacklog,
+    LogReader,
+    ReportsLogBacklog,
+    Source,
+    SourceUnavailable,
+)
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import FencedOut, StateStore, StateStoreUnavailable
+from airflow_provider_dblog.tailer.metrics import TailerMetrics
 from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
 from airflow_provider_dblog.tailer.settings import TailerSettings
 
@@ -44,7 +51,8 @@ class Tailer:
     The log is read from where the source keeps it (PostgreSQL: the slot's confirmed flush
     position), so a new session re-reads what was not acknowledged. `output` is an open output,
     or a function that opens one: then it is opened only once this tailer holds the lease, and
-    closed when it stops leading.
+    closed when it stops leading. With `settings.metrics_port` set, `run` serves `metrics`
+    over HTTP meanwhile.
     """
 
     def __init__(
@@ -63,6 +71,9 @@ class Tailer:
         self._owner = owner or f"{socket.gethostname()}:{threading.get_native_id()}"
         self._settings = settings or TailerSettings()
         self.stats = TailerStats()
+        self._reader: LogReader | None = None
+        """The current session's reader, which the metrics ask for the log backlog."""
+        self.metrics = TailerMetrics(self.stats, self._log_backlog)
 
     @classmethod
     def from_config(cls, config: Config, *, owner: str | None = None) -> Tailer:
@@ -93,6 +104,18 @@ class Tailer:
 
     def run(self, stop: threading.Event) -> None:
         """Lead while holding the lease; after losing it, wait again as a standby."""
+        port = self._settings.metrics_port
+        endpoint = (
+            None if port is None else self.metrics.serve(self._settings.metrics_address, port)
+        )
+        try:
+            self._run(stop)
+        finally:
+            if endpoint is not None:
+                endpoint.shutdown()
+                endpoint.server_close()
+
+    def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             token = self._wait_for_lease(stop)
             if token is None:
@@ -109,6 +132,7 @@ class Tailer:
 
     def _lead(self, stop: threading.Event, leadership: Leadership) -> None:
         log.info("tailer %s holds the lease (token %d)", leadership.owner, leadership.token)
+        self.stats.lease_token = leadership.token
         delay = 0.5
         opened_here = self._output is None
         try:
@@ -129,6 +153,8 @@ class Tailer:
                     return
                 delay = min(delay * 2, self._settings.reconnect_max_s)
         finally:
+            self._reader = None
+            self.stats.lease_token = 0
             if opened_here and self._output is not None:
                 with contextlib.suppress(Exception):
                     self._output.close()
@@ -144,10 +170,11 @@ class Tailer:
             self._output = self._open_output()
         db = self._source.database()
         self.stats.state = "leading"
+        self._reader = self._source.log_reader()
         return Session(
             source_name=self._source.name,
             db=db,
-            reader=self._source.log_reader(),
+            reader=self._reader,
             store=self._store,
             output=self._output,
             leadership=leadership,
@@ -198,6 +225,11 @@ class Tailer:
         """Tell `dblog status` why this leader is not reading (Redis may be what is away)."""
         with contextlib.suppress(StateStoreUnavailable):
             self._store.tailer.beat(leadership.owner, self.stats.metrics())
+
+    def _log_backlog(self) -> LogBacklog | None:
+        """The current reader's backlog, if it has a reader that can say (metrics thread)."""
+        reader = self._reader
+        return reader.log_backlog() if isinstance(reader, ReportsLogBacklog) else None
 
 
 def _what_is_unavailable(exc: BaseException) -> str:

@@ -24,7 +24,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+from prometheus_client import Histogram
 
 from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, TableRef, table_event
 from airflow_provider_dblog.core.log import (
@@ -55,9 +57,19 @@ from airflow_provider_dblog.tailer.writer import SchemaDurable, WindowDurable, W
 log = logging.getLogger(__name__)
 
 
+def _batch_histogram() -> Histogram:
+    """Registered by `tailer.metrics` in the tailer's own registry (never the global one)."""
+    return Histogram(
+        "dblog_tailer_output_batch_seconds",
+        "One output write of a batch, until durable.",
+        registry=None,
+    )
+
+
 @dataclass
 class TailerStats:
-    """What the heartbeat reports; kept across sessions."""
+    """What the tailer counts, kept across sessions: the heartbeat reports the totals, the
+    metrics endpoint (`tailer.metrics`) all of it."""
 
     events: int = 0
     dump_rows: int = 0
@@ -70,6 +82,16 @@ class TailerStats:
     open_windows: int = 0
     state: str = "starting"
     """What the tailer is doing: leading, standby, or why it cannot lead right now."""
+    lease_token: int = 0
+    """The fencing token of the lease held; 0 when none."""
+    events_by_table: dict[tuple[str, str, Op], int] = field(default_factory=dict)
+    """Events handed over by (schema, table, op)."""
+    chunk_rows_emitted: dict[tuple[str, str], int] = field(default_factory=dict)
+    chunk_rows_dropped: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Chunk rows whose key changed in their window, by (schema, table)."""
+    windows_opened: int = 0
+    windows_failed_by_reason: dict[FailureReason, int] = field(default_factory=dict)
+    output_batch_seconds: Histogram = field(default_factory=_batch_histogram)
 
     def metrics(self) -> dict[str, int | str]:
         lag_ms = 0
@@ -125,7 +147,12 @@ class Session:
         self._reconciler = reconciler(source_name, db)
         self._schemas = SchemaTracker(store.tailer.load_schemas())
         self._writer = Writer(
-            output, store.windows, leadership.token, settings, schemas=store.tailer
+            output,
+            store.windows,
+            leadership.token,
+            settings,
+            schemas=store.tailer,
+            batch_seconds=stats.output_batch_seconds,
         )
         self._opened_at: dict[str, float] = {}
         self._acknowledged = 0
@@ -187,6 +214,8 @@ class Session:
         self._reconciler.change(event)
         self._writer.put(event)
         self._stats.events += 1
+        counted = (event.source.schema, event.source.table, event.op)
+        self._stats.events_by_table[counted] = self._stats.events_by_table.get(counted, 0) + 1
         self._stats.last_ts_ms = event.source.ts_ms or self._stats.last_ts_ms
         self._stats.caught_up = False
 
@@ -210,6 +239,7 @@ class Session:
                 self._fail(opened)
             else:
                 self._opened_at[window.window_id] = time.monotonic()
+                self._stats.windows_opened += 1
             return
         self._opened_at.pop(window.window_id, None)
         closed = self._reconciler.high_watermark(window, item.position)
@@ -268,6 +298,8 @@ class Session:
             self._fail(failed)
         self._writer.put(event)
         self._stats.events += 1
+        counted = (event.source.schema, event.source.table, event.op)
+        self._stats.events_by_table[counted] = self._stats.events_by_table.get(counted, 0) + 1
         self._stats.caught_up = False
 
     def _emit_chunk(self, closed: Closed) -> None:
@@ -292,6 +324,15 @@ class Session:
         self._writer.put(WindowDurable(window.window_id))
         self._stats.dump_rows += len(events)
         self._stats.windows_closed += 1
+        self._count_chunk(window.table, len(events), len(chunk.rows) - len(events))
+
+    def _count_chunk(self, table: TableRef, emitted: int, dropped: int) -> None:
+        stats, counted = self._stats, (table.schema, table.name)
+        stats.events_by_table[(*counted, Op.READ)] = (
+            stats.events_by_table.get((*counted, Op.READ), 0) + emitted
+        )
+        stats.chunk_rows_emitted[counted] = stats.chunk_rows_emitted.get(counted, 0) + emitted
+        stats.chunk_rows_dropped[counted] = stats.chunk_rows_dropped.get(counted, 0) + dropped
 
     def _chunk_columns_known(self, closed: Closed, chunk: ChunkRows) -> bool:
         """Whether the chunk's rows have the columns of the last schema event of their table,
@@ -324,6 +365,8 @@ class Session:
     def _fail(self, failed: Failed) -> None:
         log.info("window %s failed: %s (%s)", failed.window.window_id, failed.reason, failed.detail)
         self._stats.windows_failed += 1
+        by_reason = self._stats.windows_failed_by_reason
+        by_reason[failed.reason] = by_reason.get(failed.reason, 0) + 1
         reason = f"{failed.reason}: {failed.detail}"
         self._store.windows.fail(failed.window.window_id, reason, self._token)
 

@@ -1,4 +1,5 @@
-"""How a tailer paces itself: window expiry, batches, buffer, lease, beats and backoff."""
+"""How a tailer paces itself (window expiry, batches, buffer, lease, beats and backoff) and where
+it serves its metrics."""
 
 from __future__ import annotations
 
@@ -20,3 +21,7 @@ class TailerSettings:
     """How long an ending session waits for its writer to stop. A writer still stuck in the
     output after that stops the tailer (a supervisor restarts it): a second writer must never
     write beside it."""
+    metrics_port: int | None = None
+    """Serve the Prometheus metrics (`tailer.metrics`) on this TCP port; None: no endpoint."""
+    metrics_address: str = "127.0.0.1"
+    """The address the metrics endpoint binds to (`0.0.0.0`: every interface)."""

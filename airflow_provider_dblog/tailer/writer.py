@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
+
+from prometheus_client import Histogram
 
 from airflow_provider_dblog.core.event import Event
 from airflow_provider_dblog.core.log import TransactionEnd
@@ -133,9 +136,12 @@ class Writer(threading.Thread):
         settings: TailerSettings,
         *,
         schemas: SchemaSaver,
+        batch_seconds: Histogram | None = None,
     ) -> None:
         super().__init__(name="dblog-writer", daemon=True)
         self._output = output
+        self._batch_seconds = batch_seconds
+        """Observes how long each output write takes (once per batch)."""
         self._windows = windows
         self._schemas = schemas
         self._token = token
@@ -221,7 +227,10 @@ class Writer(threading.Thread):
     def _flush(self, items: list[object]) -> None:
         events = [i for i in items if isinstance(i, Event)]
         if events:
+            started = time.perf_counter()
             self._output.write(events, self._token)
+            if self._batch_seconds is not None:
+                self._batch_seconds.observe(time.perf_counter() - started)
         for item in items:
             if isinstance(item, TransactionEnd):
                 self.durable_commit = max(self.durable_commit, item.commit)

@@ -8,6 +8,7 @@ import pytest
 
 from airflow_provider_dblog.config import ConfigError, load_config
 from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.tailer import TailerSettings
 
 GOOD = """
 [source]
@@ -56,12 +57,23 @@ def test_a_good_config_loads(tmp_path: Path) -> None:
         (GOOD.replace("[source]", '[source]\ntype = "oracle"'), "'oracle' is unknown.*postgres"),
         (GOOD.replace("[source]", "[source]\nslots = 2"), "unknown option.*slots"),
         (GOOD.replace('["public.accounts", "orders"]', '"orders"'), "must be a list"),
+        (GOOD + "metrics_port = 0\n", r"metrics_port .*TCP port \(1-65535\), got 0"),
+        (GOOD + 'metrics_port = "9187"\n', r"metrics_port .*TCP port"),
+        (GOOD + "metrics_port = 70000\n", r"metrics_port .*TCP port"),
+        (GOOD + 'metrics_address = ""\n', "metrics_address .*an address to bind"),
     ],
 )
 def test_bad_configs_name_the_problem(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as raised:
         load_config(write(tmp_path, text))
     assert "password=x" not in str(raised.value)
+
+
+def test_the_metrics_endpoint_is_configured_in_tailer(tmp_path: Path) -> None:
+    text = GOOD + 'metrics_port = 9187\nmetrics_address = "0.0.0.0"\n'
+    settings = TailerSettings(**load_config(write(tmp_path, text)).tailer)
+    assert (settings.metrics_port, settings.metrics_address) == (9187, "0.0.0.0")
+    assert TailerSettings().metrics_port is None, "no endpoint unless a port is given"
 
 
 def test_a_missing_file_is_named(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.log import Idle, LogItem
 from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.core.schema import TableSchema
-from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
+from airflow_provider_dblog.sources.base import LogBacklog, SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.postgres import pgoutput
 from airflow_provider_dblog.sources.postgres.catalog import describe_relation, describe_table
 from airflow_provider_dblog.sources.postgres.changes import ChangeMapper
@@ -151,6 +151,27 @@ class PostgresLogReader:
 
     def close(self) -> None:
         self._drop_stream()
+
+    # -- ReportsLogBacklog --------------------------------------------------------------------
+
+    def log_backlog(self) -> LogBacklog:
+        """The slot as the server sees it, on a short connection of its own (any thread): WAL
+        from the confirmed flush position to the server's current one, and from the slot's
+        restart position (the WAL it holds back from removal)."""
+        try:
+            with self._config.connect() as conn:
+                row = conn.execute(
+                    "SELECT greatest(0, pg_wal_lsn_diff(now, confirmed_flush_lsn)),"
+                    " pg_wal_lsn_diff(now, restart_lsn)"
+                    " FROM pg_replication_slots, pg_current_wal_lsn() AS now"
+                    " WHERE slot_name = %s",
+                    (self._config.slot,),
+                ).fetchone()
+        except psycopg.Error as exc:
+            raise SourceUnavailable(f"cannot read slot {self._config.slot!r}: {exc}") from exc
+        if row is None or row[0] is None:
+            raise SourceError(f"replication slot {self._config.slot!r} does not exist")
+        return LogBacklog(int(row[0]), None if row[1] is None else max(0, int(row[1])))
 
     # -- connection ---------------------------------------------------------------------------
 

@@ -1,0 +1,153 @@
+"""The tailer's Prometheus metrics: what it counts, turned into metric families when scraped.
+
+Opt-in: `[tailer] metrics_port` serves them over HTTP at `/metrics` (bound to
+`metrics_address`, 127.0.0.1 unless set). Each tailer has a `CollectorRegistry` of its own,
+never the global one, so two tailers in one process (or in one test run) do not clash.
+
+Nothing here is on the read path. The session counts in plain `TailerStats` fields and dicts
+(one dict increment per log event, one per chunk), and a collector reads them only when
+scraped; a `prometheus_client` counter per event would cost several times more. The writer
+observes the output batch latency histogram once per batch. The log backlog is asked of the
+current session's reader at scrape time, on a connection of its own (see `ReportsLogBacklog`).
+
+The metrics, their types, labels and meaning are listed in docs/architecture.md ("Metrics");
+`dblog_tailer_` is every name's prefix.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.core.reconciler import FailureReason
+from airflow_provider_dblog.sources.base import LogBacklog
+from airflow_provider_dblog.tailer.session import TailerStats
+
+log = logging.getLogger(__name__)
+
+STATES = (
+    "starting",
+    "standby",
+    "leading",
+    "source_unavailable",
+    "state_store_unavailable",
+    "output_unavailable",
+)
+"""The values of `dblog_tailer_state`'s label: `TailerStats.state` up to its colon."""
+
+
+class TailerMetrics:
+    """The metrics of one tailer, in a registry of its own.
+
+    `backlog` returns the current reader's `LogBacklog`, or None when there is no reader (not
+    leading) or it cannot say; it is called once per scrape."""
+
+    def __init__(self, stats: TailerStats, backlog: Callable[[], LogBacklog | None]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_StatsCollector(stats, backlog))
+        self.registry.register(stats.output_batch_seconds)
+
+    def serve(self, address: str, port: int) -> WSGIServer:
+        """Serve `/metrics` in a daemon thread until the returned server is shut down."""
+        server, _ = start_http_server(port, addr=address, registry=self.registry)
+        log.info("serving Prometheus metrics on http://%s:%d/metrics", address, port)
+        return server
+
+
+class _StatsCollector(Collector):
+    def __init__(self, stats: TailerStats, backlog: Callable[[], LogBacklog | None]) -> None:
+        self._stats = stats
+        self._backlog = backlog
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats
+        events = CounterMetricFamily(
+            "dblog_tailer_events",
+            "Events handed to the output, by table and op (r: chunk rows).",
+            labels=["schema", "table", "op"],
+        )
+        # list(): one C call, safe while the session thread adds a key.
+        for (schema, table, op), count in list(stats.events_by_table.items()):
+            events.add_metric([schema, table, str(op)], count)
+        yield events
+        for name, counts, help_text in (
+            ("emitted", stats.chunk_rows_emitted, "Chunk rows emitted at their window's hw."),
+            (
+                "dropped",
+                stats.chunk_rows_dropped,
+                "Chunk rows dropped because their key changed in the window (collision).",
+            ),
+        ):
+            rows = CounterMetricFamily(
+                f"dblog_tailer_chunk_rows_{name}", help_text, labels=["schema", "table"]
+            )
+            for (schema, table), count in list(counts.items()):
+                rows.add_metric([schema, table], count)
+            yield rows
+        yield CounterMetricFamily(
+            "dblog_tailer_windows_opened", "Windows opened (lw met).", stats.windows_opened
+        )
+        yield CounterMetricFamily(
+            "dblog_tailer_windows_closed",
+            "Windows closed (hw met, chunk rows emitted).",
+            stats.windows_closed,
+        )
+        failed = CounterMetricFamily(
+            "dblog_tailer_windows_failed",
+            "Windows ended without emitting their chunk, by reason (expired: no hw in time).",
+            labels=["reason"],
+        )
+        by_reason = dict(stats.windows_failed_by_reason)
+        for reason in FailureReason:
+            failed.add_metric([reason.value], by_reason.get(reason, 0))
+        yield failed
+        yield GaugeMetricFamily(
+            "dblog_tailer_windows_open", "Windows open now.", stats.open_windows
+        )
+        heartbeat = stats.metrics()
+        yield GaugeMetricFamily(
+            "dblog_tailer_lag_seconds",
+            "Age of the last event read; 0 once the tailer has caught up.",
+            int(heartbeat["lag_ms"]) / 1000,
+        )
+        yield from self._log_backlog()
+        state = GaugeMetricFamily(
+            "dblog_tailer_state", "1 for what the tailer is doing now.", labels=["state"]
+        )
+        now = stats.state.split(":", 1)[0].replace(" ", "_")
+        for name in STATES:
+            state.add_metric([name], 1 if name == now else 0)
+        yield state
+        yield GaugeMetricFamily(
+            "dblog_tailer_lease_token",
+            "Fencing token of the lease this tailer holds; 0 when it holds none.",
+            stats.lease_token,
+        )
+
+    def _log_backlog(self) -> Iterator[Metric]:
+        """The backlog gauges, or none when the reader cannot say now (not leading, a source
+        without `log_backlog`, or the server away)."""
+        try:
+            backlog = self._backlog()
+        except DBLogError as exc:
+            log.warning("log backlog unknown for the metrics: %s", exc)
+            return
+        if backlog is None:
+            return
+        yield GaugeMetricFamily(
+            "dblog_tailer_log_behind_bytes",
+            "Log bytes from the acknowledged position to the server's current one.",
+            backlog.behind_bytes,
+        )
+        if backlog.retained_bytes is not None:
+            yield GaugeMetricFamily(
+                "dblog_tailer_log_retained_bytes",
+                "Log bytes the server keeps for this capture (PostgreSQL: slot WAL retained).",
+                backlog.retained_bytes,
+            )
