@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIServer
 
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.outputs import open_output
@@ -104,16 +105,22 @@ class Tailer:
 
     def run(self, stop: threading.Event) -> None:
         """Lead while holding the lease; after losing it, wait again as a standby."""
-        port = self._settings.metrics_port
-        endpoint = (
-            None if port is None else self.metrics.serve(self._settings.metrics_address, port)
-        )
+        endpoint = self._serve_metrics()
         try:
             self._run(stop)
         finally:
             if endpoint is not None:
                 endpoint.shutdown()
                 endpoint.server_close()
+
+    def _serve_metrics(self) -> WSGIServer | None:
+        port, address = self._settings.metrics_port, self._settings.metrics_address
+        if port is None:
+            return None
+        try:
+            return self.metrics.serve(address, port)
+        except OSError as exc:  # the port is taken, or the address is not this host's
+            raise TailerFailed(f"cannot serve metrics on {address}:{port}: {exc}") from exc
 
     def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():

@@ -1,0 +1,145 @@
+"""The tailer's Prometheus endpoint on real PostgreSQL and Redis: `dblog tail` with
+`[tailer] metrics_port` in its TOML, scraped over plain HTTP before, during and after a dump
+under writes from another process."""
+
+from __future__ import annotations
+
+import random
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, TableProgress
+from airflow_provider_dblog.demo import TABLES
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.process import free_port
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.dump.runner import run_dump
+from airflow_provider_dblog.state import StateStore
+from tests.integration.e2e_support import (
+    Databases,
+    TailProcess,
+    Writer,
+    cli_env,
+    drop_databases,
+    make_databases,
+    wait_caught_up,
+    wait_until,
+    write_config,
+)
+
+pytestmark = pytest.mark.integration
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+"""{(sample name, its labels): value}"""
+
+
+def scrape(port: int) -> Samples:
+    """GET /metrics and parse it as Prometheus does."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert response.status == 200
+        text = response.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of `name`'s samples whose labels include `labels`."""
+    wanted = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
+
+
+def leading(port: int) -> bool:
+    try:
+        samples = scrape(port)
+    except (urllib.error.URLError, ConnectionError):
+        return False  # not serving yet
+    return total(samples, "dblog_tailer_state", state="leading") == 1
+
+
+@pytest.fixture
+def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
+    """A private source, 300 rows per table before capture starts."""
+    databases = make_databases(pg15, 300, target=False, seed_value=random.randrange(1 << 30))
+    yield databases
+    drop_databases(databases)
+
+
+def test_the_metrics_move_during_a_dump_and_the_lag_returns_to_zero(
+    dbs: Databases, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    store = StateStore(redis_server.client(), dbs.config.name)
+    port = free_port()
+    config = write_config(
+        tmp_path / "dblog.toml",
+        dbs,
+        redis_server,
+        {"type": "ndjson", "directory": str(tmp_path / "events")},
+        {"heartbeat_s": 0.2, "metrics_port": port},
+    )
+    tailer = TailProcess(config, "metrics-tailer", cli_env(dbs, redis_server), tmp_path / "t.log")
+    writer: Writer | None = None
+    during: list[Samples] = []
+
+    def scrape_once(dump_id: str, progress: TableProgress) -> None:
+        if not during:
+            during.append(scrape(port))
+
+    try:
+        wait_until(lambda: leading(port), 60, "the tailer leading, scraped from its endpoint")
+        before = scrape(port)
+        writer = Writer(dbs, tmp_path, seed_value=random.randrange(1 << 30))
+        writer.wait_for(10)
+        store.dumps.create(DumpRequest("m", DumpKind.ALL, TABLES, chunk_size=50, parallelism=2))
+        assert run_dump(store, dbs.source.chunk_source, "m", on_progress=scrape_once) == "done"
+        transactions = writer.stop()
+        wait_caught_up(dbs)
+
+        def caught_up() -> bool:
+            samples = scrape(port)
+            lag = total(samples, "dblog_tailer_lag_seconds")
+            return lag == 0 and total(samples, "dblog_tailer_log_behind_bytes") == 0
+
+        wait_until(caught_up, 60, "the lag in bytes and seconds back to zero")
+        after = scrape(port)
+    finally:
+        if writer is not None:
+            writer.kill()
+        assert tailer.stop() == 0, (tmp_path / "t.log").read_text()
+
+    assert total(before, "dblog_tailer_lease_token") > 0
+    assert total(before, "dblog_tailer_windows_closed_total") == 0
+    assert total(before, "dblog_tailer_chunk_rows_emitted_total") == 0
+
+    # During the dump: a window has closed and its rows were emitted before its progress moved.
+    assert during, "the dump reported progress"
+    assert total(during[0], "dblog_tailer_windows_closed_total") >= 1
+    assert total(during[0], "dblog_tailer_chunk_rows_emitted_total") > 0
+
+    status = store.dumps.status("m")
+    assert status is not None
+    closed = total(after, "dblog_tailer_windows_closed_total")
+    assert closed == status.chunks > total(during[0], "dblog_tailer_windows_closed_total")
+    assert total(after, "dblog_tailer_windows_opened_total") >= closed
+    emitted = total(after, "dblog_tailer_chunk_rows_emitted_total")
+    dropped = total(after, "dblog_tailer_chunk_rows_dropped_total")
+    assert emitted + dropped == status.rows
+    assert total(after, "dblog_tailer_events_total", op="r") == emitted
+    for table in TABLES:
+        labels = {"schema": table.schema, "table": table.name}
+        assert total(after, "dblog_tailer_events_total", op="r", **labels) > 0, table
+        assert total(after, "dblog_tailer_chunk_rows_emitted_total", **labels) > 0, table
+    changes = sum(len(t["changes"]) for t in transactions)
+    log_events = sum(total(after, "dblog_tailer_events_total", op=op) for op in "cud")
+    assert log_events >= changes > 0, "every committed change was counted"
+    assert total(after, "dblog_tailer_windows_open") == 0
+    assert total(after, "dblog_tailer_output_batch_seconds_count") > 0
+    assert total(after, "dblog_tailer_log_retained_bytes") >= 0
+    assert total(after, "dblog_tailer_lease_token") == total(before, "dblog_tailer_lease_token")
