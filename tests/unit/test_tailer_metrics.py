@@ -3,6 +3,9 @@ the tailer counts; a registry per tailer; the backlog left out when the source c
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,6 +21,7 @@ from airflow_provider_dblog.tailer.writer import STOP, Writer
 from tests.unit.test_tailer_writer import Journal, event
 
 pytestmark = pytest.mark.unit
+REPO = Path(__file__).resolve().parents[2]
 
 EXPECTED = {
     # name (as the text format spells a family), type, labels of its samples
@@ -145,3 +149,14 @@ def test_the_writer_times_each_output_write_once() -> None:
     families = scrape(TailerMetrics(stats, lambda: None))
     count = (("__name__", "dblog_tailer_output_batch_seconds_count"),)
     assert families["dblog_tailer_output_batch_seconds"][1][count] == 2
+
+
+def test_every_metric_is_documented_and_every_documented_one_exists() -> None:
+    scraped = {
+        f"{name}_total" if kind == "counter" else name
+        for name, (kind, _) in EXPECTED.items()
+        if not name.endswith("_created")
+    }
+    for doc in (REPO / "README.md", REPO / "docs" / "architecture.md"):
+        named = set(re.findall(r"`(dblog_tailer_\w+)`", doc.read_text()))
+        assert named == scraped, doc.name
