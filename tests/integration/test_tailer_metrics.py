@@ -65,9 +65,9 @@ def leading(port: int) -> bool:
 
 
 @pytest.fixture
-def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
-    """A private source, 300 rows per table before capture starts."""
-    databases = make_databases(pg15, 300, target=False, seed_value=random.randrange(1 << 30))
+def dbs(postgres: PostgresInfo) -> Iterator[Databases]:
+    """A private source, 300 rows per table before capture starts, on PostgreSQL 15 and 18."""
+    databases = make_databases(postgres, 300, target=False, seed_value=random.randrange(1 << 30))
     yield databases
     drop_databases(databases)
 
