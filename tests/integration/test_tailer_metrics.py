@@ -1,6 +1,6 @@
-"""The tailer's Prometheus endpoint on real PostgreSQL and Redis: `dblog tail` with
-`[tailer] metrics_port` in its TOML, scraped over plain HTTP before, during and after a dump
-under writes from another process."""
+"""The tailer's Prometheus endpoint on real PostgreSQL and Redis: `dblog tail` processes with
+`[tailer] metrics_port` in their TOML (a leader and a standby), scraped over plain HTTP before,
+during and after a dump under writes from another process."""
 
 from __future__ import annotations
 
@@ -56,12 +56,12 @@ def total(samples: Samples, name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
 
 
-def leading(port: int) -> bool:
+def in_state(port: int, state: str) -> bool:
     try:
         samples = scrape(port)
     except (urllib.error.URLError, ConnectionError):
         return False  # not serving yet
-    return total(samples, "dblog_tailer_state", state="leading") == 1
+    return total(samples, "dblog_tailer_state", state=state) == 1
 
 
 @pytest.fixture
@@ -75,16 +75,23 @@ def dbs(postgres: PostgresInfo) -> Iterator[Databases]:
 def test_the_metrics_move_during_a_dump_and_the_lag_returns_to_zero(
     dbs: Databases, redis_server: RedisInfo, tmp_path: Path
 ) -> None:
+    """A leader and a standby, each with its own endpoint; the leader's counters move while a
+    dump runs and end equal to the dump's own counts, and its lag returns to zero."""
     store = StateStore(redis_server.client(), dbs.config.name)
-    port = free_port()
-    config = write_config(
-        tmp_path / "dblog.toml",
-        dbs,
-        redis_server,
-        {"type": "ndjson", "directory": str(tmp_path / "events")},
-        {"heartbeat_s": 0.2, "metrics_port": port},
-    )
-    tailer = TailProcess(config, "metrics-tailer", cli_env(dbs, redis_server), tmp_path / "t.log")
+    port, standby_port = free_port(), free_port()
+
+    def tail(owner: str, metrics_port: int) -> TailProcess:
+        config = write_config(
+            tmp_path / f"{owner}.toml",
+            dbs,
+            redis_server,
+            {"type": "ndjson", "directory": str(tmp_path / "events")},
+            {"heartbeat_s": 0.2, "metrics_port": metrics_port},
+        )
+        return TailProcess(config, owner, cli_env(dbs, redis_server), tmp_path / f"{owner}.log")
+
+    tailer = tail("leader", port)
+    standby: TailProcess | None = None
     writer: Writer | None = None
     during: list[Samples] = []
 
@@ -93,8 +100,11 @@ def test_the_metrics_move_during_a_dump_and_the_lag_returns_to_zero(
             during.append(scrape(port))
 
     try:
-        wait_until(lambda: leading(port), 60, "the tailer leading, scraped from its endpoint")
+        wait_until(lambda: in_state(port, "leading"), 60, "the tailer leading, as scraped")
         before = scrape(port)
+        standby = tail("standby", standby_port)
+        wait_until(lambda: in_state(standby_port, "standby"), 60, "the standby, as scraped")
+        waiting = scrape(standby_port)
         writer = Writer(dbs, tmp_path, seed_value=random.randrange(1 << 30))
         writer.wait_for(10)
         store.dumps.create(DumpRequest("m", DumpKind.ALL, TABLES, chunk_size=50, parallelism=2))
@@ -112,9 +122,13 @@ def test_the_metrics_move_during_a_dump_and_the_lag_returns_to_zero(
     finally:
         if writer is not None:
             writer.kill()
-        assert tailer.stop() == 0, (tmp_path / "t.log").read_text()
+        if standby is not None:
+            assert standby.stop() == 0, (tmp_path / "standby.log").read_text()
+        assert tailer.stop() == 0, (tmp_path / "leader.log").read_text()
 
     assert total(before, "dblog_tailer_lease_token") > 0
+    assert total(waiting, "dblog_tailer_lease_token") == 0
+    assert not any(name == "dblog_tailer_log_behind_bytes" for name, _ in waiting), "standby"
     assert total(before, "dblog_tailer_windows_closed_total") == 0
     assert total(before, "dblog_tailer_chunk_rows_emitted_total") == 0
 
