@@ -87,11 +87,16 @@ class TailerStats:
     events_by_table: dict[tuple[str, str, Op], int] = field(default_factory=dict)
     """Events handed over by (schema, table, op)."""
     chunk_rows_emitted: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Chunk rows emitted at hw, by (schema, table)."""
     chunk_rows_dropped: dict[tuple[str, str], int] = field(default_factory=dict)
     """Chunk rows whose key changed in their window, by (schema, table)."""
     windows_opened: int = 0
     windows_failed_by_reason: dict[FailureReason, int] = field(default_factory=dict)
     output_batch_seconds: Histogram = field(default_factory=_batch_histogram)
+
+    def count(self, schema: str, table: str, op: Op, events: int = 1) -> None:
+        key = (schema, table, op)
+        self.events_by_table[key] = self.events_by_table.get(key, 0) + events
 
     def metrics(self) -> dict[str, int | str]:
         lag_ms = 0
@@ -214,7 +219,7 @@ class Session:
         self._reconciler.change(event)
         self._writer.put(event)
         self._stats.events += 1
-        counted = (event.source.schema, event.source.table, event.op)
+        counted = (event.source.schema, event.source.table, event.op)  # `count`, inlined:
         self._stats.events_by_table[counted] = self._stats.events_by_table.get(counted, 0) + 1
         self._stats.last_ts_ms = event.source.ts_ms or self._stats.last_ts_ms
         self._stats.caught_up = False
@@ -298,8 +303,7 @@ class Session:
             self._fail(failed)
         self._writer.put(event)
         self._stats.events += 1
-        counted = (event.source.schema, event.source.table, event.op)
-        self._stats.events_by_table[counted] = self._stats.events_by_table.get(counted, 0) + 1
+        self._stats.count(event.source.schema, event.source.table, event.op)
         self._stats.caught_up = False
 
     def _emit_chunk(self, closed: Closed) -> None:
@@ -328,9 +332,7 @@ class Session:
 
     def _count_chunk(self, table: TableRef, emitted: int, dropped: int) -> None:
         stats, counted = self._stats, (table.schema, table.name)
-        stats.events_by_table[(*counted, Op.READ)] = (
-            stats.events_by_table.get((*counted, Op.READ), 0) + emitted
-        )
+        stats.count(table.schema, table.name, Op.READ, emitted)
         stats.chunk_rows_emitted[counted] = stats.chunk_rows_emitted.get(counted, 0) + emitted
         stats.chunk_rows_dropped[counted] = stats.chunk_rows_dropped.get(counted, 0) + dropped
 
