@@ -1,5 +1,12 @@
 """Shared pieces of the end-to-end tests: private databases, the writer process, a fan-out
-output, `dblog` subprocesses, and the checks on NDJSON output and targets."""
+output, `dblog` subprocesses, and the checks on NDJSON output and targets.
+
+The source kit: `make_databases` (PostgreSQL) and `make_mysql_databases` (MariaDB) each create
+a private source database with the three demo tables (bigint key; composite (text, int) key;
+uuid key, `binary(16)` on MySQL), seeded before capture starts; `Databases` and
+`MysqlDatabases` answer the same questions (its tables, its `[source]` TOML lines, its
+password, how the writer process reaches it), `drop_databases` drops either and
+`wait_caught_up` waits on either's log. A test body written against that runs on both."""
 
 from __future__ import annotations
 
@@ -18,16 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pymysql
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Event, Op, Row, TableRef
-from airflow_provider_dblog.core.position import parse_pg_lsn
+from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit, parse_pg_lsn
 from airflow_provider_dblog.demo import SCHEMA, TABLES, seed
+from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.sources.base import Source, SourceConfig
 from airflow_provider_dblog.sources.factory import parse_source_config, source_for
+from airflow_provider_dblog.state import StateStore
 
 REPO = Path(__file__).resolve().parents[2]
 DBLOG = str(Path(sys.executable).with_name("dblog"))
@@ -64,10 +74,31 @@ class Databases:
     target_db: str | None
     config: SourceConfig
     slot: str
+    kind = "postgres"
 
     @property
     def source(self) -> Source:
         return source_for(self.config)
+
+    @property
+    def tables(self) -> tuple[TableRef, ...]:
+        return TABLES
+
+    def table(self, name: str) -> TableRef:
+        return TableRef("public", name)
+
+    @property
+    def password(self) -> str:
+        return self.pg.password
+
+    def toml_source(self, port: int | None = None) -> list[str]:
+        """The `[source]` lines of a `dblog` TOML file, after `type` and before `password_env`."""
+        return [
+            'type = "postgres"',
+            f'dsn = "host={self.pg.host} port={port or self.pg.port} dbname={self.source_db} '
+            f'user={self.pg.user}"',
+            f'slot = "{self.slot}"',
+        ]
 
     @property
     def source_dsn(self) -> str:
@@ -118,8 +149,135 @@ def make_databases(pg: PostgresInfo, rows: int, *, target: bool, seed_value: int
     return Databases(pg, source_db, target_db, config, slot=f"e2e_{suffix}")
 
 
-def drop_databases(dbs: Databases) -> None:
+MYSQL_SCHEMA = (
+    "CREATE TABLE accounts (id bigint PRIMARY KEY, owner varchar(100) NOT NULL, "
+    "balance decimal(12,2), active boolean, updated datetime(6) DEFAULT CURRENT_TIMESTAMP(6), "
+    f"{VERSION_COLUMN} bigint)",
+    "CREATE TABLE orders (region varchar(8), n int, amount decimal(14,2), note varchar(200), "
+    f"tags json, {VERSION_COLUMN} bigint, PRIMARY KEY (region, n))",
+    "CREATE TABLE items (id binary(16) PRIMARY KEY, name varchar(100), attrs json, "
+    f"data varbinary(64), {VERSION_COLUMN} bigint)",
+)
+"""The demo tables on MySQL, with the writer's version column: a `binary(16)` uuid key (the
+JSON key is its base64), `json` for PostgreSQL's `text[]` and `jsonb`."""
+REGIONS = ("eu", "us", "ap", "sa")
+
+
+@dataclass
+class MysqlDatabases:
+    """A private source database and its own watermark database on a shared MariaDB (no SQL
+    target: the SQL-apply output writes PostgreSQL)."""
+
+    info: MariaDBInfo
+    source_db: str
+    config: SourceConfig
+    kind = "mysql"
+    target_db = None
+
+    @property
+    def source(self) -> Source:
+        return source_for(self.config)
+
+    @property
+    def tables(self) -> tuple[TableRef, ...]:
+        return tuple(self.table(t.name) for t in TABLES)
+
+    def table(self, name: str) -> TableRef:
+        return TableRef(self.source_db, name)
+
+    @property
+    def password(self) -> str:
+        return self.info.password
+
+    @property
+    def source_dsn(self) -> str:
+        """The writer's DSN, password included (it travels in the environment only)."""
+        i = self.info
+        return f"mysql://{i.user}:{i.password}@{i.host}:{i.port}/{self.source_db}"
+
+    @property
+    def watermark_db(self) -> str:
+        return self.source_db + "_wm"
+
+    def toml_source(self, port: int | None = None) -> list[str]:
+        i = self.info
+        return [
+            'type = "mysql"',
+            f'dsn = "mysql://{i.user}@{i.host}:{port or i.port}/{self.source_db}"',
+            f'watermark_database = "{self.watermark_db}"',
+        ]
+
+    def admin(self, *statements: str) -> None:
+        with (
+            pymysql.connect(**self.info.admin_connect_kwargs(), autocommit=True) as conn,
+            conn.cursor() as cursor,
+        ):
+            for statement in statements:
+                cursor.execute(statement)
+
+
+def make_mysql_databases(info: MariaDBInfo, rows: int, *, seed_value: int) -> MysqlDatabases:
+    """`make_databases` on MariaDB: a fresh source database with the three demo tables, `rows`
+    rows each written before capture starts, and a watermark database of its own."""
+    print(f"e2e databases: seed {seed_value}")
+    suffix = secrets.token_hex(4)
+    source_db = f"e2e_src_{suffix}"
+    os.environ[PASSWORD_ENV] = info.password
+    config = parse_source_config(
+        {
+            "type": "mysql",
+            "name": f"e2e_{suffix}",
+            "dsn": f"mysql://{info.user}@{info.host}:{info.port}/{source_db}",
+            "tables": [f"{source_db}.{t.name}" for t in TABLES],
+            "password_env": PASSWORD_ENV,
+            "watermark_database": source_db + "_wm",
+        }
+    )
+    dbs = MysqlDatabases(info, source_db, config)
+    grants = [
+        statement
+        for db in (source_db, dbs.watermark_db)
+        for statement in (f"CREATE DATABASE `{db}`", f"GRANT ALL ON `{db}`.* TO '{info.user}'@'%'")
+    ]
+    dbs.admin(*grants)
+    rng = random.Random(seed_value)
+    with (
+        pymysql.connect(**{**info.connect_kwargs(), "database": source_db}) as conn,
+        conn.cursor() as cursor,
+    ):
+        for statement in MYSQL_SCHEMA:
+            cursor.execute(statement)
+        cursor.executemany(
+            "INSERT INTO accounts (id, owner, balance, active) VALUES (%s, %s, %s, %s)",
+            [(i, f"owner-{i}", i * 1.5, i % 3 > 0) for i in range(1, rows + 1)],
+        )
+        cursor.executemany(
+            "INSERT INTO orders (region, n, amount, note, tags) VALUES (%s, %s, %s, %s, %s)",
+            [
+                (REGIONS[i % 4], i // 4 + 1, i / 4, f"note {i}", json.dumps(["x", str(i)]))
+                for i in range(rows)
+            ],
+        )
+        cursor.executemany(
+            "INSERT INTO items (id, name, attrs, data) VALUES (%s, %s, %s, %s)",
+            [
+                (rng.randbytes(16), f"item {i}", json.dumps({"i": i}), bytes([i % 256]) * 4)
+                for i in range(rows)
+            ],
+        )
+        conn.commit()
+    return dbs
+
+
+SourceDatabases = Databases | MysqlDatabases
+"""Either kit's databases: what a test parametrized by source gets."""
+
+
+def drop_databases(dbs: SourceDatabases) -> None:
     """Drop the slot and the databases so the shared server does not keep WAL for them."""
+    if isinstance(dbs, MysqlDatabases):
+        dbs.admin(*(f"DROP DATABASE IF EXISTS `{db}`" for db in (dbs.source_db, dbs.watermark_db)))
+        return
     with psycopg.connect(dbs.pg.admin_dsn, autocommit=True) as conn:
         conn.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
@@ -131,8 +289,15 @@ def drop_databases(dbs: Databases) -> None:
                 conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
-def wait_caught_up(dbs: Databases, timeout_s: float = 60) -> None:
-    """Wait until the slot's confirmed position passes everything written until now."""
+def wait_caught_up(
+    dbs: SourceDatabases, timeout_s: float = 60, store: StateStore | None = None
+) -> None:
+    """Wait until the slot's confirmed position (on MySQL: the tailer's checkpoint in `store`)
+    passes everything written until now."""
+    if isinstance(dbs, MysqlDatabases):
+        assert store is not None, "the MySQL tailer's progress is its checkpoint in the store"
+        _wait_binlog_caught_up(dbs, store, timeout_s)
+        return
     with psycopg.connect(dbs.source_dsn, autocommit=True) as conn:
         row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
     assert row is not None
@@ -149,10 +314,28 @@ def wait_caught_up(dbs: Databases, timeout_s: float = 60) -> None:
     wait_until(caught_up, timeout_s, "the tailer catching up with the source")
 
 
+def _wait_binlog_caught_up(dbs: MysqlDatabases, store: StateStore, timeout_s: float) -> None:
+    """The tailer checkpoints at a heartbeat just below the binlog's end (`Idle(end - 1)`)
+    once everything before it is durable."""
+    with (
+        pymysql.connect(**{**dbs.info.connect_kwargs(), "database": dbs.source_db}) as conn,
+        conn.cursor() as cursor,
+    ):
+        cursor.execute("SHOW MASTER STATUS")
+        row = cursor.fetchone()
+    assert row is not None, "the binlog is off"
+    end = mysql_commit(binlog_file_number(str(row[0])), int(row[1]))
+    wait_until(
+        lambda: (store.tailer.load_checkpoint() or 0) >= end - 1,
+        timeout_s,
+        "the tailer catching up with the binlog",
+    )
+
+
 class Writer:
     """The write workload of e2e_writer.py, in another process; `stop()` returns its journal."""
 
-    def __init__(self, dbs: Databases, work: Path, seed_value: int) -> None:
+    def __init__(self, dbs: SourceDatabases, work: Path, seed_value: int) -> None:
         print(f"e2e writer: seed {seed_value}")
         self.journal = work / f"writes-{seed_value}.ndjson"
         self._stop_file = work / f"stop-writer-{seed_value}"
@@ -162,6 +345,7 @@ class Writer:
                 sys.executable,
                 "-m",
                 "tests.integration.e2e_writer",
+                dbs.kind,
                 str(seed_value),
                 str(self.journal),
                 str(self._stop_file),
@@ -216,7 +400,7 @@ class FanOut(Output):
 
 def write_config(
     path: Path,
-    dbs: Databases,
+    dbs: SourceDatabases,
     redis: RedisInfo,
     output: dict[str, Any],
     tailer: dict[str, Any] | None = None,
@@ -227,13 +411,10 @@ def write_config(
     """A `dblog` TOML file for this source (passwords only by environment variable name)."""
     lines = [
         "[source]",
-        'type = "postgres"',
         f'name = "{dbs.config.name}"',
-        f'dsn = "host={dbs.pg.host} port={port or dbs.pg.port} dbname={dbs.source_db} '
-        f'user={dbs.pg.user}"',
+        *dbs.toml_source(port),
         f'password_env = "{password_env}"',
         "tables = [" + ", ".join(f'"{t}"' for t in dbs.config.tables) + "]",
-        f'slot = "{dbs.slot}"',
         "",
         "[redis]",
         f'url = "redis://{redis.host}:{redis.port}/{redis.db}"',
@@ -249,9 +430,9 @@ def write_config(
     return path
 
 
-def cli_env(dbs: Databases, redis: RedisInfo, **extra: str) -> dict[str, str]:
+def cli_env(dbs: SourceDatabases, redis: RedisInfo, **extra: str) -> dict[str, str]:
     env = dict(os.environ, **extra)
-    env[PASSWORD_ENV] = dbs.pg.password
+    env[PASSWORD_ENV] = dbs.password
     env[REDIS_PASSWORD_ENV] = redis.password
     return env
 
@@ -377,12 +558,13 @@ def constant(default: str | None) -> Any:
     raise AssertionError(f"not a constant default: {default}")
 
 
-def source_state(source: Source, tables: Sequence[TableRef] = TABLES) -> dict[RowKey, Row]:
-    """Every row of the source, converted as the dump converts it."""
+def source_state(source: Source, tables: Sequence[TableRef] | None = None) -> dict[RowKey, Row]:
+    """Every row of the source (of its captured tables unless `tables`), converted as the dump
+    converts it."""
     chunks = source.chunk_source()
     try:
         state = {}
-        for table in tables:
+        for table in source.tables if tables is None else tables:
             columns = chunks.key_columns(table)
             for row in chunks.read_chunk(Chunk(table, 0)).rows:
                 state[row_key(table.name, (row[c] for c in columns))] = row
