@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 import pymysql
 
+from airflow_provider_dblog import demo_mariadb as mariadb_demo
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Event, Op, Row, TableRef
 from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit, parse_pg_lsn
@@ -149,18 +150,10 @@ def make_databases(pg: PostgresInfo, rows: int, *, target: bool, seed_value: int
     return Databases(pg, source_db, target_db, config, slot=f"e2e_{suffix}")
 
 
-MYSQL_SCHEMA = (
-    "CREATE TABLE accounts (id bigint PRIMARY KEY, owner varchar(100) NOT NULL, "
-    "balance decimal(12,2), active boolean, updated datetime(6) DEFAULT CURRENT_TIMESTAMP(6), "
-    f"{VERSION_COLUMN} bigint)",
-    "CREATE TABLE orders (region varchar(8), n int, amount decimal(14,2), note varchar(200), "
-    f"tags json, {VERSION_COLUMN} bigint, PRIMARY KEY (region, n))",
-    "CREATE TABLE items (id binary(16) PRIMARY KEY, name varchar(100), attrs json, "
-    f"data varbinary(64), {VERSION_COLUMN} bigint)",
+MYSQL_VERSIONED = tuple(
+    f"ALTER TABLE {table} ADD COLUMN {VERSION_COLUMN} bigint" for table in mariadb_demo.TABLE_NAMES
 )
-"""The demo tables on MySQL, with the writer's version column: a `binary(16)` uuid key (the
-JSON key is its base64), `json` for PostgreSQL's `text[]` and `jsonb`."""
-REGIONS = ("eu", "us", "ap", "sa")
+"""`VERSIONED` on MySQL (the writer counts versions itself: no sequence)."""
 
 
 @dataclass
@@ -240,31 +233,13 @@ def make_mysql_databases(info: MariaDBInfo, rows: int, *, seed_value: int) -> My
         for statement in (f"CREATE DATABASE `{db}`", f"GRANT ALL ON `{db}`.* TO '{info.user}'@'%'")
     ]
     dbs.admin(*grants)
-    rng = random.Random(seed_value)
     with (
         pymysql.connect(**{**info.connect_kwargs(), "database": source_db}) as conn,
         conn.cursor() as cursor,
     ):
-        for statement in MYSQL_SCHEMA:
+        mariadb_demo.seed(cursor, rows, random.Random(seed_value))
+        for statement in MYSQL_VERSIONED:
             cursor.execute(statement)
-        cursor.executemany(
-            "INSERT INTO accounts (id, owner, balance, active) VALUES (%s, %s, %s, %s)",
-            [(i, f"owner-{i}", i * 1.5, i % 3 > 0) for i in range(1, rows + 1)],
-        )
-        cursor.executemany(
-            "INSERT INTO orders (region, n, amount, note, tags) VALUES (%s, %s, %s, %s, %s)",
-            [
-                (REGIONS[i % 4], i // 4 + 1, i / 4, f"note {i}", json.dumps(["x", str(i)]))
-                for i in range(rows)
-            ],
-        )
-        cursor.executemany(
-            "INSERT INTO items (id, name, attrs, data) VALUES (%s, %s, %s, %s)",
-            [
-                (rng.randbytes(16), f"item {i}", json.dumps({"i": i}), bytes([i % 256]) * 4)
-                for i in range(rows)
-            ],
-        )
         conn.commit()
     return dbs
 
