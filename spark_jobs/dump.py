@@ -20,9 +20,11 @@ environment variables the TOML names (`password_env`). Local executors inherit t
 environment; on a cluster, set those variables on the workers (their spark-env.sh, or the
 container's secrets), never with `spark.executorEnv.*`, which the UI shows.
 
-On a cluster the workers need a Python of the driver's version with `psycopg[binary]` and
-`redis` installed, named by `spark.pyspark.python` (or PYSPARK_PYTHON) when it is not their
-`python3`, and the password variables in their environment. This package need not be
+On a cluster the workers need a Python of the driver's version with `redis` and the source's
+driver installed (`psycopg[binary]` for PostgreSQL, PyMySQL for MySQL/MariaDB: nothing here
+names a source type, each task reads through `source.chunk_source()`), named by
+`spark.pyspark.python` (or PYSPARK_PYTHON) when it is not their `python3`, and the password
+variables in their environment. This package need not be
 installed there: the application ships it to the executors itself, as a zip
 (`airflow_provider_dblog.spark_package`), unless given `--no-ship-package` or the zip is
 already among its `--py-files`.

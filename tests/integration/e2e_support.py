@@ -43,6 +43,9 @@ from airflow_provider_dblog.state import StateStore
 REPO = Path(__file__).resolve().parents[2]
 DBLOG = str(Path(sys.executable).with_name("dblog"))
 PASSWORD_ENV = "E2E_SOURCE_PASSWORD"
+MYSQL_PASSWORD_ENV = "E2E_MYSQL_PASSWORD"
+"""The MariaDB source's own variable: a Spark JVM passes on the environment it started with,
+so one that serves both sources needs both passwords, each under its own name."""
 REDIS_PASSWORD_ENV = "E2E_REDIS_PASSWORD"
 RowKey = tuple[str, str]
 """(table name, JSON list of the key values in primary-key order)."""
@@ -76,6 +79,7 @@ class Databases:
     config: SourceConfig
     slot: str
     kind = "postgres"
+    password_env = PASSWORD_ENV
 
     @property
     def source(self) -> Source:
@@ -166,6 +170,7 @@ class MysqlDatabases:
     config: SourceConfig
     kind = "mysql"
     target_db = None
+    password_env = MYSQL_PASSWORD_ENV
 
     @property
     def source(self) -> Source:
@@ -215,14 +220,14 @@ def make_mysql_databases(info: MariaDBInfo, rows: int, *, seed_value: int) -> My
     print(f"e2e databases: seed {seed_value}")
     suffix = secrets.token_hex(4)
     source_db = f"e2e_src_{suffix}"
-    os.environ[PASSWORD_ENV] = info.password
+    os.environ[MYSQL_PASSWORD_ENV] = info.password
     config = parse_source_config(
         {
             "type": "mysql",
             "name": f"e2e_{suffix}",
             "dsn": f"mysql://{info.user}@{info.host}:{info.port}/{source_db}",
             "tables": [f"{source_db}.{t.name}" for t in TABLES],
-            "password_env": PASSWORD_ENV,
+            "password_env": MYSQL_PASSWORD_ENV,
             "watermark_database": source_db + "_wm",
         }
     )
@@ -381,14 +386,14 @@ def write_config(
     tailer: dict[str, Any] | None = None,
     *,
     port: int | None = None,
-    password_env: str = PASSWORD_ENV,
+    password_env: str | None = None,
 ) -> Path:
     """A `dblog` TOML file for this source (passwords only by environment variable name)."""
     lines = [
         "[source]",
         f'name = "{dbs.config.name}"',
         *dbs.toml_source(port),
-        f'password_env = "{password_env}"',
+        f'password_env = "{password_env or dbs.password_env}"',
         "tables = [" + ", ".join(f'"{t}"' for t in dbs.config.tables) + "]",
         "",
         "[redis]",
@@ -407,7 +412,7 @@ def write_config(
 
 def cli_env(dbs: SourceDatabases, redis: RedisInfo, **extra: str) -> dict[str, str]:
     env = dict(os.environ, **extra)
-    env[PASSWORD_ENV] = dbs.password
+    env[dbs.password_env] = dbs.password
     env[REDIS_PASSWORD_ENV] = redis.password
     return env
 

@@ -1,5 +1,5 @@
-"""Shared pieces of the Spark tests: the dump pipeline (source, target, tailer) and stopping a
-test's Spark for good.
+"""Shared pieces of the Spark tests: the dump pipeline (source, target, tailer; on PostgreSQL or
+MariaDB) and stopping a test's Spark for good.
 
 Python workers inherit the environment the JVM was launched with; a JVM left over from an
 earlier module would not know the passwords a later module puts in the environment, so each
@@ -15,11 +15,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import redis
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs import RedisStreamOutput, SqlApplyOutput
@@ -31,8 +33,10 @@ from tests.integration.e2e_support import (
     REDIS_PASSWORD_ENV,
     Databases,
     FanOut,
+    MysqlDatabases,
     drop_databases,
     make_databases,
+    make_mysql_databases,
     write_config,
 )
 
@@ -46,9 +50,12 @@ def stop_spark(session: SparkSession) -> None:
         SparkContext._jvm = None
 
 
+D = TypeVar("D", Databases, MysqlDatabases)
+
+
 @dataclass
-class Pipeline:
-    dbs: Databases
+class Pipeline(Generic[D]):
+    dbs: D
     config_path: Path
     store: StateStore
     tailer_stop: threading.Event
@@ -89,6 +96,37 @@ def running_pipeline(
         output,
         owner="spark-test-tailer",
         settings=TailerSettings(window_ttl_s=5),
+    )
+    stop = threading.Event()
+    thread = tailer.start(stop)
+    try:
+        yield Pipeline(dbs, config_path, store, stop, thread)
+    finally:
+        stop.set()
+        thread.join(30)
+        output.close()
+        drop_databases(dbs)
+
+
+@contextmanager
+def running_mysql_pipeline(
+    info: MariaDBInfo, redis_server: RedisInfo, work: Path, rows: int, events_dir: Path
+) -> Iterator[Pipeline[MysqlDatabases]]:
+    """`running_pipeline` on MariaDB: the tailer writes the change stream as NDJSON into
+    `events_dir` (the SQL-apply output writes PostgreSQL)."""
+    dbs = make_mysql_databases(info, rows, seed_value=random.randrange(1 << 30))
+    os.environ[REDIS_PASSWORD_ENV] = redis_server.password
+    output_config = {"type": "ndjson", "directory": str(events_dir)}
+    config_path = write_config(work / "dblog.toml", dbs, redis_server, output_config)
+    dbs.source.ensure_setup()
+    store = StateStore(redis_server.client(), dbs.config.name)
+    output = NdjsonOutput(events_dir)
+    tailer = Tailer(
+        dbs.source,
+        store,
+        output,
+        owner="spark-test-tailer",
+        settings=TailerSettings(window_ttl_s=5, heartbeat_s=0.2),
     )
     stop = threading.Event()
     thread = tailer.start(stop)

@@ -2,7 +2,9 @@
 Redis with a tailer running in this process into a SQL target: a full dump under writes with one
 and three windows in flight, a repair of a key list, pause and resume, cancel, a chunk size
 changed while the dump runs, Python workers killed while a chunk's job runs, an application
-killed mid-dump that resumes from its stored progress, and the source restarted mid-dump.
+killed mid-dump that resumes from its stored progress, and the source restarted mid-dump. A
+full dump under writes also runs on a MariaDB source (its tailer writing NDJSON, replayed against
+the source's rows): the executors read their key sub-ranges with PyMySQL.
 
 One SparkSession serves the in-process dumps of this module (a session starts in about 5 s);
 the dumps that are controlled while they run go in a thread. The kill test runs the entry point
@@ -31,31 +33,46 @@ from pyspark.sql import SparkSession
 from airflow_provider_dblog.config import load_config
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.demo import TABLES, Workload, compare, snapshot
+from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import PAUSE_POLL_S
+from airflow_provider_dblog.outputs import read_events
 from airflow_provider_dblog.sources.base import SourceUnavailable
 from airflow_provider_dblog.state import DumpState, DumpStatus
 from spark_jobs.dump import SparkChunkReader, run_spark_dump
 from tests.integration.e2e_support import (
+    MYSQL_PASSWORD_ENV,
     PASSWORD_ENV,
     REDIS_PASSWORD_ENV,
     REPO,
+    Writer,
     cli_env,
+    materialize,
+    source_state,
+    state_differences,
     wait_caught_up,
     wait_until,
 )
-from tests.integration.spark_support import Pipeline, running_pipeline, stop_spark
+from tests.integration.spark_support import (
+    Pipeline,
+    running_mysql_pipeline,
+    running_pipeline,
+    stop_spark,
+)
 
 pytestmark = pytest.mark.integration
 ROWS = 600
 
 
 @pytest.fixture(scope="module")
-def spark(pg15: PostgresInfo, redis_server: RedisInfo) -> Iterator[SparkSession]:
+def spark(
+    pg15: PostgresInfo, mariadb: MariaDBInfo, redis_server: RedisInfo
+) -> Iterator[SparkSession]:
     """Executors inherit the environment the JVM started with: passwords must be set first."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ[PASSWORD_ENV] = pg15.password
+    os.environ[MYSQL_PASSWORD_ENV] = mariadb.password
     os.environ[REDIS_PASSWORD_ENV] = redis_server.password
     session = (
         SparkSession.builder.master("local[2]")
@@ -90,6 +107,34 @@ def test_full_dump_under_writes_converges(
     assert workload.writes > 0
     wait_caught_up(dbs)
     assert compare(dbs.source_dsn, dbs.target_dsn) == []
+    status = store.dumps.status("full")
+    assert status is not None and status.state is DumpState.DONE and status.rows >= ROWS * 3
+
+
+def test_full_dump_of_a_mariadb_source_under_writes_converges(
+    spark: SparkSession, mariadb: MariaDBInfo, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """Three windows in flight, each chunk read by two executors with PyMySQL, while another
+    process writes: the dump ends done and the NDJSON the binlog tailer wrote rebuilds the
+    source's rows."""
+    events_dir = tmp_path / "events"
+    with running_mysql_pipeline(mariadb, redis_server, tmp_path, ROWS, events_dir) as pipeline:
+        dbs, store = pipeline.dbs, pipeline.store
+        config = load_config(pipeline.config_path)
+        writer = Writer(dbs, tmp_path, seed_value=17)
+        try:
+            writer.wait_for(10)
+            request = DumpRequest("full", DumpKind.ALL, dbs.tables, chunk_size=150, parallelism=3)
+            store.dumps.create(request)
+            assert run_spark_dump(spark.sparkContext, config, "full") is DumpState.DONE
+            written = len(writer.stop())
+        finally:
+            writer.kill()
+        wait_caught_up(dbs, store=store)
+        rows = source_state(dbs.source)
+    assert written > 10, "the writer wrote during the dump"
+    events = list(read_events(events_dir))
+    assert state_differences(rows, materialize(events)) == []
     status = store.dumps.status("full")
     assert status is not None and status.state is DumpState.DONE and status.rows >= ROWS * 3
 
