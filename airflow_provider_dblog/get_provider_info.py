@@ -24,7 +24,7 @@ _CONN_FIELDS = {
     },
     "source_conn_id": {
         "label": "Source connection id",
-        "description": "Optional: a postgres connection whose password is the source's",
+        "description": "Optional: a postgres or mysql connection whose password is the source's",
         "schema": {"type": ["string", "null"]},
     },
     "source_password": {
@@ -45,7 +45,7 @@ def get_provider_info() -> dict[str, Any]:
         "name": "DBLog",
         "description": (
             "DBLog change data capture: watermark-based dumps on Spark beside a log tailer, "
-            "for PostgreSQL (MySQL/MariaDB planned)."
+            "for PostgreSQL and MySQL/MariaDB."
         ),
         "versions": [__version__],
         "integrations": [

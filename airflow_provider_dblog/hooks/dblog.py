@@ -5,8 +5,9 @@ and followed: host, port, login, password and schema (the Redis database number)
 name the source (`source_name`, as in events and Redis keys) and the deployment's TOML file
 (`config_path`, the same file the tailer and the Spark dump read). The source's password comes
 from `source_password`, or from the password of another connection (`source_conn_id`, e.g. an
-existing postgres connection); both stay in Airflow's secrets. They reach the Spark dump only
-through the environment variables the TOML names (`password_env`), never argv or properties.
+existing postgres or mysql connection); both stay in Airflow's secrets. They reach the Spark
+dump only through the environment variables the TOML names (`password_env`), never argv or
+properties.
 
 Nothing here touches the network until a method is called.
 """

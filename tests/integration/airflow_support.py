@@ -19,33 +19,39 @@ from typing import Any
 
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
-from tests.integration.e2e_support import PASSWORD_ENV, REDIS_PASSWORD_ENV, REPO
+from tests.integration.e2e_support import (
+    MYSQL_PASSWORD_ENV,
+    PASSWORD_ENV,
+    REDIS_PASSWORD_ENV,
+    REPO,
+)
 
 BIN = Path(sys.executable).parent
 RESULT_MARK = "DBLOG-DAG-TEST-RESULT "
 
 
 def dblog_connection(
-    redis_server: RedisInfo, pg: PostgresInfo, source_name: str, config_path: Path
+    redis_server: RedisInfo, pg: PostgresInfo | None, source_name: str, config_path: Path
 ) -> dict[str, Any]:
+    """The `dblog` connection; the source's password as `source_password` if `pg` is given
+    (else the caller adds a `source_conn_id`)."""
+    extra = {"source_name": source_name, "config_path": str(config_path)}
+    if pg is not None:
+        extra["source_password"] = pg.password
     return {
         "conn_type": "dblog",
         "host": redis_server.host,
         "port": redis_server.port,
         "schema": str(redis_server.db),
         "password": redis_server.password,
-        "extra": {
-            "source_name": source_name,
-            "config_path": str(config_path),
-            "source_password": pg.password,
-        },
+        "extra": extra,
     }
 
 
 def airflow_env(home: Path, dblog_conn: dict[str, Any], **extra: str) -> dict[str, str]:
     """The environment of an Airflow process of the tests, in `home`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    for secret in (PASSWORD_ENV, REDIS_PASSWORD_ENV):
+    for secret in (PASSWORD_ENV, MYSQL_PASSWORD_ENV, REDIS_PASSWORD_ENV):
         env.pop(secret, None)
     env.update(
         AIRFLOW_HOME=str(home),

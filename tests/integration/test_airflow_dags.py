@@ -2,7 +2,9 @@
 with a tailer applying the log and the dump rows into a SQL target: each run ends with the
 target equal to the source (the repair: exactly the keys given, composite keys in the shape
 the trigger form sends them). Bad params fail the run at its first task, naming the problem,
-before anything waits.
+before anything waits. The repair DAG also runs on a MariaDB source whose password comes from
+an existing `mysql` connection (`source_conn_id`), its tailer writing NDJSON: the repair emits
+exactly the keys given, as the source has them.
 
 Deferrable tasks run their triggers inline in `dag.test()`; the dump task starts
 `spark_jobs/dump.py` through spark-submit, detached, and follows it in Redis.
@@ -17,9 +19,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from airflow_provider_dblog.core.event import Origin
 from airflow_provider_dblog.demo import compare, snapshot
+from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.outputs import read_events
 from airflow_provider_dblog.state import DumpState
 from tests.integration.airflow_support import (
     DagTestResult,
@@ -28,8 +33,8 @@ from tests.integration.airflow_support import (
     dblog_connection,
     migrate,
 )
-from tests.integration.e2e_support import wait_caught_up
-from tests.integration.spark_support import Pipeline, running_pipeline
+from tests.integration.e2e_support import row_key, source_state, wait_caught_up
+from tests.integration.spark_support import Pipeline, running_mysql_pipeline, running_pipeline
 
 pytestmark = pytest.mark.integration
 ROWS = 300
@@ -101,6 +106,38 @@ def test_repair_dag_fixes_exactly_the_composite_keys_given_in_the_forms_shape(
     status = pipeline.store.dumps.status(dump_id)
     assert status is not None and status.state is DumpState.DONE
     assert status.rows == len(keys) and status.chunks == -(-len(keys) // 4)
+
+
+def test_repair_dag_on_mariadb_takes_the_password_from_a_mysql_connection(
+    airflow_home: Path, mariadb: MariaDBInfo, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    events_dir = tmp_path / "events"
+    with running_mysql_pipeline(mariadb, redis_server, tmp_path, ROWS, events_dir) as pipeline:
+        dbs = pipeline.dbs
+        connection = dblog_connection(redis_server, None, dbs.config.name, pipeline.config_path)
+        connection["extra"]["source_conn_id"] = "mysql_shop"
+        mysql = {
+            "conn_type": "mysql",
+            "host": mariadb.host,
+            "port": mariadb.port,
+            "login": mariadb.user,
+            "password": mariadb.password,
+            "schema": dbs.source_db,
+        }
+        env = airflow_env(airflow_home, connection, AIRFLOW_CONN_MYSQL_SHOP=json.dumps(mysql))
+        keys = [["eu", 3], ["us", 1], ["sa", 7], ["ap", 2], ["eu", 9]]
+        table = dbs.table("orders")
+        result = dag_test(env, "dblog_repair", {"table": str(table), "keys": keys})
+        assert_succeeded(result)
+        wait_caught_up(dbs, store=pipeline.store)
+        rows = source_state(dbs.source, (table,))
+    dumped = [e for e in read_events(events_dir) if e.source.origin is Origin.DUMP]
+    given = {k: v for k, v in rows.items() if json.loads(k[1]) in keys}
+    assert {row_key(e.source.table, e.key.values()): e.after for e in dumped} == given
+    assert len(dumped) == len(keys)
+    (dump_id,) = pipeline.store.dumps.ids()
+    status = pipeline.store.dumps.status(dump_id)
+    assert status is not None and status.state is DumpState.DONE and status.rows == len(keys)
 
 
 def test_dump_dag_takes_keys_as_text_as_dblog_dump_does(
