@@ -5,6 +5,10 @@ Starts a private PostgreSQL 15 and Redis in a temp dir and prints, in one run:
 P1  events/s from WAL into NDJSON through our tailer (PostgresLogReader -> Tailer ->
     NdjsonOutput) for a backlog of N inserts written before the tailer starts, and the same WAL
     read by `pg_recvlogical` with pgoutput (the ceiling: server-side decoding, no client work).
+P1b the same on a private MariaDB: events/s from the binlog into NDJSON through our tailer
+    (MysqlLogReader -> Tailer -> NdjsonOutput), against `mariadb-binlog
+    --read-from-remote-server -v` decoding the same binlog (the C ceiling) and against the bare
+    BinLogStreamReader loop decoding every row (the library alone).
 P3  log event latency, commit -> durable in the output, p50/p99, without and with a concurrent
     full dump (`dblog dump`, chunk size 5000, in its own process).
 P4  the peak RSS of a `dblog tail` process through one transaction of 1M inserted rows.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,18 +35,24 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import WriteRowsEvent
 
 from airflow_provider_dblog.core.event import Event, Op
 from airflow_provider_dblog.core.position import parse_pg_lsn
+from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServer
 from airflow_provider_dblog.devservices.postgres import SYSTEM_BIN_DIR, PostgresInfo, PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisInfo, RedisServer
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.sources.base import Source
 from airflow_provider_dblog.sources.factory import parse_source_config, source_for
+from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 
 PG_PASSWORD_ENV = "DBLOG_BENCH_PG_PASSWORD"
+MARIADB_PASSWORD_ENV = "DBLOG_BENCH_MARIADB_PASSWORD"
 REDIS_PASSWORD_ENV = "DBLOG_BENCH_REDIS_PASSWORD"
 PG_RECVLOGICAL = SYSTEM_BIN_DIR / "pg_recvlogical"
 
@@ -289,6 +300,124 @@ def bench_p1(env: Env, sizes: Sizes) -> P1Result:
     return P1Result(sizes.p1_rows, ours_s, ceiling_s, ceiling_file.stat().st_size)
 
 
+# -- P1b: read throughput on MariaDB ----------------------------------------------------------
+
+
+@dataclass
+class P1bResult:
+    rows: int
+    ours_s: float
+    ceiling_s: float
+    library_s: float
+    ceiling_bytes: int
+
+    @property
+    def ours_rate(self) -> float:
+        return self.rows / self.ours_s
+
+    @property
+    def ceiling_rate(self) -> float:
+        return self.rows / self.ceiling_s
+
+    @property
+    def library_rate(self) -> float:
+        return self.rows / self.library_s
+
+
+def _mariadb_one(info: MariaDBInfo, statement: str) -> tuple[Any, ...]:
+    with pymysql.connect(**info.connect_kwargs()) as conn, conn.cursor() as cursor:
+        cursor.execute(statement)
+        row = cursor.fetchone()
+    assert row is not None, statement
+    return tuple(row)
+
+
+def bench_p1b(env: Env, info: MariaDBInfo, sizes: Sizes) -> P1bResult:
+    """P1 on MariaDB. A first tailer run saves where capture starts (a reader without a resume
+    point starts at the log's end), then the backlog is written and each reader reads it."""
+    os.environ[MARIADB_PASSWORD_ENV] = info.password
+    with pymysql.connect(**info.connect_kwargs()) as conn, conn.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE p1b_rows (id bigint PRIMARY KEY, name varchar(40), n int, ts datetime(6))"
+        )
+    config = MysqlSourceConfig.from_section(
+        {
+            "name": "bench_p1b",
+            "dsn": f"mysql://{info.user}@{info.host}:{info.port}/{info.dbname}",
+            "tables": ["p1b_rows"],
+            "password_env": MARIADB_PASSWORD_ENV,
+            "watermark_database": info.dbname,
+        }
+    )
+    source = source_for(config)
+    source.ensure_setup()
+    store = env.store(source.name)
+    with RunningTailer(env, source, TimedNdjson(env.base / "p1b-start")):
+        wait_until(lambda: store.tailer.load_resume() is not None, 60, "P1b capture start")
+    start_file, start_pos = _mariadb_one(info, "SHOW MASTER STATUS")[:2]
+    (start_gtid,) = _mariadb_one(info, "SELECT @@gtid_binlog_pos")
+    say(f"P1b: writing a backlog of {sizes.p1_rows} inserts ({sizes.p1_rows_per_tx} per tx)")
+    with pymysql.connect(**info.connect_kwargs()) as conn, conn.cursor() as cursor:
+        for start in range(0, sizes.p1_rows, sizes.p1_rows_per_tx):
+            end = min(start + sizes.p1_rows_per_tx, sizes.p1_rows)
+            cursor.executemany(
+                "INSERT INTO p1b_rows VALUES (%s, %s, %s, UTC_TIMESTAMP(6))",
+                [(i, f"name-{i}", i % 1000) for i in range(start + 1, end + 1)],
+            )
+            conn.commit()
+    end_file, end_pos = _mariadb_one(info, "SHOW MASTER STATUS")[:2]
+    files = [start_file] if end_file == start_file else [start_file, end_file]
+
+    say("P1b: mariadb-binlog --read-from-remote-server -v decoding the backlog")
+    ceiling_file = env.base / "p1b-ceiling.sql"
+    command = [
+        str(shutil.which("mariadb-binlog") or "mariadb-binlog"),
+        "--read-from-remote-server",
+        f"--socket={info.socket}",
+        "--user=root",  # over the Unix socket, without a password (MariaDBServer's admin)
+        "--verbose",
+        "--base64-output=DECODE-ROWS",
+        f"--start-position={start_pos}",
+        f"--stop-position={end_pos}",
+        f"--result-file={ceiling_file}",
+        *files,
+    ]
+    started = time.monotonic()
+    subprocess.run(command, check=True, timeout=600, capture_output=True)
+    ceiling_s = time.monotonic() - started
+
+    say("P1b: the bare BinLogStreamReader loop decoding the backlog")
+    stream = BinLogStreamReader(
+        connection_settings=config.connect_kwargs(),
+        server_id=0x5DB20000 + os.getpid() % 0xFFFF,
+        is_mariadb=True,
+        auto_position=start_gtid,
+        only_events=[WriteRowsEvent],
+        only_tables=["p1b_rows"],
+        blocking=False,
+    )
+    decoded = 0
+    started = time.monotonic()
+    try:
+        for event in stream:
+            decoded += len(event.rows)
+            if decoded >= sizes.p1_rows:
+                break
+    finally:
+        stream.close()
+    library_s = time.monotonic() - started
+    if decoded < sizes.p1_rows:
+        raise RuntimeError(f"bench: the library loop decoded {decoded} of {sizes.p1_rows} rows")
+
+    say("P1b: our tailer reading the backlog into NDJSON")
+    output = TimedNdjson(env.base / "p1b-out")
+    started = time.monotonic()
+    with RunningTailer(env, source, output):
+        wait_until(lambda: output.durable_events >= sizes.p1_rows, 600, "P1b tailer catch-up")
+        ours_s = time.monotonic() - started
+    return P1bResult(sizes.p1_rows, ours_s, ceiling_s, library_s, ceiling_file.stat().st_size)
+
+
 # -- P3: latency with and without a dump ------------------------------------------------------
 
 
@@ -438,7 +567,7 @@ def bench_p4(env: Env, sizes: Sizes) -> P4Result:
 # -- report -----------------------------------------------------------------------------------
 
 
-def report(p1: P1Result, p3: list[LatencyResult], p4: P4Result) -> str:
+def report(p1: P1Result, p1b: P1bResult, p3: list[LatencyResult], p4: P4Result) -> str:
     mib = 1024.0
     lines = [
         "",
@@ -448,6 +577,11 @@ def report(p1: P1Result, p3: list[LatencyResult], p4: P4Result) -> str:
         f"{'P1 ours: tailer -> NDJSON (events/s)':<44} {p1.ours_rate:>14,.0f}",
         f"{'P1 ceiling: pg_recvlogical pgoutput (ev/s)':<44} {p1.ceiling_rate:>14,.0f}",
         f"{'P1 ratio ours/ceiling':<44} {p1.ours_rate / p1.ceiling_rate:>14.3f}",
+        f"{'P1b ours: binlog tailer -> NDJSON (ev/s)':<44} {p1b.ours_rate:>14,.0f}",
+        f"{'P1b ceiling: mariadb-binlog -v (ev/s)':<44} {p1b.ceiling_rate:>14,.0f}",
+        f"{'P1b library: BinLogStreamReader loop (ev/s)':<44} {p1b.library_rate:>14,.0f}",
+        f"{'P1b ratio ours/ceiling':<44} {p1b.ours_rate / p1b.ceiling_rate:>14.3f}",
+        f"{'P1b ratio ours/library':<44} {p1b.ours_rate / p1b.library_rate:>14.3f}",
     ]
     for result in p3:
         tag = f"P3 latency {result.label}"
@@ -479,14 +613,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dblog-bench-") as tmp:
         base = Path(tmp)
-        say(f"starting PostgreSQL 15 and Redis in {base}")
-        with PostgresServer(base / "pg") as pg, RedisServer(base / "redis") as rds:
+        say(f"starting PostgreSQL 15, MariaDB and Redis in {base}")
+        with (
+            PostgresServer(base / "pg") as pg,
+            MariaDBServer(base / "mariadb") as mariadb,
+            RedisServer(base / "redis") as rds,
+        ):
             env = Env(base, pg.info, rds.info)
             p1 = bench_p1(env, sizes)
             print(
                 f"P1 ours {p1.ours_rate:.0f} events/s, ceiling {p1.ceiling_rate:.0f} events/s "
                 f"(pg_recvlogical, pgoutput proto 1, {p1.ceiling_bytes:,} bytes), "
                 f"ratio {p1.ours_rate / p1.ceiling_rate:.3f}",
+                flush=True,
+            )
+            p1b = bench_p1b(env, mariadb.info, sizes)
+            print(
+                f"P1b ours {p1b.ours_rate:.0f} events/s, ceiling {p1b.ceiling_rate:.0f} "
+                f"events/s (mariadb-binlog -v, {p1b.ceiling_bytes:,} bytes), library "
+                f"{p1b.library_rate:.0f} events/s (BinLogStreamReader loop), ratio "
+                f"{p1b.ours_rate / p1b.ceiling_rate:.3f} of the ceiling, "
+                f"{p1b.ours_rate / p1b.library_rate:.3f} of the library",
                 flush=True,
             )
             p3 = bench_p3(env, sizes)
@@ -503,7 +650,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"({p4.rows} rows in one transaction)",
                 flush=True,
             )
-    print(report(p1, p3, p4))
+    print(report(p1, p1b, p3, p4))
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     return 0
 

@@ -20,7 +20,7 @@ SCRIPT = BENCH / "bench_pipeline.py"
 NUMBER = r"\d+(?:\.\d+)?"
 
 
-def test_bench_quick_prints_p1_p3_p4() -> None:
+def test_bench_quick_prints_p1_p1b_p3_p4() -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick"],
         capture_output=True,
@@ -31,6 +31,12 @@ def test_bench_quick_prints_p1_p3_p4() -> None:
     out = done.stdout
     assert re.search(
         rf"^P1 ours {NUMBER} events/s, ceiling {NUMBER} events/s .*ratio {NUMBER}", out, re.M
+    ), out
+    assert re.search(
+        rf"^P1b ours {NUMBER} events/s, ceiling {NUMBER} events/s .*library {NUMBER} events/s "
+        rf".*ratio {NUMBER} of the ceiling, {NUMBER} of the library",
+        out,
+        re.M,
     ), out
     for label in ("no dump", "with dump"):
         assert re.search(
