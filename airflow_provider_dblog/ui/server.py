@@ -73,14 +73,17 @@ class Sampler(threading.Thread):
             self._streams += delta
             self._changed.notify_all()
 
-    def current(self) -> bytes:
-        """The latest snapshot, sampling at once if there is none yet or it is stale."""
+    def current(self) -> bytes | None:
+        """A snapshot taken from now on (the sampler wakes if nobody watched), or the latest
+        one if that takes too long; None if there is none at all yet."""
         with self._changed:
             self._asked_at = time.monotonic()
             self._changed.notify_all()
             number = self.latest[0]
-            self._changed.wait_for(lambda: self.latest[0] > number, timeout=self._interval_s * 4)
-            return self.latest[1]
+            self._changed.wait_for(
+                lambda: self.latest[0] > number, timeout=max(5.0, self._interval_s * 4)
+            )
+            return self.latest[1] or None
 
     def after(self, number: int, timeout_s: float) -> tuple[int, bytes] | None:
         """The latest snapshot once it is newer than `number`; None after `timeout_s`."""
@@ -99,7 +102,12 @@ class Sampler(threading.Thread):
             if self._stopping.is_set():
                 return
             started = time.monotonic()
-            body = json.dumps(self._view.snapshot(), separators=(",", ":")).encode()
+            try:
+                snapshot = self._view.snapshot()
+            except Exception as exc:  # a bug must not freeze the page: it says so instead
+                log.exception("the live view's snapshot failed")
+                snapshot = {"error": f"the snapshot failed: {exc}"}
+            body = json.dumps(snapshot, separators=(",", ":")).encode()
             with self._changed:
                 self.latest = (self.latest[0] + 1, body)
                 self._changed.notify_all()
@@ -174,7 +182,11 @@ class _Handler(BaseHTTPRequestHandler):
             page = resources.files("airflow_provider_dblog.ui").joinpath("static", name)
             self._send(HTTPStatus.OK, page.read_bytes(), content_type)
         elif path == "/api/snapshot":
-            self._send(HTTPStatus.OK, self.server.sampler.current(), "application/json")
+            body = self.server.sampler.current()
+            if body is None:
+                self._send_json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "no snapshot yet"})
+            else:
+                self._send(HTTPStatus.OK, body, "application/json")
         elif path == "/api/events":
             self._stream()
         else:

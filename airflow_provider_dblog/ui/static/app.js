@@ -43,7 +43,7 @@ function frame() {
 }
 
 function draw(snap) {
-  $("#source").textContent = snap.source;
+  if (snap.source) $("#source").textContent = snap.source;
   const error = $("#error");
   error.hidden = !snap.error;
   error.textContent = snap.error || "";
