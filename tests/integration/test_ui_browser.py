@@ -15,6 +15,7 @@ import random
 import subprocess
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,14 @@ def dump_card(dump_id: str) -> str:
     return f"document.querySelector('.dump[data-dump-id=\"{dump_id}\"]')"
 
 
+def _count(table: str, op: str) -> str:
+    """JS: the count the page shows for `table` and `op` (NaN while not shown)."""
+    return (
+        f"Number(document.querySelector('.row[data-table=\"{table}\"] [data-op={op}]')"
+        "?.dataset.count)"
+    )
+
+
 def click(page: Page, dump_id: str, action: str) -> None:
     page.click(f'.dump[data-dump-id="{dump_id}"] button[data-action="{action}"]')
 
@@ -137,9 +146,15 @@ def test_live_view_follows_a_dump_and_drives_its_controls(
     )
     shots = screenshots_dir("ui-browser-")
     try:
-        with chromium(tmp_path) as page:
+        with chromium(tmp_path) as page, _screenshot_on_failure(page, shots):
             page.navigate(ui)
             page.wait("document.querySelector('#live').dataset.live === 'live'", "the stream")
+            # A change before the dump: the tailer meets the table's columns before any window
+            # (the first description of a table in a session is a schema event, which would end
+            # a window of the table open then), and the page counts it.
+            with psycopg.connect(dbs.source_dsn, autocommit=True) as conn:
+                conn.execute("UPDATE accounts SET balance = balance + 1 WHERE id = %s", (ROWS,))
+            page.wait(f"{_count('public.accounts', 'u')} === 1", "the first update counted")
             dump.start()
 
             # The first window, held open by its hw, as the page shows it.
@@ -198,12 +213,18 @@ def test_live_view_follows_a_dump_and_drives_its_controls(
             # The updates came inside the first window, on keys of its chunk: those chunk
             # rows were dropped by collision, the rest of the table emitted at hw.
             counts = page.wait(
-                f"(c => c.u == {UPDATES} && c.r == {ROWS - UPDATES} && c)(Object.fromEntries("
+                f"{_count('public.accounts', 'r')} === {ROWS - UPDATES} && Object.fromEntries("
                 "[...document.querySelectorAll('.row[data-table=\"public.accounts\"] [data-op]')]"
-                ".map(s => [s.dataset.op, Number(s.dataset.count)])))",
-                "the source's updates and the dump's rows counted in the page",
+                ".map(s => [s.dataset.op, Number(s.dataset.count)]))",
+                "the dump's rows counted in the page",
             )
-            assert counts == {"c": 0, "u": UPDATES, "d": 0, "r": ROWS - UPDATES, "dropped": UPDATES}
+            assert counts == {
+                "c": 0,
+                "u": UPDATES + 1,
+                "d": 0,
+                "r": ROWS - UPDATES,
+                "dropped": UPDATES,
+            }
             page.screenshot(shots / "dump-done.png")
         dump.join(30)
         assert outcome == [DumpState.DONE]
@@ -246,6 +267,17 @@ def test_controls_refuse_what_the_command_line_refuses(
     assert post("api-dump/resume", {}).status_code == 409
     snapshot = httpx.get(f"{ui}/api/snapshot").json()
     assert [d["state"] for d in snapshot["dumps"]] == ["cancelled"]
+
+
+@contextmanager
+def _screenshot_on_failure(page: Page, shots: Path) -> Iterator[None]:
+    """What the page showed when a check failed, kept beside the other screenshots."""
+    try:
+        yield
+    except BaseException:
+        page.screenshot(shots / "failed.png")
+        print(f"screenshots: {shots}")
+        raise
 
 
 def _controls(store: StateStore, dump_id: str) -> Any:
