@@ -7,7 +7,8 @@ import threading
 from typing import Any
 
 from airflow_provider_dblog.core.dump_plan import TableProgress
-from airflow_provider_dblog.core.event import JsonValue, TableRef
+from airflow_provider_dblog.core.event import JsonValue, Op, TableRef
+from airflow_provider_dblog.tailer.session import TailerStats
 from airflow_provider_dblog.ui.server import Sampler
 from airflow_provider_dblog.ui.snapshot import table_fraction, table_rates
 
@@ -41,6 +42,18 @@ def test_rates_count_every_op_but_the_dropped_rows() -> None:
     assert table_rates(before, after, 2.0) == {"public.t": 22.0, "public.new": 1.0}
     assert table_rates(None, after, 2.0) == {}
     assert table_rates(before, after, 0) == {}
+
+
+def test_the_heartbeat_carries_the_counts_per_table_the_view_reads() -> None:
+    stats = TailerStats()
+    stats.count("public", "t", Op.UPDATE, 3)
+    stats.count("public", "t", Op.READ, 40)
+    stats.count("s", "other", Op.CREATE)
+    stats.chunk_rows_dropped[("public", "t")] = 2
+    assert stats.metrics()["tables"] == {
+        "public.t": {"u": 3, "r": 40, "dropped": 2},
+        "s.other": {"c": 1},
+    }
 
 
 class CountingView:
