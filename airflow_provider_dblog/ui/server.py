@@ -25,7 +25,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any, Protocol, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from airflow_provider_dblog.cli.common import dump_id, finite_number, whole_number
 from airflow_provider_dblog.core.errors import InvalidRequest
@@ -193,7 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(HTTPStatus.NOT_FOUND, {"error": f"nothing at {path}"})
 
     def do_POST(self) -> None:
-        parts = urlsplit(self.path).path.strip("/").split("/")
+        parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         if not self._same_origin():

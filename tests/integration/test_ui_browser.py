@@ -239,32 +239,33 @@ def test_controls_refuse_what_the_command_line_refuses(
     dbs: Databases, redis_server: RedisInfo, ui: str
 ) -> None:
     """The page's API: a bad value, an unknown or finished dump, a request that is not JSON
-    or names another host; none changes the store."""
+    or names another host; none changes the store. A dump id arrives escaped, as the page
+    sends it (`:` as `%3A`)."""
     store = StateStore(redis_server.client(), dbs.config.name)
-    store.dumps.create(DumpRequest("api-dump", DumpKind.ALL, TABLES, chunk_size=CHUNK))
+    store.dumps.create(DumpRequest("api:dump", DumpKind.ALL, TABLES, chunk_size=CHUNK))
     post = lambda path, body, **headers: httpx.post(  # noqa: E731
         f"{ui}/api/dumps/{path}",
         content=json.dumps(body),
         headers={"Content-Type": "application/json", **headers},
     )
-    answer = post("api-dump/throttle", {"chunk_size": "0"})
+    answer = post("api%3Adump/throttle", {"chunk_size": "0"})
     assert answer.status_code == 400 and "chunk_size" in answer.json()["error"]
-    answer = post("api-dump/throttle", {})
+    answer = post("api%3Adump/throttle", {})
     assert answer.status_code == 400 and "at least one setting" in answer.json()["error"]
     assert post("no-such-dump/pause", {}).status_code == 404
     assert post("bad id!/pause", {}).status_code == 400
-    assert post("api-dump/explode", {}).status_code == 404
-    assert post("api-dump/pause", {}, Origin="http://elsewhere.example").status_code == 403
-    assert post("api-dump/pause", {}, Host="elsewhere.example").status_code == 403
-    form = httpx.post(f"{ui}/api/dumps/api-dump/pause", content=b"{}")
+    assert post("api%3Adump/explode", {}).status_code == 404
+    assert post("api%3Adump/pause", {}, Origin="http://elsewhere.example").status_code == 403
+    assert post("api%3Adump/pause", {}, Host="elsewhere.example").status_code == 403
+    form = httpx.post(f"{ui}/api/dumps/api:dump/pause", content=b"{}")
     assert form.status_code == 403
-    assert not _controls(store, "api-dump").paused
-    answer = post("api-dump/throttle", {"chunk_size": 7, "max_rows_per_s": "2.5"})
+    assert not _controls(store, "api:dump").paused
+    answer = post("api%3Adump/throttle", {"chunk_size": 7, "max_rows_per_s": "2.5"})
     assert answer.status_code == 200, answer.text
-    controls = _controls(store, "api-dump")
+    controls = _controls(store, "api:dump")
     assert (controls.chunk_size, controls.max_rows_per_s) == (7, 2.5)
-    assert post("api-dump/cancel", {}).status_code == 200
-    assert post("api-dump/resume", {}).status_code == 409
+    assert post("api%3Adump/cancel", {}).status_code == 200
+    assert post("api%3Adump/resume", {}).status_code == 409
     snapshot = httpx.get(f"{ui}/api/snapshot").json()
     assert [d["state"] for d in snapshot["dumps"]] == ["cancelled"]
 
