@@ -314,12 +314,15 @@ class Session:
         if known is None:
             return  # the columns did not change, or this stretch of log was emitted before
         source = self._table_source(table, position, txid, ts_ms)
-        self._table_event(table_event(Op.SCHEMA, source, known.version, known.schema))
+        event = table_event(Op.SCHEMA, source, known.version, known.schema)
+        # A table's first description changes no columns a chunk could have read: the check
+        # at hw (`_emit_chunk`) still compares the chunk's columns with it.
+        self._table_event(event, ends_windows=known.version > 1)
         self._writer.put(SchemaDurable(known))
 
-    def _table_event(self, event: Event) -> None:
+    def _table_event(self, event: Event, *, ends_windows: bool = True) -> None:
         """Emit a table-level event at once; the windows of its table it ends are retried."""
-        for failed in self._reconciler.table_event(event):
+        for failed in self._reconciler.table_event(event) if ends_windows else ():
             self._opened_at.pop(failed.window.window_id, None)
             self._fail(failed)
         self._writer.put(event)
