@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from airflow_provider_dblog.sources.base import Source, SourceConfig, SourceError
+from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+from airflow_provider_dblog.sources.mysql.source import MysqlSource
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.source import PostgresSource
 
@@ -27,18 +29,9 @@ class SourceType(Generic[C]):
     open: Callable[[C], Source]
 
 
-@dataclass(frozen=True, slots=True)
-class NotImplementedYet:
-    """A type users may reasonably ask for, refused with a message rather than 'unknown'."""
-
-    message: str
-
-
-SOURCE_TYPES: Mapping[str, SourceType[Any] | NotImplementedYet] = {
+SOURCE_TYPES: Mapping[str, SourceType[Any]] = {
     "postgres": SourceType(PostgresSourceConfig.from_section, PostgresSource),
-    "mysql": NotImplementedYet(
-        'the MySQL/MariaDB source is not implemented yet; PostgreSQL (type = "postgres") is'
-    ),
+    "mysql": SourceType(MysqlSourceConfig.from_section, MysqlSource),
 }
 DEFAULT_TYPE = "postgres"
 
@@ -57,9 +50,7 @@ def source_for(config: SourceConfig) -> Source:
 
 def _source_type(name: object) -> SourceType[Any]:
     kind = SOURCE_TYPES.get(name) if isinstance(name, str) else None
-    if isinstance(kind, NotImplementedYet):
-        raise SourceError(f"source type {name!r}: {kind.message}")
     if kind is None:
-        known = ", ".join(k for k, v in SOURCE_TYPES.items() if isinstance(v, SourceType))
+        known = ", ".join(SOURCE_TYPES)
         raise SourceError(f"source type {name!r} is unknown; known types: {known}")
     return kind

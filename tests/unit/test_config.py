@@ -53,7 +53,7 @@ def test_a_good_config_loads(tmp_path: Path) -> None:
         (GOOD.replace('"orders"', '"a.b.c"'), "schema.table"),
         (GOOD.replace("[source]", "[source"), "not valid TOML"),
         (GOOD.replace('user=dblog"', 'user=dblog password=x"'), "must not hold the password"),
-        (GOOD.replace("[source]", '[source]\ntype = "mysql"'), "MySQL.*not implemented yet"),
+        (GOOD.replace("[source]", '[source]\ntype = "mysql"'), "MySQL dsn must look like"),
         (GOOD.replace("[source]", '[source]\ntype = "oracle"'), "'oracle' is unknown.*postgres"),
         (GOOD.replace("[source]", "[source]\nslots = 2"), "unknown option.*slots"),
         (GOOD.replace('["public.accounts", "orders"]', '"orders"'), "must be a list"),

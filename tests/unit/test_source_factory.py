@@ -38,11 +38,34 @@ def test_lineage_names_follow_openlineage_postgres_naming() -> None:
     )
 
 
+MYSQL_SECTION = {
+    "type": "mysql",
+    "name": "shop",
+    "dsn": "mysql://dblog@db.example:3307/shop",
+    "tables": ["orders", "billing.invoices"],
+}
+
+
+def test_mysql_tables_without_a_database_are_in_the_dsn_database() -> None:
+    source = source_for(parse_source_config(MYSQL_SECTION))
+    assert source.name == "shop"
+    assert source.tables == (TableRef("shop", "orders"), TableRef("billing", "invoices"))
+
+
+def test_mysql_lineage_names_follow_openlineage_mysql_naming() -> None:
+    source = source_for(parse_source_config(MYSQL_SECTION))
+    assert source.lineage_name(TableRef("billing", "invoices")) == (
+        "mysql://db.example:3307",
+        "billing.invoices",
+    )
+
+
 @pytest.mark.parametrize(
     ("section", "message"),
     [
-        ({**SECTION, "type": "mysql"}, "'mysql'.*not implemented yet"),
-        ({**SECTION, "type": "oracle"}, "'oracle' is unknown; known types: postgres"),
+        ({**MYSQL_SECTION, "dsn": SECTION["dsn"]}, "MySQL dsn must look like mysql://"),
+        ({**MYSQL_SECTION, "slot": "x"}, "unknown option.*slot; known for mysql"),
+        ({**SECTION, "type": "oracle"}, "'oracle' is unknown; known types: postgres, mysql"),
         ({**SECTION, "type": 5}, "5 is unknown"),
         ({k: v for k, v in SECTION.items() if k != "dsn"}, "needs 'dsn'"),
         ({**SECTION, "publications": "x"}, "unknown option.*publications"),

@@ -107,12 +107,18 @@ def table_shape(conn: pymysql.connections.Connection[Any], table: TableRef) -> T
         }
         cursor.execute(_COLUMNS, (table.schema, table.name))
         columns = tuple(_column(row, is_json=row[0] in json_columns) for row in cursor.fetchall())
-        cursor.execute(_PRIMARY_KEY, (table.schema, table.name))
-        key_names = [str(name) for (name,) in cursor.fetchall()]
+    key_names = primary_key(conn, table)
     if not key_names:
         raise NoPrimaryKey(f"table {table} has no primary key: add one to dump it")
     by_name = {c.name: c for c in columns}
     return TableShape(table, columns, tuple(by_name[name] for name in key_names))
+
+
+def primary_key(conn: pymysql.connections.Connection[Any], table: TableRef) -> tuple[str, ...]:
+    """The primary-key columns of `table` in key order; empty when it has none."""
+    with conn.cursor() as cursor:
+        cursor.execute(_PRIMARY_KEY, (table.schema, table.name))
+        return tuple(str(name) for (name,) in cursor.fetchall())
 
 
 def _column(row: tuple[Any, ...], *, is_json: bool) -> ColumnInfo:

@@ -1,0 +1,280 @@
+"""The dump's queries on MySQL/MariaDB: keyset chunks, split keys and the watermark write.
+
+Keys are compared by the server, as row values in the key columns' own collations (a
+case- and accent-insensitive varchar key finds 'A' where 'a' was asked), walked through the
+primary-key index, never by OFFSET over the rows. Each range bound also bounds the key's first
+column alone (`a >= x AND (a, b) > (x, y)`): the same rows, but one the range optimizer can use
+(neither MySQL nor MariaDB does for a row comparison). Key values travel as typed parameters
+(`converters.to_param`): integers (unsigned bigint above 2^63 included), Decimals, bytes for
+binary keys (binary(16) UUIDs), text for the rest.
+
+Why a chunk read needs no `invisible_txids` (unlike PostgreSQL's): the read runs in a
+consistent snapshot started after lw's commit returned, and a transaction written to the binlog
+before lw is committed in the engine by then, because commits are ordered: the server commits
+a binlog group in the engine in binlog order (MariaDB always; MySQL 8 when
+binlog_order_commits = ON, which `setup.preflight` checks) and returns lw's commit only after
+its own engine commit. So the snapshot sees every transaction the log shows before lw.
+
+A schema change while a dump runs is never mixed into a chunk: the read selects `t.*` and
+compares the columns it returned, and the primary key while its metadata lock is held, with the
+shape it converts with; on a difference it reads the shape again and reads the chunk again, and
+a changed primary key stops with `SourceError` naming the table to dump again.
+
+A server that goes away surfaces as `SourceUnavailable` from whichever call met it, and the next
+call connects again: the dump retries the chunk with new watermarks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pymysql
+from pymysql.cursors import Cursor
+
+from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.event import Key, Row, TableRef, freeze
+from airflow_provider_dblog.sources.base import ChunkRead, SourceError, SourceUnavailable
+from airflow_provider_dblog.sources.mysql.catalog import (
+    ColumnInfo,
+    TableShape,
+    primary_key,
+    table_shape,
+)
+from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+from airflow_provider_dblog.sources.mysql.converters import (
+    converter,
+    quote_name,
+    read_expression,
+    to_param,
+)
+
+LOST_SERVER_CODES = frozenset((1053, 1927, 2003, 2006, 2013, 4031))
+"""Error codes of a lost server: shutdown in progress, connection killed (MariaDB), can't
+connect, gone away, lost during a query, disconnected for inactivity (MySQL 8)."""
+
+_UNKNOWN_COLUMN = 1054
+_SCHEMA_RETRIES = 3
+
+
+class MysqlChunkSource:
+    """`ChunkSource` on one autocommit PyMySQL connection, opened on first use."""
+
+    def __init__(self, config: MysqlSourceConfig) -> None:
+        self._config = config
+        self._conn: pymysql.connections.Connection[Any] | None = None
+        self._shapes: dict[TableRef, TableShape] = {}
+
+    def key_columns(self, table: TableRef) -> tuple[str, ...]:
+        return self._shape(table).key_columns
+
+    def max_key(self, table: TableRef) -> Key | None:
+        shape = self._shape(table)
+        descending = ", ".join(f"{quote_name(c.name)} DESC" for c in shape.key)
+        query = f"SELECT {_reads(shape.key)} FROM {_table(table)} ORDER BY {descending} LIMIT 1"
+        with self._session() as cursor:
+            cursor.execute(query)
+            row = cursor.fetchone()
+        return None if row is None else _key(shape.key, row)
+
+    def split_keys(
+        self, table: TableRef, after: Key | None, upto: Key, chunk_size: int, count: int
+    ) -> list[Key]:
+        shape = self._shape(table)
+        keys: list[Key] = []
+        lower = after
+        with self._session() as cursor:
+            for _ in range(count):
+                where, params = _range(shape, lower, upto)
+                cursor.execute(
+                    f"SELECT {_reads(shape.key)} FROM {_table(table)} WHERE {where}"
+                    f" ORDER BY {_names(shape.key)} LIMIT {int(chunk_size) - 1}, 1",
+                    params,
+                )
+                row = cursor.fetchone()
+                if row is None:
+                    break
+                lower = _key(shape.key, row)
+                keys.append(lower)
+        return keys
+
+    def read_chunk(self, chunk: Chunk) -> ChunkRead:
+        """Read the chunk in a consistent snapshot (no invisible transactions: see the module
+        docstring), with the table's current columns."""
+        for _ in range(_SCHEMA_RETRIES):
+            shape = self._shape(chunk.table)
+            rows = self._read(shape, chunk)
+            if rows is not None:
+                return ChunkRead(rows)
+            fresh = self._reshape(chunk.table)
+            if fresh.key_columns != shape.key_columns:
+                was, now = ", ".join(shape.key_columns), ", ".join(fresh.key_columns)
+                raise SourceError(
+                    f"the primary key of {chunk.table} changed from ({was}) to ({now}) during "
+                    f"the dump: dump {chunk.table} again"
+                )
+        raise SourceError(
+            f"the columns of {chunk.table} kept changing while a chunk was read: "
+            f"dump {chunk.table} again once its schema change is done"
+        )
+
+    def write_watermark(self, value: str) -> None:
+        """An UPDATE that sets the value the row holds logs nothing, so a repeated value is
+        refused rather than silently lost (the dump writes a new UUID each time)."""
+        table = _table(self._config.watermark)
+        with self._session() as cursor:
+            changed = cursor.execute(f"UPDATE {table} SET value = %s WHERE id = 1", (value,))
+            if changed == 1:
+                return
+            cursor.execute(f"SELECT value FROM {table} WHERE id = 1")
+            row = cursor.fetchone()
+        if row is None:
+            raise SourceError(
+                f"the watermark table {self._config.watermark} has no row: run ensure_setup "
+                "(dblog tail does)"
+            )
+        raise SourceError(
+            f"the watermark table {self._config.watermark} already holds {value!r}: the binlog "
+            "would not log it; every watermark value must be new"
+        )
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and conn.open:
+            conn.close()
+
+    def _read(self, shape: TableShape, chunk: Chunk) -> list[Row] | None:
+        """The chunk's rows, or None if the table's columns are no longer `shape`'s."""
+        if chunk.keys is not None:
+            where, params = _in_keys(shape, chunk.keys)
+        else:
+            where, params = _range(shape, chunk.after, chunk.upto)
+        floats = [c for c in shape.columns if read_expression(c) != quote_name(c.name)]
+        extra = "".join(f", {read_expression(c)}" for c in floats)
+        query = (
+            f"SELECT t.*{extra} FROM {_table(chunk.table)} AS t WHERE {where}"
+            f" ORDER BY {_names(shape.key)}"
+        )
+        if chunk.limit is not None:
+            query += f" LIMIT {int(chunk.limit)}"
+        with self._session() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+            try:
+                cursor.execute(query, params)
+                raw = cursor.fetchall()
+                description = cursor.description or ()
+                # The SELECT holds the table's metadata lock until the transaction ends.
+                key_columns = primary_key(cursor.connection, chunk.table)
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] != _UNKNOWN_COLUMN:
+                    raise
+                return None
+            finally:
+                cursor.connection.rollback()
+        names = [d[0] for d in description[: len(description) - len(floats)]]
+        if names != [c.name for c in shape.columns] or key_columns != shape.key_columns:
+            return None
+        converters = [converter(c) for c in shape.columns]
+        float_at = {c.name: len(names) + i for i, c in enumerate(floats)}
+        positions = [float_at.get(c.name, i) for i, c in enumerate(shape.columns)]
+        return [
+            {
+                c.name: convert(row[at])
+                for c, convert, at in zip(shape.columns, converters, positions, strict=True)
+            }
+            for row in raw
+        ]
+
+    @contextmanager
+    def _session(self) -> Iterator[Cursor]:
+        """A cursor on the connection (opened if there is none: `SourceUnavailable` if it
+        cannot be); a server lost while it is used raises `SourceUnavailable` and drops the
+        connection, so the next call connects again."""
+        if self._conn is None or not self._conn.open:
+            self._conn = self._config.connect()
+        conn = self._conn
+        try:
+            with conn.cursor() as cursor:
+                yield cursor
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+            lost = isinstance(exc, pymysql.err.InterfaceError) or (
+                exc.args and exc.args[0] in LOST_SERVER_CODES
+            )
+            if not lost:
+                raise
+            self._drop()
+            raise SourceUnavailable(
+                f"lost the MySQL source {self._config.name}: {exc.args[-1] if exc.args else exc}"
+            ) from exc
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(pymysql.Error):  # already gone: nothing to tell it
+                conn.close()
+
+    def _shape(self, table: TableRef) -> TableShape:
+        shape = self._shapes.get(table)
+        return shape if shape is not None else self._reshape(table)
+
+    def _reshape(self, table: TableRef) -> TableShape:
+        with self._session() as cursor:
+            shape = self._shapes[table] = table_shape(cursor.connection, table)
+        return shape
+
+
+def _table(table: TableRef) -> str:
+    return f"{quote_name(table.schema)}.{quote_name(table.name)}"
+
+
+def _names(columns: Sequence[ColumnInfo]) -> str:
+    return ", ".join(quote_name(c.name) for c in columns)
+
+
+def _reads(columns: Sequence[ColumnInfo]) -> str:
+    return ", ".join(read_expression(c) for c in columns)
+
+
+def _params(columns: Sequence[ColumnInfo], key: Key) -> list[Any]:
+    if len(key) != len(columns):
+        raise SourceError(f"key {key!r} has {len(key)} values, the primary key {len(columns)}")
+    return [to_param(c, v) for c, v in zip(columns, key, strict=True)]
+
+
+def _row_value(columns: Sequence[ColumnInfo]) -> str:
+    return f"({', '.join(['%s'] * len(columns))})"
+
+
+def _range(shape: TableShape, after: Key | None, upto: Key | None) -> tuple[str, list[Any]]:
+    """`key > after AND key <= upto` as row comparisons, each with the same bound on the first
+    key column alone for the range optimizer."""
+    conditions: list[str] = []
+    params: list[Any] = []
+    first = quote_name(shape.key[0].name)
+    for op, loose, bound in ((">", ">=", after), ("<=", "<=", upto)):
+        if bound is None:
+            continue
+        values = _params(shape.key, bound)
+        if len(shape.key) > 1:
+            conditions.append(f"{first} {loose} %s")
+            params.append(values[0])
+        conditions.append(f"({_names(shape.key)}) {op} {_row_value(shape.key)}")
+        params += values
+    return (" AND ".join(conditions) or "TRUE"), params
+
+
+def _in_keys(shape: TableShape, keys: Sequence[Key]) -> tuple[str, list[Any]]:
+    if not keys:
+        return "FALSE", []
+    params: list[Any] = []
+    for key in keys:
+        params += _params(shape.key, key)
+    tuples = ", ".join([_row_value(shape.key)] * len(keys))
+    return f"({_names(shape.key)}) IN ({tuples})", params
+
+
+def _key(columns: Sequence[ColumnInfo], row: Sequence[Any]) -> Key:
+    return tuple(freeze(converter(c)(v)) for c, v in zip(columns, row, strict=True))

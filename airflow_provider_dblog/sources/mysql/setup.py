@@ -1,0 +1,205 @@
+"""Making a MySQL/MariaDB database a DBLog source, and checking that it is one.
+
+`ensure_setup` creates what is missing (the watermark database and table with its one row) and
+is safe to run again. `preflight` only reads, and raises a SourceError subclass whose message
+says what to change. `check_binlog_retained` is for the log reader: can it resume from its
+checkpoint's binlog file? The `check_*` functions are the pure rules, taking values read from
+the server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import pymysql
+
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError, UnknownTable
+from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+from airflow_provider_dblog.sources.mysql.converters import quote_name
+
+log = logging.getLogger(__name__)
+
+_VARIABLES = """
+SHOW GLOBAL VARIABLES WHERE Variable_name IN
+ ('version', 'log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata',
+  'binlog_order_commits')
+"""
+
+_TABLE_FACTS = """
+SELECT t.TABLE_TYPE,
+       EXISTS (SELECT 1 FROM information_schema.STATISTICS s
+               WHERE s.TABLE_SCHEMA = t.TABLE_SCHEMA AND s.TABLE_NAME = t.TABLE_NAME
+                 AND s.INDEX_NAME = 'PRIMARY')
+FROM information_schema.TABLES t WHERE t.TABLE_SCHEMA = %s AND t.TABLE_NAME = %s
+"""
+
+_REPLICATION_CLIENT = ("REPLICATION CLIENT", "BINLOG MONITOR", "SUPER")
+"""Any of these lets a user list and read the binlog's position (MariaDB 10.5+ calls
+REPLICATION CLIENT BINLOG MONITOR)."""
+
+
+def is_mariadb(variables: Mapping[str, str]) -> bool:
+    return "mariadb" in variables.get("version", "").lower()
+
+
+def check_binlog(variables: Mapping[str, str]) -> None:
+    """The server writes a binlog the reader can use: ROW format, FULL images, and (MySQL)
+    commits in binlog order, which the chunk reads rely on (see `chunks`)."""
+    if variables.get("log_bin", "OFF").upper() not in ("ON", "1"):
+        raise SourceError(
+            "the binary log is off: start the server with log_bin (--log-bin=binlog) and "
+            "server_id set, binlog_format = ROW and binlog_row_image = FULL"
+        )
+    binlog_format = variables.get("binlog_format", "")
+    if binlog_format.upper() != "ROW":
+        raise SourceError(
+            f"binlog_format is {binlog_format}: DBLog reads row events only; "
+            "SET GLOBAL binlog_format = 'ROW' (and in the server's configuration), then "
+            "reconnect the applications, whose sessions keep the old format"
+        )
+    row_image = variables.get("binlog_row_image", "")
+    if row_image.upper() != "FULL":
+        raise SourceError(
+            f"binlog_row_image is {row_image}: updates and deletes must log every column; "
+            "SET GLOBAL binlog_row_image = 'FULL' (and in the server's configuration)"
+        )
+    order = variables.get("binlog_order_commits")
+    if not is_mariadb(variables) and order is not None and order.upper() not in ("ON", "1"):
+        raise SourceError(
+            "binlog_order_commits is OFF: a chunk read could miss a transaction the binlog "
+            "shows before its low watermark; SET GLOBAL binlog_order_commits = ON"
+        )
+
+
+def row_metadata_is_full(variables: Mapping[str, str]) -> bool:
+    """False (with a warning) when the binlog lacks column names: the reader then takes them
+    from information_schema, which is wrong for a moment after an ALTER TABLE."""
+    metadata = variables.get("binlog_row_metadata", "MINIMAL")
+    if metadata.upper() == "FULL":
+        return True
+    log.warning(
+        "binlog_row_metadata is %s: column names come from information_schema instead of the "
+        "binlog, which can mislabel rows logged before an ALTER TABLE; "
+        "SET GLOBAL binlog_row_metadata = 'FULL' to avoid it",
+        metadata,
+    )
+    return False
+
+
+def check_grants(user: str, privileges: Collection[str]) -> None:
+    """`privileges` are the user's global privileges (information_schema.USER_PRIVILEGES)."""
+    missing = []
+    if "REPLICATION SLAVE" not in privileges:
+        missing.append("REPLICATION SLAVE")
+    if not any(p in privileges for p in _REPLICATION_CLIENT):
+        missing.append("REPLICATION CLIENT")
+    if missing:
+        raise SourceError(
+            f"user {user} may not read the binlog: GRANT {', '.join(missing)} ON *.* TO {user} "
+            "(REPLICATION CLIENT is BINLOG MONITOR on MariaDB 10.5+)"
+        )
+
+
+def check_table(table: TableRef, facts: tuple[str, bool] | None) -> None:
+    """`facts` is (TABLE_TYPE, has primary key), None when the table is unknown."""
+    if facts is None:
+        raise UnknownTable(f"captured table {table} does not exist: create it or stop capturing it")
+    kind, has_primary_key = facts
+    if kind not in ("BASE TABLE", "SYSTEM VERSIONED"):
+        raise UnknownTable(f"{table} is a {kind.lower()}, not a table: capture tables only")
+    if not has_primary_key:
+        raise NoPrimaryKey(
+            f"captured table {table} has no primary key: DBLog chunks and reconciles by primary "
+            f"key; add one (ALTER TABLE {table} ADD PRIMARY KEY (...)) or stop capturing it"
+        )
+
+
+def check_binlog_retained(binlog_file: str, available: Sequence[str]) -> None:
+    """The checkpoint's binlog file is still on the server (`available`: SHOW BINARY LOGS)."""
+    if binlog_file in available:
+        return
+    oldest = min(available, default=None)
+    raise SourceError(
+        f"binlog file {binlog_file} of the checkpoint is gone from the server (oldest kept: "
+        f"{oldest or 'none'}): the changes since cannot be read. Keep binlogs longer "
+        "(binlog_expire_logs_seconds), then start the tailer afresh and dump every table again"
+    )
+
+
+def preflight(config: MysqlSourceConfig) -> None:
+    """Raise the first reason `config` cannot be used as a source; return if it can."""
+    with config.connect() as conn:
+        _check_server(conn)
+        for table in config.tables:
+            check_table(table, _table_facts(conn, table))
+        if _table_facts(conn, config.watermark) is None:
+            raise SourceError(
+                f"watermark table {config.watermark} does not exist: run ensure_setup"
+            )
+
+
+def ensure_setup(config: MysqlSourceConfig) -> None:
+    """Create the watermark database and table (with its one row) if missing; check the rest."""
+    with config.connect() as conn:
+        _check_server(conn)
+        for table in config.tables:
+            check_table(table, _table_facts(conn, table))
+        watermark = f"{quote_name(config.watermark_database)}.{quote_name(config.watermark_table)}"
+        with conn.cursor() as cursor:
+            # Asked first: CREATE DATABASE IF NOT EXISTS needs the global CREATE privilege
+            # even when the database exists.
+            cursor.execute(
+                "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
+                (config.watermark_database,),
+            )
+            if cursor.fetchone() is None:
+                cursor.execute(f"CREATE DATABASE {quote_name(config.watermark_database)}")
+            cursor.execute(
+                f"CREATE TABLE IF NOT EXISTS {watermark} (id int PRIMARY KEY, value varchar(255)"
+                " CHARACTER SET utf8mb4 COLLATE utf8mb4_bin) ENGINE = InnoDB"
+            )
+            cursor.execute(f"INSERT IGNORE INTO {watermark} (id, value) VALUES (1, NULL)")
+
+
+def binlog_retained(config: MysqlSourceConfig, binlog_file: str) -> None:
+    """`check_binlog_retained` against the server's binlogs, for the log reader's checkpoint."""
+    with config.connect() as conn, conn.cursor() as cursor:
+        cursor.execute("SHOW BINARY LOGS")
+        available = [str(row[0]) for row in cursor.fetchall()]
+    check_binlog_retained(binlog_file, available)
+
+
+def server_variables(conn: pymysql.connections.Connection[Any]) -> dict[str, str]:
+    """The global variables the checks read (absent ones are left out: older servers)."""
+    with conn.cursor() as cursor:
+        cursor.execute(_VARIABLES)
+        return {str(name): str(value) for name, value in cursor.fetchall()}
+
+
+def _check_server(conn: pymysql.connections.Connection[Any]) -> None:
+    variables = server_variables(conn)
+    check_binlog(variables)
+    row_metadata_is_full(variables)
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT CURRENT_USER()")
+        row = cursor.fetchone()
+        assert row is not None
+        user, _, host = str(row[0]).rpartition("@")
+        cursor.execute(
+            "SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = %s",
+            (f"'{user}'@'{host}'",),
+        )
+        privileges = {str(p) for (p,) in cursor.fetchall()}
+    check_grants(f"'{user}'@'{host}'", privileges)
+
+
+def _table_facts(
+    conn: pymysql.connections.Connection[Any], table: TableRef
+) -> tuple[str, bool] | None:
+    with conn.cursor() as cursor:
+        cursor.execute(_TABLE_FACTS, (table.schema, table.name))
+        row = cursor.fetchone()
+    return None if row is None else (str(row[0]), bool(row[1]))

@@ -1,0 +1,57 @@
+"""The MySQL/MariaDB `Source`: what the factory hands out for `[source] type = "mysql"`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.sources.mysql import setup
+from airflow_provider_dblog.sources.mysql.chunks import MysqlChunkSource
+from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+
+if TYPE_CHECKING:
+    from airflow_provider_dblog.sources.base import LogReader
+
+
+class MysqlSource:
+    """The binlog (mysql-replication) for the log, keyset reads with PyMySQL for chunks."""
+
+    def __init__(self, config: MysqlSourceConfig) -> None:
+        self.config = config
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def tables(self) -> tuple[TableRef, ...]:
+        return self.config.tables
+
+    def chunk_source(self) -> MysqlChunkSource:
+        return MysqlChunkSource(self.config)
+
+    def log_reader(self) -> LogReader:
+        from airflow_provider_dblog.sources.mysql.binlog import MysqlLogReader  # type: ignore[import-not-found,unused-ignore]
+
+        reader: LogReader = MysqlLogReader(self.config)
+        return reader
+
+    def ensure_setup(self) -> None:
+        setup.ensure_setup(self.config)
+
+    def preflight(self) -> None:
+        setup.preflight(self.config)
+
+    def database(self) -> str:
+        """The DSN's database, else the server's default for the session (DATABASE())."""
+        if self.config.database is not None:
+            return self.config.database
+        with self.config.connect() as conn, conn.cursor() as cursor:
+            cursor.execute("SELECT DATABASE()")
+            row = cursor.fetchone()
+        return "" if row is None or row[0] is None else str(row[0])
+
+    def lineage_name(self, table: TableRef) -> tuple[str, str]:
+        """`mysql://host:port` and `database.table` (OpenLineage's MySQL naming): a MySQL
+        database is the table's `schema` here."""
+        return f"mysql://{self.config.host}:{self.config.port}", f"{table.schema}.{table.name}"
