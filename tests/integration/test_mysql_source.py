@@ -1,11 +1,14 @@
 """The MySQL source's query side on a real MariaDB: setup, keyset chunks over the key types the
 server compares itself (composite, case- and accent-insensitive collation, binary(16) UUIDs,
-unsigned bigint above 2^63), schema changes between chunks, a lost connection, the watermark."""
+unsigned bigint above 2^63), schema changes between chunks, a lost connection, the watermark,
+and preflight's errors (those about the server's binlog on a private MariaDB)."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pymysql
@@ -13,7 +16,7 @@ import pytest
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, Row, TableRef
-from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
+from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServer
 from airflow_provider_dblog.sources.base import (
     NoPrimaryKey,
     SourceError,
@@ -23,7 +26,8 @@ from airflow_provider_dblog.sources.base import (
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.sources.mysql.chunks import MysqlChunkSource
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
-from airflow_provider_dblog.sources.mysql.setup import preflight
+from airflow_provider_dblog.sources.mysql.setup import binlog_retained, ensure_setup, preflight
+from tests.installed import installed
 
 pytestmark = pytest.mark.integration
 
@@ -289,3 +293,65 @@ def test_preflight_names_unknown_tables_missing_keys_and_grants(
     admin(mariadb, f"REVOKE REPLICATION SLAVE ON *.* FROM '{user}'@'%'")
     with pytest.raises(SourceError, match="GRANT REPLICATION SLAVE, REPLICATION CLIENT ON"):
         preflight(plain)
+
+
+class ConfigurableMariaDB(MariaDBServer):
+    """A private MariaDB whose binary log can be switched off (a restart)."""
+
+    log_bin = True
+
+    def _command(self) -> list[str]:
+        command = super()._command()
+        if self.log_bin:
+            return command
+        return [a for a in command if not a.startswith(("--log-bin", "--binlog-"))]
+
+
+def test_preflight_names_each_unusable_binlog_and_a_purged_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with installed(lambda: ConfigurableMariaDB(tmp_path)) as server:
+        info = server.info
+        monkeypatch.setenv(PASSWORD_ENV, info.password)
+        config = MysqlSourceConfig(
+            name="private",
+            dsn=f"mysql://{info.user}@{info.host}:{info.port}/{info.dbname}",
+            tables=(TableRef(info.dbname, "paid"),),
+            password_env=PASSWORD_ENV,
+        )
+        execute(info, "CREATE TABLE paid (id int PRIMARY KEY)")
+        ensure_setup(config)
+        preflight(config)
+
+        for setting, value, good, message in [
+            ("binlog_format", "STATEMENT", "ROW", "binlog_format is STATEMENT: DBLog reads row"),
+            ("binlog_format", "MIXED", "ROW", "binlog_format is MIXED"),
+            ("binlog_row_image", "MINIMAL", "FULL", "binlog_row_image is MINIMAL"),
+        ]:
+            admin(info, f"SET GLOBAL {setting} = '{value}'")
+            with pytest.raises(SourceError, match=message):
+                preflight(config)
+            admin(info, f"SET GLOBAL {setting} = '{good}'")
+
+        admin(info, "SET GLOBAL binlog_row_metadata = 'MINIMAL'")
+        with caplog.at_level(logging.WARNING):
+            preflight(config)
+        assert "binlog_row_metadata is MINIMAL" in caplog.text
+        admin(info, "SET GLOBAL binlog_row_metadata = 'FULL'")
+
+        with pymysql.connect(**info.admin_connect_kwargs()) as conn, conn.cursor() as cursor:
+            cursor.execute("SHOW BINARY LOGS")
+            first = cursor.fetchall()[0][0]
+            cursor.execute("FLUSH BINARY LOGS")
+            cursor.execute("SHOW BINARY LOGS")
+            last = cursor.fetchall()[-1][0]
+            cursor.execute(f"PURGE BINARY LOGS TO '{last}'")
+        binlog_retained(config, last)
+        with pytest.raises(SourceError, match=rf"{first} of the checkpoint is gone.*{last}"):
+            binlog_retained(config, first)
+
+        server.stop()
+        server.log_bin = False
+        server.start()
+        with pytest.raises(SourceError, match="the binary log is off"):
+            preflight(config)
