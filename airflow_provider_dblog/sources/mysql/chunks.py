@@ -27,6 +27,8 @@ call connects again: the dump retries the chunk with new watermarks.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -35,8 +37,14 @@ import pymysql
 from pymysql.cursors import Cursor
 
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.core.event import Key, Row, TableRef, freeze
-from airflow_provider_dblog.sources.base import ChunkRead, SourceError, SourceUnavailable
+from airflow_provider_dblog.core.event import JsonValue, Key, Row, TableRef, freeze
+from airflow_provider_dblog.sources.base import (
+    ChunkRead,
+    InvalidKey,
+    NotSetUp,
+    SourceError,
+    SourceUnavailable,
+)
 from airflow_provider_dblog.sources.mysql.catalog import (
     ColumnInfo,
     TableShape,
@@ -56,6 +64,8 @@ LOST_SERVER_CODES = frozenset((1053, 1927, 2003, 2006, 2013, 4031))
 connect, gone away, lost during a query, disconnected for inactivity (MySQL 8)."""
 
 _UNKNOWN_COLUMN = 1054
+_STRICT = "STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE"
+"""The sql_mode `check_keys` judges values in: refuse what would be truncated or zeroed."""
 _SCHEMA_RETRIES = 3
 
 
@@ -131,7 +141,7 @@ class MysqlChunkSource:
             cursor.execute(f"SELECT value FROM {table} WHERE id = 1")
             row = cursor.fetchone()
         if row is None:
-            raise SourceError(
+            raise NotSetUp(
                 f"the watermark table {self._config.watermark} has no row: run ensure_setup "
                 "(dblog tail does)"
             )
@@ -139,6 +149,56 @@ class MysqlChunkSource:
             f"the watermark table {self._config.watermark} already holds {value!r}: the binlog "
             "would not log it; every watermark value must be new"
         )
+
+    def check_ready(self) -> None:
+        table = _table(self._config.watermark)
+        with self._session() as cursor:
+            try:
+                cursor.execute(f"SELECT count(*) FROM {table}")
+                row = cursor.fetchone()
+            except pymysql.err.ProgrammingError as exc:
+                if exc.args[0] != 1146:  # no such table
+                    raise
+                row = None
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] not in (1142, 1044):  # command / database access denied
+                    raise
+                raise SourceError(
+                    f"the user of source {self._config.name} cannot read the watermark table "
+                    f"{self._config.watermark}: grant it SELECT and UPDATE ({exc.args[-1]})"
+                ) from None
+        if row is None:
+            raise NotSetUp(
+                f"source {self._config.name} is not set up for dumps: its watermark table "
+                f"{self._config.watermark} does not exist. Start the tailer first (dblog tail "
+                "creates the watermark table), then dump"
+            )
+        if row[0] != 1:
+            raise NotSetUp(
+                f"the watermark table {self._config.watermark} holds {row[0]} rows, not one: "
+                "restart dblog tail, which puts its row back"
+            )
+
+    def check_keys(self, table: TableRef, keys: Sequence[Key]) -> tuple[Key, ...]:
+        """Each value is stored, in strict mode, into a temporary table whose one column has
+        the key column's exact type (charset and collation included), read back, and must
+        still equal what was given: the server's own input rules and comparison judge it and
+        normalise it. No row of `table` is read, and temporary tables are not logged in ROW
+        format; the user needs CREATE TEMPORARY TABLES on the watermark database."""
+        shape = self._shape(table)
+        for key in keys:
+            if len(key) != len(shape.key):
+                raise InvalidKey(
+                    f"key {list(key)!r} of {table} has {len(key)} value(s), its primary key "
+                    f"({', '.join(shape.key_columns)}) {len(shape.key)}"
+                )
+        if not keys:
+            return ()
+        normalised = [
+            self._cast(table, column, [key[i] for key in keys])
+            for i, column in enumerate(shape.key)
+        ]
+        return tuple(dict.fromkeys(zip(*normalised, strict=True)))
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -187,6 +247,53 @@ class MysqlChunkSource:
             }
             for row in raw
         ]
+
+    def _cast(self, table: TableRef, column: ColumnInfo, values: list[JsonValue]) -> list[Any]:
+        """`values` stored into a temporary one-column table of `column`'s type and read back
+        as the dump reads them, converted as the log converts them; `InvalidKey` naming the
+        first one the server refuses."""
+        charset = ""
+        if column.charset is not None and column.collation is not None:
+            charset = f" CHARACTER SET {column.charset} COLLATE {column.collation}"
+        probe = _table(TableRef(self._config.watermark_database, "dblog_key_check"))
+        create = f"CREATE TEMPORARY TABLE {probe} (n int PRIMARY KEY, v {column.column_type}"
+        with self._session() as cursor:
+            cursor.execute(f"DROP TEMPORARY TABLE IF EXISTS {probe}")
+            cursor.execute(f"{create}{charset})")
+            cursor.execute("SET @dblog_sql_mode = @@SESSION.sql_mode")
+            cursor.execute(f"SET SESSION sql_mode = '{_STRICT}'")
+            try:
+                stored_as = read_expression(dataclasses.replace(column, name="v"))
+                stored = []
+                for n, value in enumerate(values):
+                    try:
+                        param = _key_param(column, value)
+                        cursor.execute(f"INSERT INTO {probe} VALUES (%s, %s)", (n, param))
+                    except (ValueError, pymysql.err.DataError) as exc:
+                        raise InvalidKey(_refused(table, column, value, exc)) from None
+                    except pymysql.err.OperationalError as exc:
+                        if exc.args[0] in LOST_SERVER_CODES:
+                            raise
+                        raise InvalidKey(_refused(table, column, value, exc)) from None
+                    # Strict mode still rounds 1.5 into an int column: a value the server
+                    # stored as something that no longer equals it is refused too, as
+                    # `WHERE id = 1.5` would find nothing.
+                    cursor.execute(
+                        f"SELECT {stored_as}, v = %s FROM {probe} WHERE n = %s", (param, n)
+                    )
+                    row = cursor.fetchone()
+                    assert row is not None
+                    if not row[1]:
+                        reason = ValueError(
+                            f"the server stores it as {converter(column)(row[0])!r}"
+                        )
+                        raise InvalidKey(_refused(table, column, value, reason))
+                    stored.append(row[0])
+            finally:
+                cursor.execute("SET SESSION sql_mode = @dblog_sql_mode")
+                cursor.execute(f"DROP TEMPORARY TABLE {probe}")
+        convert = converter(column)
+        return [freeze(convert(v)) for v in stored]
 
     @contextmanager
     def _session(self) -> Iterator[Cursor]:
@@ -278,3 +385,27 @@ def _in_keys(shape: TableShape, keys: Sequence[Key]) -> tuple[str, list[Any]]:
 
 def _key(columns: Sequence[ColumnInfo], row: Sequence[Any]) -> Key:
     return tuple(freeze(converter(c)(v)) for c, v in zip(columns, row, strict=True))
+
+
+def _key_param(column: ColumnInfo, value: JsonValue) -> Any:
+    """A key value for the server to judge: text as typed, numbers as their JSON text (so
+    strict mode refuses 1.5 for an integer column instead of rounding it), booleans as 1 and
+    0; binary keys are base64, as events carry them."""
+    if column.data_type in ("binary", "varbinary"):
+        return to_param(column, value)
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return value
+    raise ValueError(f"a key value is a JSON scalar, not {type(value).__name__}")
+
+
+def _refused(table: TableRef, column: ColumnInfo, value: JsonValue, reason: Exception) -> str:
+    text = str(reason.args[-1] if reason.args else reason).strip()
+    first = text.splitlines()[0] if text else type(reason).__name__
+    return (
+        f"key value {value!r} is not a valid {column.column_type} for column {column.name} "
+        f"of {table}: {first}"
+    )
