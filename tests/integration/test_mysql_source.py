@@ -149,6 +149,28 @@ def test_varchar_keys_compare_in_the_columns_collation(
     assert [r["k"] for r in found] == ["a", "é"]
 
 
+def test_enum_keys_walk_in_member_order(
+    mariadb: MariaDBInfo, chunks: Callable[..., MysqlChunkSource]
+) -> None:
+    """The server orders an enum by member number; bounds compared as text would skip 'a'."""
+    name = unique("statuses")
+    table = TableRef(mariadb.dbname, name)
+    execute(
+        mariadb,
+        f"CREATE TABLE {name} (e enum('b','a','c'), k int, PRIMARY KEY (e, k))",
+        f"INSERT INTO {name} VALUES ('a', 1), ('b', 1), ('c', 1), ('b', 2)",
+    )
+    source = chunks(name)
+    assert [(r["e"], r["k"]) for r in walk(source, table, 1)] == [
+        ("b", 1),
+        ("b", 2),
+        ("a", 1),
+        ("c", 1),
+    ]
+    keyed = source.read_chunk(Chunk(table, 0, keys=(("a", 1), ("c", 1)))).rows
+    assert keyed == [{"e": "a", "k": 1}, {"e": "c", "k": 1}]
+
+
 def test_binary_uuid_keys_walk_in_byte_order(
     mariadb: MariaDBInfo, chunks: Callable[..., MysqlChunkSource]
 ) -> None:

@@ -138,6 +138,9 @@ def test_enum_and_set_members_are_parsed_from_the_column_type() -> None:
         (column("varchar(10)", **UTF8), "a", "a"),
         (column("datetime(6)", fsp=6), "2024-02-29 23:59:59.123456", "2024-02-29 23:59:59.123456"),
         (column("bit(3)"), 5, 5),
+        (column("enum('b','a','c')"), "a", 2),
+        (column("set('x','y','z')"), "x,z", 0b101),
+        (column("set('x','y','z')"), "", 0),
     ],
 )
 def test_keys_go_back_as_parameters_the_server_compares(
@@ -149,3 +152,8 @@ def test_keys_go_back_as_parameters_the_server_compares(
 def test_a_float_column_is_read_as_the_double_it_stores() -> None:
     assert read_expression(column("float")) == "CAST(`c` AS DOUBLE)"
     assert read_expression(ColumnInfo("we`ird", "int", "int(11)")) == "`we``ird`"
+
+
+def test_a_value_outside_the_members_cannot_be_a_key() -> None:
+    with pytest.raises(ValueError, match="not one of the enum members"):
+        to_param(column("enum('b','a')"), "q")

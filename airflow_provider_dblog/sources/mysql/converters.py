@@ -124,7 +124,8 @@ def quote_name(name: str) -> str:
 
 def to_param(column: ColumnInfo, value: JsonValue) -> Any:
     """A key value as the query parameter PyMySQL sends for comparison with `column`: the
-    inverse of `converter(column)` for types a primary key can have."""
+    inverse of `converter(column)` for types a primary key can have (enum and set members as
+    their numbers, which is how the server orders them)."""
     if value is None:
         raise ValueError("a key value is never NULL")
     kind = column.data_type
@@ -138,7 +139,20 @@ def to_param(column: ColumnInfo, value: JsonValue) -> Any:
         return float(value)
     if kind == "binary" or kind in _BINARY_TYPES:
         return base64.b64decode(str(value), validate=True)
+    if kind in ("enum", "set"):
+        return _member_number(column.members, kind, str(value))
     return str(value)
+
+
+def _member_number(members: tuple[str, ...], kind: str, value: str) -> int:
+    """An enum or set value as the number the server sorts it by (ORDER BY uses the index, a
+    comparison with a string would compare text: keyset bounds must use the number)."""
+    try:
+        if kind == "enum":
+            return members.index(value) + 1 if value else 0
+        return sum(1 << members.index(m) for m in value.split(",")) if value else 0
+    except ValueError:
+        raise ValueError(f"{value!r} is not one of the {kind} members {members}") from None
 
 
 def _nullable(convert: Callable[[Any], JsonValue]) -> Converter:
