@@ -171,6 +171,21 @@ def test_enum_keys_walk_in_member_order(
     assert keyed == [{"e": "a", "k": 1}, {"e": "c", "k": 1}]
 
 
+def test_float_keys_bound_at_their_stored_value(
+    mariadb: MariaDBInfo, chunks: Callable[..., MysqlChunkSource]
+) -> None:
+    name = unique("floats")
+    table = TableRef(mariadb.dbname, name)
+    execute(
+        mariadb,
+        f"CREATE TABLE {name} (f float PRIMARY KEY)",
+        f"INSERT INTO {name} VALUES (0.1), (1.1), (2.2)",
+    )
+    source = chunks(name)
+    assert [r["f"] for r in walk(source, table, 1)] == [0.1, 1.1, 2.2]
+    assert source.read_chunk(Chunk(table, 0, keys=((1.1,),))).rows == [{"f": 1.1}]
+
+
 def test_binary_uuid_keys_walk_in_byte_order(
     mariadb: MariaDBInfo, chunks: Callable[..., MysqlChunkSource]
 ) -> None:

@@ -138,6 +138,7 @@ def test_enum_and_set_members_are_parsed_from_the_column_type() -> None:
         (column("varchar(10)", **UTF8), "a", "a"),
         (column("datetime(6)", fsp=6), "2024-02-29 23:59:59.123456", "2024-02-29 23:59:59.123456"),
         (column("bit(3)"), 5, 5),
+        (column("float"), 1.1, 1.100000023841858),
         (column("enum('b','a','c')"), "a", 2),
         (column("set('x','y','z')"), "x,z", 0b101),
         (column("set('x','y','z')"), "", 0),

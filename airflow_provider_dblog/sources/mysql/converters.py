@@ -135,7 +135,11 @@ def to_param(column: ColumnInfo, value: JsonValue) -> Any:
         return int(value)
     if kind == "decimal":
         return decimal.Decimal(str(value))
-    if kind in ("float", "double"):
+    if kind == "float":
+        # The stored 32-bit value exactly: the server compares FLOAT as that double, and
+        # 1.1 < 1.100000023841858 would put a row after its own key.
+        return _FLOAT32.unpack(_FLOAT32.pack(float(value)))[0]
+    if kind == "double":
         return float(value)
     if kind == "binary" or kind in _BINARY_TYPES:
         return base64.b64decode(str(value), validate=True)
