@@ -1,5 +1,5 @@
 """This package as a zip for Spark executors (`--py-files`, `SparkContext.addPyFile`), so the
-workers of a cluster need only the third-party dependencies installed (psycopg, redis).
+workers of a cluster need only the third-party dependencies installed (psycopg, PyMySQL, redis).
 
 The zip is named by a hash of its contents: it is built once per version of the code and gets
 a new name when the code changes (one Spark application refuses two files of one name).
