@@ -276,6 +276,20 @@ def test_a_killed_connection_is_source_unavailable_then_reconnects(
     assert source.read_chunk(Chunk(table, 0)).rows == [{"id": 7}]
 
 
+def test_a_restarted_server_is_source_unavailable_then_reconnects(
+    mariadb: MariaDBInfo, chunks: Callable[..., MysqlChunkSource]
+) -> None:
+    name = unique("restarted")
+    table = TableRef(mariadb.dbname, name)
+    execute(mariadb, f"CREATE TABLE {name} (id int PRIMARY KEY)", f"INSERT INTO {name} VALUES (3)")
+    source = chunks(name)
+    assert source.read_chunk(Chunk(table, 0)).rows == [{"id": 3}]
+    mariadb.restart()
+    with pytest.raises(SourceUnavailable, match="lost the MySQL source shop"):
+        source.write_watermark("after-restart")
+    assert source.read_chunk(Chunk(table, 0)).rows == [{"id": 3}]
+
+
 def test_setup_then_watermarks_each_new_value_once(
     mariadb: MariaDBInfo, make_config: MakeConfig
 ) -> None:
