@@ -47,6 +47,10 @@ def test_the_password_comes_from_the_environment_only(monkeypatch: pytest.Monkey
         ({"watermark_table": "wm-1"}, "watermark_table"),
         ({"password_env": "not a name"}, "password_env"),
         ({"server_id": 0}, "server_id"),
+        ({"server_id": "7"}, "server_id must be an integer, got '7'"),
+        ({"server_id_span": True}, "server_id_span must be an integer"),
+        ({"watermark_database": 5}, "watermark_database must be text"),
+        ({"tables": ["orders", 5]}, "must be a list"),
         ({"slot": "x"}, "unknown option.*slot"),
     ],
 )

@@ -99,8 +99,17 @@ class MysqlSourceConfig:
                 f"[source] has unknown option(s) {', '.join(unknown)}; "
                 f"known for mysql: {', '.join(sorted(fields))}"
             )
+        for name, value in section.items():
+            wanted: type = int if name in ("server_id", "server_id_span") else str
+            if name != "tables" and (not isinstance(value, wanted) or isinstance(value, bool)):
+                what = "an integer" if wanted is int else "text"
+                raise SourceError(f"[source] {name} must be {what}, got {value!r}")
         tables = section["tables"]
-        if isinstance(tables, str) or not isinstance(tables, list | tuple):
+        if (
+            isinstance(tables, str)
+            or not isinstance(tables, list | tuple)
+            or not all(isinstance(t, str) for t in tables)
+        ):
             raise SourceError(f"[source] tables must be a list of 'database.table', got {tables!r}")
         default_database = _dsn_parts(str(section["dsn"])).database
         try:
