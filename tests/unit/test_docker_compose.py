@@ -106,6 +106,19 @@ def test_postgres_runs_with_the_source_settings_of_the_test_servers(
     assert service["ports"] == ["5432:5432"]
 
 
+def test_postgres_lets_replication_in_as_the_test_servers_do(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """`all` in pg_hba.conf does not cover replication connections: both add a line for them,
+    with the same password method (the compose one from any address of the stack's network)."""
+    hba = [line.split() for line in postgres.PG_HBA.splitlines()]
+    (tested,) = [line for line in hba if line[:2] == ["host", "replication"]]
+    initdb = "/docker-entrypoint-initdb.d/10-allow-replication.sh"
+    script = _host_file(services["postgres"], initdb).read_text()
+    appended = re.findall(r'echo "(host replication [^"]+)" >> "\$PGDATA/pg_hba.conf"', script)
+    assert [line.split() for line in appended] == [[*tested[:3], "all", tested[4]]]
+
+
 def test_mariadb_runs_with_the_binlog_options_of_the_test_servers(
     services: dict[str, dict[str, Any]],
 ) -> None:
@@ -225,10 +238,12 @@ def test_airflow_runs_its_four_components_on_the_mounted_dags(
             "service_completed_successfully"
         )
     assert services["airflow-init"]["command"] == ["airflow", "db", "migrate"]
+    # Tasks, Spark drivers included, run in the scheduler: the executors call it by this name.
+    assert services["airflow-scheduler"]["hostname"] == "airflow-scheduler"
     assert services["airflow-api-server"]["ports"] == ["8080:8080"]
     # One JWT secret for all, or the components reject each other's tokens.
-    secrets = {services[f"airflow-{c}"]["environment"]["AIRFLOW__API_AUTH__JWT_SECRET"]
-               for c in AIRFLOW_COMPONENTS}  # fmt: skip
+    envs = [services[f"airflow-{c}"]["environment"] for c in AIRFLOW_COMPONENTS]
+    secrets = {env["AIRFLOW__API_AUTH__JWT_SECRET"] for env in envs}
     assert len(secrets) == 1
 
 
