@@ -129,6 +129,25 @@ def test_mariadb_runs_with_the_binlog_options_of_the_test_servers(
     assert services["mariadb"]["environment"]["MARIADB_USER"] == "dblog"
 
 
+def test_mariadb_is_a_version_the_mysql_source_supports(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    name, _, tag = services["mariadb"]["image"].partition(":")
+    assert name == "mariadb"
+    assert tuple(int(n) for n in tag.split(".")) >= (10, 6)  # see MysqlSourceConfig
+
+
+def test_every_program_of_ours_runs_from_the_image_built_from_this_repository(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    ours = {"dblog", "airflow", "spark-class", "python"}
+    for name, service in services.items():
+        if service.get("command", [None])[0] in ours:
+            assert service["image"] == "dblog:latest", name
+            assert service["build"] == {"context": "..", "dockerfile": "docker/Dockerfile"}, name
+    assert (DOCKER / "Dockerfile").is_file()
+
+
 def test_redis_runs_with_the_durability_of_the_test_servers(
     services: dict[str, dict[str, Any]],
 ) -> None:
