@@ -24,9 +24,9 @@ from psycopg.conninfo import conninfo_to_dict
 
 from airflow_provider_dblog.cli import build_parser
 from airflow_provider_dblog.config import Config, load_config
+from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.demo import TABLES as DEMO_TABLES
 from airflow_provider_dblog.devservices import mariadb, postgres, redis
-from airflow_provider_dblog.outputs import _OUTPUTS
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
@@ -203,9 +203,12 @@ def test_the_tomls_point_at_the_stack_s_own_services(services: dict[str, dict[st
         assert f"{port}:{port}" in services[host]["ports"], f"{name}: {host}:{port}"
         url = urlsplit(config.redis_url)
         assert url.hostname in services and url.port == 6379
-        assert config.output["type"] in _OUTPUTS
-        directory = config.output["directory"]
-        assert any(target == directory for _, target in _mounts(service)), name
+        # The change stream: a Redis Stream on the stack's Redis, apart from the state.
+        assert config.output["type"] == "redis_stream"
+        stream = urlsplit(service["environment"][config.output["url_env"]])
+        assert (stream.hostname, stream.port) == (url.hostname, url.port)
+        assert stream.path != url.path
+        assert stream.password == service["environment"][config.redis_password_env]
 
 
 def test_the_source_setup_runs_the_script_the_image_holds(
@@ -256,6 +259,14 @@ def test_airflow_runs_its_four_components_on_the_mounted_dags(
         assert service["depends_on"]["airflow-init"]["condition"] == (
             "service_completed_successfully"
         )
+    # dblog_on_change watches captured tables of the source on the Redis Stream output.
+    scheduler = services["airflow-scheduler"]
+    config = load_config(_host_file(scheduler, CONFIG_IN_CONTAINER))
+    env = scheduler["environment"]
+    assert env["DBLOG_SOURCE_NAME"] == config.source.name
+    watched = {TableRef.parse(t) for t in env["DBLOG_WATCH_TABLES"].split(",")}
+    assert watched <= set(config.source.tables)
+    assert config.output["type"] == "redis_stream"
     assert services["airflow-init"]["command"] == ["airflow", "db", "migrate"]
     # Tasks, Spark drivers included, run in the scheduler: the executors call it by this name.
     assert services["airflow-scheduler"]["hostname"] == "airflow-scheduler"
