@@ -20,6 +20,7 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_dblog.demo import TABLES, seed
+from airflow_provider_dblog.sources.postgres.setup import PUBLISH
 
 ROLE = "dblog"
 PUBLICATION = "dblog"
@@ -57,9 +58,9 @@ def main() -> None:
         ).fetchone()
         if published is None:
             conn.execute(
-                sql.SQL(
-                    "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete')"
-                ).format(sql.Identifier(PUBLICATION), tables)
+                sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = {})").format(
+                    sql.Identifier(PUBLICATION), tables, sql.Literal(PUBLISH)
+                )
             )
             conn.execute(
                 sql.SQL("ALTER PUBLICATION {} OWNER TO {}").format(
