@@ -175,6 +175,31 @@ def test_each_source_has_an_active_and_a_standby_tailer(
     assert all(tailers[n].get("restart") == "unless-stopped" for n in tailers)
 
 
+def test_each_tailer_publishes_its_metrics_on_a_port_of_its_own(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    published = []
+    for name, service in _tailers(services).items():
+        settings = _config_of(service).tailer
+        assert settings["metrics_address"] == "0.0.0.0", name  # reachable from outside
+        (mapping,) = service["ports"]
+        host, container = mapping.rsplit(":", 1)
+        assert int(container) == settings["metrics_port"], name
+        published.append(host)
+    assert len(set(published)) == len(published)
+
+
+def test_the_live_view_runs_on_the_store_and_only_this_machine_reaches_it(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    service = services["ui"]
+    args = build_parser().parse_args(service["command"][1:])
+    assert (service["command"][:2], args.config) == (["dblog", "ui"], CONFIG_IN_CONTAINER)
+    assert args.address == "0.0.0.0"  # inside the container; published on loopback only
+    assert service["ports"] == [f"127.0.0.1:{args.port}:{args.port}"]
+    assert _config_of(service).redis_password_env in service["environment"]
+
+
 def test_every_secret_a_mounted_toml_names_is_set_where_it_is_mounted(
     services: dict[str, dict[str, Any]],
 ) -> None:
@@ -183,7 +208,7 @@ def test_every_secret_a_mounted_toml_names_is_set_where_it_is_mounted(
         for name, service in services.items()
         if any(target == CONFIG_IN_CONTAINER for _, target in _mounts(service))
     }
-    assert {"tailer-a", "tailer-b", "spark-worker", "airflow-scheduler"} <= set(mounting)
+    assert {"tailer-a", "tailer-b", "ui", "spark-worker", "airflow-scheduler"} <= set(mounting)
     for name, service in mounting.items():
         config = _config_of(service)
         wanted = {config.source.password_env, config.redis_password_env}
