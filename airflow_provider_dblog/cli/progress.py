@@ -2,10 +2,11 @@
 plain line per step otherwise (a log file, a pipe, CI).
 
 The progress itself is the dump's (`TableProgress`, saved after each chunk by the runner and
-handed to `update`); this module only measures pace and guesses the rest. rows/s counts the
-rows this run read of the table. How many rows are left is known for a dump of given keys (the
-keys not yet read), and estimated for a table whose key is one integer column (the key range
-left times the rows met per key so far); for other keys it is unknown and no ETA is shown.
+handed to `update`), and how far a table is comes from `estimated_fraction` beside it, as
+`dblog ui` shows it: known for a dump of given keys, estimated for a table whose key is one
+integer column, unknown otherwise (then no share and no ETA are shown). This module measures
+the pace: rows/s counts the rows this run read of the table, and the ETA is the rows left at
+that pace.
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
-from airflow_provider_dblog.core.dump_plan import DumpRequest, TableProgress
+from airflow_provider_dblog.core.dump_plan import (
+    DumpRequest,
+    TableProgress,
+    estimated_fraction,
+    integer_key,
+)
 from airflow_provider_dblog.core.event import TableRef
 
 BAR_WIDTH = 24
@@ -108,7 +114,7 @@ class DumpProgressView:
             # Tables run one after another: this one began at the previous step.
             self._paces[table] = _Pace(self._last_step, before.rows_done)
         pace = self._paces[table]
-        key = _integer_key(progress.after)
+        key = integer_key(progress.after)
         if pace.first is None and key is not None:
             pace.first = (key, progress.rows_done)
         self._progress[table] = progress
@@ -127,28 +133,12 @@ class DumpProgressView:
             elapsed = self._last_step - pace.started_at
             if elapsed > 0:
                 rate = (progress.rows_done - pace.rows_at_start) / elapsed
-        left = self._rows_left(progress, pace)
-        fraction = eta = None
-        if left is not None:
-            total = progress.rows_done + left
-            fraction = progress.rows_done / total if total else 1.0
-            if rate:
-                eta = left / rate
+        first = None if pace is None else pace.first
+        fraction = estimated_fraction(progress, len(self._request.keys), first)
+        eta = None
+        if fraction and rate and not progress.done:
+            eta = progress.rows_done * (1 - fraction) / fraction / rate
         return TableLine(table, progress.rows_done, rate, fraction, eta, progress.done, started)
-
-    def _rows_left(self, progress: TableProgress, pace: _Pace | None) -> float | None:
-        if progress.done:
-            return 0
-        if self._request.keys:
-            return len(self._request.keys) - progress.key_index
-        after, last = _integer_key(progress.after), _integer_key(progress.max_key)
-        if pace is None or pace.first is None or after is None or last is None:
-            return None
-        first_key, first_rows = pace.first
-        if after <= first_key:
-            return None
-        rows_per_key = (progress.rows_done - first_rows) / (after - first_key)
-        return max(0.0, (last - after) * rows_per_key)
 
     def _draw(self) -> None:
         width = max(len(str(t)) for t in self._request.tables)
@@ -157,14 +147,6 @@ class DumpProgressView:
         self._stream.write(up + "".join(f"\x1b[2K  {line}\n" for line in lines))
         self._stream.flush()
         self._drawn = len(lines)
-
-
-def _integer_key(key: tuple[object, ...] | None) -> int | None:
-    """The key's value if it is one integer column (a bool is not one)."""
-    if key is None or len(key) != 1:
-        return None
-    value = key[0]
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _clock(seconds: float) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import redis
 
-from airflow_provider_dblog.core.dump_plan import TableProgress
+from airflow_provider_dblog.core.dump_plan import TableProgress, estimated_fraction, integer_key
 from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.state import (
     DumpStatus,
@@ -30,35 +30,6 @@ WINDOW_HORIZON_MS = 120_000
 MAX_WINDOWS = 300
 MAX_DUMPS = 20
 _SCAN_COUNT = 1000
-
-
-def table_fraction(
-    progress: TableProgress, keys_requested: int, first: tuple[int, int] | None
-) -> float | None:
-    """How far a table's dump is, 0..1, or None when it cannot be told. Known for a table done
-    or not started and for a dump of given keys; estimated for a one-integer-column key from
-    the rows met per key since `first` (key, rows done) was seen; unknown for other keys."""
-    if progress.done:
-        return 1.0
-    if not progress.started:
-        return 0.0
-    if keys_requested:
-        return min(1.0, progress.key_index / keys_requested)
-    after, last = integer_key(progress.after), integer_key(progress.max_key)
-    if first is None or after is None or last is None or after <= first[0]:
-        return None
-    rows_per_key = (progress.rows_done - first[1]) / (after - first[0])
-    left = max(0.0, (last - after) * rows_per_key)
-    total = progress.rows_done + left
-    return progress.rows_done / total if total else 1.0
-
-
-def integer_key(key: tuple[object, ...] | None) -> int | None:
-    """The key's value if it is one integer column (a bool is not one)."""
-    if key is None or len(key) != 1:
-        return None
-    value = key[0]
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def table_rates(
@@ -205,7 +176,7 @@ class LiveView:
             for table in stored.request.tables:
                 done = progress.get(table) or TableProgress(table)
                 first = self._first_key(dump_id, done)
-                fraction = table_fraction(done, keys_requested, first)
+                fraction = estimated_fraction(done, keys_requested, first)
                 tables.append(
                     {
                         "table": str(table),
