@@ -3,7 +3,8 @@
 `dump` checks the whole request first (options, the source being set up, tables, key values
 against their columns' types: see `dump/request.py`), so a bad one exits 2 with nothing
 stored; then it registers the request in Redis and runs it in this process (`dump/runner.py`,
-each chunk read between watermarks by `dump/chunk.py`). A dump of the same `--dump-id` run
+each chunk read between watermarks by `dump/chunk.py`), showing a progress bar per table on
+a terminal and a plain line per step otherwise (`progress.py`). A dump of the same `--dump-id` run
 again resumes from its last completed chunk (one whose process died, for instance), unless a
 live process still runs it. A failed or cancelled dump resumes only when asked with `--resume`,
 as an Airflow retry does; a done one never. The controls act on a running dump from anywhere:
@@ -28,8 +29,9 @@ from airflow_provider_dblog.cli.common import (
     store_of,
     whole_number,
 )
+from airflow_provider_dblog.cli.progress import DumpProgressView
 from airflow_provider_dblog.config import Config
-from airflow_provider_dblog.core.dump_plan import DumpRequest, TableProgress
+from airflow_provider_dblog.core.dump_plan import DumpRequest
 from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.dump.request import build_request
@@ -117,15 +119,18 @@ def _dump(args: argparse.Namespace) -> int:
     if args.max_rows_per_s is not None:
         store.dumps.throttle(dump_id, max_rows_per_s=args.max_rows_per_s)
     print(f"dump {dump_id}: running (dblog pause|resume|cancel|throttle {dump_id})")
+    stored = store.dumps.get(dump_id)
+    assert stored is not None, f"dump {dump_id} was stored a moment ago"
+    view = DumpProgressView(stored.request, store.dumps.load_progress(dump_id), sys.stdout)
     state = run_dump(
         store,
         source.chunk_source,
         dump_id,
         window_timeout_s=args.window_timeout,
         source_patience_s=args.source_patience,
-        on_progress=_print_progress,
+        on_progress=view.update,
     )
-    print(f"\ndump {dump_id}: {state}")
+    print(f"dump {dump_id}: {state}")
     return 0 if state == "done" else 1
 
 
@@ -198,13 +203,6 @@ def _runnable_again(store: StateStore, dump_id: str, resume: bool) -> bool:
         print(f"dump {dump_id} is done: there is nothing left to resume", file=sys.stderr)
         return False
     return True
-
-
-def _print_progress(dump_id: str, progress: TableProgress) -> None:
-    state = "done" if progress.done else "running"
-    line = f"{progress.table}: {progress.chunks_done} chunks, {progress.rows_done} rows, {state}"
-    sys.stdout.write(f"\r  {line}   ")
-    sys.stdout.flush()
 
 
 def _control(args: argparse.Namespace) -> int:

@@ -182,6 +182,36 @@ class TableProgress:
         )
 
 
+def integer_key(key: Key | None) -> int | None:
+    """The key's value if it is one integer column (a bool is not one)."""
+    if key is None or len(key) != 1:
+        return None
+    value = key[0]
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def estimated_fraction(
+    progress: TableProgress, keys_requested: int, first: tuple[int, int] | None
+) -> float | None:
+    """How far a table's dump is, 0..1, or None when it cannot be told: what `dblog dump`'s
+    bars and `dblog ui` show. Known for a table done or not started and for a dump of given
+    keys (`keys_requested` of them); estimated for a one-integer-column key from the rows met
+    per key since `first` ((key, rows done) at a step seen earlier); unknown for other keys."""
+    if progress.done:
+        return 1.0
+    if not progress.started:
+        return 0.0
+    if keys_requested:
+        return min(1.0, progress.key_index / keys_requested)
+    after, last = integer_key(progress.after), integer_key(progress.max_key)
+    if first is None or after is None or last is None or after <= first[0]:
+        return None
+    rows_per_key = (progress.rows_done - first[1]) / (after - first[0])
+    left = max(0.0, (last - after) * rows_per_key)
+    total = progress.rows_done + left
+    return progress.rows_done / total if total else 1.0
+
+
 def _key_to_json(key: Key | None) -> list[Any] | None:
     return None if key is None else list(key)
 

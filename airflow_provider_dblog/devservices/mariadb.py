@@ -37,6 +37,19 @@ COMMON_OPTIONS = [
     "--skip-name-resolve",
 ]
 
+BINLOG_OPTIONS = [
+    "--log-bin=binlog",
+    "--binlog-format=ROW",
+    "--binlog-row-image=FULL",
+    "--binlog-row-metadata=FULL",
+    "--gtid-strict-mode=ON",
+    "--binlog-expire-logs-seconds=604800",
+]
+"""What makes a server a DBLog source: a ROW binlog with every column of every row and the
+column names, GTIDs kept strictly in order, and a week of binlog kept for a tailer that is
+down. docker/compose.yaml runs its MariaDB with these same options
+(tests/unit/test_docker_compose.py checks)."""
+
 
 def _binary(name: str) -> str:
     """A MariaDB program; /usr/sbin is not on every user's PATH."""
@@ -133,10 +146,7 @@ class MariaDBServer(ServerProcess):
             f"--port={self.port}",
             f"--bind-address={LOOPBACK}",
             f"--pid-file={self.base_dir / 'mariadb.pid'}",
-            "--log-bin=binlog",
-            "--binlog-format=ROW",
-            "--binlog-row-image=FULL",
-            "--binlog-row-metadata=FULL",
+            *BINLOG_OPTIONS,
             f"--server-id={self.server_id}",
             "--default-time-zone=+00:00",
             *self._user_option,

@@ -32,19 +32,30 @@ APP_USER = "dblog"
 APP_DB = "dblog"
 SUPERUSER = "postgres"
 
+SOURCE_SETTINGS = {
+    "wal_level": "logical",
+    "max_replication_slots": "10",
+    "max_wal_senders": "10",
+    "max_slot_wal_keep_size": "4GB",
+}
+"""What makes a server a DBLog source: logical decoding, and a cap on the WAL a slot may hold
+back (a slot left behind is invalidated rather than filling the disk). docker/compose.yaml
+runs its PostgreSQL with these same settings (tests/unit/test_docker_compose.py checks)."""
+
+THROWAWAY_SETTINGS = {
+    "unix_socket_permissions": "0700",
+    "fsync": "off",
+    "full_page_writes": "off",
+    "shared_buffers": "64MB",
+    "timezone": "'UTC'",
+    "log_timezone": "'UTC'",
+}
+"""Fast and private, for a server whose data nobody keeps."""
+
 # Appended to postgresql.conf. Port and listen address come on the command line.
-CONFIG = """
-# --- airflow_provider_dblog.devservices ---
-wal_level = logical
-max_replication_slots = 10
-max_wal_senders = 10
-unix_socket_permissions = 0700
-fsync = off
-full_page_writes = off
-shared_buffers = 64MB
-timezone = 'UTC'
-log_timezone = 'UTC'
-"""
+CONFIG = "\n# --- airflow_provider_dblog.devservices ---\n" + "".join(
+    f"{name} = {value}\n" for name, value in {**SOURCE_SETTINGS, **THROWAWAY_SETTINGS}.items()
+)
 
 # Trust on the private Unix socket; passwords over TCP, replication included.
 PG_HBA = """\

@@ -57,6 +57,17 @@ class RedisInfo(ServiceInfo):
             return False
 
 
+DURABILITY_OPTIONS = [
+    "--appendonly", "yes",
+    "--appendfsync", "everysec",
+    "--save", "",
+]  # fmt: skip
+"""The state store's durability: every write in the append-only file, fsynced each second (a
+crash loses at most the last second of writes; see docs/operations.md), no RDB snapshots.
+docker/compose.yaml runs its Redis with these same options
+(tests/unit/test_docker_compose.py checks)."""
+
+
 class RedisServer(ServerProcess):
     """Redis in `base_dir` (data/ holds the AOF, redis.conf the password, redis.log)."""
 
@@ -86,9 +97,7 @@ class RedisServer(ServerProcess):
             "--port", str(self.port),
             "--bind", LOOPBACK,
             "--dir", str(self.data_dir),
-            "--appendonly", "yes",
-            "--appendfsync", "everysec",
-            "--save", "",
+            *DURABILITY_OPTIONS,
             "--daemonize", "no",
             "--logfile", "",
         ]  # fmt: skip

@@ -28,7 +28,15 @@ from dataclasses import dataclass, field, replace
 
 from prometheus_client import Histogram
 
-from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, TableRef, table_event
+from airflow_provider_dblog.core.event import (
+    Event,
+    JsonValue,
+    Op,
+    Origin,
+    SourceInfo,
+    TableRef,
+    table_event,
+)
 from airflow_provider_dblog.core.log import (
     Change,
     Idle,
@@ -98,7 +106,8 @@ class TailerStats:
         key = (schema, table, op)
         self.events_by_table[key] = self.events_by_table.get(key, 0) + events
 
-    def metrics(self) -> dict[str, int | str]:
+    def metrics(self) -> dict[str, JsonValue]:
+        """What each heartbeat carries (`dblog status`, `dblog ui`, Airflow's health checks)."""
         lag_ms = 0
         if self.last_ts_ms and not self.caught_up:
             lag_ms = max(0, int(time.time() * 1000) - self.last_ts_ms)
@@ -111,7 +120,19 @@ class TailerStats:
             "open_windows": self.open_windows,
             "windows_closed": self.windows_closed,
             "windows_failed": self.windows_failed,
+            "tables": self.table_counts(),
         }
+
+    def table_counts(self) -> dict[str, JsonValue]:
+        """{"schema.table": {op: events, "dropped": chunk rows dropped}}, what `dblog ui` shows
+        flowing per table: a copy of the counters once per heartbeat, nothing per event."""
+        tables: dict[str, dict[str, JsonValue]] = {}
+        # list(): one C call, safe while the session thread adds a key (metrics scrapes).
+        for (schema, table, op), count in list(self.events_by_table.items()):
+            tables.setdefault(f"{schema}.{table}", {})[str(op)] = count
+        for (schema, table), count in list(self.chunk_rows_dropped.items()):
+            tables.setdefault(f"{schema}.{table}", {})["dropped"] = count
+        return dict(tables)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,12 +313,15 @@ class Session:
         if known is None:
             return  # the columns did not change, or this stretch of log was emitted before
         source = self._table_source(table, position, txid, ts_ms)
-        self._table_event(table_event(Op.SCHEMA, source, known.version, known.schema))
+        event = table_event(Op.SCHEMA, source, known.version, known.schema)
+        # A table's first description changes no columns a chunk could have read: the check
+        # at hw (`_emit_chunk`) still compares the chunk's columns with it.
+        self._table_event(event, ends_windows=known.version > 1)
         self._writer.put(SchemaDurable(known))
 
-    def _table_event(self, event: Event) -> None:
+    def _table_event(self, event: Event, *, ends_windows: bool = True) -> None:
         """Emit a table-level event at once; the windows of its table it ends are retried."""
-        for failed in self._reconciler.table_event(event):
+        for failed in self._reconciler.table_event(event) if ends_windows else ():
             self._opened_at.pop(failed.window.window_id, None)
             self._fail(failed)
         self._writer.put(event)

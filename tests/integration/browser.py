@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -33,6 +34,16 @@ FLAGS = (
     "--disable-background-networking",
     "--window-size=1400,1000",
 )
+
+
+def screenshots_dir(prefix: str) -> Path:
+    """A new directory under $DBLOG_TEST_ARTIFACTS (default: the temp dir's
+    `dblog-test-artifacts`), kept after the test: pytest's own temp dirs are pruned when
+    other sessions start."""
+    default = Path(tempfile.gettempdir()) / "dblog-test-artifacts"
+    base = Path(os.environ.get("DBLOG_TEST_ARTIFACTS") or default)
+    base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
 
 
 class Page:

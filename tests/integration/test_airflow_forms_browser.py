@@ -15,8 +15,6 @@ Screenshots of each step are kept in a directory the test prints (`screenshots_d
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -29,22 +27,12 @@ from airflow_provider_dblog.hooks.spark_launcher import driver_log_path
 from airflow_provider_dblog.operators.request import dump_id_for
 from tests.integration.airflow_server import AirflowServer, airflow_server
 from tests.integration.airflow_support import airflow_env, dblog_connection
-from tests.integration.browser import Page, chromium
+from tests.integration.browser import Page, chromium, screenshots_dir
 from tests.integration.e2e_support import wait_caught_up
 from tests.integration.spark_support import running_pipeline
 
 pytestmark = pytest.mark.integration
 ROWS = 60
-
-
-def screenshots_dir() -> Path:
-    """A new directory under $DBLOG_TEST_ARTIFACTS (default: the temp dir's
-    `dblog-test-artifacts`), kept after the test: pytest's own temp dirs are pruned when
-    other sessions start."""
-    default = Path(tempfile.gettempdir()) / "dblog-test-artifacts"
-    base = Path(os.environ.get("DBLOG_TEST_ARTIFACTS") or default)
-    base.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="forms-browser-", dir=base))
 
 
 def open_trigger_form(page: Page, airflow: AirflowServer, dag_id: str) -> None:
@@ -63,7 +51,7 @@ def trigger_from_form(page: Page) -> str:
 def test_a_person_repairs_composite_keys_from_the_trigger_form(
     pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path
 ) -> None:
-    shots = screenshots_dir()
+    shots = screenshots_dir("forms-browser-")
     print(f"screenshots of the browser test: {shots}")
     with running_pipeline(pg15, redis_server, tmp_path, rows=ROWS) as pipeline:
         dbs = pipeline.dbs

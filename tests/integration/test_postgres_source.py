@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -665,6 +666,47 @@ def test_read_chunk_names_the_transactions_its_snapshot_missed(
             read = source.read_chunk(Chunk(table, 0))
         assert [r["id"] for r in read.rows] == [1, 3]
         assert int(row[0]) & 0xFFFF_FFFF in read.invisible_txids
+    finally:
+        source.close()
+
+
+def test_a_dump_neither_waits_for_writers_nor_holds_their_tables_locked(
+    postgres: PostgresInfo, make_config: MakeConfig
+) -> None:
+    """The paper's requirement (e), no locks: with a writer's transaction open on the table (an
+    uncommitted update and insert), every call a dump makes returns at once, and between calls
+    the dump holds no lock on the table. A lock that blocks writes would conflict with the
+    writer's and wait."""
+    table = new_table(postgres, "id int PRIMARY KEY, v text")
+    execute(postgres, f"INSERT INTO {table} SELECT g, 'a' FROM generate_series(1, 10) g")
+    config = make_config((table,))
+    ensure_setup(config)
+    source = PostgresChunkSource(config)
+    seen: dict[str, Any] = {}
+
+    def dump_calls() -> None:
+        source.write_watermark("lw-no-lock")
+        seen["max_key"] = source.max_key(table)
+        seen["rows"] = source.read_chunk(Chunk(table, 0)).rows
+        source.write_watermark("hw-no-lock")
+
+    try:
+        with psycopg.connect(postgres.dsn) as writer:
+            writer.execute(f"UPDATE {table} SET v = 'b' WHERE id = 5")
+            writer.execute(f"INSERT INTO {table} VALUES (11, 'c')")
+            dump = threading.Thread(target=dump_calls, daemon=True)
+            dump.start()
+            dump.join(60)
+            assert not dump.is_alive(), "a dump call is waiting for the writer's locks"
+            held = writer.execute(
+                "SELECT mode FROM pg_locks WHERE relation = %s::regclass "
+                "AND pid <> pg_backend_pid()",
+                (str(table),),
+            ).fetchall()
+            assert held == []
+        assert seen["max_key"] == (10,)
+        assert [(r["id"], r["v"]) for r in seen["rows"]][4] == (5, "a")
+        assert len(seen["rows"]) == 10
     finally:
         source.close()
 

@@ -9,6 +9,7 @@ from airflow_provider_dblog.core.dump_plan import (
     DumpRequest,
     TablePlanner,
     TableProgress,
+    estimated_fraction,
     parse_keys,
 )
 from airflow_provider_dblog.core.errors import InvalidRequest
@@ -160,3 +161,21 @@ def test_completing_a_chunk_twice_is_refused() -> None:
     planner.complete(chunk, 1, (1,))
     with pytest.raises(InvalidRequest, match="not in flight"):
         planner.complete(chunk, 1, (1,))
+
+
+def test_fraction_is_known_when_done_not_started_or_by_keys() -> None:
+    assert estimated_fraction(TableProgress(T, started=True, done=True), 0, None) == 1.0
+    assert estimated_fraction(TableProgress(T), 0, None) == 0.0
+    assert estimated_fraction(TableProgress(T, started=True, key_index=3), 4, None) == 0.75
+
+
+def test_fraction_of_an_integer_key_is_estimated_from_the_rows_met_per_key() -> None:
+    progress = TableProgress(T, started=True, max_key=(1000,), after=(400,), rows_done=300)
+    # Seen first at key 200 with 100 rows: 1 row per key since, so 600 keys are 600 rows left.
+    assert estimated_fraction(progress, 0, (200, 100)) == 300 / 900
+    assert estimated_fraction(progress, 0, (400, 300)) is None  # no step seen since
+    assert estimated_fraction(progress, 0, None) is None
+    text_key = TableProgress(T, started=True, max_key=("z",), after=("m",), rows_done=5)
+    assert estimated_fraction(text_key, 0, (1, 1)) is None
+    flag_key = TableProgress(T, started=True, max_key=(True,), after=(False,), rows_done=5)
+    assert estimated_fraction(flag_key, 0, (0, 0)) is None

@@ -14,16 +14,17 @@ import pytest
 from airflow_provider_dblog.spark_package import PACKAGE, package_zip
 
 
-def test_zip_holds_every_module_and_no_bytecode(tmp_path: Path) -> None:
+def test_zip_holds_every_module_and_data_file_and_no_bytecode(tmp_path: Path) -> None:
     zipped = package_zip(tmp_path)
     names = set(zipfile.ZipFile(zipped).namelist())
     on_disk = {
         f"airflow_provider_dblog/{p.relative_to(PACKAGE).as_posix()}"
-        for p in PACKAGE.rglob("*.py")
-        if "__pycache__" not in p.parts
+        for p in PACKAGE.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
     }
     assert names == on_disk
     assert "airflow_provider_dblog/sources/postgres/chunks.py" in names
+    assert "airflow_provider_dblog/ui/static/index.html" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 

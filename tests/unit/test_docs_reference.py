@@ -1,0 +1,182 @@
+"""The docs and the code name the same things: every `dblog` flag, TOML key and error type that
+exists is documented, and every one the docs name exists.
+
+Flags come from the real argparse parsers (`dblog`'s, built by `cli.build_parser`) and, for the
+scripts the docs also show (`spark_jobs/`, `bench/`), from their `add_argument` calls. TOML keys
+come from the configuration dataclasses and the loader's own lists of known keys. Error types
+are the exception classes defined in the package and the Spark applications.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_dblog.cli import build_parser
+from airflow_provider_dblog.config import ConfigError, load_config
+from airflow_provider_dblog.outputs import _OUTPUTS
+from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
+from airflow_provider_dblog.tailer.settings import TailerSettings
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+OPERATIONS = REPO / "docs" / "operations.md"
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+OTHER_TOOLS = {
+    "--endpos": "pg_recvlogical",
+    "--scan": "redis-cli",
+    "--pattern": "redis-cli",
+}
+"""Flags the docs show on other programs' command lines."""
+
+
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[str, set[str]]]:
+    """('dump', {'--table', ...}), ('dev-services up', {...}): every `dblog` command that runs."""
+    flags = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    flags.discard("--help")
+    subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subcommands:
+        yield " ".join(path), flags
+    for action in subcommands:
+        for name, sub in action.choices.items():
+            yield from _commands(sub, (*path, name))
+
+
+DBLOG = dict(_commands(build_parser()))
+
+
+def _script_flags() -> set[str]:
+    """The flags of `spark_jobs/*.py` and `bench/*.py`, from their add_argument calls."""
+    found = set()
+    for path in [*(REPO / "spark_jobs").glob("*.py"), *(REPO / "bench").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"
+            ):
+                found |= {
+                    a.value
+                    for a in node.args
+                    if isinstance(a, ast.Constant) and str(a.value).startswith("--")
+                }
+    return found
+
+
+def _synopses(text: str) -> Iterator[tuple[list[str], set[str]]]:
+    """Each backticked `dblog ...` span: the commands it names and the flags it shows."""
+    for span in re.findall(r"`(dblog [^`]+)`", text.replace("\\|", "|")):
+        words = span.split()
+        names = words[1].split("|")
+        if names == ["dev-services"] and len(words) > 2:
+            names = [f"dev-services {n}" for n in words[2].split("|")]
+        yield [n for n in names if n in DBLOG], set(FLAG.findall(span))
+
+
+def test_every_flag_the_docs_name_exists() -> None:
+    known = set().union(*DBLOG.values()) | _script_flags() | set(OTHER_TOOLS)
+    for doc in DOCS:
+        unknown = set(FLAG.findall(doc.read_text())) - known
+        assert not unknown, f"{doc.name} names flags no parser has: {sorted(unknown)}"
+
+
+def test_every_dblog_synopsis_shows_only_its_command_s_flags() -> None:
+    for doc in DOCS:
+        for names, flags in _synopses(doc.read_text()):
+            for name in names:
+                wrong = flags - DBLOG[name]
+                assert not wrong, f"{doc.name}: `dblog {name}` has no {sorted(wrong)}"
+
+
+def test_the_command_reference_shows_every_command_with_all_its_flags() -> None:
+    shown: dict[str, set[str]] = {}
+    for names, flags in _synopses(OPERATIONS.read_text()):
+        for name in names:
+            shown.setdefault(name, set()).update(flags)
+    assert set(shown) == set(DBLOG), "commands missing from docs/operations.md"
+    for name, flags in DBLOG.items():
+        assert shown[name] == flags, f"dblog {name}: undocumented {sorted(flags - shown[name])}"
+
+
+def _known_redis_keys(tmp_path: Path) -> set[str]:
+    """The `[redis]` keys, as the loader lists them when refusing an unknown one."""
+    path = tmp_path / "probe.toml"
+    path.write_text('[source]\nname = "s"\ndsn = "host=h"\ntables = ["t"]\n[redis]\nzz = 1\n')
+    path.write_text(path.read_text() + '[output]\ntype = "ndjson"\n')
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    listed = str(refused.value).rpartition("known: ")[2]
+    return set(listed.split(", "))
+
+
+def _documented_toml_keys() -> dict[str, set[str]]:
+    """Keys per section in the docs' ```toml blocks, commented-out ones included."""
+    keys: dict[str, set[str]] = {}
+    for doc in DOCS:
+        for block in re.findall(r"```toml\n(.*?)```", doc.read_text(), re.S):
+            section = None
+            for line in block.splitlines():
+                header = re.match(r"\s*\[(\w+)\]", line)
+                if header:
+                    section = header[1]
+                    continue
+                unquoted = re.sub(r"\"[^\"]*\"|'[^']*'", '""', line)
+                names = re.findall(r"(?<![\w.])([a-z_]+)\s*=", unquoted)
+                assert section is not None or not names, f"{doc.name}: key outside a section"
+                if section is not None:
+                    keys.setdefault(section, set()).update(names)
+    return keys
+
+
+def test_every_toml_key_is_documented_and_every_documented_key_exists(tmp_path: Path) -> None:
+    def fields(cls: type) -> set[str]:
+        return {f.name for f in dataclasses.fields(cls)}
+
+    known = {
+        "source": {"type"} | fields(PostgresSourceConfig) | fields(MysqlSourceConfig),
+        "redis": _known_redis_keys(tmp_path),
+        "output": {"type"}.union(*(names for _, names in _OUTPUTS.values())),
+        "tailer": fields(TailerSettings),
+    }
+    assert _documented_toml_keys() == known
+
+
+def _error_classes() -> dict[str, Path]:
+    """Public exception classes defined in the package and the Spark applications."""
+    classes: list[tuple[str, set[str], Path]] = []
+    for path in [
+        *(REPO / "airflow_provider_dblog").rglob("*.py"),
+        *(REPO / "spark_jobs").glob("*.py"),
+    ]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {
+                    b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+                }
+                classes.append((node.name, bases, path))
+    errors = {"Exception", "RuntimeError", "ValueError", "OSError"}
+    found: dict[str, Path] = {}
+    while True:
+        new = {n: p for n, bases, p in classes if bases & errors and n not in found}
+        if not new:
+            break
+        found.update(new)
+        errors |= set(new)
+    return {n: p for n, p in found.items() if not n.startswith("_")}
+
+
+def test_every_error_type_is_in_the_operations_guide() -> None:
+    guide = OPERATIONS.read_text()
+    errors = _error_classes()
+    assert {"SourceError", "FencedOut", "DumpFailed", "CompactionLocked"} <= set(errors)
+    missing = {n: str(p.relative_to(REPO)) for n, p in errors.items() if f"`{n}`" not in guide}
+    assert not missing, f"error types missing from docs/operations.md: {missing}"
