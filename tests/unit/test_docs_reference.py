@@ -33,6 +33,7 @@ OTHER_TOOLS = {
     "--endpos": "pg_recvlogical",
     "--scan": "redis-cli",
     "--pattern": "redis-cli",
+    "--read-from-remote-server": "mariadb-binlog",
 }
 """Flags the docs show on other programs' command lines."""
 
