@@ -58,8 +58,12 @@ class LogReader(Protocol):
         """Log items in log order, forever; yields `Idle` when there is nothing to read."""
         ...
 
-    def acknowledge(self, commit: int) -> None:
-        """Everything up to `commit` is durable downstream; never moves backwards."""
+    def acknowledge(self, commit: int) -> str | None:
+        """Everything up to `commit` is durable downstream; never moves backwards.
+
+        Returns where a new reader resumes from after that (an opaque string the tailer saves
+        with its checkpoint, under its fence, and hands to `Source.log_reader`), or None when
+        the source keeps the resume point itself (PostgreSQL's slot)."""
         ...
 
     def describe(self, table: TableRef) -> TableSchema:
@@ -187,8 +191,10 @@ class Source(Protocol):
         """A new `ChunkSource` (its own connection, opened on first use); the caller closes it."""
         ...
 
-    def log_reader(self) -> LogReader:
-        """A new `LogReader` from the last acknowledged position; the caller closes it."""
+    def log_reader(self, resume: str | None = None) -> LogReader:
+        """A new `LogReader` from the last acknowledged position: `resume` is what the last
+        saved checkpoint's `LogReader.acknowledge` returned (None if none was saved). The
+        caller closes it."""
         ...
 
     def ensure_setup(self) -> None:

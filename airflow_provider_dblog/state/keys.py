@@ -22,6 +22,9 @@ every key of a source lives in one slot and every Lua script of the stores may t
 | P dump:<id>:progress   | hash   | table ("schema.name") -> TableProgress JSON                 |
 | P dump:<id>:driver     | string | the process running the dump; expires (PX) unless renewed   |
 | P tailer:checkpoint    | string | the commit position the tailer restarts from                |
+| P tailer:resume        | string | where the source's log reader resumes, saved with the       |
+|                        |        | checkpoint (opaque to all but the reader; absent when the   |
+|                        |        | source keeps it, as PostgreSQL's slot does)                 |
 | P tailer:token         | string | the last fencing token handed out                           |
 | P tailer:lease         | hash   | owner, token of the active tailer; expires (PX)             |
 | P tailer:heartbeat     | hash   | owner, at_ms (Redis clock), metrics (JSON); expires (PX)    |
@@ -51,6 +54,7 @@ class SourceKeys:
         "tailer_checkpoint",
         "tailer_heartbeat",
         "tailer_lease",
+        "tailer_resume",
         "tailer_schemas",
         "tailer_token",
     )
@@ -64,6 +68,7 @@ class SourceKeys:
         self.prefix = f"dblog:{{{source}}}:"
         self.dumps = self.prefix + "dumps"
         self.tailer_checkpoint = self.prefix + "tailer:checkpoint"
+        self.tailer_resume = self.prefix + "tailer:resume"
         self.tailer_token = self.prefix + "tailer:token"
         self.tailer_lease = self.prefix + "tailer:lease"
         self.tailer_heartbeat = self.prefix + "tailer:heartbeat"

@@ -33,6 +33,7 @@ from airflow_provider_dblog.state.base import (
     compact_json,
     decode_hash,
     reachable,
+    text,
     ttl_ms,
 )
 from airflow_provider_dblog.state.errors import FencedOut
@@ -73,23 +74,36 @@ def tailer_health_from(
 class TailerStore(RedisStore):
     """The lease, fencing token, checkpoint and heartbeat of one source's tailer."""
 
-    # KEYS: checkpoint, token. ARGV: token, commit.
+    # KEYS: checkpoint, resume, token. ARGV: token, commit, resume ('' = none).
     _CHECKPOINT = (
         FENCE
         + """
 redis.call('SET', KEYS[1], ARGV[2])
+if ARGV[3] == '' then
+  redis.call('DEL', KEYS[2])
+else
+  redis.call('SET', KEYS[2], ARGV[3])
+end
 return 1
 """
     )
 
     @reachable
-    def save_checkpoint(self, commit: int, token: int) -> None:
-        """Store the commit position the tailer restarts from. Raises `FencedOut` if `token` no
-        longer holds the lease (a stale leader must not move the checkpoint)."""
+    def save_checkpoint(self, commit: int, token: int, resume: str | None = None) -> None:
+        """Store the commit position the tailer restarts from and, with it, where the source's
+        log reader resumes (`LogReader.acknowledge`'s answer; None when the source keeps that
+        itself). Raises `FencedOut` if `token` no longer holds the lease (a stale leader must
+        not move the checkpoint)."""
+        if resume == "":
+            raise ValueError("a resume point is None or a non-empty string")
         result = self._eval(
             self._CHECKPOINT,
-            keys=[self.keys.tailer_checkpoint, self.keys.tailer_token],
-            args=[token, commit],
+            keys=[
+                self.keys.tailer_checkpoint,
+                self.keys.tailer_resume,
+                self.keys.tailer_token,
+            ],
+            args=[token, commit, resume or ""],
         )
         if result == -1:
             raise FencedOut.of(self.source, token, f"checkpoint {commit} was not saved")
@@ -98,6 +112,12 @@ return 1
     def load_checkpoint(self) -> int | None:
         raw = self._r.get(self.keys.tailer_checkpoint)
         return None if raw is None else int(raw)
+
+    @reachable
+    def load_resume(self) -> str | None:
+        """Where the source's log reader resumes, as saved with the last checkpoint."""
+        raw = self._r.get(self.keys.tailer_resume)
+        return None if raw is None else text(raw)
 
     # KEYS: schemas, token. ARGV: token, table, version, JSON. Returns 0 if the stored version
     # is not older (a replay), 1 when saved.

@@ -49,8 +49,9 @@ class TailerFailed(DBLogError):
 class Tailer:
     """Runs the tailer of `source` until `stop` is set.
 
-    The log is read from where the source keeps it (PostgreSQL: the slot's confirmed flush
-    position), so a new session re-reads what was not acknowledged. `output` is an open output,
+    The log is read from the last acknowledged position, kept by the source (PostgreSQL: the
+    slot's confirmed flush position) or saved with the checkpoint (MySQL: binlog coordinates and
+    GTIDs), so a new session re-reads what was not acknowledged. `output` is an open output,
     or a function that opens one: then it is opened only once this tailer holds the lease, and
     closed when it stops leading. With `settings.metrics_port` set, `run` serves `metrics`
     over HTTP meanwhile.
@@ -171,13 +172,13 @@ class Tailer:
 
     def _session(self, leadership: Leadership) -> Session:
         """A new session: the output opened if this leader has none yet, the source's
-        database named, a fresh reader."""
+        database named, a fresh reader from the last saved checkpoint's resume point."""
         if self._output is None:
             assert not isinstance(self._open_output, Output)
             self._output = self._open_output()
         db = self._source.database()
         self.stats.state = "leading"
-        self._reader = self._source.log_reader()
+        self._reader = self._source.log_reader(self._store.tailer.load_resume())
         return Session(
             source_name=self._source.name,
             db=db,

@@ -283,8 +283,7 @@ class Session:
         drained = self._writer.idle.is_set() and self._writer.durable_commit >= self._handed_commit
         self._stats.caught_up = drained
         if drained and item.log_end > self._acknowledged:
-            self._reader.acknowledge(item.log_end)
-            self._acknowledged = item.log_end
+            self._acknowledge(item.log_end)
 
     # -- table-level events, chunks, windows, acknowledgements ---------------------------------
 
@@ -399,9 +398,14 @@ class Session:
     def _acknowledge_durable(self) -> None:
         durable = self._writer.durable_commit
         if durable > self._acknowledged:
-            self._acknowledged = durable
-            self._reader.acknowledge(durable)
-            self._store.tailer.save_checkpoint(durable, self._token)
+            self._acknowledge(durable)
+
+    def _acknowledge(self, commit: int) -> None:
+        """Tell the reader `commit` is durable and save the checkpoint with the reader's resume
+        point, under the fence: the next session's reader starts there."""
+        self._acknowledged = commit
+        resume = self._reader.acknowledge(commit)
+        self._store.tailer.save_checkpoint(commit, self._token, resume)
 
     def housekeeping(self, now: float) -> None:
         """Renew the lease, expire windows whose hw never came, beat."""

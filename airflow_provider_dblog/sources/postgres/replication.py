@@ -114,7 +114,8 @@ class PostgresLogReader:
             ) from exc
 
     def acknowledge(self, commit: int) -> None:
-        """Confirm to the slot that everything up to `commit` is durable downstream.
+        """Confirm to the slot that everything up to `commit` is durable downstream; the slot
+        is the resume point, so there is none to return.
 
         A handed-over transaction's commit is confirmed up to the end of its commit record, so
         a restart does not send it again; any other value (`Idle.log_end`) as it is, but never

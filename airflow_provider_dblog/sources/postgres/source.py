@@ -28,7 +28,8 @@ class PostgresSource:
     def chunk_source(self) -> PostgresChunkSource:
         return PostgresChunkSource(self.config)
 
-    def log_reader(self) -> PostgresLogReader:
+    def log_reader(self, resume: str | None = None) -> PostgresLogReader:
+        """The slot is the resume point, so `resume` (always None from this reader) is unused."""
         return PostgresLogReader(self.config)
 
     def ensure_setup(self) -> None:

@@ -99,3 +99,21 @@ def test_schemas_persist_only_grow_and_are_fenced(store: StateStore) -> None:
     with pytest.raises(FencedOut):
         store.tailer.save_schema(KnownSchema(table, 3, v1, Position(2**64 - 1, 6)), first)
     assert [k.version for k in store.tailer.load_schemas()] == [2]
+
+
+def test_the_resume_point_is_saved_with_the_checkpoint_under_the_fence(store: StateStore) -> None:
+    """A source whose reader resumes from a point of its own (MySQL) gets it back as saved with
+    the last checkpoint; a stale leader moves neither; a checkpoint without one clears it."""
+    assert store.tailer.load_resume() is None
+    first = store.tailer.acquire_lease("tailer-a", 10_000)
+    assert first is not None
+    store.tailer.save_checkpoint(10, first, '{"gtid": "0-1-5"}')
+    assert (store.tailer.load_checkpoint(), store.tailer.load_resume()) == (10, '{"gtid": "0-1-5"}')
+    assert store.tailer.release_lease("tailer-a", first)
+    second = store.tailer.acquire_lease("tailer-b", 10_000)
+    assert second is not None
+    with pytest.raises(FencedOut):
+        store.tailer.save_checkpoint(20, first, '{"gtid": "0-1-9"}')
+    assert (store.tailer.load_checkpoint(), store.tailer.load_resume()) == (10, '{"gtid": "0-1-5"}')
+    store.tailer.save_checkpoint(30, second)
+    assert (store.tailer.load_checkpoint(), store.tailer.load_resume()) == (30, None)
