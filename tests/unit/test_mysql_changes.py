@@ -1,0 +1,258 @@
+"""The binlog mapping on hand-built records: positions, transaction ends, watermarks, schema
+versions, and the resume points acknowledgements give."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+from airflow_provider_dblog.core.event import JsonValue, Op, TableRef
+from airflow_provider_dblog.core.log import Change, Idle, LogItem, TransactionEnd, WatermarkWrite
+from airflow_provider_dblog.core.position import Position, mysql_commit
+from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError
+from airflow_provider_dblog.sources.mysql.changes import (
+    Begin,
+    BinlogMapper,
+    BinlogRecord,
+    LogEnd,
+    Query,
+    RowKind,
+    Rows,
+    TableColumns,
+    Xid,
+)
+from airflow_provider_dblog.sources.mysql.resume import (
+    Acknowledgements,
+    ResumePoint,
+    advance_gtid_state,
+)
+
+ORDERS = TableRef("shop", "orders")
+OTHER = TableRef("shop", "audit")
+WATERMARK = TableRef("dblog", "watermark")
+SHAPE = (("id", 3), ("note", 15))
+
+
+def at(offset: int, file_number: int = 1) -> int:
+    return mysql_commit(file_number, offset)
+
+
+class Catalog:
+    """Key columns per table; values pass through, upper-cased strings show the converter ran."""
+
+    def __init__(self) -> None:
+        self.asked: list[TableRef] = []
+        self.keys: dict[TableRef, tuple[str, ...]] = {ORDERS: ("id",)}
+
+    def __call__(self, table: TableRef) -> TableColumns:
+        self.asked.append(table)
+
+        def convert(name: str, value: object) -> JsonValue:
+            return value.upper() if isinstance(value, str) else value
+
+        return TableColumns(self.keys.get(table, ()), convert)
+
+
+def mapper(catalog: Catalog | None = None) -> BinlogMapper:
+    return BinlogMapper(
+        source="shop",
+        db="shop",
+        captured=[ORDERS],
+        watermark=WATERMARK,
+        columns=catalog or Catalog(),
+    )
+
+
+def run(m: BinlogMapper, records: Iterable[BinlogRecord]) -> list[LogItem]:
+    return [item for record in records for item in m.map(record)]
+
+
+def insert(*ids: int, table: TableRef = ORDERS, shape: tuple[object, ...] = SHAPE) -> Rows:
+    return Rows(table, RowKind.INSERT, [(None, {"id": i, "note": "n"}) for i in ids], shape)
+
+
+def changes(items: list[LogItem]) -> list[tuple[Op, JsonValue, Position, int]]:
+    return [
+        (i.event.op, i.event.key, i.event.position, i.event.schema_version)
+        for i in items
+        if isinstance(i, Change)
+    ]
+
+
+def test_a_transaction_is_positioned_at_its_first_event_and_ends_at_its_xid() -> None:
+    items = run(
+        mapper(),
+        [
+            Begin(at(400), 1_700_000_000_000, "0-1-7", 7, standalone=False),
+            insert(1, 2),
+            Rows(
+                ORDERS,
+                RowKind.UPDATE,
+                [({"id": 2, "note": "a"}, {"id": 2, "note": "b"})],
+                SHAPE,
+            ),
+            Rows(ORDERS, RowKind.DELETE, [({"id": 1, "note": "a"}, None)], SHAPE),
+            Xid(),
+        ],
+    )
+    assert changes(items) == [
+        (Op.CREATE, {"id": 1}, Position(at(400), 0), 1),
+        (Op.CREATE, {"id": 2}, Position(at(400), 1), 1),
+        (Op.UPDATE, {"id": 2}, Position(at(400), 2), 1),
+        (Op.DELETE, {"id": 1}, Position(at(400), 3), 1),
+    ]
+    assert items[-1] == TransactionEnd(at(400))
+    first = items[0]
+    assert isinstance(first, Change)
+    assert first.event.after == {"id": 1, "note": "N"}, "values go through the converter"
+    assert (first.event.source.txid, first.event.source.ts_ms) == (7, 1_700_000_000_000)
+
+
+def test_a_key_change_is_a_delete_then_a_create() -> None:
+    items = run(
+        mapper(),
+        [
+            Begin(at(10), 0, standalone=False),
+            Rows(ORDERS, RowKind.UPDATE, [({"id": 1, "note": "a"}, {"id": 9, "note": "a"})], SHAPE),
+            Xid(),
+        ],
+    )
+    assert [(op, key) for op, key, _, _ in changes(items)] == [
+        (Op.DELETE, {"id": 1}),
+        (Op.CREATE, {"id": 9}),
+    ]
+
+
+def test_watermark_updates_take_a_position_and_other_tables_are_skipped() -> None:
+    catalog = Catalog()
+    items = run(
+        mapper(catalog),
+        [
+            Begin(at(100), 0, standalone=False),
+            insert(5, table=OTHER),
+            Rows(WATERMARK, RowKind.UPDATE, [({"value": "old"}, {"value": "lw-1"})], ()),
+            insert(1),
+            Xid(),
+        ],
+    )
+    assert items[0] == WatermarkWrite("lw-1", Position(at(100), 0))
+    assert changes(items) == [(Op.CREATE, {"id": 1}, Position(at(100), 1), 1)]
+    assert catalog.asked == [ORDERS], "the catalog is asked only about captured tables"
+
+
+def test_without_gtids_begin_and_commit_queries_bound_the_transaction() -> None:
+    """MySQL without GTIDs, or a non-transactional table: BEGIN opens, COMMIT closes; a
+    statement between (a SAVEPOINT) does not end it."""
+    items = run(
+        mapper(),
+        [
+            Query(at(200), 0, "shop", "BEGIN"),
+            insert(1),
+            Query(at(300), 0, "shop", "SAVEPOINT s1"),
+            insert(2),
+            Query(at(400), 0, "shop", "COMMIT"),
+        ],
+    )
+    assert [p for _, _, p, _ in changes(items)] == [Position(at(200), 0), Position(at(200), 1)]
+    assert items[-1] == TransactionEnd(at(200))
+
+
+@pytest.mark.parametrize("standalone", [True, None])
+def test_ddl_is_a_transaction_of_its_own_and_a_new_shape_a_new_version(
+    standalone: bool | None,
+) -> None:
+    """MariaDB flags a DDL group standalone; MySQL's GTID says nothing, and a first query that
+    is not BEGIN tells. After an ALTER the catalog is asked again, and a changed shape in the
+    table map is the next schema version."""
+    catalog = Catalog()
+    m = mapper(catalog)
+    new_shape = (*SHAPE, ("extra", 3))
+    items = run(
+        m,
+        [
+            Begin(at(10), 0, standalone=False),
+            insert(1),
+            Xid(),
+            Begin(at(20), 0, standalone=standalone),
+            Query(at(30), 0, "shop", "ALTER TABLE orders ADD COLUMN extra int"),
+            Begin(at(40), 0, standalone=False),
+            insert(2, shape=new_shape),
+            Xid(),
+        ],
+    )
+    assert [i for i in items if isinstance(i, TransactionEnd)] == [
+        TransactionEnd(at(10)),
+        TransactionEnd(at(20)),
+        TransactionEnd(at(40)),
+    ]
+    assert [version for *_, version in changes(items)] == [1, 2]
+    assert catalog.asked == [ORDERS, ORDERS]
+
+
+def test_a_ddl_that_keeps_the_shape_keeps_the_version_but_asks_the_catalog_again() -> None:
+    catalog = Catalog()
+    items = run(
+        mapper(catalog),
+        [
+            Query(at(10), 0, "shop", "ALTER TABLE orders COMMENT 'x'"),
+            Begin(at(20), 0, standalone=False),
+            insert(1),
+            Xid(),
+            Query(
+                at(30), 0, "shop", "alter table shop.orders drop primary key, add primary key (id)"
+            ),
+            Begin(at(40), 0, standalone=False),
+            insert(2),
+            Xid(),
+        ],
+    )
+    assert [version for *_, version in changes(items)] == [1, 1]
+    assert catalog.asked == [ORDERS, ORDERS]
+
+
+def test_idle_lies_below_a_transaction_that_starts_at_the_log_end() -> None:
+    """The heartbeat says the log ends at 500; the next transaction may start at exactly 500,
+    so acknowledging the idle value must not pass it."""
+    m = mapper()
+    idle = run(m, [LogEnd(at(500))])
+    assert idle == [Idle(at(500) - 1)]
+    items = run(m, [Begin(at(500), 0, standalone=False), insert(1)])
+    assert changes(items)[0][2] == Position(at(500), 0)
+    assert run(m, [LogEnd(at(600))]) == [], "no Idle inside a transaction"
+
+
+def test_a_captured_table_without_primary_key_is_refused() -> None:
+    catalog = Catalog()
+    catalog.keys = {}
+    with pytest.raises(NoPrimaryKey, match=r"shop\.orders"):
+        run(mapper(catalog), [Begin(at(1), 0, standalone=False), insert(1)])
+
+
+def test_rows_outside_a_transaction_are_an_error() -> None:
+    with pytest.raises(SourceError, match="outside a transaction"):
+        run(mapper(), [insert(1)])
+
+
+def test_acknowledging_gives_the_point_after_the_last_durable_transaction() -> None:
+    start = ResumePoint("binlog.000001", 300, "0-1-4")
+    acks = Acknowledgements(start)
+    acks.handed(at(400), ResumePoint("binlog.000001", 480, "0-1-5"))
+    acks.handed(at(480), ResumePoint("binlog.000001", 560, "0-1-6"))
+    assert acks.acknowledge(at(399)) == start
+    assert acks.acknowledge(at(400)) == ResumePoint("binlog.000001", 480, "0-1-5")
+    assert acks.acknowledge(at(560) - 1) == ResumePoint("binlog.000001", 560, "0-1-6")
+    assert acks.acknowledge(at(100)) == ResumePoint("binlog.000001", 560, "0-1-6"), "no going back"
+    with pytest.raises(SourceError, match="does not grow"):
+        acks.handed(at(480), ResumePoint("binlog.000001", 600, "0-1-7"))
+        acks.handed(at(470), ResumePoint("binlog.000001", 650, "0-1-8"))
+
+
+def test_resume_points_round_trip_and_gtid_states_advance_per_domain() -> None:
+    point = ResumePoint("binlog.000007", 1234, "0-1-42,1-7-3")
+    assert ResumePoint.from_text(point.to_text()) == point
+    with pytest.raises(SourceError, match="not one this reader wrote"):
+        ResumePoint.from_text("12345")
+    assert advance_gtid_state("0-1-42,1-7-3", "1-7-4") == "0-1-42,1-7-4"
+    assert advance_gtid_state("", "0-5-1") == "0-5-1"
+    assert advance_gtid_state("0-1-42", "10-2-1") == "0-1-42,10-2-1"
