@@ -368,4 +368,6 @@ class _OneStreamConnection:
             self._streams += 1
             if self._streams > 1:
                 raise _SecondConnection("the binlog stream was lost")
+        if "db" in kwargs:  # the library's spelling, deprecated by PyMySQL
+            kwargs["database"] = kwargs.pop("db")
         return pymysql.connect(**kwargs)

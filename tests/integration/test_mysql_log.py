@@ -1,0 +1,247 @@
+"""The MySQL/MariaDB log reader on a real MariaDB, through the real `Tailer` into NDJSON: changes
+in commit order with growing positions, a big transaction, a tailer SIGKILLed and restarted, the
+server restarted under a running tailer, and a binlog purged past the resume point."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_dblog.core.event import Event, Op
+from airflow_provider_dblog.core.log import Idle
+from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.sources.mysql.binlog import BinlogPurged, MysqlLogReader
+from airflow_provider_dblog.sources.mysql.resume import ResumePoint
+from airflow_provider_dblog.state import StateStore
+from tests.integration.e2e_support import wait_until
+from tests.integration.mysql_log_support import (
+    InThreadTailer,
+    MysqlCapture,
+    TailerProcess,
+    events_in,
+    iter_transactions,
+    rebuild,
+)
+
+pytestmark = pytest.mark.integration
+
+BIG = 50_000
+
+
+@pytest.fixture
+def capture(mariadb: MariaDBInfo) -> Iterator[MysqlCapture]:
+    databases = MysqlCapture(mariadb)
+    yield databases
+    databases.drop()
+
+
+def count_events(directory: Path) -> int:
+    """Events written so far, counted by their lines (cheaper than decoding them)."""
+    if not directory.exists():
+        return 0
+    return sum(p.read_bytes().count(b"\n") for p in directory.glob("*.ndjson"))
+
+
+def strictly_increasing(events: list[Event]) -> bool:
+    return all(a.position < b.position for a, b in pairwise(events))
+
+
+def test_changes_reach_ndjson_in_commit_order_a_big_transaction_included(
+    capture: MysqlCapture, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    directory = tmp_path / "events"
+    tailer = InThreadTailer(capture, redis_server, directory)
+    try:
+        capture.execute("INSERT INTO items VALUES (1, 'one', 1.50), (4294967295, 'max', NULL)")
+        capture.execute(
+            "UPDATE items SET note = 'uno' WHERE id = 1",
+            "DELETE FROM items WHERE id = 4294967295",
+            "INSERT INTO items VALUES (2, 'two', 2)",
+        )
+        capture.execute("UPDATE items SET id = 3 WHERE id = 2")
+        capture.execute(
+            f"INSERT INTO items SELECT seq, CONCAT('n', seq), seq / 100 FROM seq_10_to_{BIG + 9}"
+        )
+        capture.execute("UPDATE items SET amount = amount + 1 WHERE id >= 10")
+        expected = 2 + 3 + 2 + BIG + BIG
+        wait_until(lambda: count_events(directory) >= expected, 120, f"{expected} events")
+    finally:
+        tailer.stop()
+    events = events_in(directory)
+    assert len(events) == expected
+    assert strictly_increasing(events), "positions grow in output order"
+    assert rebuild(events) == capture.rows()
+    head = [(e.op, e.key["id"], e.position.seq) for e in events[:7]]
+    assert head == [
+        (Op.CREATE, 1, 0),
+        (Op.CREATE, 4294967295, 1),
+        (Op.UPDATE, 1, 0),
+        (Op.DELETE, 4294967295, 1),
+        (Op.CREATE, 2, 2),
+        (Op.DELETE, 2, 0),
+        (Op.CREATE, 3, 1),
+    ]
+    assert events[1].after == {"id": 4294967295, "note": "max", "amount": None}
+    transactions = list(iter_transactions(events))
+    assert [len(t) for t in transactions] == [2, 3, 2, BIG, BIG]
+    assert [e.position.seq for e in transactions[3]] == list(range(BIG))
+    assert {e.op for e in transactions[4]} == {Op.UPDATE}
+    checkpoint = tailer.store.tailer.load_checkpoint()
+    assert checkpoint is not None and checkpoint >= events[-1].position.commit
+
+
+class Workload:
+    """Transactions written one after another in a thread until stopped: each inserts a row,
+    updates the one before and deletes the one three before."""
+
+    def __init__(self, capture: MysqlCapture) -> None:
+        self._capture = capture
+        self._stop = threading.Event()
+        self.written = 0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            i = 0
+            while not self._stop.is_set():
+                i += 1
+                self._capture.execute(
+                    f"INSERT INTO items VALUES ({i}, 'n{i}', {i})",
+                    f"UPDATE items SET note = 'u{i}' WHERE id = {i - 1}",
+                    f"DELETE FROM items WHERE id = {i - 3}",
+                )
+                self.written = i
+        except BaseException as exc:
+            self.error = exc
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self.error is not None:
+            raise self.error
+
+
+def test_a_killed_tailer_restarted_loses_nothing_and_rereads_only_the_unacknowledged(
+    capture: MysqlCapture, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """SIGKILL the tailer process under a write workload and start another: the output holds
+    every change once (NDJSON drops the replayed ones), and the second tailer read exactly the
+    changes after the first's checkpoint, not the log from its start nor from its end."""
+    directory = tmp_path / "events"
+    store = StateStore(redis_server.client(), capture.config.name)
+    first = TailerProcess(capture, redis_server, directory, tmp_path / "first.log")
+    second: TailerProcess | None = None
+    workload: Workload | None = None
+    try:
+        wait_until(lambda: store.tailer.health() is not None, 30, "the first tailer leading")
+        workload = Workload(capture)
+        wait_until(lambda: count_events(directory) >= 300, 60, "300 events written")
+        first.kill()
+        checkpoint = store.tailer.load_checkpoint()
+        assert checkpoint is not None
+        written_by_first = count_events(directory)
+        second = TailerProcess(capture, redis_server, directory, tmp_path / "second.log")
+        wait_until(
+            lambda: count_events(directory) >= written_by_first + 300,
+            60,
+            "the second tailer writing",
+        )
+        workload.stop()
+        wait_until(lambda: rebuild(events_in(directory)) == capture.rows(), 60, "caught up")
+        events = events_in(directory)
+        after_checkpoint = sum(1 for e in events if e.position.commit > checkpoint)
+        wait_until(
+            lambda: events_read(store) == after_checkpoint,
+            30,
+            f"the second tailer having read the {after_checkpoint} events after the checkpoint",
+        )
+    finally:
+        if workload is not None:
+            workload.stop()
+        for tail in (first, second):
+            if tail is not None:
+                tail.stop()
+    assert strictly_increasing(events)
+    assert 0 < after_checkpoint < len(events)
+
+
+def events_read(store: StateStore) -> object:
+    health = store.tailer.health()
+    return None if health is None else health.metrics.get("events")
+
+
+def test_the_tailer_rides_through_a_server_restart_and_loses_nothing(
+    capture: MysqlCapture, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    directory = tmp_path / "events"
+    tailer = InThreadTailer(capture, redis_server, directory)
+    try:
+        capture.execute("INSERT INTO items VALUES (1, 'before', 1)")
+        wait_until(lambda: count_events(directory) >= 1, 30, "the first change")
+        first = events_in(directory)[0].position.commit
+        wait_until(
+            lambda: (tailer.store.tailer.load_checkpoint() or 0) >= first, 30, "a checkpoint"
+        )
+        capture.info.restart()
+        capture.execute("INSERT INTO items VALUES (2, 'after', 2)")
+        capture.execute("UPDATE items SET note = 'after too' WHERE id = 1")
+        wait_until(lambda: rebuild(events_in(directory)) == capture.rows(), 60, "caught up")
+        wait_until(lambda: state_of(tailer.store) == "leading", 30, "leading again")
+    finally:
+        tailer.stop()
+    events = events_in(directory)
+    assert [(e.op, e.key["id"]) for e in events] == [
+        (Op.CREATE, 1),
+        (Op.CREATE, 2),
+        (Op.UPDATE, 1),
+    ]
+    assert strictly_increasing(events)
+    assert events[1].position.commit >> 32 > events[0].position.commit >> 32, "a new binlog"
+
+
+def state_of(store: StateStore) -> object:
+    health = store.tailer.health()
+    return None if health is None else health.metrics.get("state")
+
+
+def test_a_binlog_purged_past_the_resume_point_is_an_error_naming_it(
+    capture: MysqlCapture,
+) -> None:
+    reader = MysqlLogReader(capture.config, None, heartbeat_s=0.2)
+    try:
+        items = reader.items()
+        idle = next(item for item in items if isinstance(item, Idle))
+        saved = reader.acknowledge(idle.log_end)
+    finally:
+        reader.close()
+    assert saved is not None
+    point = ResumePoint.from_text(saved)
+    capture.execute("INSERT INTO items VALUES (1, 'lost', 1)")
+    with capture.admin() as cursor:
+        cursor.execute("FLUSH BINARY LOGS")
+        cursor.execute("SHOW MASTER STATUS")
+        current = cursor.fetchone()
+        assert current is not None
+
+        def purged() -> bool:
+            """MariaDB keeps a binlog until its transactions are checkpointed: try again."""
+            cursor.execute(f"PURGE BINARY LOGS TO '{current[0]}'")
+            cursor.execute("SHOW BINARY LOGS")
+            return point.file not in {row[0] for row in cursor.fetchall()}
+
+        wait_until(purged, 30, f"{point.file} purged")
+    again = MysqlLogReader(capture.config, saved, heartbeat_s=0.2)
+    try:
+        with pytest.raises(BinlogPurged) as raised:
+            next(again.items())
+    finally:
+        again.close()
+    message = str(raised.value)
+    assert point.file in message and "dump" in message
