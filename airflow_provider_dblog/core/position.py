@@ -1,10 +1,11 @@
 """Log positions: `[commit, seq]`, strictly increasing in output order.
 
 `commit` grows in commit order (PostgreSQL: the transaction's commit LSN; MySQL/MariaDB: binlog
-file number << 32 | offset of the transaction's end). `seq` grows with the event's index inside
-its transaction (a source may leave gaps: PostgreSQL's changes take odd seqs, so that a table's
-schema description fits before the change it precedes); dump rows take the commit of their high
-watermark and indexes after it. A change's
+file number << 32 | offset of the transaction's first event, which the binlog writes in commit
+order too and which is known before the transaction's rows: see docs/architecture.md). `seq`
+grows with the event's index inside its transaction (a source may leave gaps: PostgreSQL's
+changes take odd seqs, so that a table's schema description fits before the change it
+precedes); dump rows take the commit of their high watermark and indexes after it. A change's
 own LSN is not enough: a transaction that commits later can hold changes with lower LSNs.
 """
 
