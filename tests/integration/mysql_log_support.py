@@ -24,7 +24,7 @@ from typing import Any
 import pymysql
 import redis
 
-from airflow_provider_dblog.core.event import Event, TableRef
+from airflow_provider_dblog.core.event import Event, Op, TableRef
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs import NdjsonOutput, read_events
@@ -140,6 +140,11 @@ def rebuild(events: list[Event]) -> dict[int, tuple[str, str | None]]:
     """The table as the change stream says it is."""
     state: dict[int, tuple[str, str | None]] = {}
     for event in events:
+        if event.op is Op.TRUNCATE:
+            state.clear()
+            continue
+        if event.op is Op.SCHEMA:
+            continue
         key = int(event.key["id"])
         if event.after is None:
             state.pop(key, None)

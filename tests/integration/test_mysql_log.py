@@ -95,6 +95,44 @@ def test_changes_reach_ndjson_in_commit_order_a_big_transaction_included(
     assert checkpoint is not None and checkpoint >= events[-1].position.commit
 
 
+def test_alter_and_truncate_of_a_captured_table_become_table_events(
+    capture: MysqlCapture, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """An ALTER between changes is a schema event at its own position with the new columns and
+    a new version, and the rows after it carry them; a TRUNCATE is a `t` event."""
+    directory = tmp_path / "events"
+    tailer = InThreadTailer(capture, redis_server, directory)
+    try:
+        capture.execute("INSERT INTO items VALUES (1, 'one', 1)")
+        capture.execute("ALTER TABLE items ADD COLUMN tag varchar(8) DEFAULT 'x'")
+        capture.execute("INSERT INTO items (id, note, amount) VALUES (2, 'two', 2)")
+        capture.execute("TRUNCATE TABLE items")
+        capture.execute("INSERT INTO items VALUES (3, 'three', 3, 'y')")
+        wait_until(lambda: count_events(directory) >= 5, 30, "5 events")
+    finally:
+        tailer.stop()
+    events = events_in(directory)
+    assert [(e.op, e.schema_version) for e in events] == [
+        (Op.CREATE, 0),
+        (Op.SCHEMA, 1),
+        (Op.CREATE, 1),
+        (Op.TRUNCATE, 1),
+        (Op.CREATE, 1),
+    ]
+    assert strictly_increasing(events)
+    altered = events[1].table_schema
+    assert altered is not None
+    assert [c.to_json() for c in altered.columns][-1] == {
+        "name": "tag",
+        "type": "varchar(8)",
+        "nullable": True,
+        "default": "'x'",
+    }
+    assert altered.key == ("id",)
+    assert events[2].after == {"id": 2, "note": "two", "amount": "2.00", "tag": "x"}
+    assert rebuild(events) == {3: ("three", "3.00")}
+
+
 class Workload:
     """Transactions written one after another in a thread until stopped: each inserts a row,
     updates the one before and deletes the one three before."""

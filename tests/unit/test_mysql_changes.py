@@ -1,5 +1,5 @@
 """The binlog mapping on hand-built records: positions, transaction ends, watermarks, schema
-versions, and the resume points acknowledgements give."""
+descriptions and truncates, and the resume points acknowledgements give."""
 
 from __future__ import annotations
 
@@ -8,9 +8,18 @@ from collections.abc import Iterable
 import pytest
 
 from airflow_provider_dblog.core.event import JsonValue, Op, TableRef
-from airflow_provider_dblog.core.log import Change, Idle, LogItem, TransactionEnd, WatermarkWrite
+from airflow_provider_dblog.core.log import (
+    Change,
+    Idle,
+    LogItem,
+    SchemaDescription,
+    TransactionEnd,
+    Truncate,
+    WatermarkWrite,
+)
 from airflow_provider_dblog.core.position import Position, mysql_commit
-from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError
+from airflow_provider_dblog.core.schema import Column, TableSchema
+from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError, UnknownTable
 from airflow_provider_dblog.sources.mysql.changes import (
     Begin,
     BinlogMapper,
@@ -38,20 +47,27 @@ def at(offset: int, file_number: int = 1) -> int:
     return mysql_commit(file_number, offset)
 
 
+def described(*names: str, key: tuple[str, ...] = ("id",)) -> TableSchema:
+    return TableSchema(tuple(Column(n, "int", n not in key, None) for n in names), key)
+
+
 class Catalog:
-    """Key columns per table; values pass through, upper-cased strings show the converter ran."""
+    """Tables as the catalog has them now; values pass through, upper-cased strings show the
+    converter ran."""
 
     def __init__(self) -> None:
         self.asked: list[TableRef] = []
-        self.keys: dict[TableRef, tuple[str, ...]] = {ORDERS: ("id",)}
+        self.tables: dict[TableRef, TableSchema] = {ORDERS: described("id", "note")}
 
     def __call__(self, table: TableRef) -> TableColumns:
         self.asked.append(table)
+        if table not in self.tables:
+            raise UnknownTable(f"table {table} does not exist")
 
         def convert(name: str, value: object) -> JsonValue:
             return value.upper() if isinstance(value, str) else value
 
-        return TableColumns(self.keys.get(table, ()), convert)
+        return TableColumns(self.tables[table], convert)
 
 
 def mapper(catalog: Catalog | None = None) -> BinlogMapper:
@@ -72,11 +88,15 @@ def insert(*ids: int, table: TableRef = ORDERS, shape: tuple[object, ...] = SHAP
     return Rows(table, RowKind.INSERT, [(None, {"id": i, "note": "n"}) for i in ids], shape)
 
 
-def changes(items: list[LogItem]) -> list[tuple[Op, JsonValue, Position, int]]:
+def changes(items: list[LogItem]) -> list[tuple[Op, JsonValue, Position]]:
+    return [(i.event.op, i.event.key, i.event.position) for i in items if isinstance(i, Change)]
+
+
+def table_items(items: list[LogItem]) -> list[tuple[str, TableRef, Position]]:
     return [
-        (i.event.op, i.event.key, i.event.position, i.event.schema_version)
+        (type(i).__name__, i.table, i.position)
         for i in items
-        if isinstance(i, Change)
+        if isinstance(i, SchemaDescription | Truncate)
     ]
 
 
@@ -97,16 +117,17 @@ def test_a_transaction_is_positioned_at_its_first_event_and_ends_at_its_xid() ->
         ],
     )
     assert changes(items) == [
-        (Op.CREATE, {"id": 1}, Position(at(400), 0), 1),
-        (Op.CREATE, {"id": 2}, Position(at(400), 1), 1),
-        (Op.UPDATE, {"id": 2}, Position(at(400), 2), 1),
-        (Op.DELETE, {"id": 1}, Position(at(400), 3), 1),
+        (Op.CREATE, {"id": 1}, Position(at(400), 0)),
+        (Op.CREATE, {"id": 2}, Position(at(400), 1)),
+        (Op.UPDATE, {"id": 2}, Position(at(400), 2)),
+        (Op.DELETE, {"id": 1}, Position(at(400), 3)),
     ]
     assert items[-1] == TransactionEnd(at(400))
     first = items[0]
     assert isinstance(first, Change)
     assert first.event.after == {"id": 1, "note": "N"}, "values go through the converter"
     assert (first.event.source.txid, first.event.source.ts_ms) == (7, 1_700_000_000_000)
+    assert first.event.schema_version == 0, "the tailer stamps versions"
 
 
 def test_a_key_change_is_a_delete_then_a_create() -> None:
@@ -118,7 +139,7 @@ def test_a_key_change_is_a_delete_then_a_create() -> None:
             Xid(),
         ],
     )
-    assert [(op, key) for op, key, _, _ in changes(items)] == [
+    assert [(op, key) for op, key, _ in changes(items)] == [
         (Op.DELETE, {"id": 1}),
         (Op.CREATE, {"id": 9}),
     ]
@@ -137,7 +158,7 @@ def test_watermark_updates_take_a_position_and_other_tables_are_skipped() -> Non
         ],
     )
     assert items[0] == WatermarkWrite("lw-1", Position(at(100), 0))
-    assert changes(items) == [(Op.CREATE, {"id": 1}, Position(at(100), 1), 1)]
+    assert changes(items) == [(Op.CREATE, {"id": 1}, Position(at(100), 1))]
     assert catalog.asked == [ORDERS], "the catalog is asked only about captured tables"
 
 
@@ -154,61 +175,80 @@ def test_without_gtids_begin_and_commit_queries_bound_the_transaction() -> None:
             Query(at(400), 0, "shop", "COMMIT"),
         ],
     )
-    assert [p for _, _, p, _ in changes(items)] == [Position(at(200), 0), Position(at(200), 1)]
+    assert [p for _, _, p in changes(items)] == [Position(at(200), 0), Position(at(200), 1)]
     assert items[-1] == TransactionEnd(at(200))
 
 
 @pytest.mark.parametrize("standalone", [True, None])
-def test_ddl_is_a_transaction_of_its_own_and_a_new_shape_a_new_version(
+def test_ddl_is_a_transaction_of_its_own_describing_the_table_it_names(
     standalone: bool | None,
 ) -> None:
     """MariaDB flags a DDL group standalone; MySQL's GTID says nothing, and a first query that
-    is not BEGIN tells. After an ALTER the catalog is asked again, and a changed shape in the
-    table map is the next schema version."""
+    is not BEGIN tells. The ALTER describes the table as the catalog has it, and its next rows
+    (a new shape) are converted with the new columns."""
     catalog = Catalog()
     m = mapper(catalog)
-    new_shape = (*SHAPE, ("extra", 3))
+    run(m, [Begin(at(10), 0, standalone=False), insert(1), Xid()])
+    catalog.tables[ORDERS] = described("id", "note", "extra")
     items = run(
         m,
         [
-            Begin(at(10), 0, standalone=False),
-            insert(1),
-            Xid(),
             Begin(at(20), 0, standalone=standalone),
-            Query(at(30), 0, "shop", "ALTER TABLE orders ADD COLUMN extra int"),
+            Query(at(30), 0, "shop", "ALTER TABLE `orders` ADD COLUMN extra int"),
             Begin(at(40), 0, standalone=False),
-            insert(2, shape=new_shape),
+            Rows(ORDERS, RowKind.INSERT, [(None, {"id": 2, "note": "n", "extra": 3})], (1, 2, 3)),
             Xid(),
         ],
     )
-    assert [i for i in items if isinstance(i, TransactionEnd)] == [
-        TransactionEnd(at(10)),
-        TransactionEnd(at(20)),
-        TransactionEnd(at(40)),
-    ]
-    assert [version for *_, version in changes(items)] == [1, 2]
-    assert catalog.asked == [ORDERS, ORDERS]
+    assert items[0] == SchemaDescription(
+        ORDERS, described("id", "note", "extra"), Position(at(20), 0), ts_ms=0
+    )
+    assert items[1] == TransactionEnd(at(20))
+    assert changes(items) == [(Op.CREATE, {"id": 2}, Position(at(40), 0))]
+    assert items[-1] == TransactionEnd(at(40))
+    assert catalog.asked == [ORDERS, ORDERS, ORDERS], "first rows, the ALTER, the new shape"
+    assert table_items(run(m, [Begin(at(50), 0, standalone=False), insert(3), Xid()])) == []
 
 
-def test_a_ddl_that_keeps_the_shape_keeps_the_version_but_asks_the_catalog_again() -> None:
+def test_truncate_of_a_captured_table_and_ddl_of_others() -> None:
     catalog = Catalog()
+    m = mapper(catalog)
     items = run(
-        mapper(catalog),
+        m,
         [
-            Query(at(10), 0, "shop", "ALTER TABLE orders COMMENT 'x'"),
-            Begin(at(20), 0, standalone=False),
-            insert(1),
-            Xid(),
-            Query(
-                at(30), 0, "shop", "alter table shop.orders drop primary key, add primary key (id)"
-            ),
-            Begin(at(40), 0, standalone=False),
-            insert(2),
-            Xid(),
+            Begin(at(10), 0, standalone=True),
+            Query(at(10), 0, "shop", "TRUNCATE TABLE orders"),
+            Begin(at(20), 0, standalone=True),
+            Query(at(20), 0, "other", "truncate `shop`.`orders`"),
+            Begin(at(30), 0, standalone=True),
+            Query(at(30), 0, "other", "TRUNCATE orders"),
+            Begin(at(40), 0, standalone=True),
+            Query(at(40), 0, "shop", "ALTER TABLE audit ADD COLUMN x int"),
         ],
     )
-    assert [version for *_, version in changes(items)] == [1, 1]
-    assert catalog.asked == [ORDERS, ORDERS]
+    del catalog.tables[ORDERS]
+    items += run(
+        m, [Begin(at(50), 0, standalone=True), Query(at(50), 0, "shop", "DROP TABLE orders")]
+    )
+    assert table_items(items) == [
+        ("Truncate", ORDERS, Position(at(10), 0)),
+        ("Truncate", ORDERS, Position(at(20), 0)),
+    ], "other.orders is not captured; audit is not; a dropped table is not described"
+    assert items[-1] == TransactionEnd(at(50))
+    assert len([i for i in items if isinstance(i, TransactionEnd)]) == 5
+
+
+def test_positions_do_not_depend_on_where_the_reader_started() -> None:
+    """A reader started at the second transaction (after a restart) gives it exactly the
+    positions the first reader gave it, so replays repeat positions and are recognised."""
+    second = [
+        Begin(at(20), 0, standalone=False),
+        Rows(WATERMARK, RowKind.UPDATE, [({"value": "a"}, {"value": "hw-1"})], ()),
+        insert(2),
+        Xid(),
+    ]
+    from_start = run(mapper(), [Begin(at(10), 0, standalone=False), insert(1), Xid(), *second])
+    assert from_start[2:] == run(mapper(), second)
 
 
 def test_idle_lies_below_a_transaction_that_starts_at_the_log_end() -> None:
@@ -224,7 +264,7 @@ def test_idle_lies_below_a_transaction_that_starts_at_the_log_end() -> None:
 
 def test_a_captured_table_without_primary_key_is_refused() -> None:
     catalog = Catalog()
-    catalog.keys = {}
+    catalog.tables[ORDERS] = described("id", "note", key=())
     with pytest.raises(NoPrimaryKey, match=r"shop\.orders"):
         run(mapper(catalog), [Begin(at(1), 0, standalone=False), insert(1)])
 

@@ -46,7 +46,7 @@ from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.log import LogItem, TransactionEnd
 from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
-from airflow_provider_dblog.sources.mysql.catalog import table_shape
+from airflow_provider_dblog.sources.mysql.catalog import table_schema, table_shape
 from airflow_provider_dblog.sources.mysql.changes import (
     Begin,
     BinlogMapper,
@@ -158,11 +158,11 @@ class MysqlLogReader:
         config = self._config
         catalog = config.connect()
         try:
-            mariadb, start = self._start_point(catalog)
+            mariadb, db, start = self._start_point(catalog)
             if self._mapper is None:
                 self._mapper = BinlogMapper(
                     source=config.name,
-                    db=config.database or "",
+                    db=db,
                     captured=config.tables,
                     watermark=config.watermark,
                     columns=self._columns,
@@ -194,13 +194,15 @@ class MysqlLogReader:
 
     def _start_point(
         self, catalog: pymysql.connections.Connection[Any]
-    ) -> tuple[bool, ResumePoint]:
-        """Whether the server is MariaDB, and where to start: the last acknowledged point, the
-        saved one, or the log's end now."""
+    ) -> tuple[bool, str, ResumePoint]:
+        """Whether the server is MariaDB, the database events name (`MysqlSource.database`),
+        and where to start: the last acknowledged point, the saved one, or the log's end now."""
         with catalog.cursor() as cursor:
-            cursor.execute("SELECT VERSION()")
+            cursor.execute("SELECT VERSION(), DATABASE()")
             row = cursor.fetchone()
-            mariadb = row is not None and "mariadb" in str(row[0]).lower()
+            assert row is not None
+            mariadb = "mariadb" in str(row[0]).lower()
+            db = "" if row[1] is None else str(row[1])
             start = self._acks.acknowledged if self._acks is not None else self._saved
             if start is None:
                 start = _log_end(cursor, mariadb)
@@ -213,7 +215,7 @@ class MysqlLogReader:
                 cursor.execute("SHOW BINARY LOGS")
                 if start.file not in {str(r[0]) for r in cursor.fetchall()}:
                     raise self._purged(None, start)
-        return mariadb, start
+        return mariadb, db, start
 
     def _stream_settings(self) -> dict[str, Any]:
         settings = self._config.connect_kwargs()
@@ -325,7 +327,7 @@ class MysqlLogReader:
                 )
             return found(value)
 
-        return TableColumns(shape.key_columns, convert)
+        return TableColumns(table_schema(catalog, shape), convert)
 
 
 def _values(row: dict[str, Any], values: str, none_sources: str) -> RawRow:

@@ -18,6 +18,7 @@ from typing import Any
 import pymysql
 
 from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, UnknownTable
 
 _TABLE = """
@@ -137,3 +138,29 @@ def _column(row: tuple[Any, ...], *, is_json: bool) -> ColumnInfo:
 def _unquote(member: str) -> str:
     """An enum or set member as COLUMN_TYPE quotes it ('' for a quote, backslash escapes)."""
     return re.sub(r"''|\\(.)", lambda m: m.group(1) or "'", member)
+
+
+_DESCRIPTION = """
+SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT
+FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s
+ORDER BY ORDINAL_POSITION
+"""
+
+
+def table_schema(conn: pymysql.connections.Connection[Any], shape: TableShape) -> TableSchema:
+    """The description schema events carry (`core.schema`): COLUMN_TYPE, IS_NULLABLE and
+    COLUMN_DEFAULT's text for each column of `shape`'s table, and its key. MariaDB spells no
+    default or a NULL one as the text NULL; both are None here."""
+    with conn.cursor() as cursor:
+        cursor.execute(_DESCRIPTION, (shape.table.schema, shape.table.name))
+        columns = tuple(
+            Column(
+                name=str(name),
+                type=str(column_type),
+                nullable=str(nullable).upper() == "YES",
+                default=None if default is None or default == "NULL" else str(default),
+            )
+            for name, column_type, nullable, default in cursor.fetchall()
+        )
+    return TableSchema(columns, shape.key_columns)

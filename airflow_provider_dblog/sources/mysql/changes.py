@@ -17,6 +17,14 @@ a standalone group (DDL, which commits on its own). Only there is `TransactionEn
 resuming inside a transaction would silently drop its first rows. `LogEnd` (a heartbeat)
 becomes `Idle(end - 1)`: the next transaction may start exactly at the log's end, so the value
 acknowledged while idle must stay below any commit still to come.
+
+Table-level changes: a TRUNCATE of a captured table is a `Truncate`; any other DDL naming a
+captured table (ALTER, CREATE, RENAME, ...) is a `SchemaDescription` of its columns as the
+catalog has them then (a repeat is cheap: the tailer emits only real changes, and fails the
+windows a change falls in, so a chunk never mixes old and new columns). Tables are described
+only there, never at the first rows a reader happens to meet: an item's position must not
+depend on where a reader started, or a replay after a restart would not repeat the positions
+it repeats. Changes carry schema_version 0: the tailer stamps versions.
 """
 
 from __future__ import annotations
@@ -36,9 +44,18 @@ from airflow_provider_dblog.core.event import (
     SourceInfo,
     TableRef,
 )
-from airflow_provider_dblog.core.log import Change, Idle, LogItem, TransactionEnd, WatermarkWrite
+from airflow_provider_dblog.core.log import (
+    Change,
+    Idle,
+    LogItem,
+    SchemaDescription,
+    TransactionEnd,
+    Truncate,
+    WatermarkWrite,
+)
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError
+from airflow_provider_dblog.core.schema import TableSchema
+from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError, UnknownTable
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +87,8 @@ class Begin:
 @dataclass(frozen=True, slots=True)
 class Rows:
     """One rows event: (before, after) images, before None for an insert, after None for a
-    delete. `shape` names the table's columns and types as its table map event gave them: a
-    new shape is a new schema version."""
+    delete. `shape` is the table's columns and types as its table map event gave them: the
+    catalog is asked again when it changes."""
 
     table: TableRef
     kind: RowKind
@@ -107,15 +124,16 @@ BinlogRecord = Begin | Rows | Query | Xid | LogEnd
 
 @dataclass(frozen=True, slots=True)
 class TableColumns:
-    """How a captured table's rows become JSON: its primary-key columns in key order, and the
-    converter of the column named (the same converters a chunk read uses)."""
+    """A captured table as the catalog describes it now: its description for schema events
+    (columns, and primary-key columns in key order), and the converter of the column named
+    (the same converters a chunk read uses)."""
 
-    key_columns: tuple[str, ...]
+    schema: TableSchema
     convert: Callable[[str, object], JsonValue]
 
 
 ColumnsLookup = Callable[[TableRef], TableColumns]
-"""A captured table's columns as the catalog describes them now; asked again on a new shape."""
+"""A captured table's columns as the catalog has them now; raises UnknownTable if it is gone."""
 
 
 @dataclass(slots=True)
@@ -135,15 +153,17 @@ class _Transaction:
 @dataclass(frozen=True, slots=True)
 class _Table:
     shape: tuple[object, ...]
-    version: int
     columns: TableColumns | None
     """None once a statement may have changed the table: asked of the catalog again."""
 
 
 _BEGIN = re.compile(r"\s*BEGIN\s*;?\s*$", re.IGNORECASE)
 _END = re.compile(r"\s*(COMMIT|ROLLBACK)\s*;?\s*$", re.IGNORECASE)
-_DDL = re.compile(r"\s*(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b", re.IGNORECASE)
-_TRUNCATE = re.compile(r"\s*TRUNCATE\b", re.IGNORECASE)
+_DDL = re.compile(r"\s*(ALTER|CREATE|DROP|RENAME)\b", re.IGNORECASE)
+_NAME = r"(`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
+_TRUNCATE = re.compile(
+    rf"\s*TRUNCATE\s+(?:TABLE\s+)?{_NAME}(?:\s*\.\s*{_NAME})?\s*;?\s*$", re.IGNORECASE
+)
 _WATERMARK_VALUE = "value"
 
 
@@ -222,43 +242,58 @@ class BinlogMapper:
             transaction = self._transaction = _Transaction(
                 Begin(query.commit, query.ts_ms, standalone=True)
             )
-        self._statement(query)
+        yield from self._statement(transaction, query)
         standalone = transaction.begin.standalone
         if standalone or (standalone is None and not transaction.began):
             yield from self._end()
 
-    def _statement(self, query: Query) -> None:
-        """A statement logged as text (DDL, in ROW format): a known table it may name is
-        described anew by the catalog at its next rows event (its key may have changed even
-        where its shape did not)."""
+    def _statement(self, transaction: _Transaction, query: Query) -> Iterator[LogItem]:
+        """A statement logged as text (DDL, in ROW format)."""
+        begin = transaction.begin
+        truncated = _TRUNCATE.match(query.sql)
+        if truncated:
+            first, second = truncated.groups()
+            if second:
+                table = TableRef(_unquote(first), _unquote(second))
+            else:
+                table = TableRef(query.schema, _unquote(first))
+            if table in self._captured:
+                position = transaction.next_position()
+                yield Truncate(table, position, begin.txid, begin.ts_ms)
+            return
         if not _DDL.match(query.sql):
             return
-        text = query.sql.lower()
-        for ref, table in self._tables.items():
-            if ref.name.lower() in text:
-                self._tables[ref] = replace(table, columns=None)
-                if _TRUNCATE.match(query.sql):
-                    log.warning(
-                        "source %s: TRUNCATE of %s is not captured; dump the table again",
-                        self._source,
-                        ref,
-                    )
+        for table in sorted(self._captured):
+            if not _names(query.sql, table):
+                continue
+            known = self._tables.get(table)
+            if known is not None:
+                self._tables[table] = replace(known, columns=None)
+            try:
+                schema = self._columns(table).schema
+            except UnknownTable:
+                log.warning(
+                    "source %s: captured table %s is gone after %r; its changes are not "
+                    "captured until it is back (then dump it again)",
+                    self._source,
+                    table,
+                    query.sql,
+                )
+                continue
+            position = transaction.next_position()
+            yield SchemaDescription(table, schema, position, begin.txid, begin.ts_ms)
 
-    def _table(self, rows: Rows) -> tuple[int, TableColumns]:
-        """The schema version and columns of a captured table's rows event: a new shape is a
-        new version; columns come from the catalog for a new shape or after a statement."""
+    def _columns_of(self, rows: Rows) -> TableColumns:
+        """The table's columns for `rows`: asked of the catalog for a new shape or after a
+        statement that named it."""
         known = self._tables.get(rows.table)
         if known is not None and known.shape == rows.shape and known.columns is not None:
-            return known.version, known.columns
+            return known.columns
         columns = self._columns(rows.table)
-        if not columns.key_columns:
+        if not columns.schema.key:
             raise NoPrimaryKey(f"captured table {rows.table} has no primary key")
-        if known is None:
-            version = 1
-        else:
-            version = known.version if known.shape == rows.shape else known.version + 1
-        self._tables[rows.table] = _Table(rows.shape, version, columns)
-        return version, columns
+        self._tables[rows.table] = _Table(rows.shape, columns)
+        return columns
 
     def _rows(self, transaction: _Transaction, rows: Rows) -> Iterator[LogItem]:
         if rows.table == self._watermark:
@@ -269,7 +304,7 @@ class BinlogMapper:
             return
         if rows.table not in self._captured:
             return
-        version, columns = self._table(rows)
+        columns = self._columns_of(rows)
         begin = transaction.begin
 
         def event(op: Op, key: Row, before: Row | None, after: Row | None) -> Change:
@@ -283,7 +318,7 @@ class BinlogMapper:
                 txid=begin.txid,
                 ts_ms=begin.ts_ms,
             )
-            return Change(Event(op, key, before, after, source, version))
+            return Change(Event(op, key, before, after, source, 0))
 
         for raw_before, raw_after in rows.images:
             before = None if raw_before is None else _row(columns, raw_before)
@@ -309,6 +344,16 @@ def _row(columns: TableColumns, raw: RawRow) -> Row:
 
 def _key(ref: TableRef, columns: TableColumns, row: Row) -> Row:
     try:
-        return {name: row[name] for name in columns.key_columns}
+        return {name: row[name] for name in columns.schema.key}
     except KeyError as missing:
         raise SourceError(f"{ref}: a change without primary-key column {missing}") from None
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+
+
+def _names(sql: str, table: TableRef) -> bool:
+    """Whether `sql` names `table` (quoted or not, qualified or not)."""
+    name = re.escape(table.name)
+    return re.search(rf"(?<![\w$]){name}(?![\w$])|`{name}`", sql, re.IGNORECASE) is not None
