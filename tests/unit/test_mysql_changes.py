@@ -34,6 +34,7 @@ from airflow_provider_dblog.sources.mysql.changes import (
 from airflow_provider_dblog.sources.mysql.resume import (
     Acknowledgements,
     ResumePoint,
+    advance_gtid_set,
     advance_gtid_state,
 )
 
@@ -296,3 +297,10 @@ def test_resume_points_round_trip_and_gtid_states_advance_per_domain() -> None:
     assert advance_gtid_state("0-1-42,1-7-3", "1-7-4") == "0-1-42,1-7-4"
     assert advance_gtid_state("", "0-5-1") == "0-5-1"
     assert advance_gtid_state("0-1-42", "10-2-1") == "0-1-42,10-2-1"
+
+
+def test_mysql_gtid_sets_take_each_transaction() -> None:
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    other = "4e11fa47-71ca-11e1-9e33-c80aa9429562"
+    assert advance_gtid_set(f"{uuid}:1-5,\n{other}:1-2", f"{uuid}:6") == (f"{uuid}:1-6,{other}:1-2")
+    assert advance_gtid_set("", f"{other}:1") == f"{other}:1"

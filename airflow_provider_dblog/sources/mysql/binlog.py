@@ -9,7 +9,8 @@ is acknowledged becomes a `resume.ResumePoint`.
   end, and reconnecting to poll makes MariaDB search its binlog for the GTID state each time).
 - Each reader announces its own server_id (two readers with the same id kick each other off).
 - It resumes from the saved point: MariaDB by GTID state (without one it ignores a file and
-  offset and replays from the first binlog), MySQL by file and offset.
+  offset and replays from the first binlog), MySQL by GTID set when gtid_mode is ON, else by
+  file and offset.
 - The library reconnects by itself after a lost connection, from where it was first told to
   start, and gives up after a server restart: this reader refuses that second connection and
   raises `SourceUnavailable`, so the tailer backs off and a new reader resumes from the last
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pymysql
@@ -64,12 +66,14 @@ from airflow_provider_dblog.sources.mysql.converters import converter
 from airflow_provider_dblog.sources.mysql.resume import (
     Acknowledgements,
     ResumePoint,
+    advance_gtid_set,
     advance_gtid_state,
 )
 
 log = logging.getLogger(__name__)
 
 _ER_MASTER_FATAL_READING_BINLOG = 1236
+_ER_UNKNOWN_SYSTEM_VARIABLE = 1193
 _MARIADB_STANDALONE = 0x01  # FL_STANDALONE: a group of one statement without BEGIN/COMMIT
 _EVENTS = [
     MariadbGtidEvent,
@@ -116,6 +120,7 @@ class MysqlLogReader:
         self._server_id = config.server_id + (
             secrets.randbelow(config.server_id_span) if config.server_id_span > 1 else 0
         )
+        self._mariadb = False
         # Where the stream is: the binlog file, and the GTID state up to the transaction read.
         self._file = ""
         self._gtid_state: str | None = None
@@ -159,6 +164,8 @@ class MysqlLogReader:
         catalog = config.connect()
         try:
             mariadb, db, start = self._start_point(catalog)
+            self._mariadb = mariadb
+            by_gtid = start.gtid_state is not None
             if self._mapper is None:
                 self._mapper = BinlogMapper(
                     source=config.name,
@@ -180,9 +187,9 @@ class MysqlLogReader:
                 only_schemas=sorted({t.schema for t in (*config.tables, config.watermark)}),
                 only_tables=sorted({t.name for t in (*config.tables, config.watermark)}),
                 is_mariadb=mariadb,
-                auto_position=start.gtid_state if mariadb else None,
-                log_file=None if mariadb else start.file,
-                log_pos=None if mariadb else start.offset,
+                auto_position=start.gtid_state if by_gtid else None,
+                log_file=None if by_gtid else start.file,
+                log_pos=None if by_gtid else start.offset,
                 pymysql_wrapper=_OneStreamConnection(),
                 enable_logging=False,
             )
@@ -211,7 +218,8 @@ class MysqlLogReader:
                     f"the saved resume point of {self._config.name} has no GTID state, which "
                     "MariaDB needs: delete the tailer checkpoint and dump the tables again"
                 )
-            elif not mariadb:
+            elif not mariadb and (start.gtid_state is None or not _gtid_mode_on(cursor)):
+                start = replace(start, gtid_state=None)
                 cursor.execute("SHOW BINARY LOGS")
                 if start.file not in {str(r[0]) for r in cursor.fetchall()}:
                     raise self._purged(None, start)
@@ -285,7 +293,8 @@ class MysqlLogReader:
         """The point after the transaction `event` ended: the next event's offset, and the
         GTID state with this transaction in it."""
         if self._open_gtid is not None and self._gtid_state is not None:
-            self._gtid_state = advance_gtid_state(self._gtid_state, self._open_gtid)
+            advance = advance_gtid_state if self._mariadb else advance_gtid_set
+            self._gtid_state = advance(self._gtid_state, self._open_gtid)
         self._open_gtid = None
         return ResumePoint(self._file, int(event.packet.log_pos), self._gtid_state)
 
@@ -355,7 +364,21 @@ def _log_end(cursor: Any, mariadb: bool) -> ResumePoint:
         cursor.execute("SELECT @@GLOBAL.gtid_binlog_pos")
         row = cursor.fetchone()
         gtid_state = "" if row is None or row[0] is None else str(row[0])
+    elif _gtid_mode_on(cursor):
+        gtid_state = str(status[4] or "")  # Executed_Gtid_Set, as of the file and offset
     return ResumePoint(str(status[0]), int(status[1]), gtid_state)
+
+
+def _gtid_mode_on(cursor: Any) -> bool:
+    """MySQL with GTIDs (MariaDB always has them, and no gtid_mode)."""
+    try:
+        cursor.execute("SELECT @@GLOBAL.gtid_mode")
+    except pymysql.err.MySQLError as exc:
+        if exc.args and exc.args[0] == _ER_UNKNOWN_SYSTEM_VARIABLE:
+            return False
+        raise
+    row = cursor.fetchone()
+    return row is not None and str(row[0]).upper() == "ON"
 
 
 class _OneStreamConnection:

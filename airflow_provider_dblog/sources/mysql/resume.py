@@ -3,9 +3,10 @@
 No server keeps a binlog reader's position (there is no slot), so the reader turns each
 acknowledged commit into a `ResumePoint`, which the tailer saves under its fence and hands to
 the next reader. A point is always a transaction's end: binlog file and offset after its last
-event, and the GTID state that includes it (MariaDB: one `domain-server-seq` per domain).
-MariaDB resumes by GTID state (it ignores a file and offset unless told a GTID state, and a
-GTID state also holds on a replica after a failover); servers without GTIDs by file and offset.
+event, and the GTID state that includes it (MariaDB: one `domain-server-seq` per domain;
+MySQL with gtid_mode ON: the executed GTID set, `uuid:1-42,...`). MariaDB resumes by GTID state
+(it ignores a file and offset unless told a GTID state), MySQL by GTID set where it has one (a
+GTID state also holds on a replica after a failover), else by file and offset.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import json
 from collections import deque
 from dataclasses import dataclass
+
+from pymysqlreplication.gtid import Gtid, GtidSet
 
 from airflow_provider_dblog.sources.base import SourceError
 
@@ -22,7 +25,8 @@ class ResumePoint:
     file: str
     offset: int
     gtid_state: str | None = None
-    """MariaDB's GTID state (`0-1-42,1-7-3`) after the transaction; None without GTIDs."""
+    """The GTID state after the transaction: MariaDB's (`0-1-42,1-7-3`) or MySQL's executed
+    set (`uuid:1-42`); None without GTIDs."""
 
     def to_text(self) -> str:
         return json.dumps({"file": self.file, "offset": self.offset, "gtid": self.gtid_state})
@@ -55,6 +59,14 @@ def advance_gtid_state(state: str, gtid: str) -> str:
         raise SourceError(f"not a MariaDB GTID: {gtid!r}")
     domains[domain] = gtid
     return ",".join(domains[d] for d in sorted(domains, key=int))
+
+
+def advance_gtid_set(gtid_set: str, gtid: str) -> str:
+    """MySQL's executed GTID set after the transaction `gtid` (`uuid:n`); the server may
+    spell a set over several lines."""
+    merged = GtidSet("".join(gtid_set.split()))
+    merged.merge_gtid(Gtid(gtid))
+    return str(merged)
 
 
 class Acknowledgements:
