@@ -133,6 +133,33 @@ def test_alter_and_truncate_of_a_captured_table_become_table_events(
     assert rebuild(events) == {3: ("three", "3.00")}
 
 
+def test_a_new_tailer_saves_where_capture_starts_before_any_change(
+    capture: MysqlCapture, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """The first tailer of a source saves the log's end as its resume point before it reads
+    anything, so changes made while it is down, before it ever saw one, are not lost."""
+    directory = tmp_path / "events"
+    tailer = InThreadTailer(capture, redis_server, directory)
+    saved = tailer.store.tailer.load_resume()
+    tailer.stop()
+    assert saved is not None, "saved by the time the tailer first beat"
+    with capture.admin() as cursor:
+        cursor.execute("SHOW MASTER STATUS")
+        status = cursor.fetchone()
+    assert status is not None
+    assert (ResumePoint.from_text(saved).file, ResumePoint.from_text(saved).offset) == (
+        status[0],
+        status[1],
+    )
+    capture.execute("INSERT INTO items VALUES (1, 'while down', 1)")
+    tailer = InThreadTailer(capture, redis_server, directory)
+    try:
+        wait_until(lambda: count_events(directory) >= 1, 30, "the change made while down")
+    finally:
+        tailer.stop()
+    assert [(e.op, e.key) for e in events_in(directory)] == [(Op.CREATE, {"id": 1})]
+
+
 class Workload:
     """Transactions written one after another in a thread until stopped: each inserts a row,
     updates the one before and deletes the one three before."""

@@ -45,7 +45,7 @@ from pymysqlreplication.row_event import (
 )
 
 from airflow_provider_dblog.core.event import JsonValue, TableRef
-from airflow_provider_dblog.core.log import LogItem, TransactionEnd
+from airflow_provider_dblog.core.log import Idle, LogItem, TransactionEnd
 from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.mysql.catalog import table_schema, table_shape
@@ -130,9 +130,16 @@ class MysqlLogReader:
 
     def items(self) -> Iterator[LogItem]:
         try:
+            fresh = self._stream is None and self._acks is None and self._saved is None
             stream = self._stream or self._connect()
             mapper, acks = self._mapper, self._acks
             assert mapper is not None and acks is not None
+            if fresh:
+                # No saved point: the log's end now is where capture starts. Handing it over
+                # at once gets it saved before any change is read, so a reader started again
+                # after an outage does not start at a later end and miss what came between.
+                start = acks.acknowledged
+                yield Idle(mysql_commit(binlog_file_number(start.file), start.offset) - 1)
             for event in stream:
                 for record in self._records(event):
                     for item in mapper.map(record):
@@ -360,8 +367,8 @@ def _log_end(cursor: Any, mariadb: bool) -> ResumePoint:
     if status is None:
         raise SourceError("the binary log is off: start the server with log_bin")
     gtid_state: str | None = None
-    if mariadb:
-        cursor.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+    if mariadb:  # the state at exactly that file and offset
+        cursor.execute("SELECT BINLOG_GTID_POS(%s, %s)", (status[0], status[1]))
         row = cursor.fetchone()
         gtid_state = "" if row is None or row[0] is None else str(row[0])
     elif _gtid_mode_on(cursor):
