@@ -309,4 +309,4 @@ def test_a_binlog_purged_past_the_resume_point_is_an_error_naming_it(
     finally:
         again.close()
     message = str(raised.value)
-    assert point.file in message and "dump" in message
+    assert point.file in message and "tailer:resume" in message and "dump" in message

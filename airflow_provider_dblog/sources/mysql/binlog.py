@@ -89,7 +89,8 @@ _EVENTS = [
 
 
 class BinlogPurged(SourceError):
-    """The binlog the reader must resume from is gone: the changes since are lost to it."""
+    """The binlog the reader must resume from is gone (purged, or the log reset): the changes
+    since are lost to it."""
 
 
 class _SecondConnection(Exception):
@@ -255,12 +256,15 @@ class MysqlLogReader:
         where = "the log" if point is None else f"binlog {point.file} at offset {point.offset}"
         if point is not None and point.gtid_state:
             where += f" (GTID state {point.gtid_state})"
-        detail = f": {exc.args[-1]}" if exc is not None and exc.args else ""
+        detail = f" (server: {exc.args[-1]})" if exc is not None and exc.args else ""
+        name = self._config.name
         return BinlogPurged(
-            f"the tailer of {self._config.name} must resume from {where}, which the server no "
-            f"longer has (purged{detail}); the changes since are lost to the log: delete the "
-            "tailer checkpoint, restart the tailer and dump the captured tables again to "
-            "repair the output, and keep binlogs longer (binlog_expire_logs_seconds)"
+            f"the tailer of {name} must resume from {where}, which the server cannot send any "
+            f"more{detail}: the binlog was purged or reset, and the changes since are lost to "
+            f"the log. To capture again from now, delete the Redis key "
+            f"dblog:{{{name}}}:tailer:resume (the tailer then starts at the log's end), restart "
+            "the tailer and dump the captured tables to repair the output; keep binlogs longer "
+            "(binlog_expire_logs_seconds)"
         )
 
     # -- events to records --------------------------------------------------------------------
