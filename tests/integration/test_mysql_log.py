@@ -235,6 +235,37 @@ def rss_bytes() -> int:
     raise AssertionError("no VmRSS in /proc/self/status")
 
 
+def test_an_xa_transaction_ends_at_its_prepare(capture: MysqlCapture) -> None:
+    """MariaDB logs an XA transaction's rows as a group ending at XA PREPARE, and XA COMMIT as
+    a group of its own: each ends with a `TransactionEnd`, and reading goes on."""
+    reader = MysqlLogReader(capture.config, None, heartbeat_s=0.2)
+    try:
+        items = reader.items()
+        next(items)  # where capture starts
+        with capture.admin() as cursor:
+            cursor.execute(f"USE `{capture.database}`")
+            for statement in (
+                "XA START 'dblog-xa'",
+                "INSERT INTO items VALUES (1, 'xa', 1)",
+                "XA END 'dblog-xa'",
+                "XA PREPARE 'dblog-xa'",
+                "XA COMMIT 'dblog-xa'",
+                "INSERT INTO items VALUES (2, 'after', 2)",
+            ):
+                cursor.execute(statement)
+        seen: list[object] = []
+        for item in items:
+            if isinstance(item, Change):
+                seen.append(item.event.key["id"])
+            elif isinstance(item, TransactionEnd):
+                seen.append("end")
+                if 2 in seen:
+                    break
+    finally:
+        reader.close()
+    assert seen == [1, "end", "end", 2, "end"]
+
+
 class Workload:
     """Transactions written one after another in a thread until stopped: each inserts a row,
     updates the one before and deletes the one three before."""

@@ -35,6 +35,7 @@ from pymysqlreplication.event import (
     MariadbGtidEvent,
     QueryEvent,
     RotateEvent,
+    XAPrepareEvent,
     XidEvent,
 )
 from pymysqlreplication.row_event import (
@@ -80,6 +81,7 @@ _EVENTS = [
     GtidEvent,
     QueryEvent,
     XidEvent,
+    XAPrepareEvent,
     WriteRowsEvent,
     UpdateRowsEvent,
     DeleteRowsEvent,
@@ -286,7 +288,9 @@ class MysqlLogReader:
         elif isinstance(event, QueryEvent):
             schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
             yield Query(self._start_of(packet), event.timestamp * 1000, str(schema), event.query)
-        elif isinstance(event, XidEvent):
+        elif isinstance(event, XidEvent | XAPrepareEvent):
+            # An XA transaction's group ends at its PREPARE; its XA COMMIT is a group of its
+            # own. (Its rows are handed over at PREPARE, even if an XA ROLLBACK follows.)
             yield Xid()
         elif isinstance(event, RotateEvent):
             self._file = str(event.next_binlog)
