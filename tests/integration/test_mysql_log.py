@@ -190,10 +190,12 @@ def test_the_reader_gives_the_dump_json_for_every_type(capture: MysqlCapture) ->
                 logged[item.event.key["id"]] = item.event.after
             if len(logged) == len(ROWS) and isinstance(item, Idle):
                 break
+        described = reader.describe(table)
     finally:
         reader.close()
     with pymysql.connect(**capture.info.connect_kwargs(), init_command=SESSION_INIT) as conn:
         from_dump = dumped(conn, table_shape(conn, table))
+    assert described.names == tuple(from_dump[0]) and described.key == ("id",)
     from_log = [logged[k] for k in sorted(logged)]
     assert [json.dumps(r, ensure_ascii=False) for r in from_log] == [
         json.dumps(r, ensure_ascii=False) for r in from_dump

@@ -48,6 +48,7 @@ from pymysqlreplication.row_event import (
 from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.log import Idle, LogItem, TransactionEnd
 from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
+from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.mysql.catalog import table_schema, table_shape
 from airflow_provider_dblog.sources.mysql.changes import (
@@ -163,6 +164,19 @@ class MysqlLogReader:
         if self._acks is None:
             return None if self._saved is None else self._saved.to_text()
         return self._acks.acknowledge(commit).to_text()
+
+    def describe(self, table: TableRef) -> TableSchema:
+        """`table`'s columns as the catalog has them now, described as at a DDL statement."""
+        catalog = self._catalog
+        if catalog is None:
+            raise SourceUnavailable(f"no connection to {self._config.name} for its catalog")
+        try:
+            return table_schema(catalog, table_shape(catalog, table))
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+            self._drop_stream()
+            raise SourceUnavailable(
+                f"cannot read the catalog of {self._config.name}: {exc}"
+            ) from exc
 
     def close(self) -> None:
         self._drop_stream()
