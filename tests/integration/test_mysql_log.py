@@ -268,6 +268,24 @@ def test_an_xa_transaction_ends_at_its_prepare(capture: MysqlCapture) -> None:
     assert seen == [1, "end", "end", 2, "end"]
 
 
+def test_the_backlog_is_the_binlog_after_the_acknowledged_point(capture: MysqlCapture) -> None:
+    reader = MysqlLogReader(capture.config, None, heartbeat_s=0.2)
+    try:
+        items = reader.items()
+        start = next(items)
+        assert isinstance(start, Idle)
+        reader.acknowledge(start.log_end)
+        assert reader.log_backlog().behind_bytes == 0
+        capture.execute("INSERT INTO items VALUES (1, 'behind', 1)")
+        end = next(item for item in items if isinstance(item, TransactionEnd))
+        behind = reader.log_backlog()
+        assert behind.behind_bytes > 0 and behind.retained_bytes is None
+        reader.acknowledge(end.commit)
+        assert reader.log_backlog().behind_bytes == 0
+    finally:
+        reader.close()
+
+
 class Workload:
     """Transactions written one after another in a thread until stopped: each inserts a row,
     updates the one before and deletes the one three before."""

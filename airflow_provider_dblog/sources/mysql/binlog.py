@@ -49,7 +49,7 @@ from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.log import Idle, LogItem, TransactionEnd
 from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
 from airflow_provider_dblog.core.schema import TableSchema
-from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
+from airflow_provider_dblog.sources.base import LogBacklog, SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.mysql.catalog import table_schema, table_shape
 from airflow_provider_dblog.sources.mysql.changes import (
     Begin,
@@ -164,6 +164,31 @@ class MysqlLogReader:
         if self._acks is None:
             return None if self._saved is None else self._saved.to_text()
         return self._acks.acknowledge(commit).to_text()
+
+    def log_backlog(self) -> LogBacklog:
+        """The binlog bytes from the last acknowledged point to the log's end, on a connection
+        of its own (the metrics thread asks). The server keeps binlogs by age, not for this
+        reader, so there is no retained figure."""
+        point = self._acks.acknowledged if self._acks is not None else self._saved
+        try:
+            with self._config.connect() as conn, conn.cursor() as cursor:
+                cursor.execute("SHOW BINARY LOGS")
+                files = [(str(row[0]), int(row[1])) for row in cursor.fetchall()]
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+            raise SourceUnavailable(
+                f"cannot read the binlogs of {self._config.name}: {exc}"
+            ) from exc
+        if point is None:
+            return LogBacklog(behind_bytes=0, retained_bytes=None)
+        at = binlog_file_number(point.file)
+        behind = 0
+        for name, size in files:
+            number = binlog_file_number(name)
+            if number > at:
+                behind += size
+            elif number == at:
+                behind += max(0, size - point.offset)
+        return LogBacklog(behind_bytes=behind, retained_bytes=None)
 
     def describe(self, table: TableRef) -> TableSchema:
         """`table`'s columns as the catalog has them now, described as at a DDL statement."""
