@@ -15,7 +15,7 @@ import pymysql
 import pytest
 
 from airflow_provider_dblog.core.event import Event, Op, Row, TableRef
-from airflow_provider_dblog.core.log import Change, Idle, TransactionEnd
+from airflow_provider_dblog.core.log import Change, Idle, LogItem, SchemaDescription, TransactionEnd
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.sources.mysql.binlog import BinlogPurged, MysqlLogReader
@@ -235,6 +235,38 @@ def rss_bytes() -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def test_a_reader_behind_a_dropped_column_reads_on(capture: MysqlCapture) -> None:
+    """Rows logged with a column that a later ALTER dropped, read after the ALTER (a tailer
+    restarted after downtime): the catalog no longer has the column, and reading goes on with
+    its value as plain JSON, then the ALTER describes the table without it."""
+    with capture.admin() as cursor:
+        cursor.execute(f"ALTER TABLE `{capture.database}`.items ADD COLUMN tag varchar(8)")
+    first = MysqlLogReader(capture.config, None, heartbeat_s=0.2)
+    try:
+        start = next(first.items())
+        assert isinstance(start, Idle)
+        saved = first.acknowledge(start.log_end)
+    finally:
+        first.close()
+    capture.execute("INSERT INTO items VALUES (1, 'one', 1, 'kept')")
+    with capture.admin() as cursor:
+        cursor.execute(f"ALTER TABLE `{capture.database}`.items DROP COLUMN tag")
+    again = MysqlLogReader(capture.config, saved, heartbeat_s=0.2)
+    try:
+        read: list[LogItem] = []
+        for item in again.items():
+            read.append(item)
+            if isinstance(item, SchemaDescription):
+                break
+    finally:
+        again.close()
+    changes = [i.event for i in read if isinstance(i, Change)]
+    assert [e.after for e in changes] == [{"id": 1, "note": "one", "amount": "1.00", "tag": "kept"}]
+    described = read[-1]
+    assert isinstance(described, SchemaDescription)
+    assert described.schema.names == ("id", "note", "amount")
 
 
 def test_an_xa_transaction_ends_at_its_prepare(capture: MysqlCapture) -> None:

@@ -20,6 +20,9 @@ is acknowledged becomes a `resume.ResumePoint`.
 
 from __future__ import annotations
 
+import base64
+import datetime
+import decimal
 import logging
 import secrets
 from collections.abc import Iterator
@@ -129,6 +132,8 @@ class MysqlLogReader:
         self._file = ""
         self._gtid_state: str | None = None
         self._open_gtid: str | None = None
+        # Columns met in the binlog that the catalog no longer has, warned about once.
+        self._warned_columns: dict[TableRef, set[str]] = {}
 
     # -- LogReader ----------------------------------------------------------------------------
 
@@ -383,14 +388,36 @@ class MysqlLogReader:
 
         def convert(name: str, value: object) -> JsonValue:
             found = converters.get(name)
-            if found is None:
-                raise SourceError(
-                    f"{table}: the binlog has a column {name!r} the catalog does not; the "
-                    "table changed again since: dump it again once the tailer has passed"
+            if found is not None:
+                return found(value)
+            if name not in self._warned_columns.setdefault(table, set()):
+                self._warned_columns[table].add(name)
+                log.warning(
+                    "source %s: %s.%s is in the binlog but no longer in the catalog (dropped or "
+                    "renamed since); its values are converted without it",
+                    self._config.name,
+                    table,
+                    name,
                 )
-            return found(value)
+            return _uncatalogued(value)
 
         return TableColumns(table_schema(catalog, shape), convert)
+
+
+def _uncatalogued(value: object) -> JsonValue:
+    """A value of a column the catalog no longer has (a reader behind a DROP or RENAME COLUMN):
+    without the column's type, plain JSON of what the library decoded, so reading goes on."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, set | frozenset):
+        return ",".join(sorted(str(v) for v in value))
+    return str(value)
 
 
 def _values(row: dict[str, Any], values: str, none_sources: str) -> RawRow:
