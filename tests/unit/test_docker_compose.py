@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from airflow_provider_dblog.sources.mysql.setup import check_grants
 from psycopg.conninfo import conninfo_to_dict
 
 from airflow_provider_dblog.cli import build_parser
@@ -29,6 +28,7 @@ from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.demo import TABLES as DEMO_TABLES
 from airflow_provider_dblog.devservices import mariadb, postgres, redis
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+from airflow_provider_dblog.sources.mysql.setup import check_grants
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
