@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-from airflow_provider_dblog.sources.mysql.source import MysqlSource
 
 from airflow_provider_dblog.core.event import Event, Op, TableRef
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs import NdjsonOutput, read_events
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+from airflow_provider_dblog.sources.mysql.source import MysqlSource
 from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 
