@@ -1,19 +1,10 @@
 """Shared pieces of the MySQL log tests: a private database on the session's MariaDB, the
-tailer over the real binlog reader (in a thread, or as a process to SIGKILL), and reading its
-NDJSON output back.
-
-Run as a module, it is that tailer process: `python -m tests.integration.mysql_log_support
-SPEC.json`, where the spec (written by `TailerProcess`) says where the source, Redis and the
-output are; the passwords come from the environment.
-"""
+tailer (the real `Tailer` in a thread, or `dblog tail` from a TOML file), and reading its NDJSON
+output back."""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -22,43 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-import redis
 
 from airflow_provider_dblog.core.event import Event, Op, TableRef
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs import NdjsonOutput, read_events
-from airflow_provider_dblog.sources.mysql.binlog import MysqlLogReader
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+from airflow_provider_dblog.sources.mysql.source import MysqlSource
 from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD_ENV = "MYLOG_SOURCE_PASSWORD"
-REDIS_URL_ENV = "MYLOG_REDIS_URL"
+REDIS_PASSWORD_ENV = "MYLOG_REDIS_PASSWORD"
 SETTINGS = TailerSettings(window_ttl_s=30, lease_ttl_ms=3000, heartbeat_s=0.2, reconnect_max_s=2)
-HEARTBEAT_S = 0.2
-
-
-class BinlogSource:
-    """The parts of a `Source` the tailer uses, over the real binlog reader."""
-
-    def __init__(self, config: MysqlSourceConfig) -> None:
-        self.config = config
-
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    @property
-    def tables(self) -> tuple[TableRef, ...]:
-        return self.config.tables
-
-    def database(self) -> str:
-        return self.config.database or ""
-
-    def log_reader(self, resume: str | None = None) -> MysqlLogReader:
-        return MysqlLogReader(self.config, resume, heartbeat_s=HEARTBEAT_S)
 
 
 @dataclass
@@ -160,7 +128,7 @@ class InThreadTailer:
         self.store = StateStore(redis_server.client(), capture.config.name)
         self.output = NdjsonOutput(directory)
         self.tailer = Tailer(
-            BinlogSource(capture.config), self.store, self.output, owner="mylog", settings=SETTINGS
+            MysqlSource(capture.config), self.store, self.output, owner="mylog", settings=SETTINGS
         )
         self._stop = threading.Event()
         self.thread = self.tailer.start(self._stop)
@@ -172,74 +140,50 @@ class InThreadTailer:
         self.output.close()
 
 
-@dataclass
-class TailerProcess:
-    """The tailer as a process of its own (this module run as a program)."""
+def write_toml(capture: MysqlCapture, redis_server: RedisInfo, directory: Path, path: Path) -> Path:
+    """A `dblog` TOML file for this capture (passwords only by environment variable name)."""
+    config = capture.config
+    path.write_text(
+        "\n".join(
+            [
+                "[source]",
+                'type = "mysql"',
+                f'name = "{config.name}"',
+                f'dsn = "{config.dsn}"',
+                f'password_env = "{PASSWORD_ENV}"',
+                f'tables = ["{capture.database}.items"]',
+                f'watermark_database = "{capture.watermark_database}"',
+                "",
+                "[redis]",
+                f'url = "redis://{redis_server.host}:{redis_server.port}/{redis_server.db}"',
+                f'password_env = "{REDIS_PASSWORD_ENV}"',
+                "",
+                "[output]",
+                'type = "ndjson"',
+                f'directory = "{directory}"',
+                "",
+                "[tailer]",
+                "heartbeat_s = 0.2",
+                "lease_ttl_ms = 3000",
+                "window_ttl_s = 30",
+                "",
+            ]
+        )
+    )
+    return path
 
-    capture: MysqlCapture
-    redis_server: RedisInfo
-    directory: Path
-    log: Path
-    process: subprocess.Popen[bytes] = field(init=False)
 
-    def __post_init__(self) -> None:
-        spec = {
-            "name": self.capture.config.name,
-            "dsn": self.capture.config.dsn,
-            "table": self.capture.database,
-            "watermark_database": self.capture.watermark_database,
-            "directory": str(self.directory),
-        }
-        spec_file = self.log.with_suffix(".json")
-        spec_file.write_text(json.dumps(spec))
-        env = {
-            **os.environ,
-            PASSWORD_ENV: self.capture.info.password,
-            REDIS_URL_ENV: self.redis_server.url,
-            "PYTHONPATH": str(REPO),
-        }
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.integration.mysql_log_support", str(spec_file)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=REPO,
-            )
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(30)
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(30)
+def cli_env(capture: MysqlCapture, redis_server: RedisInfo) -> dict[str, str]:
+    return {
+        **os.environ,
+        PASSWORD_ENV: capture.info.password,
+        REDIS_PASSWORD_ENV: redis_server.password,
+        "PYTHONPATH": str(REPO),
+    }
 
 
 def events_in(directory: Path) -> list[Event]:
     return list(read_events(directory)) if directory.exists() else []
-
-
-def _serve(spec_file: str) -> None:
-    spec = json.loads(Path(spec_file).read_text())
-    config = MysqlSourceConfig(
-        name=spec["name"],
-        dsn=spec["dsn"],
-        tables=(TableRef(spec["table"], "items"),),
-        password_env=PASSWORD_ENV,
-        watermark_database=spec["watermark_database"],
-    )
-    client = redis.Redis.from_url(os.environ[REDIS_URL_ENV])
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    Tailer(
-        BinlogSource(config),
-        StateStore(client, config.name),
-        NdjsonOutput(spec["directory"]),
-        owner=f"mylog-{os.getpid()}",
-        settings=SETTINGS,
-    ).run(stop)
 
 
 def iter_transactions(events: list[Event]) -> Iterator[list[Event]]:
@@ -252,10 +196,3 @@ def iter_transactions(events: list[Event]) -> Iterator[list[Event]]:
         group.append(event)
     if group:
         yield group
-
-
-if __name__ == "__main__":
-    import logging
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    _serve(sys.argv[1])

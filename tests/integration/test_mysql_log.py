@@ -15,7 +15,7 @@ import pymysql
 import pytest
 
 from airflow_provider_dblog.core.event import Event, Op, Row, TableRef
-from airflow_provider_dblog.core.log import Change, Idle, TransactionEnd
+from airflow_provider_dblog.core.log import Change, Idle, LogItem, SchemaDescription, TransactionEnd
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.sources.mysql.binlog import BinlogPurged, MysqlLogReader
@@ -23,20 +23,22 @@ from airflow_provider_dblog.sources.mysql.catalog import table_shape
 from airflow_provider_dblog.sources.mysql.config import SESSION_INIT
 from airflow_provider_dblog.sources.mysql.resume import ResumePoint
 from airflow_provider_dblog.state import StateStore
-from tests.integration.e2e_support import wait_until
+from tests.integration.e2e_support import TailProcess, backwards, run_cli, wait_until
 from tests.integration.mysql_log_support import (
     InThreadTailer,
     MysqlCapture,
-    TailerProcess,
+    cli_env,
     events_in,
     iter_transactions,
     rebuild,
+    write_toml,
 )
 from tests.integration.test_mysql_types import COLUMNS, ROWS, dumped
 
 pytestmark = pytest.mark.integration
 
 BIG = 50_000
+SEEDED_FROM = 1_000_000
 
 
 @pytest.fixture
@@ -237,6 +239,38 @@ def rss_bytes() -> int:
     raise AssertionError("no VmRSS in /proc/self/status")
 
 
+def test_a_reader_behind_a_dropped_column_reads_on(capture: MysqlCapture) -> None:
+    """Rows logged with a column that a later ALTER dropped, read after the ALTER (a tailer
+    restarted after downtime): the catalog no longer has the column, and reading goes on with
+    its value as plain JSON, then the ALTER describes the table without it."""
+    with capture.admin() as cursor:
+        cursor.execute(f"ALTER TABLE `{capture.database}`.items ADD COLUMN tag varchar(8)")
+    first = MysqlLogReader(capture.config, None, heartbeat_s=0.2)
+    try:
+        start = next(first.items())
+        assert isinstance(start, Idle)
+        saved = first.acknowledge(start.log_end)
+    finally:
+        first.close()
+    capture.execute("INSERT INTO items VALUES (1, 'one', 1, 'kept')")
+    with capture.admin() as cursor:
+        cursor.execute(f"ALTER TABLE `{capture.database}`.items DROP COLUMN tag")
+    again = MysqlLogReader(capture.config, saved, heartbeat_s=0.2)
+    try:
+        read: list[LogItem] = []
+        for item in again.items():
+            read.append(item)
+            if isinstance(item, SchemaDescription):
+                break
+    finally:
+        again.close()
+    changes = [i.event for i in read if isinstance(i, Change)]
+    assert [e.after for e in changes] == [{"id": 1, "note": "one", "amount": "1.00", "tag": "kept"}]
+    described = read[-1]
+    assert isinstance(described, SchemaDescription)
+    assert described.schema.names == ("id", "note", "amount")
+
+
 def test_an_xa_transaction_ends_at_its_prepare(capture: MysqlCapture) -> None:
     """MariaDB logs an XA transaction's rows as a group ending at XA PREPARE, and XA COMMIT as
     a group of its own: each ends with a `TransactionEnd`, and reading goes on."""
@@ -268,12 +302,32 @@ def test_an_xa_transaction_ends_at_its_prepare(capture: MysqlCapture) -> None:
     assert seen == [1, "end", "end", 2, "end"]
 
 
+def test_the_backlog_is_the_binlog_after_the_acknowledged_point(capture: MysqlCapture) -> None:
+    reader = MysqlLogReader(capture.config, None, heartbeat_s=0.2)
+    try:
+        items = reader.items()
+        start = next(items)
+        assert isinstance(start, Idle)
+        reader.acknowledge(start.log_end)
+        assert reader.log_backlog().behind_bytes == 0
+        capture.execute("INSERT INTO items VALUES (1, 'behind', 1)")
+        end = next(item for item in items if isinstance(item, TransactionEnd))
+        behind = reader.log_backlog()
+        assert behind.behind_bytes > 0 and behind.retained_bytes is None
+        reader.acknowledge(end.commit)
+        assert reader.log_backlog().behind_bytes == 0
+    finally:
+        reader.close()
+
+
 class Workload:
     """Transactions written one after another in a thread until stopped: each inserts a row,
-    updates the one before and deletes the one three before."""
+    updates the one before and deletes the one three before; with `seeded` rows (ids from
+    `SEEDED_FROM`), it updates one of those too."""
 
-    def __init__(self, capture: MysqlCapture) -> None:
+    def __init__(self, capture: MysqlCapture, seeded: int = 0) -> None:
         self._capture = capture
+        self._seeded = seeded
         self._stop = threading.Event()
         self.written = 0
         self.error: BaseException | None = None
@@ -285,11 +339,15 @@ class Workload:
             i = 0
             while not self._stop.is_set():
                 i += 1
-                self._capture.execute(
+                statements = [
                     f"INSERT INTO items VALUES ({i}, 'n{i}', {i})",
                     f"UPDATE items SET note = 'u{i}' WHERE id = {i - 1}",
                     f"DELETE FROM items WHERE id = {i - 3}",
-                )
+                ]
+                if self._seeded:
+                    seeded = SEEDED_FROM + i * 7 % self._seeded
+                    statements.append(f"UPDATE items SET amount = {i} WHERE id = {seeded}")
+                self._capture.execute(*statements)
                 self.written = i
         except BaseException as exc:
             self.error = exc
@@ -308,9 +366,11 @@ def test_a_killed_tailer_restarted_loses_nothing_and_rereads_only_the_unacknowle
     every change once (NDJSON drops the replayed ones), and the second tailer read exactly the
     changes after the first's checkpoint, not the log from its start nor from its end."""
     directory = tmp_path / "events"
+    config = write_toml(capture, redis_server, directory, tmp_path / "dblog.toml")
+    env = cli_env(capture, redis_server)
     store = StateStore(redis_server.client(), capture.config.name)
-    first = TailerProcess(capture, redis_server, directory, tmp_path / "first.log")
-    second: TailerProcess | None = None
+    first = TailProcess(config, "first", env, tmp_path / "first.log")
+    second: TailProcess | None = None
     workload: Workload | None = None
     try:
         wait_until(lambda: store.tailer.health() is not None, 30, "the first tailer leading")
@@ -320,7 +380,7 @@ def test_a_killed_tailer_restarted_loses_nothing_and_rereads_only_the_unacknowle
         checkpoint = store.tailer.load_checkpoint()
         assert checkpoint is not None
         written_by_first = count_events(directory)
-        second = TailerProcess(capture, redis_server, directory, tmp_path / "second.log")
+        second = TailProcess(config, "second", env, tmp_path / "second.log")
         wait_until(
             lambda: count_events(directory) >= written_by_first + 300,
             60,
@@ -339,7 +399,7 @@ def test_a_killed_tailer_restarted_loses_nothing_and_rereads_only_the_unacknowle
         if workload is not None:
             workload.stop()
         for tail in (first, second):
-            if tail is not None:
+            if tail is not None and tail.alive():
                 tail.stop()
     assert strictly_increasing(events)
     assert 0 < after_checkpoint < len(events)
@@ -418,3 +478,51 @@ def test_a_binlog_purged_past_the_resume_point_is_an_error_naming_it(
         again.close()
     message = str(raised.value)
     assert point.file in message and "tailer:resume" in message and "dump" in message
+
+
+def test_a_cli_dump_under_writes_converges_with_the_log(
+    capture: MysqlCapture, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """`dblog tail` and `dblog dump` (chunks of 50, two windows in flight) on MariaDB while
+    transactions insert, update and delete, some on the rows the dump reads: the NDJSON stream
+    alone rebuilds the table, and no key goes back to an older position in it."""
+    seeded = 600
+    capture.execute(
+        f"INSERT INTO items SELECT seq, CONCAT('s', seq), seq MOD 1000 "
+        f"FROM seq_{SEEDED_FROM}_to_{SEEDED_FROM + seeded - 1}"
+    )
+    directory = tmp_path / "events"
+    config = write_toml(capture, redis_server, directory, tmp_path / "dblog.toml")
+    env = cli_env(capture, redis_server)
+    store = StateStore(redis_server.client(), capture.config.name)
+    tail = TailProcess(config, "mysql-cli", env, tmp_path / "tail.log")
+    workload: Workload | None = None
+    try:
+        wait_until(lambda: store.tailer.health() is not None, 30, "dblog tail leading")
+        workload = Workload(capture, seeded)
+        wait_until(lambda: workload is not None and workload.written >= 20, 30, "writes")
+        done = run_cli(
+            "dump",
+            "-c",
+            str(config),
+            "--dump-id",
+            "mysql-full",
+            "--chunk-size",
+            "50",
+            "--parallelism",
+            "2",
+            env=env,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        workload.stop()
+        wait_until(lambda: rebuild(events_in(directory)) == capture.rows(), 60, "converged")
+    finally:
+        if workload is not None:
+            workload.stop()
+        assert tail.stop() == 0, (tmp_path / "tail.log").read_text()[-3000:]
+    events = events_in(directory)
+    dumped = [e for e in events if e.op is Op.READ]
+    assert len(dumped) >= 500, "the dump read the seeded rows (less the ones changed meanwhile)"
+    assert not backwards(events)
+    status = store.dumps.status("mysql-full")
+    assert status is not None and status.state == "done"

@@ -15,10 +15,16 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
+from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Row, TableRef
+from airflow_provider_dblog.core.log import Change, Idle
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
+from airflow_provider_dblog.sources.mysql.binlog import MysqlLogReader
 from airflow_provider_dblog.sources.mysql.catalog import TableShape, table_shape
+from airflow_provider_dblog.sources.mysql.chunks import MysqlChunkSource
+from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.sources.mysql.converters import converter, read_expression
+from airflow_provider_dblog.sources.mysql.setup import ensure_setup
 
 pytestmark = pytest.mark.integration
 
@@ -147,3 +153,50 @@ def test_dump_and_log_give_the_same_json_for_every_type(
     assert (first["bt"], first["bt64"]) == (0b1010101010, 2**64 - 1)
     assert (zero["dt"], zero["dtm"], zero["ts"]) == (None, None, None)
     assert all(v is None for k, v in null.items() if k != "id")
+
+
+def test_the_log_reader_and_a_chunk_read_give_the_same_bytes(
+    mariadb: MariaDBInfo,
+    conn: pymysql.connections.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same rows through the source's own two paths: `MysqlLogReader`'s events and
+    `MysqlChunkSource`'s chunk read, each row encoded as events encode it."""
+    table = TableRef(mariadb.dbname, f"types_{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("DBLOG_TEST_TYPES_PASSWORD", mariadb.password)
+    config = MysqlSourceConfig(
+        name="types",
+        dsn=f"mysql://{mariadb.user}@{mariadb.host}:{mariadb.port}/{mariadb.dbname}",
+        tables=(table,),
+        password_env="DBLOG_TEST_TYPES_PASSWORD",
+        watermark_table=f"watermark_{uuid.uuid4().hex[:8]}",
+    )
+    with conn.cursor() as cursor:
+        cursor.execute("SET SESSION sql_mode = ''")
+        cursor.execute(f"CREATE TABLE `{table.name}` ({COLUMNS})")
+    ensure_setup(config)
+    reader = MysqlLogReader(config, None, heartbeat_s=0.2)
+    chunks = MysqlChunkSource(config)
+    try:
+        items = reader.items()
+        assert isinstance(next(items), Idle)  # connected, at the log's end
+        with conn.cursor() as cursor:
+            for values in ROWS:
+                cursor.execute(f"INSERT INTO `{table.name}` VALUES {values}")
+            cursor.execute(f"UPDATE `{table.name}` SET s = 'b', bn = x'00ff' WHERE id = 3")
+        logged: dict[Any, Row] = {}
+        while len(logged) < len(ROWS) or logged[3]["s"] != "b":
+            item = next(items)
+            if isinstance(item, Change):
+                assert item.event.after is not None
+                logged[item.event.after["id"]] = item.event.after
+        dumped = chunks.read_chunk(Chunk(table, 0)).rows
+    finally:
+        chunks.close()
+        reader.close()
+
+    def encoded(row: Row) -> bytes:
+        return json.dumps(row, separators=(",", ":"), ensure_ascii=False).encode()
+
+    assert [encoded(logged[k]) for k in sorted(logged)] == [encoded(r) for r in dumped]
+    assert dumped[0]["bu"] == 2**64 - 1 and dumped[2]["s"] == "b"

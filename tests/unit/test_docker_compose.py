@@ -27,6 +27,8 @@ from airflow_provider_dblog.config import Config, load_config
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.demo import TABLES as DEMO_TABLES
 from airflow_provider_dblog.devservices import mariadb, postgres, redis
+from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+from airflow_provider_dblog.sources.mysql.setup import check_grants
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
@@ -171,7 +173,10 @@ def test_each_source_has_an_active_and_a_standby_tailer(
         assert args.config == CONFIG_IN_CONTAINER
         assert args.owner == name
         by_source.setdefault(_config_of(service).source.name, []).append(name)
-    assert {source: len(names) for source, names in by_source.items()} == {"shop": 2}
+    assert {source: len(names) for source, names in by_source.items()} == {
+        "shop": 2,
+        "shop_mysql": 2,
+    }
     assert all(tailers[n].get("restart") == "unless-stopped" for n in tailers)
 
 
@@ -221,19 +226,35 @@ def test_the_tomls_point_at_the_stack_s_own_services(services: dict[str, dict[st
     for name, service in _tailers(services).items():
         config = _config_of(service)
         source = config.source
-        assert isinstance(source, PostgresSourceConfig)
-        params = conninfo_to_dict(source.dsn)
-        host, port = params["host"], int(params["port"])
-        assert source.tables == DEMO_TABLES  # what docker/setup_demo_source.py seeds
+        if isinstance(source, PostgresSourceConfig):
+            params = conninfo_to_dict(source.dsn)
+            host, port = params["host"], int(params["port"])
+            assert source.tables == DEMO_TABLES  # what docker/setup_demo_source.py seeds
+        else:
+            assert isinstance(source, MysqlSourceConfig)
+            host, port = source.host, source.port
+            sql = (DOCKER / "mariadb" / "10-dblog-source.sql").read_text()
+            assert all(f"CREATE TABLE {t}" in sql for t in source.tables), name
         assert f"{port}:{port}" in services[host]["ports"], f"{name}: {host}:{port}"
         url = urlsplit(config.redis_url)
         assert url.hostname in services and url.port == 6379
-        # The change stream: a Redis Stream on the stack's Redis, apart from the state.
-        assert config.output["type"] == "redis_stream"
-        stream = urlsplit(service["environment"][config.output["url_env"]])
-        assert (stream.hostname, stream.port) == (url.hostname, url.port)
-        assert stream.path != url.path
-        assert stream.password == service["environment"][config.redis_password_env]
+        if config.output["type"] == "redis_stream":
+            # A Redis Stream on the stack's Redis, apart from the state.
+            stream = urlsplit(service["environment"][config.output["url_env"]])
+            assert (stream.hostname, stream.port) == (url.hostname, url.port)
+            assert stream.path != url.path
+            assert stream.password == service["environment"][config.redis_password_env]
+        else:
+            assert config.output["type"] == "ndjson"
+            directory = config.output["directory"]
+            assert any(target == directory for _, target in _mounts(service)), name
+
+
+def test_the_mariadb_user_has_the_grants_the_preflight_asks_for() -> None:
+    sql = (DOCKER / "mariadb" / "10-dblog-source.sql").read_text()
+    (granted,) = re.findall(r"GRANT (.+) ON \*\.\* TO 'dblog'@'%'", sql)
+    check_grants("'dblog'@'%'", {p.strip() for p in granted.split(",")})
+    assert "ALL" not in granted and "SUPER" not in granted
 
 
 def test_the_source_setup_runs_the_script_the_image_holds(

@@ -20,6 +20,9 @@ is acknowledged becomes a `resume.ResumePoint`.
 
 from __future__ import annotations
 
+import base64
+import datetime
+import decimal
 import logging
 import secrets
 from collections.abc import Iterator
@@ -49,7 +52,7 @@ from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.log import Idle, LogItem, TransactionEnd
 from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
 from airflow_provider_dblog.core.schema import TableSchema
-from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
+from airflow_provider_dblog.sources.base import LogBacklog, SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.mysql.catalog import table_schema, table_shape
 from airflow_provider_dblog.sources.mysql.changes import (
     Begin,
@@ -129,6 +132,8 @@ class MysqlLogReader:
         self._file = ""
         self._gtid_state: str | None = None
         self._open_gtid: str | None = None
+        # Columns met in the binlog that the catalog no longer has, warned about once.
+        self._warned_columns: dict[TableRef, set[str]] = {}
 
     # -- LogReader ----------------------------------------------------------------------------
 
@@ -164,6 +169,31 @@ class MysqlLogReader:
         if self._acks is None:
             return None if self._saved is None else self._saved.to_text()
         return self._acks.acknowledge(commit).to_text()
+
+    def log_backlog(self) -> LogBacklog:
+        """The binlog bytes from the last acknowledged point to the log's end, on a connection
+        of its own (the metrics thread asks). The server keeps binlogs by age, not for this
+        reader, so there is no retained figure."""
+        point = self._acks.acknowledged if self._acks is not None else self._saved
+        try:
+            with self._config.connect() as conn, conn.cursor() as cursor:
+                cursor.execute("SHOW BINARY LOGS")
+                files = [(str(row[0]), int(row[1])) for row in cursor.fetchall()]
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+            raise SourceUnavailable(
+                f"cannot read the binlogs of {self._config.name}: {exc}"
+            ) from exc
+        if point is None:
+            return LogBacklog(behind_bytes=0, retained_bytes=None)
+        at = binlog_file_number(point.file)
+        behind = 0
+        for name, size in files:
+            number = binlog_file_number(name)
+            if number > at:
+                behind += size
+            elif number == at:
+                behind += max(0, size - point.offset)
+        return LogBacklog(behind_bytes=behind, retained_bytes=None)
 
     def describe(self, table: TableRef) -> TableSchema:
         """`table`'s columns as the catalog has them now, described as at a DDL statement."""
@@ -358,14 +388,36 @@ class MysqlLogReader:
 
         def convert(name: str, value: object) -> JsonValue:
             found = converters.get(name)
-            if found is None:
-                raise SourceError(
-                    f"{table}: the binlog has a column {name!r} the catalog does not; the "
-                    "table changed again since: dump it again once the tailer has passed"
+            if found is not None:
+                return found(value)
+            if name not in self._warned_columns.setdefault(table, set()):
+                self._warned_columns[table].add(name)
+                log.warning(
+                    "source %s: %s.%s is in the binlog but no longer in the catalog (dropped or "
+                    "renamed since); its values are converted without it",
+                    self._config.name,
+                    table,
+                    name,
                 )
-            return found(value)
+            return _uncatalogued(value)
 
         return TableColumns(table_schema(catalog, shape), convert)
+
+
+def _uncatalogued(value: object) -> JsonValue:
+    """A value of a column the catalog no longer has (a reader behind a DROP or RENAME COLUMN):
+    without the column's type, plain JSON of what the library decoded, so reading goes on."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, set | frozenset):
+        return ",".join(sorted(str(v) for v in value))
+    return str(value)
 
 
 def _values(row: dict[str, Any], values: str, none_sources: str) -> RawRow:

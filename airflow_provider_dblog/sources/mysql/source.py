@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.mysql import setup
+from airflow_provider_dblog.sources.mysql.binlog import MysqlLogReader
 from airflow_provider_dblog.sources.mysql.chunks import MysqlChunkSource
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
-
-if TYPE_CHECKING:
-    from airflow_provider_dblog.sources.base import LogReader
 
 
 class MysqlSource:
@@ -30,16 +26,10 @@ class MysqlSource:
     def chunk_source(self) -> MysqlChunkSource:
         return MysqlChunkSource(self.config)
 
-    def log_reader(self, resume: str | None = None) -> LogReader:
+    def log_reader(self, resume: str | None = None) -> MysqlLogReader:
         """The binlog reader from `resume`, what its last saved checkpoint's `acknowledge`
         returned (None: from where the source's setup says to start)."""
-        # Imported here until sources/mysql/binlog.py (branch mylog) is on main.
-        from airflow_provider_dblog.sources.mysql.binlog import (  # type: ignore[import-not-found,unused-ignore]
-            MysqlLogReader,
-        )
-
-        reader: LogReader = MysqlLogReader(self.config, resume)
-        return reader
+        return MysqlLogReader(self.config, resume)
 
     def ensure_setup(self) -> None:
         setup.ensure_setup(self.config)
