@@ -8,7 +8,6 @@ binlog reader and the dump see a value alike.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -20,12 +19,12 @@ import pymysql
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
+from airflow_provider_dblog.sources.section import check_common, read_section
 
 DEFAULT_PORT = 3306
 # Both the query connections and the binlog reader's connection use these.
 SESSION_INIT = "SET time_zone = '+00:00', NAMES utf8mb4 COLLATE utf8mb4_bin"
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_$]{1,64}")
 _U32 = 1 << 32
 
@@ -52,32 +51,25 @@ class MysqlSourceConfig:
         return "mysql"
 
     def __post_init__(self) -> None:
-        if not self.name:
-            raise SourceError("the MySQL source needs a name (it goes into every event)")
-        parts = _dsn_parts(self.dsn)
-        if parts.password is not None:
+        if _dsn_parts(self.dsn).password is not None:
             raise SourceError(
                 "the MySQL dsn must not hold the password: put it in an environment variable "
                 "and name that variable in password_env"
             )
-        if self.password_env is not None and not _ENV_NAME.fullmatch(self.password_env):
-            raise SourceError(
-                f"password_env must name an environment variable: {self.password_env!r}"
-            )
-        if not self.tables:
-            raise SourceError("the MySQL source captures no table: list at least one")
-        if not all(isinstance(t, TableRef) for t in self.tables):
-            raise SourceError("tables must be TableRef values ('database.table')")
-        if len(set(self.tables)) != len(self.tables):
-            raise SourceError("a captured table is listed twice")
+        check_common(
+            label="MySQL",
+            name=self.name,
+            password_env=self.password_env,
+            tables=self.tables,
+            watermark=self.watermark,
+            table_word="database",
+        )
         for what, value in (
             ("watermark_database", self.watermark_database),
             ("watermark_table", self.watermark_table),
         ):
             if not _IDENTIFIER.fullmatch(value):
                 raise SourceError(f"{what} {value!r}: 1 to 64 letters, digits, '_' or '$'")
-        if self.watermark in self.tables:
-            raise SourceError(f"the watermark table {self.watermark} cannot also be captured")
         if not (self.server_id_span >= 1 and 1 <= self.server_id < _U32 - self.server_id_span):
             raise SourceError(
                 f"server_id {self.server_id} with server_id_span {self.server_id_span}: "
@@ -89,35 +81,16 @@ class MysqlSourceConfig:
         """The `[source]` table of the TOML file (`type` already read by the factory).
 
         Table names without a database are in the DSN's database."""
-        for required in ("name", "dsn", "tables"):
-            if required not in section:
-                raise SourceError(f"[source] needs '{required}'")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(section) - fields - {"type"})
-        if unknown:
-            raise SourceError(
-                f"[source] has unknown option(s) {', '.join(unknown)}; "
-                f"known for mysql: {', '.join(sorted(fields))}"
-            )
-        for name, value in section.items():
-            wanted: type = int if name in ("server_id", "server_id_span") else str
-            if name != "tables" and (not isinstance(value, wanted) or isinstance(value, bool)):
-                what = "an integer" if wanted is int else "text"
-                raise SourceError(f"[source] {name} must be {what}, got {value!r}")
-        tables = section["tables"]
-        if (
-            isinstance(tables, str)
-            or not isinstance(tables, list | tuple)
-            or not all(isinstance(t, str) for t in tables)
-        ):
-            raise SourceError(f"[source] tables must be a list of 'database.table', got {tables!r}")
-        default_database = _dsn_parts(str(section["dsn"])).database
-        try:
-            refs = tuple(TableRef.parse(t, default_schema=default_database) for t in tables)
-        except (ValueError, AttributeError) as exc:
-            raise SourceError(f"[source] tables: {exc}") from None
-        options = {k: v for k, v in section.items() if k not in ("type", "tables")}
-        return cls(tables=refs, **options)
+        dsn = section.get("dsn")
+        options, tables = read_section(
+            section,
+            cls,
+            kind="mysql",
+            typed={"server_id": int, "server_id_span": int},
+            table_word="database",
+            default_schema=_dsn_parts(dsn).database if isinstance(dsn, str) else None,
+        )
+        return cls(tables=tables, **options)
 
     @property
     def watermark(self) -> TableRef:

@@ -8,7 +8,6 @@ float digits, bytea format): the log and the dump must print a value the same wa
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
+from airflow_provider_dblog.sources.section import check_common, read_section
 
 # Output settings shared by the replication connection (pgoutput prints values in the walsender
 # session) and the query connection (the dump), so both print every value alike.
@@ -30,7 +30,6 @@ SESSION_OPTIONS = (
 )
 
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +51,6 @@ class PostgresSourceConfig:
         return "postgres"
 
     def __post_init__(self) -> None:
-        if not self.name:
-            raise SourceError("the PostgreSQL source needs a name (it goes into every event)")
         try:
             params = conninfo_to_dict(self.dsn)
         except psycopg.ProgrammingError as exc:
@@ -63,16 +60,14 @@ class PostgresSourceConfig:
                 "the PostgreSQL dsn must not hold the password: put it in an environment "
                 "variable and name that variable in password_env"
             )
-        if self.password_env is not None and not _ENV_NAME.fullmatch(self.password_env):
-            raise SourceError(
-                f"password_env must name an environment variable: {self.password_env!r}"
-            )
-        if not self.tables:
-            raise SourceError("the PostgreSQL source captures no table: list at least one")
-        if not all(isinstance(t, TableRef) for t in self.tables):
-            raise SourceError("tables must be TableRef values ('schema.table')")
-        if len(set(self.tables)) != len(self.tables):
-            raise SourceError("a captured table is listed twice")
+        check_common(
+            label="PostgreSQL",
+            name=self.name,
+            password_env=self.password_env,
+            tables=self.tables,
+            watermark=self.watermark,
+            table_word="schema",
+        )
         if not _SLOT_NAME.fullmatch(self.slot):
             raise SourceError(
                 f"slot {self.slot!r}: a replication slot name is 1 to 63 lower-case letters, "
@@ -85,42 +80,21 @@ class PostgresSourceConfig:
         ):
             if not value:
                 raise SourceError(f"{what} must not be empty")
-        if self.watermark in self.tables:
-            raise SourceError(f"the watermark table {self.watermark} cannot also be captured")
 
     @classmethod
     def from_section(cls, section: Mapping[str, Any]) -> PostgresSourceConfig:
         """The `[source]` table of the TOML file (`type` already read by the factory).
 
         Table names without a schema are in `public`."""
-        for required in ("name", "dsn", "tables"):
-            if required not in section:
-                raise SourceError(f"[source] needs '{required}'")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(section) - fields - {"type"})
-        if unknown:
-            raise SourceError(
-                f"[source] has unknown option(s) {', '.join(unknown)}; "
-                f"known for postgres: {', '.join(sorted(fields))}"
-            )
-        for name, value in section.items():
-            wanted = bool if name == "replica_identity_full" else str
-            if name != "tables" and not isinstance(value, wanted):
-                what = "true or false" if wanted is bool else "text"
-                raise SourceError(f"[source] {name} must be {what}, got {value!r}")
-        tables = section["tables"]
-        if (
-            isinstance(tables, str)
-            or not isinstance(tables, list | tuple)
-            or not all(isinstance(t, str) for t in tables)
-        ):
-            raise SourceError(f"[source] tables must be a list of 'schema.table', got {tables!r}")
-        try:
-            refs = tuple(TableRef.parse(t, default_schema="public") for t in tables)
-        except (ValueError, AttributeError) as exc:
-            raise SourceError(f"[source] tables: {exc}") from None
-        options = {k: v for k, v in section.items() if k not in ("type", "tables")}
-        return cls(tables=refs, **options)
+        options, tables = read_section(
+            section,
+            cls,
+            kind="postgres",
+            typed={"replica_identity_full": bool},
+            table_word="schema",
+            default_schema="public",
+        )
+        return cls(tables=tables, **options)
 
     @property
     def watermark(self) -> TableRef:
