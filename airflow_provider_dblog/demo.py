@@ -16,7 +16,9 @@ import tempfile
 import threading
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,11 +63,11 @@ class DemoSummary:
     differences: list[str]
 
 
-class Workload:
-    """Random inserts, updates and deletes on the three tables, from its own connection."""
+class RandomWrites(ABC):
+    """Random write transactions of 1-4 statements on the demo's three tables, from a
+    connection of its own, until stopped. A subclass says how to connect and write."""
 
-    def __init__(self, dsn: str, seed: int) -> None:
-        self._dsn = dsn
+    def __init__(self, seed: int) -> None:
         self._rng = random.Random(seed)
         self.writes = 0
         self.stop = threading.Event()
@@ -81,17 +83,38 @@ class Workload:
         if self.error is not None:
             raise self.error
 
+    @abstractmethod
+    def _connect(self) -> AbstractContextManager[Any]: ...
+
+    @abstractmethod
+    def _transaction(self, conn: Any, statements: int) -> None:
+        """Run `statements` random statements in one transaction and commit it."""
+
     def _run(self) -> None:
         try:
-            with psycopg.connect(self._dsn, autocommit=True) as conn:
+            with self._connect() as conn:
                 while not self.stop.is_set():
-                    with conn.transaction():
-                        for _ in range(self._rng.randint(1, 4)):
-                            write_one(conn, self._rng)
+                    self._transaction(conn, self._rng.randint(1, 4))
                     self.writes += 1
                     self.stop.wait(0.002)
         except BaseException as exc:
             self.error = exc
+
+
+class Workload(RandomWrites):
+    """`RandomWrites` on PostgreSQL, at `dsn`."""
+
+    def __init__(self, dsn: str, seed: int) -> None:
+        super().__init__(seed)
+        self._dsn = dsn
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self._dsn, autocommit=True)
+
+    def _transaction(self, conn: psycopg.Connection[Any], statements: int) -> None:
+        with conn.transaction():
+            for _ in range(statements):
+                write_one(conn, self._rng)
 
 
 def write_one(conn: psycopg.Connection[Any], rng: random.Random) -> None:

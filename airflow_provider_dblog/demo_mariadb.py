@@ -27,7 +27,7 @@ import pymysql
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Event, Op, Row
 from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
-from airflow_provider_dblog.demo import REGIONS, DemoSummary, wait_until
+from airflow_provider_dblog.demo import REGIONS, DemoSummary, RandomWrites, wait_until
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServer
 from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.dump.runner import run_dump
@@ -132,38 +132,22 @@ def write_one(cursor: pymysql.cursors.Cursor, rng: random.Random) -> None:
             )
 
 
-class Workload:
-    """Random write transactions of 1-4 statements, from its own connection, until stopped."""
+class Workload(RandomWrites):
+    """`RandomWrites` on MariaDB, logged in as `info` says."""
 
     def __init__(self, info: MariaDBInfo, seed: int) -> None:
+        super().__init__(seed)
         self._info = info
-        self._rng = random.Random(seed)
-        self.writes = 0
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="demo-writes", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
+    def _connect(self) -> pymysql.connections.Connection[Any]:
+        return pymysql.connect(**self._info.connect_kwargs())
 
-    def join(self) -> None:
-        self.stop.set()
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
-
-    def _run(self) -> None:
-        try:
-            with pymysql.connect(**self._info.connect_kwargs()) as conn, conn.cursor() as cursor:
-                while not self.stop.is_set():
-                    conn.begin()
-                    for _ in range(self._rng.randint(1, 4)):
-                        write_one(cursor, self._rng)
-                    conn.commit()
-                    self.writes += 1
-                    self.stop.wait(0.002)
-        except BaseException as exc:
-            self.error = exc
+    def _transaction(self, conn: pymysql.connections.Connection[Any], statements: int) -> None:
+        conn.begin()
+        with conn.cursor() as cursor:
+            for _ in range(statements):
+                write_one(cursor, self._rng)
+        conn.commit()
 
 
 def row_key(table: str, values: Iterable[Any]) -> RowKey:
