@@ -57,6 +57,10 @@ class SchemaDescription:
     position: Position
     txid: int | None = None
     ts_ms: int | None = None
+    after_ddl: bool = False
+    """The reader saw the DDL statement itself (MySQL): even a table's first description is
+    then a change that ends the table's open windows. A first description without it (a
+    PostgreSQL Relation message) changes nothing a chunk could have read."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -250,7 +250,9 @@ class Session:
         self._table_event(table_event(Op.TRUNCATE, source, self._schemas.version(item.table)))
 
     def schema(self, item: SchemaDescription) -> None:
-        self._schema_change(item.table, item.schema, item.position, item.txid, item.ts_ms)
+        self._schema_change(
+            item.table, item.schema, item.position, item.txid, item.ts_ms, after_ddl=item.after_ddl
+        )
 
     def watermark(self, item: WatermarkWrite) -> None:
         known = self._store.windows.lookup_watermark(item.value)
@@ -308,15 +310,17 @@ class Session:
         position: Position,
         txid: int | None = None,
         ts_ms: int | None = None,
+        *,
+        after_ddl: bool = False,
     ) -> None:
         known = self._schemas.observe(table, schema, position)
         if known is None:
             return  # the columns did not change, or this stretch of log was emitted before
         source = self._table_source(table, position, txid, ts_ms)
         event = table_event(Op.SCHEMA, source, known.version, known.schema)
-        # A table's first description changes no columns a chunk could have read: the check
-        # at hw (`_emit_chunk`) still compares the chunk's columns with it.
-        self._table_event(event, ends_windows=known.version > 1)
+        # A table's first description, unless a DDL statement came with it, changes no columns
+        # a chunk could have read; the check at hw (`_emit_chunk`) still compares them.
+        self._table_event(event, ends_windows=known.version > 1 or after_ddl)
         self._writer.put(SchemaDurable(known))
 
     def _table_event(self, event: Event, *, ends_windows: bool = True) -> None:

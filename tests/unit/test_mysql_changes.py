@@ -202,8 +202,8 @@ def test_ddl_is_a_transaction_of_its_own_describing_the_table_it_names(
         ],
     )
     assert items[0] == SchemaDescription(
-        ORDERS, described("id", "note", "extra"), Position(at(20), 0), ts_ms=0
-    )
+        ORDERS, described("id", "note", "extra"), Position(at(20), 0), ts_ms=0, after_ddl=True
+    ), "a DDL statement's description ends open windows even as the table's first"
     assert items[1] == TransactionEnd(at(20))
     assert changes(items) == [(Op.CREATE, {"id": 2}, Position(at(40), 0))]
     assert items[-1] == TransactionEnd(at(40))

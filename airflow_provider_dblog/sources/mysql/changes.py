@@ -281,7 +281,9 @@ class BinlogMapper:
                 )
                 continue
             position = transaction.next_position()
-            yield SchemaDescription(table, schema, position, begin.txid, begin.ts_ms)
+            yield SchemaDescription(
+                table, schema, position, begin.txid, begin.ts_ms, after_ddl=True
+            )
 
     def _columns_of(self, rows: Rows) -> TableColumns:
         """The table's columns for `rows`: asked of the catalog for a new shape or after a
