@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import Key, TableRef, freeze
 
@@ -41,6 +42,7 @@ class DumpRequest:
     keys: tuple[Key, ...] = ()
     chunk_size: int = 1000
     parallelism: int = 1
+    mode: DumpMode = DumpMode.SEQUENCED
 
     def __post_init__(self) -> None:
         if not self.dump_id:
@@ -53,6 +55,8 @@ class DumpRequest:
             raise InvalidRequest(f"parallelism must be an integer, got {self.parallelism!r}")
         if self.parallelism < 1:
             raise InvalidRequest(f"parallelism must be at least 1, got {self.parallelism}")
+        if not isinstance(self.mode, DumpMode):
+            raise InvalidRequest(f"mode must be a DumpMode, got {self.mode!r}")
         if not self.tables:
             raise InvalidRequest("a dump request names no table")
         if len(set(self.tables)) != len(self.tables):

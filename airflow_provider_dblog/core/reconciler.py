@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.event import (
     Event,
     Key,
@@ -39,11 +40,14 @@ from airflow_provider_dblog.core.position import Position
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """A watermark window as the dump registered it: one chunk of one table."""
+    """A watermark window as the dump registered it: one chunk of one table. A `direct`
+    window's rows never reach the tailer: at hw it records what the dump needs instead (see
+    `core/direct.py`)."""
 
     window_id: str
     dump_id: str
     table: TableRef
+    mode: DumpMode = DumpMode.SEQUENCED
 
 
 @dataclass(frozen=True, slots=True)

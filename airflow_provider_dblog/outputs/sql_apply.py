@@ -14,8 +14,17 @@ state, since it repeats the same images in the same order; but while it catches 
 back to an older image for a moment. Monotonic mode rules that out, and any other older image (a
 dump row older than what the target holds): it keeps the last applied position of every key in
 `dblog_positions`, updated in the same statement as the row, and skips an event whose position is
-not newer. Deleted keys keep their row there, so an old image cannot bring a deleted row back;
-that table therefore grows with every key ever seen.
+not newer. Deleted keys keep their row there (marked `deleted`: a tombstone), so an old image
+cannot bring a deleted row back. Tombstones older than a horizon no older image can still come
+from are pruned (`prune_tombstones`, run by direct dumps: see `core/direct.py`), so the table
+holds the live keys and the recent deletes. (Rows written before the `deleted` column existed
+count as live and are never pruned.)
+
+Direct dumps (`SqlDirectTarget`) write their rows here too, from wherever they were read (Spark
+executors), each part in a transaction of its own with the same monotonic statements: a row
+positioned at its window's hw loses to any event of its key at a higher position, whichever
+commits first. Those transactions take no fence: they do not come from a tailer, and the row
+locks of `dblog_positions` order them against the tailer's batches.
 
 A JSON null and an SQL NULL arrive alike (None) and are written as SQL NULL.
 
@@ -56,6 +65,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
+import json
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +76,17 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Json, Jsonb
 
-from airflow_provider_dblog.core.event import Event, JsonValue, Op, Row, TableRef, key_of
+from airflow_provider_dblog.core.event import (
+    Event,
+    JsonValue,
+    Op,
+    Origin,
+    Row,
+    SourceInfo,
+    TableRef,
+    key_of,
+)
+from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.outputs.base import (
     Output,
@@ -76,6 +98,8 @@ from airflow_provider_dblog.outputs.base import (
 
 POSITIONS_TABLE = "dblog_positions"
 FENCE_TABLE = "dblog_fence"
+_DIRECT_ATTEMPTS = 5
+"""Tries of a direct part that deadlocks with the tailer's batch on the same keys."""
 SCHEMAS_TABLE = "dblog_schemas"
 
 _CREATE_FENCE = sql.SQL(
@@ -102,25 +126,36 @@ _CREATE_POSITIONS = sql.SQL(
     key jsonb NOT NULL,
     commit numeric(20, 0) NOT NULL,
     seq int NOT NULL,
+    deleted boolean NOT NULL DEFAULT false,
     PRIMARY KEY (source, schema, tbl, key)
 )"""
 ).format(table=sql.Identifier(POSITIONS_TABLE))
 
+# A positions table made before tombstones were marked: its rows count as live keys.
+_ADD_DELETED = sql.SQL(
+    "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS deleted boolean NOT NULL DEFAULT false"
+).format(table=sql.Identifier(POSITIONS_TABLE))
+
+_PRUNE_TOMBSTONES = sql.SQL(
+    """DELETE FROM {table} WHERE source = %s AND schema = %s AND tbl = %s AND deleted
+AND key <> 'null'::jsonb AND (commit, seq) < (%s::numeric, %s::int)"""
+).format(table=sql.Identifier(POSITIONS_TABLE))
+
 # The (only) CTE of a monotonic statement: records the event's position for its key if it is
 # newer than the stored one and after the table's floor (its last truncate), and returns a row
-# only then.
+# only then. A delete leaves its key's row marked `deleted`.
 _NEWER = sql.SQL(
     """WITH newer AS (
-    INSERT INTO {table} AS p (source, schema, tbl, key, commit, seq)
-    SELECT e.* FROM (VALUES (%s, %s, %s, %s::jsonb, %s::numeric, %s::int))
-        AS e (source, schema, tbl, key, commit, seq)
+    INSERT INTO {table} AS p (source, schema, tbl, key, commit, seq, deleted)
+    SELECT e.* FROM (VALUES (%s, %s, %s, %s::jsonb, %s::numeric, %s::int, %s::boolean))
+        AS e (source, schema, tbl, key, commit, seq, deleted)
     WHERE NOT EXISTS (
         SELECT FROM {table} f
         WHERE f.source = e.source AND f.schema = e.schema AND f.tbl = e.tbl
         AND f.key = 'null'::jsonb AND (f.commit, f.seq) >= (e.commit, e.seq)
     )
     ON CONFLICT (source, schema, tbl, key)
-    DO UPDATE SET commit = EXCLUDED.commit, seq = EXCLUDED.seq
+    DO UPDATE SET commit = EXCLUDED.commit, seq = EXCLUDED.seq, deleted = EXCLUDED.deleted
     WHERE (p.commit, p.seq) < (EXCLUDED.commit, EXCLUDED.seq)
     RETURNING 1
 ) """
@@ -212,6 +247,21 @@ def _runs(events: Sequence[Event]) -> Iterator[Event | Sequence[Event]]:
             start = index + 1
     if start < len(events):
         yield events[start:]
+
+
+def _dump_event(
+    source_name: str, table: TableRef, target: _Target, row: Row, position: Position
+) -> Event:
+    """A direct dump's row as the `r` event the tailer would have emitted for it."""
+    try:
+        key_row = {c: row[c] for c in target.key}
+    except KeyError as missing:
+        raise TargetTableMissing(
+            f"target table {target.ref} is keyed by ({', '.join(target.key)}) but a dumped row "
+            f"of {table} has no column {missing}"
+        ) from None
+    source = SourceInfo(source_name, "", table.schema, table.name, position, Origin.DUMP)
+    return Event(Op.READ, key_row, None, row, source, 0)
 
 
 def _column_definition(column: Column) -> sql.Composed:
@@ -341,6 +391,7 @@ class SqlApplyOutput(Output):
                 self._conn.execute(_CREATE_SCHEMAS)
                 if self.monotonic:
                     self._conn.execute(_CREATE_POSITIONS)
+                    self._conn.execute(_ADD_DELETED)
         return self._conn
 
     @contextlib.contextmanager
@@ -397,6 +448,61 @@ class SqlApplyOutput(Output):
                 statement = self._statement(group[0])
                 cur.executemany(statement, [self._params(a) for a in group])
                 start = end
+
+    # -- direct dumps ---------------------------------------------------------------------------
+
+    def write_direct(
+        self, source_name: str, table: TableRef, rows: Sequence[Row], position: Position
+    ) -> int:
+        """Upsert a direct dump's rows of `source_name`'s table `table`, all at `position`, in one
+        transaction of their own (no fence: see the module docstring); returns the rows
+        applied (a key an event at a higher position reached is left alone). Monotonic mode
+        only. A deadlock with the tailer's batch on the same keys is retried."""
+        if not self.monotonic:
+            raise OutputError("direct dumps into SQL apply need monotonic = true")
+        if not rows:
+            return 0
+        for attempt in itertools.count(1):
+            conn = self._connection()
+            try:
+                with self._errors(), conn.transaction():
+                    target = self._describe(conn, table)
+                    self._targets[table] = target
+                    events = [
+                        _dump_event(source_name, table, target, row, position) for row in rows
+                    ]
+                    return self._apply_counted(conn, events)
+            except OutputUnavailable as exc:
+                rolled_back = isinstance(exc.__cause__, psycopg.errors.TransactionRollback)
+                if not rolled_back or attempt >= _DIRECT_ATTEMPTS:
+                    raise
+            finally:
+                self._targets.pop(table, None)
+                self._statements.clear()
+        raise AssertionError("unreachable")
+
+    def _apply_counted(self, conn: psycopg.Connection[Any], events: Sequence[Event]) -> int:
+        applied = 0
+        actions = list(self._actions(conn, events))
+        with conn.cursor() as cur:
+            for _, group in itertools.groupby(actions, key=_Action.shape):
+                batch = list(group)
+                cur.executemany(self._statement(batch[0]), [self._params(a) for a in batch])
+                applied += max(cur.rowcount, 0)
+        return applied
+
+    def prune_tombstones(self, source_name: str, table: TableRef, before: Position) -> int:
+        """Forget the deleted keys of `table` positioned before `before` (monotonic mode): no
+        older image of them can come any more (see `core.direct.tombstone_horizon`)."""
+        if not self.monotonic:
+            return 0
+        conn = self._connection()
+        with self._errors():
+            cur = conn.execute(
+                _PRUNE_TOMBSTONES,
+                (source_name, table.schema, table.name, before.commit, before.seq),
+            )
+            return max(cur.rowcount, 0)
 
     # -- table-level events ---------------------------------------------------------------------
 
@@ -587,6 +693,7 @@ class SqlApplyOutput(Output):
             event = action.event
             params += [event.source.name, event.table.schema, event.table.name]
             params += [Jsonb(action.key), event.position.commit, event.position.seq]
+            params.append(action.values is None)
         columns = action.target.columns
         if action.values is None:
             return params + [columns[c].adapt(action.key[c]) for c in action.target.key]
@@ -599,3 +706,51 @@ class SqlApplyOutput(Output):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+class SqlDirectTarget:
+    """The `DirectTarget` (dump/direct_target.py) of SQL apply in monotonic mode: `stage` upserts
+    its part in a transaction of its own, where it was read, and its handle is the count of rows
+    applied; `commit` adds the counts up. A chunk's rows are therefore visible part by part,
+    which the monotonic rule makes harmless: each is the key's state at hw, or older than what
+    the target holds and refused."""
+
+    def __init__(
+        self,
+        dsn: str,
+        source_name: str,
+        *,
+        table_map: Mapping[str, str] | None = None,
+        connect_timeout: int = 10,
+    ) -> None:
+        self._source_name = source_name
+        self._output = SqlApplyOutput(
+            dsn, monotonic=True, table_map=table_map, connect_timeout=connect_timeout
+        )
+
+    @classmethod
+    def from_output_config(cls, output: Mapping[str, Any], source_name: str) -> SqlDirectTarget:
+        """From the deployment's `[output]` section (a monotonic sql_apply output)."""
+        name = output.get("dsn_env")
+        dsn = os.environ.get(name) if isinstance(name, str) else None
+        if not dsn:
+            raise OutputError(f"sql_apply output: environment variable {name} (dsn_env) is not set")
+        return cls(
+            dsn,
+            source_name,
+            table_map=output.get("table_map"),
+            connect_timeout=output.get("connect_timeout", 10),
+        )
+
+    def stage(self, table: TableRef, rows: Sequence[Row], position: Position) -> str:
+        applied = self._output.write_direct(self._source_name, table, rows, position)
+        return json.dumps({"rows": applied})
+
+    def commit(self, table: TableRef, handles: Sequence[str]) -> int:
+        return sum(int(json.loads(handle)["rows"]) for handle in handles)
+
+    def prune_tombstones(self, table: TableRef, before: Position) -> int:
+        return self._output.prune_tombstones(self._source_name, table, before)
+
+    def close(self) -> None:
+        self._output.close()

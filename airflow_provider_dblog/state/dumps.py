@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, TableProgress
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, TableRef, freeze
@@ -107,6 +108,7 @@ def _request_to_json(request: DumpRequest) -> dict[str, JsonValue]:
         "keys": [list(k) for k in request.keys],
         "chunk_size": request.chunk_size,
         "parallelism": request.parallelism,
+        "mode": request.mode.value,
     }
 
 
@@ -118,6 +120,7 @@ def _request_from_json(data: dict[str, Any]) -> DumpRequest:
         keys=tuple(tuple(freeze(v) for v in k) for k in data["keys"]),
         chunk_size=data["chunk_size"],
         parallelism=data["parallelism"],
+        mode=DumpMode(data.get("mode", DumpMode.SEQUENCED)),
     )
 
 

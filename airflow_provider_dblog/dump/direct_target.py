@@ -1,0 +1,80 @@
+"""Where a direct dump writes its rows: a target keyed by primary key that keeps, per key, the row
+with the highest position (see `core/direct.py`).
+
+A chunk's surviving rows are written where they were read: each reader (a Spark task, or the
+`dblog dump` process) calls `stage` with its part of the chunk, and the dump's driver calls
+`commit` once with every part's handle. Only after `commit` returned does the dump move its
+progress. A handle is short text (it travels from a Spark executor back to the driver); what it
+holds is the target's business: SQL apply has already written the rows in `stage` and its
+handle is their count, a lake stages data files that `commit` adds to the table in one commit.
+
+Which target a deployment has is its configuration's: the SQL-apply output in monotonic mode
+(`outputs/sql_apply.py`, `SqlDirectTarget`). A deployment whose output is a stream that must
+carry rows in order (NDJSON, Redis Stream) has no direct target: a direct dump is refused there
+before anything is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from airflow_provider_dblog.config import Config
+from airflow_provider_dblog.core.direct import DumpMode
+from airflow_provider_dblog.core.errors import InvalidRequest
+from airflow_provider_dblog.core.event import Row, TableRef
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.outputs.sql_apply import SqlDirectTarget
+
+
+class DirectTarget(Protocol):
+    """A target direct dumps write into. Each method may be called from any process that has
+    the deployment's configuration: build one with `direct_target_for` where it is needed."""
+
+    def stage(self, table: TableRef, rows: Sequence[Row], position: Position) -> str:
+        """Prepare `rows` of source table `table`, all positioned at `position`, for the
+        chunk's commit; returns the handle the driver passes to `commit`. A row that an
+        event at a higher position already reached (or deleted) must not overwrite it."""
+        ...
+
+    def commit(self, table: TableRef, handles: Sequence[str]) -> int:
+        """Make every staged part of one chunk of `table` visible; returns the rows written.
+        Called once per chunk, by the driver, after every part was staged."""
+        ...
+
+    def prune_tombstones(self, table: TableRef, before: Position) -> int:
+        """Forget the deletes of `table` positioned before `before` (a tombstone horizon:
+        `core.direct.tombstone_horizon`); returns how many were forgotten."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def default_mode(config: Config) -> DumpMode:
+    """The mode of a dump that names none: direct where the deployment has a direct target."""
+    return DumpMode.DIRECT if _direct_target_kind(config) is not None else DumpMode.SEQUENCED
+
+
+def check_direct_target(config: Config) -> None:
+    """Refuse a direct dump where no target keeps rows by key and position."""
+    if _direct_target_kind(config) is None:
+        output = config.output.get("type")
+        raise InvalidRequest(
+            f"a direct dump needs a target keyed by primary key that keeps the highest position "
+            f"per key (the sql_apply output with monotonic = true); this deployment's output "
+            f"is {output!r}, a stream that must carry the rows in order: dump with mode "
+            "'sequenced'"
+        )
+
+
+def direct_target_for(config: Config) -> DirectTarget:
+    """The deployment's direct target, connected with the secrets its configuration names."""
+    check_direct_target(config)
+    return SqlDirectTarget.from_output_config(config.output, config.source.name)
+
+
+def _direct_target_kind(config: Config) -> str | None:
+    output = config.output
+    if output.get("type") == "sql_apply" and output.get("monotonic") is True:
+        return "sql_apply"
+    return None
