@@ -5,10 +5,12 @@ store per concern, each over the keys `keys.py` spells for a source:
 
 - `WindowStore` (windows.py): watermark windows and their chunk rows, the dump's and the
   tailer's meeting point;
+- `DirectWindowStore` (direct.py): what the tailer records at a direct window's hw, and the
+  direct windows whose rows are not yet committed (the tombstone horizon);
 - `DumpStore` (dumps.py): dump requests, their status, counters, progress, controls and the
   beat of the process running them, written by Airflow, the CLI and the dump;
 - `TailerStore` (tailer.py): the tailer's lease and fencing token, checkpoint and heartbeat;
-- `StateStore` (store.py): the three on one client, for callers that need several;
+- `StateStore` (store.py): the four on one client, for callers that need several;
 - `AsyncStateReader` (async_reader.py): what Airflow's triggers poll, on redis.asyncio.
 
 Every check-then-write that two processes may race on is one Lua script, beside the method that
@@ -26,6 +28,7 @@ client's own retry policy does.
 """
 
 from airflow_provider_dblog.state.async_reader import AsyncStateReader
+from airflow_provider_dblog.state.direct import DirectWindowStore
 from airflow_provider_dblog.state.dumps import (
     DumpControls,
     DumpState,
@@ -49,6 +52,7 @@ from airflow_provider_dblog.state.windows import Mark, WindowState, WindowStatus
 __all__ = [
     "AlreadyExists",
     "AsyncStateReader",
+    "DirectWindowStore",
     "DumpControls",
     "DumpState",
     "DumpStatus",

@@ -14,6 +14,8 @@ every key of a source lives in one slot and every Lua script of the stores may t
 |                        |        | appended rows add part:<n> (its row count) and              |
 |                        |        | invisible_txids:<n> (JSON) per part                         |
 | P window:<id>:ended    | list   | one element once the window ended (waiters block on it)     |
+| P direct:pending       | hash   | window id -> its lw position (JSON), for each direct window |
+|                        |        | the tailer recorded whose rows are not yet committed        |
 | P dumps                | list   | dump ids in the order they were created                     |
 | P dump:<id>            | string | the DumpRequest and the tables' key columns (JSON)          |
 | P dump:<id>:status     | hash   | state, reason, chunks, rows, windows_retried,               |
@@ -31,7 +33,11 @@ every key of a source lives in one slot and every Lua script of the stores may t
 | P tailer:schemas       | hash   | table ("schema.name") -> its last durable schema event:     |
 |                        |        | JSON {version, schema, position}                            |
 
-The window keys belong to `WindowStore` (windows.py), the dump keys to `DumpStore` (dumps.py),
+A direct window's hash also holds, once the tailer recorded it at hw, lw_position and
+hw_position (JSON) and changed (the JSON list of the keys that changed inside it).
+
+The window keys belong to `WindowStore` (windows.py), except what direct windows add, which
+belongs to `DirectWindowStore` (direct.py); the dump keys to `DumpStore` (dumps.py),
 the tailer keys to `TailerStore` (tailer.py); `AsyncStateReader` reads some of the last two.
 """
 
@@ -48,6 +54,7 @@ class SourceKeys:
     """The keys of one source (see the table above), its name checked once."""
 
     __slots__ = (
+        "direct_pending",
         "dumps",
         "prefix",
         "source",
@@ -67,6 +74,7 @@ class SourceKeys:
         self.source = source
         self.prefix = f"dblog:{{{source}}}:"
         self.dumps = self.prefix + "dumps"
+        self.direct_pending = self.prefix + "direct:pending"
         self.tailer_checkpoint = self.prefix + "tailer:checkpoint"
         self.tailer_resume = self.prefix + "tailer:resume"
         self.tailer_token = self.prefix + "tailer:token"

@@ -40,6 +40,7 @@ from typing import Literal
 import redis
 from redis.typing import EncodableT, FieldT
 
+from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, Row, TableRef
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
@@ -86,6 +87,12 @@ class WindowStatus:
     updated_ms: int
 
 
+def _window(data: Mapping[str, str]) -> Window:
+    # A window registered before windows had modes is sequenced.
+    mode = DumpMode(data.get("mode", DumpMode.SEQUENCED))
+    return Window(data["window_id"], data["dump_id"], TableRef.parse(data["table"]), mode)
+
+
 def _pages(rows: Sequence[Row]) -> list[str]:
     return [compact_json(list(rows[i : i + _PAGE_ROWS])) for i in range(0, len(rows), _PAGE_ROWS)]
 
@@ -120,6 +127,7 @@ return 1
             "window_id": window.window_id,
             "dump_id": window.dump_id,
             "table": str(window.table),
+            "mode": window.mode.value,
         }
         done = self._eval(
             self._REGISTER,
@@ -154,9 +162,8 @@ return 1
         if raw is None:
             return None
         data = json.loads(raw)
-        window = Window(data["window_id"], data["dump_id"], TableRef.parse(data["table"]))
         mark: Mark = "lw" if data["mark"] == "lw" else "hw"
-        return window, mark
+        return _window(data), mark
 
     @reachable
     def put_rows(self, window_id: str, chunk: ChunkRows) -> bool:
@@ -379,7 +386,7 @@ return 1
             return None
         data = decode_hash(raw)
         return WindowStatus(
-            window=Window(data["window_id"], data["dump_id"], TableRef.parse(data["table"])),
+            window=_window(data),
             state=WindowState(data["state"]),
             reason=data["reason"],
             chunk=json.loads(data["chunk"]),

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from prometheus_client import Histogram
 
+from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.event import (
     Event,
     JsonValue,
@@ -274,6 +275,9 @@ class Session:
         if isinstance(closed, Failed):
             self._fail(closed)
             return
+        if window.mode is DumpMode.DIRECT:
+            self._record_direct(closed)
+            return
         self._emit_chunk(closed)
 
     def transaction_end(self, item: TransactionEnd) -> None:
@@ -356,6 +360,27 @@ class Session:
         self._stats.dump_rows += len(events)
         self._stats.windows_closed += 1
         self._count_chunk(window.table, len(events), len(chunk.rows) - len(events))
+
+    def _record_direct(self, closed: Closed) -> None:
+        """hw of a direct window: no row to fetch or emit. The reads stored only their invisible
+        transactions before hw, checked here as for any chunk (a stale read fails the window);
+        then the keys changed inside the window and hw's position are recorded and the window
+        closed, in one move, without waiting for the output (`state/direct.py` says why)."""
+        window = closed.window
+        chunk = self._store.windows.rows(window.window_id)
+        if chunk is None:
+            detail = "the reads' transactions are not in the store"
+            self._fail(Failed(window, FailureReason.MISSING_CHUNK, detail))
+            return
+        checked = self._reconciler.chunk_events(closed, replace(chunk, rows=()))
+        if isinstance(checked, Failed):
+            self._fail(checked)
+            return
+        record = DirectRecord(
+            window.window_id, closed.lw_position, closed.hw_position, closed.changed_keys
+        )
+        if self._store.directs.record(record, self._token):
+            self._stats.windows_closed += 1
 
     def _count_chunk(self, table: TableRef, emitted: int, dropped: int) -> None:
         stats, counted = self._stats, (table.schema, table.name)
