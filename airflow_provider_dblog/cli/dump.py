@@ -31,9 +31,12 @@ from airflow_provider_dblog.cli.common import (
 )
 from airflow_provider_dblog.cli.progress import DumpProgressView
 from airflow_provider_dblog.config import Config
+from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import DumpRequest
 from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
 from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.dump.direct import InProcessDirectReader
+from airflow_provider_dblog.dump.direct_target import direct_target_for
 from airflow_provider_dblog.dump.request import build_request
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.dump.runner import run_dump
@@ -49,6 +52,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     dump.add_argument("--keys", help="primary keys of --table: '1,2,3' or JSON '[[1,\"a\"]]'")
     dump.add_argument("--chunk-size", type=whole_number(1), default=1000)
     dump.add_argument("--parallelism", type=whole_number(1), default=1)
+    dump.add_argument(
+        "--mode",
+        choices=[m.value for m in DumpMode],
+        help="direct: this process writes the rows into the target (an SQL-apply output in "
+        "monotonic mode); sequenced: the tailer emits them into the ordered output (default: "
+        "direct where the deployment has a direct target)",
+    )
     dump.add_argument(
         "--max-rows-per-s", type=finite_number(0), help="rate limit (dblog throttle changes it)"
     )
@@ -122,14 +132,22 @@ def _dump(args: argparse.Namespace) -> int:
     stored = store.dumps.get(dump_id)
     assert stored is not None, f"dump {dump_id} was stored a moment ago"
     view = DumpProgressView(stored.request, store.dumps.load_progress(dump_id), sys.stdout)
-    state = run_dump(
-        store,
-        source.chunk_source,
-        dump_id,
-        window_timeout_s=args.window_timeout,
-        source_patience_s=args.source_patience,
-        on_progress=view.update,
-    )
+    direct = None
+    if stored.request.mode is DumpMode.DIRECT:
+        direct = InProcessDirectReader(direct_target_for(config))
+    try:
+        state = run_dump(
+            store,
+            source.chunk_source,
+            dump_id,
+            window_timeout_s=args.window_timeout,
+            source_patience_s=args.source_patience,
+            on_progress=view.update,
+            direct=direct,
+        )
+    finally:
+        if direct is not None:
+            direct.target.close()
     print(f"dump {dump_id}: {state}")
     return 0 if state == "done" else 1
 
@@ -147,6 +165,7 @@ def _checked_request(
             keys=args.keys,
             chunk_size=args.chunk_size,
             parallelism=args.parallelism,
+            mode=args.mode,
         )
     finally:
         chunks.close()

@@ -159,6 +159,8 @@ class TableProgress:
     key_index: int = 0
     chunks_done: int = 0
     rows_done: int = 0
+    rows_written: int = 0
+    """Rows a direct dump wrote into its target (rows read, less those the log carried)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -170,6 +172,7 @@ class TableProgress:
             "key_index": self.key_index,
             "chunks_done": self.chunks_done,
             "rows_done": self.rows_done,
+            "rows_written": self.rows_written,
         }
 
     @classmethod
@@ -183,6 +186,7 @@ class TableProgress:
             key_index=data["key_index"],
             chunks_done=data["chunks_done"],
             rows_done=data["rows_done"],
+            rows_written=data.get("rows_written", 0),
         )
 
 

@@ -76,6 +76,8 @@ class ChunkOutcome:
     rows: int
     last_key: Key | None
     reason: str | None = None
+    written: int = 0
+    """Rows the dump wrote into a direct target (a sequenced chunk's go through the tailer)."""
 
 
 def chunk_to_json(chunk: Chunk) -> dict[str, object]:

@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from airflow_provider_dblog.config import Config
+from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, coerce_keys, parse_keys
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import Key, TableRef
+from airflow_provider_dblog.dump.direct_target import check_direct_target, default_mode
 from airflow_provider_dblog.sources.base import ChunkSource
 
 
@@ -49,12 +51,17 @@ def build_request(
     keys: str | Sequence[object] | None,
     chunk_size: int,
     parallelism: int,
+    mode: str | None = None,
 ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
     """A validated request and the tables' key columns. `keys` (text as `dblog dump --keys`
     takes it, or already-parsed JSON values) needs exactly one table. Unknown tables, tables
     without a primary key, malformed keys, key values their column's type refuses and a source
     no tailer has set up are refused here with a message naming them; the keys come back as
-    the source normalised them (`"7"` on an integer key is 7)."""
+    the source normalised them (`"7"` on an integer key is 7). `mode` (None: the deployment's
+    default, see `dump/direct_target.py`) must be one the deployment's target takes."""
+    dump_mode = default_mode(config) if mode is None else DumpMode.parse(mode)
+    if dump_mode is DumpMode.DIRECT:
+        check_direct_target(config)
     refs = captured_tables(config, tables)
     if keys is not None and len(refs) != 1:
         raise InvalidRequest(f"keys need exactly one table, got {len(refs)}")
@@ -75,5 +82,5 @@ def build_request(
         kind = DumpKind.ALL
     else:
         kind = DumpKind.TABLE if len(refs) == 1 else DumpKind.ALL
-    request = DumpRequest(dump_id, kind, refs, parsed, chunk_size, parallelism)
+    request = DumpRequest(dump_id, kind, refs, parsed, chunk_size, parallelism, dump_mode)
     return request, key_columns

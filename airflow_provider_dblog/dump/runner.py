@@ -22,8 +22,10 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TypeVar
 
+from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk, TablePlanner, TableProgress
 from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.dump.chunk import (
     ChunkOutcome,
     ChunkReader,
@@ -31,6 +33,7 @@ from airflow_provider_dblog.dump.chunk import (
     read_in_process,
     run_chunk,
 )
+from airflow_provider_dblog.dump.direct import DirectChunkReader, run_direct_chunk
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S, ChunkRetries, Patience
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
 from airflow_provider_dblog.state import (
@@ -66,17 +69,21 @@ def run_dump(
     on_progress: ProgressCallback | None = None,
     stop: threading.Event | None = None,
     read: ChunkReader = read_in_process,
+    direct: DirectChunkReader | None = None,
     bounded_chunks: bool = False,
 ) -> DumpState:
     """Run the dump until done, cancelled or failed; returns the final status. `read` reads
-    each chunk into Redis; `bounded_chunks` plans range chunks with an upper bound always
-    (see `TablePlanner.bounded`), as a reader that splits a chunk needs. A chunk is tried
-    `max_attempts` times when its window fails, and for up to `source_patience_s` while the
-    source or Redis is away."""
+    each chunk of a sequenced dump into Redis, `direct` each chunk of a direct dump (which
+    needs one) and writes its rows into the target; `bounded_chunks` plans range chunks with
+    an upper bound always (see `TablePlanner.bounded`), as a reader that splits a chunk
+    needs. A chunk is tried `max_attempts` times when its window fails, and for up to
+    `source_patience_s` while the source or Redis is away."""
     stored = store.dumps.get(dump_id)
     if stored is None:
         raise DumpFailed(f"no dump request {dump_id!r} in the store")
     request = stored.request
+    if request.mode is DumpMode.DIRECT and direct is None:
+        raise DumpFailed(f"dump {dump_id} is direct: it needs a direct target to write into")
     progress = store.dumps.load_progress(dump_id)
     parallelism = request.parallelism
     if not store.dumps.mark(dump_id, DumpState.RUNNING):
@@ -122,15 +129,28 @@ def run_dump(
                     runs = [
                         pool.submit(
                             retry_chunk,
-                            partial(
-                                run_chunk,
-                                store,
-                                source,
-                                dump_id,
-                                chunk,
-                                key_columns,
-                                window_timeout_s=window_timeout_s,
-                                read=read,
+                            (
+                                partial(
+                                    run_chunk,
+                                    store,
+                                    source,
+                                    dump_id,
+                                    chunk,
+                                    key_columns,
+                                    window_timeout_s=window_timeout_s,
+                                    read=read,
+                                )
+                                if direct is None
+                                else partial(
+                                    run_direct_chunk,
+                                    store,
+                                    source,
+                                    dump_id,
+                                    chunk,
+                                    key_columns,
+                                    window_timeout_s=window_timeout_s,
+                                    read=direct,
+                                )
                             ),
                             ChunkRetries(max_attempts, Patience(source_patience_s)),
                             f"chunk {chunk.seq} of {chunk.table}",
@@ -142,12 +162,15 @@ def run_dump(
                     rows = 0
                     for chunk, outcome in zip(chunks, outcomes, strict=True):
                         planner.complete(chunk, outcome.rows, outcome.last_key)
+                        planner.progress.rows_written += outcome.written
                         rows += outcome.rows
                     _patiently(partial(store.dumps.save_progress, dump_id, planner.progress))
                     _patiently(partial(store.dumps.count, dump_id, chunks=len(chunks), rows=rows))
                     if on_progress is not None:
                         on_progress(dump_id, planner.progress)
                     _throttle(controls, rows, time.monotonic() - started, stop)
+                if direct is not None:
+                    _prune_tombstones(store, direct, table)
         store.dumps.mark(dump_id, DumpState.DONE)
         return DumpState.DONE
     except Exception as exc:
@@ -199,6 +222,18 @@ def _patiently(call: Callable[[], T], patience_s: float = STORE_PATIENCE_S) -> T
                 raise DumpFailed(patience.verdict()) from exc
             log.warning("%s; retrying in %.2fs", exc, delay)
             time.sleep(delay)
+
+
+def _prune_tombstones(store: StateStore, direct: DirectChunkReader, table: TableRef) -> None:
+    """A direct dump that finished a table prunes the target's tombstones no older row can
+    reach any more; a failure to prune (a store or target away) only delays it."""
+    try:
+        horizon = store.directs.horizon()
+        if horizon is not None:
+            pruned = direct.prune_tombstones(table, horizon)
+            log.info("pruned %d tombstones of %s before %s", pruned, table, horizon)
+    except (StateStoreUnavailable, DBLogError) as exc:
+        log.warning("could not prune the tombstones of %s: %s", table, exc)
 
 
 def _plan(planner: TablePlanner, source: ChunkSource, parallelism: int) -> list[Chunk]:

@@ -68,6 +68,9 @@ import contextlib
 import itertools
 import json
 import os
+import random
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -98,7 +101,7 @@ from airflow_provider_dblog.outputs.base import (
 
 POSITIONS_TABLE = "dblog_positions"
 FENCE_TABLE = "dblog_fence"
-_DIRECT_ATTEMPTS = 5
+_DIRECT_ATTEMPTS = 10
 """Tries of a direct part that deadlocks with the tailer's batch on the same keys."""
 SCHEMAS_TABLE = "dblog_schemas"
 
@@ -473,9 +476,11 @@ class SqlApplyOutput(Output):
                     ]
                     return self._apply_counted(conn, events)
             except OutputUnavailable as exc:
-                rolled_back = isinstance(exc.__cause__, psycopg.errors.TransactionRollback)
-                if not rolled_back or attempt >= _DIRECT_ATTEMPTS:
+                # SQLSTATE class 40: a deadlock or serialization failure, rolled back.
+                sqlstate = getattr(exc.__cause__, "sqlstate", None) or ""
+                if not sqlstate.startswith("40") or attempt >= _DIRECT_ATTEMPTS:
                     raise
+                time.sleep(random.uniform(0.01, 0.05) * attempt)
             finally:
                 self._targets.pop(table, None)
                 self._statements.clear()
@@ -724,9 +729,26 @@ class SqlDirectTarget:
         connect_timeout: int = 10,
     ) -> None:
         self._source_name = source_name
-        self._output = SqlApplyOutput(
-            dsn, monotonic=True, table_map=table_map, connect_timeout=connect_timeout
-        )
+        self._options: dict[str, Any] = {
+            "monotonic": True,
+            "table_map": table_map,
+            "connect_timeout": connect_timeout,
+        }
+        self._dsn = dsn
+        self._local = threading.local()
+        self._outputs: list[SqlApplyOutput] = []
+        self._lock = threading.Lock()
+
+    @property
+    def _output(self) -> SqlApplyOutput:
+        """This thread's output: a connection is used by one thread at a time, and a dump's
+        chunks in flight run in threads of their own."""
+        output: SqlApplyOutput | None = getattr(self._local, "output", None)
+        if output is None:
+            output = self._local.output = SqlApplyOutput(self._dsn, **self._options)
+            with self._lock:
+                self._outputs.append(output)
+        return output
 
     @classmethod
     def from_output_config(cls, output: Mapping[str, Any], source_name: str) -> SqlDirectTarget:
@@ -753,4 +775,7 @@ class SqlDirectTarget:
         return self._output.prune_tombstones(self._source_name, table, before)
 
     def close(self) -> None:
-        self._output.close()
+        with self._lock:
+            outputs, self._outputs = self._outputs, []
+        for output in outputs:
+            output.close()
