@@ -56,8 +56,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--mode",
         choices=[m.value for m in DumpMode],
         help="direct: this process writes the rows into the target (an SQL-apply output in "
-        "monotonic mode); sequenced: the tailer emits them into the ordered output (default: "
-        "direct where the deployment has a direct target)",
+        "monotonic mode); sequenced (the default): the tailer emits them into the ordered output",
     )
     dump.add_argument(
         "--max-rows-per-s", type=finite_number(0), help="rate limit (dblog throttle changes it)"

@@ -51,8 +51,10 @@ class DirectTarget(Protocol):
 
 
 def default_mode(config: Config) -> DumpMode:
-    """The mode of a dump that names none: direct where the deployment has a direct target."""
-    return DumpMode.DIRECT if _direct_target_kind(config) is not None else DumpMode.SEQUENCED
+    """The mode of a dump that names none: sequenced, the one every output takes. (A
+    deployment with a lake will dump directly by default; SQL apply keeps sequenced dumps by
+    default, so an existing deployment's dumps behave as they did.)"""
+    return DumpMode.SEQUENCED
 
 
 def check_direct_target(config: Config) -> None:
