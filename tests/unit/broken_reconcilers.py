@@ -3,9 +3,11 @@ the model and in the production tailer."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from airflow_provider_dblog.core.direct import DumpMode, tombstone_horizon
 from airflow_provider_dblog.core.event import Event
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import (
@@ -91,3 +93,24 @@ BROKEN_RECONCILERS: tuple[type[Reconciler], ...] = (
     IgnoresKeyTables,
     TracksOneDumpPerTable,
 )
+
+
+class DirectRowsOverwriteEverything(Reconciler):
+    """Broken: a direct window's rows are positioned above every log event, as an unconditional
+    upsert of dump rows would write them, so a change after hw that reached the target first is
+    undone. (Positioned at lw instead of hw they would be right: no event of a surviving key lies
+    between lw and hw, so a direct target cannot tell the two apart.)"""
+
+    def high_watermark(self, window: Window, position: Position) -> Closed | Failed:
+        closed = super().high_watermark(window, position)
+        if isinstance(closed, Closed) and window.mode is DumpMode.DIRECT:
+            return replace(closed, hw_position=Position((1 << 64) - 1, 0))
+        return closed
+
+
+def horizon_without_pending_windows(
+    pending_lws: Iterable[Position], checkpoint: int | None
+) -> Position | None:
+    """Broken: prunes tombstones up to the checkpoint even while direct windows recorded before
+    them have not written their rows, so a row a later delete removed comes back."""
+    return tombstone_horizon((), checkpoint)

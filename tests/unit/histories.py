@@ -22,12 +22,18 @@ Checked for every history:
   chunk whose key no log event of its table changed between lw and hw, each with its values as
   of hw (what Algorithm 1 promises; later writes cannot hide a stale or missing row here);
 - no row of a window its dump abandoned is emitted.
+
+Direct histories (`direct_histories`, the model only) run direct dumps: their windows' rows go
+into a `PositionTarget` (highest position per key, deletes as tombstones) from the dump, beside
+the tailer's output, in whatever order the actions interleave them, and after every action
+the target prunes its tombstones before the horizon. The target must end equal to the source,
+and a direct window's rows, checked as above, are those its dump wrote.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,8 +41,10 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
+from airflow_provider_dblog.core.direct import DumpMode, tombstone_horizon
 from airflow_provider_dblog.core.dump_plan import DumpKind
 from airflow_provider_dblog.core.event import Event, Key, Op, Origin, TableRef
+from airflow_provider_dblog.core.position import Position
 from tests.unit.simulation import (
     ENDED,
     KEY_COLUMNS,
@@ -44,6 +52,9 @@ from tests.unit.simulation import (
     TABLES,
     Dump,
     DumpWindows,
+    ModelTailer,
+    ModelWindows,
+    PositionTarget,
     RowOp,
     Source,
     Transaction,
@@ -129,6 +140,7 @@ class DumpSpec:
     chunk_size: int
     parallelism: int
     bounded: bool
+    mode: DumpMode = DumpMode.SEQUENCED
 
 
 @dataclass(frozen=True)
@@ -201,7 +213,13 @@ def initial_write(arg: int) -> Write:
 actions = st.builds(action, st.sampled_from(_NAMES), st.integers(0, 2**38 - 1))
 
 
-def dump_specs(table: st.SearchStrategy[TableRef]) -> st.SearchStrategy[DumpSpec]:
+_SEQUENCED = st.just(DumpMode.SEQUENCED)
+
+
+def dump_specs(
+    table: st.SearchStrategy[TableRef],
+    mode: st.SearchStrategy[DumpMode] = _SEQUENCED,
+) -> st.SearchStrategy[DumpSpec]:
     return st.builds(
         DumpSpec,
         kind=st.sampled_from(list(DumpKind)),
@@ -210,6 +228,7 @@ def dump_specs(table: st.SearchStrategy[TableRef]) -> st.SearchStrategy[DumpSpec
         chunk_size=st.integers(1, 6),
         parallelism=st.integers(1, 3),
         bounded=st.booleans(),
+        mode=mode,
     )
 
 
@@ -219,16 +238,38 @@ def _two_dumps(first: DumpSpec) -> st.SearchStrategy[tuple[DumpSpec, ...]]:
     return st.one_of(st.just((first,)), second.map(lambda s: (first, s)))
 
 
-histories = st.builds(
-    History,
-    initial=st.lists(st.builds(initial_write, st.integers(0, 2**38 - 1)), max_size=12).map(tuple),
-    dumps=dump_specs(st.sampled_from(TABLES)).flatmap(_two_dumps),
+def _second_dump(first: DumpSpec) -> st.SearchStrategy[tuple[DumpSpec, ...]]:
+    """Direct histories: a direct dump, and often a second of either mode at once."""
+    modes = st.sampled_from(list(DumpMode))
+    second = st.one_of(
+        dump_specs(st.just(first.table), modes), dump_specs(st.sampled_from(TABLES), modes)
+    )
+    return st.one_of(st.just((first,)), second.map(lambda s: (first, s)))
+
+
+_initial = st.lists(st.builds(initial_write, st.integers(0, 2**38 - 1)), max_size=12).map(tuple)
+
+
+def _actions(drawn: st.SearchStrategy[Action]) -> st.SearchStrategy[tuple[Action, ...]]:
     # A drawn length rather than Hypothesis' short lists: most interleavings need dozens of
     # steps. Shrinking the length cuts the history's tail.
-    actions=st.integers(0, 100)
-    .flatmap(lambda n: st.lists(actions, min_size=n, max_size=n))
-    .map(tuple),
+    return st.integers(0, 100).flatmap(lambda n: st.lists(drawn, min_size=n, max_size=n)).map(tuple)
+
+
+histories = st.builds(
+    History,
+    initial=_initial,
+    dumps=dump_specs(st.sampled_from(TABLES)).flatmap(_two_dumps),
+    actions=_actions(actions),
 )
+direct_histories = st.builds(
+    History,
+    initial=_initial,
+    dumps=dump_specs(st.sampled_from(TABLES), st.just(DumpMode.DIRECT)).flatmap(_second_dump),
+    actions=_actions(actions),
+)
+"""Histories with direct dumps: their rows go into a `PositionTarget` beside the tailer's
+output, and the target must end equal to the source (the model tailer only)."""
 
 
 # -- playing a history ----------------------------------------------------------------------
@@ -278,10 +319,15 @@ class TailerDriver(Protocol):
 _DRIVE_ROUNDS = 300
 
 
+Horizon = Callable[[Iterable[Position], int | None], Position | None]
+
+
 def run_history(
     history: History,
     windows: DumpWindows,
     start_tailer: Callable[[Source], TailerDriver],
+    *,
+    horizon: Horizon = tombstone_horizon,
 ) -> None:
     source = Source()
     for write in history.initial:
@@ -290,6 +336,18 @@ def run_history(
     # Everything before the dumps is the initial state, already in the output.
     tailer.tail(len(source.log))
     baseline = len(tailer.events)
+    direct = any(spec.mode is DumpMode.DIRECT for spec in history.dumps)
+    target = PositionTarget() if direct else None
+
+    def prune() -> None:
+        """The direct dumps' target forgets the tombstones before the horizon (model only:
+        direct histories run on the model's windows and tailer)."""
+        assert isinstance(windows, ModelWindows) and isinstance(tailer, ModelTailer)
+        assert target is not None
+        target.take(tailer.events)
+        before = horizon(windows.pending.values(), tailer.checkpoint())
+        if before is not None:
+            target.prune(before)
 
     dumps = [
         Dump(
@@ -302,6 +360,8 @@ def run_history(
             spec.chunk_size,
             spec.parallelism,
             spec.bounded,
+            spec.mode,
+            target,
         )
         for i, spec in enumerate(history.dumps)
     ]
@@ -347,6 +407,8 @@ def run_history(
                     tailer.restart(acks_lost)
             case Expire():
                 tailer.expire()
+        if target is not None:
+            prune()  # as eagerly as the horizon allows: after every step
 
     # Past the actions: let every part run to completion, fairly.
     source.reveal()
@@ -362,6 +424,11 @@ def run_history(
     else:
         raise AssertionError("the dumps do not make progress")
     tailer.finish()
+    if target is not None:
+        target.take(tailer.events)
+        prune()
+        hypothesis.event(f"tombstones pruned: {'yes' if target.pruned else 'no'}")
+        assert target.tables() == source.tables, "the direct target does not equal the source"
 
     hypothesis.event(f"replays dropped: {'yes' if tailer.replays else 'no'}")
     hypothesis.event(f"restarts losing a held batch: {'yes' if tailer.lost_batches else 'no'}")
@@ -407,6 +474,11 @@ def check_output(
     for dump in dumps:
         emitted = {
             (e.table, e.key_value()) for e in dump_events if e.source.dump_id == dump.dump_id
+        } | {
+            (reads.window.table, key)
+            for window_id, rows in dump.written.items()
+            for reads in (dump.reads[window_id],)
+            for key in rows
         }
         for table in dump.tables:
             for key in at_start[table]:
@@ -431,9 +503,12 @@ def check_windows(
     reads = {w: flight for dump in dumps for w, flight in dump.reads.items()}
     for window_id in emitted:
         assert windows.state(window_id) == "closed", f"window {window_id} emitted, not closed"
+    written = {w: rows for dump in dumps for w, rows in dump.written.items()}
     for window_id, flight in reads.items():
         if windows.state(window_id) != "closed":
             continue
+        if flight.window.mode is DumpMode.DIRECT and window_id not in written:
+            continue  # recorded, and its dump crashed before writing: retried elsewhere
         table = flight.window.table
         lw, hw = commits[flight.lw], commits[flight.hw]
         changed = {
@@ -446,7 +521,7 @@ def check_windows(
         columns = KEY_COLUMNS[table]
         chunk_keys = (tuple(row[c] for c in columns) for row in flight.rows)
         wanted = {k: source.row_at(table, k, hw) for k in chunk_keys if k not in changed}
-        got = emitted.get(window_id, {})
+        got = written[window_id] if window_id in written else emitted.get(window_id, {})
         assert got == wanted, (
             f"window {window_id} of {table} emitted {sorted(got)}, Algorithm 1 wants "
             f"{sorted(wanted)} with their values at hw"

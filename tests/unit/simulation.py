@@ -10,9 +10,10 @@ histories in `histories.py` drive these, and drive the production `Session` with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
+from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, TablePlanner, TableProgress
 from airflow_provider_dblog.core.event import Event, Key, Op, Origin, SourceInfo, TableRef
 from airflow_provider_dblog.core.log import Change, LogItem, TransactionEnd, WatermarkWrite
@@ -237,6 +238,9 @@ class ModelWindows:
         self.marks: dict[str, tuple[Window, str]] = {}  # value -> (window, lw|hw)
         self.states: dict[str, str] = {}
         self.chunks: dict[str, ChunkRows] = {}
+        self.records: dict[str, DirectRecord] = {}
+        self.pending: dict[str, Position] = {}
+        """Direct windows recorded whose rows are not committed, with their lws."""
 
     # -- the dump's side ----------------------------------------------------------------------
 
@@ -257,6 +261,12 @@ class ModelWindows:
     def abandon(self, window_id: str) -> bool:
         return self._move(window_id, "abandoned", "registered", "open")
 
+    def record_of(self, window_id: str) -> DirectRecord | None:
+        return self.records.get(window_id)
+
+    def committed(self, window_id: str) -> None:
+        self.pending.pop(window_id, None)
+
     # -- the tailer's side --------------------------------------------------------------------
 
     def lookup_watermark(self, value: str) -> tuple[Window, str] | None:
@@ -274,6 +284,14 @@ class ModelWindows:
     def close(self, window_id: str) -> bool:
         return self._move(window_id, "closed", "closing")
 
+    def record(self, record: DirectRecord) -> bool:
+        """A direct window's hw: open -> closed with its record, one move."""
+        if not self._move(record.window_id, "closed", "open"):
+            return False
+        self.records[record.window_id] = record
+        self.pending[record.window_id] = record.lw_position
+        return True
+
     def fail(self, window_id: str) -> bool:
         return self._move(window_id, "failed", "registered", "open", "closing")
 
@@ -284,6 +302,44 @@ class ModelWindows:
         if to in ENDED:
             self.chunks.pop(window_id, None)
         return True
+
+
+class PositionTarget:
+    """A target keyed by primary key that keeps, per key, the row with the highest position,
+    and a delete as a tombstone (None) with its position until pruned: a lake table, SQL apply
+    in monotonic mode. It takes the tailer's output and direct dump rows, in any order."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[TableRef, Key], tuple[Position, dict[str, Any] | None]] = {}
+        self.taken = 0
+        self.pruned = 0
+
+    def apply(self, table: TableRef, key: Key, row: dict[str, Any] | None, at: Position) -> bool:
+        held = self.rows.get((table, key))
+        if held is not None and held[0] >= at:
+            return False
+        self.rows[(table, key)] = (at, row)
+        return True
+
+    def take(self, output: list[Event]) -> None:
+        """The output's events not taken yet, in output order."""
+        for event in output[self.taken :]:
+            after = None if event.op is Op.DELETE else event.after
+            self.apply(event.table, event.key_value(), after, event.position)
+        self.taken = len(output)
+
+    def prune(self, before: Position) -> None:
+        for where, (at, row) in list(self.rows.items()):
+            if row is None and at < before:
+                del self.rows[where]
+                self.pruned += 1
+
+    def tables(self) -> dict[TableRef, dict[Key, dict[str, Any]]]:
+        state: dict[TableRef, dict[Key, dict[str, Any]]] = {t: {} for t in TABLES}
+        for (table, key), (_, row) in self.rows.items():
+            if row is not None:
+                state[table][key] = row
+        return state
 
 
 class ReplayDroppingOutput:
@@ -382,6 +438,9 @@ class ModelTailer:
         if chunk is None:
             self.windows.fail(window.window_id)
             return
+        if window.mode is DumpMode.DIRECT:
+            self._record(closed, chunk)
+            return
         events = self.reconciler.chunk_events(closed, chunk)
         if isinstance(events, Failed):
             self.windows.fail(window.window_id)
@@ -390,6 +449,20 @@ class ModelTailer:
             return
         self.pending.extend(events)
         self.pending.append(_WindowDurable(window.window_id))
+
+    def _record(self, closed: Closed, chunk: ChunkRows) -> None:
+        """`Session._record_direct`: the reads' transactions checked, then the record."""
+        window_id = closed.window.window_id
+        if isinstance(self.reconciler.chunk_events(closed, replace(chunk, rows=())), Failed):
+            self.windows.fail(window_id)
+            return
+        record = DirectRecord(
+            window_id, closed.lw_position, closed.hw_position, closed.changed_keys
+        )
+        self.windows.record(record)
+
+    def checkpoint(self) -> int:
+        return self.acks[-1]
 
     def _flush(self) -> None:
         self.output.take([e for e in self.pending if isinstance(e, Event)])
@@ -448,6 +521,9 @@ class Dump:
     chunk_size: int
     parallelism: int
     bounded: bool = False
+    mode: DumpMode = DumpMode.SEQUENCED
+    target: PositionTarget | None = None
+    """Where a direct dump writes its rows."""
     progress: dict[TableRef, TableProgress] = field(default_factory=dict)
     flights: list[Flight] = field(default_factory=list)
     windows_failed: int = 0
@@ -457,6 +533,8 @@ class Dump:
     """Windows whose chunk read missed a committed transaction."""
     reads: dict[str, Flight] = field(default_factory=dict)
     """Every window whose rows were stored, by id."""
+    written: dict[str, dict[Key, dict[str, Any]]] = field(default_factory=dict)
+    """The rows a direct dump wrote into the target, by window."""
     abandoned_after_hw: int = 0
     abandons_refused: int = 0
     _windows_made: int = 0
@@ -507,7 +585,7 @@ class Dump:
     def _fly(self, chunk: Chunk) -> None:
         self._windows_made += 1
         n = f"{self.dump_id}.{self._windows_made}"
-        window = Window(f"w{n}", self.dump_id, chunk.table)
+        window = Window(f"w{n}", self.dump_id, chunk.table, self.mode)
         flight = Flight(chunk, window, f"lw{n}", f"hw{n}")
         self.windows.register(window, flight.lw, flight.hw)
         self.flights.append(flight)
@@ -530,7 +608,8 @@ class Dump:
         elif flight.state == "lw":
             read = self.source.read_chunk(flight.chunk)
             columns = KEY_COLUMNS[flight.chunk.table]
-            chunk = ChunkRows(window_id, columns, read.rows, 1, read.invisible_txids)
+            kept = () if self.mode is DumpMode.DIRECT else read.rows  # direct: rows stay here
+            chunk = ChunkRows(window_id, columns, kept, 1, read.invisible_txids)
             if not self.windows.put_rows(window_id, chunk):
                 self._retry(flight)  # the tailer ended the window first
                 return
@@ -547,6 +626,8 @@ class Dump:
             if state in ("failed", "abandoned"):
                 self._retry(flight)
             elif state == "closed":
+                if self.mode is DumpMode.DIRECT:
+                    self._write(flight)
                 self.flights.remove(flight)
                 planner = self.planners[flight.chunk.table]
                 last = None
@@ -555,6 +636,21 @@ class Dump:
                     last = tuple(flight.rows[-1][c] for c in columns)
                 planner.complete(flight.chunk, len(flight.rows), last)
                 self._save(planner)
+
+    def _write(self, flight: Flight) -> None:
+        """A direct window's rows, its recorded keys dropped, into the target after hw."""
+        assert self.target is not None
+        windows = self.windows
+        assert isinstance(windows, ModelWindows)
+        record = windows.record_of(flight.window.window_id)
+        assert record is not None, "closed without its record"
+        columns = KEY_COLUMNS[flight.chunk.table]
+        written = self.written.setdefault(flight.window.window_id, {})
+        for row in record.survivors(flight.rows, columns):
+            key = tuple(row[c] for c in columns)
+            self.target.apply(flight.chunk.table, key, row, record.rows_position)
+            written[key] = row
+        windows.committed(flight.window.window_id)
 
     def abandon(self, index: int) -> None:
         """The dump stops waiting for a window (it timed out, or the dump is stopping): if it
