@@ -20,6 +20,7 @@ from airflow_provider_dblog.operators.params import (
     ParamValue,
     captured_table_names,
     chunk_size_param,
+    mode_param,
     parallelism_param,
     tables_param,
 )
@@ -35,10 +36,12 @@ with DAG(
         "tables": tables_param(captured_table_names(DBLOG_CONN_ID)),
         "chunk_size": chunk_size_param(10_000),
         "parallelism": parallelism_param(2),
+        "mode": mode_param(),
     },
 ) as dag:
     dump_chain(
         tables=ParamValue("tables"),
         chunk_size=ParamValue("chunk_size"),
         parallelism=ParamValue("parallelism"),
+        mode=ParamValue("mode"),
     )

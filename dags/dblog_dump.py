@@ -8,6 +8,8 @@ watermarks, without locking the tables or stalling the log. Its trigger form tak
   `dblog dump --keys` takes them: `1,2,3`, or JSON `[["eu", 1], ["us", 2]]` for a
   composite key.
 - **chunk_size**: rows per chunk; **parallelism**: chunks in flight at once.
+- **mode**: sequenced (the tailer emits the rows) or direct (the dump writes them into a
+  target keyed by primary key); empty: the deployment's default.
 
 The run checks the request first (`check_request`: unknown tables, malformed keys, counts
 below 1 fail there, in words, before anything is registered), waits for a healthy tailer,
@@ -25,6 +27,7 @@ from airflow_provider_dblog.operators.params import (
     captured_table_names,
     chunk_size_param,
     keys_param,
+    mode_param,
     parallelism_param,
     tables_param,
 )
@@ -46,6 +49,7 @@ with DAG(
         "keys": keys_param(required=False),
         "chunk_size": chunk_size_param(1000),
         "parallelism": parallelism_param(1),
+        "mode": mode_param(),
     },
 ) as dag:
     dump_chain(
@@ -54,4 +58,5 @@ with DAG(
         keys=ParamValue("keys"),
         chunk_size=ParamValue("chunk_size"),
         parallelism=ParamValue("parallelism"),
+        mode=ParamValue("mode"),
     )

@@ -46,9 +46,12 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from airflow_provider_dblog.config import Config, load_config
+from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, key_of
 from airflow_provider_dblog.dump.chunk import ChunkReadFailed, StoredChunk
+from airflow_provider_dblog.dump.direct import InProcessDirectReader
+from airflow_provider_dblog.dump.direct_target import direct_target_for
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.dump.runner import DumpFailed, run_dump
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
@@ -187,15 +190,25 @@ def run_spark_dump(
     reader = SparkChunkReader(
         sc, config, dump_id, tasks or sc.defaultParallelism, stored.request.chunk_size
     )
-    return run_dump(
-        store,
-        source_for(config.source).chunk_source,
-        dump_id,
-        window_timeout_s=window_timeout_s,
-        source_patience_s=source_patience_s,
-        read=reader,
-        bounded_chunks=True,
-    )
+    # A direct dump's chunks are read and written by the driver for now (dump/direct.py's
+    # in-process reader): its rows still never pass through Redis or the tailer.
+    direct = None
+    if stored.request.mode is DumpMode.DIRECT:
+        direct = InProcessDirectReader(direct_target_for(config))
+    try:
+        return run_dump(
+            store,
+            source_for(config.source).chunk_source,
+            dump_id,
+            window_timeout_s=window_timeout_s,
+            source_patience_s=source_patience_s,
+            read=reader,
+            direct=direct,
+            bounded_chunks=True,
+        )
+    finally:
+        if direct is not None:
+            direct.target.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -212,6 +212,7 @@ class DBLogHook(BaseHook):
         keys: str | list[Any] | None = None,
         chunk_size: int = 1000,
         parallelism: int = 1,
+        mode: str | None = None,
     ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
         """A validated request, checked as `dblog dump` checks it (`dump.request`): the
         tables' primary keys and the key values are judged by the source, which must be set
@@ -227,6 +228,7 @@ class DBLogHook(BaseHook):
                 keys=keys,
                 chunk_size=chunk_size,
                 parallelism=parallelism,
+                mode=mode,
             )
         finally:
             source.close()

@@ -49,6 +49,7 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
         in key order, or an object by column), or text as `dblog dump --keys` takes it.
     :param chunk_size: rows per chunk.
     :param parallelism: windows in flight at once, on disjoint key ranges.
+    :param mode: "sequenced" or "direct" (see `core/direct.py`); None: the deployment's default.
     """
 
     template_fields: Sequence[str] = REQUEST_FIELDS
@@ -62,6 +63,7 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
         keys: list[Any] | str | None = None,
         chunk_size: int | str = 1000,
         parallelism: int | str = 1,
+        mode: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -70,6 +72,7 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
         self.keys = keys
         self.chunk_size = chunk_size
         self.parallelism = parallelism
+        self.mode = mode
 
     @cached_property
     def hook(self) -> DBLogHook:
@@ -83,6 +86,7 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
             keys=self.keys,
             chunk_size=self.chunk_size,
             parallelism=self.parallelism,
+            mode=self.mode,
         )
         tables = [str(t) for t in request.tables]
         self.log.info("dump request is valid: %s of %s", request.kind.value, ", ".join(tables))
@@ -99,7 +103,7 @@ class DBLogDumpOperator(BaseOperator):
     :param dblog_conn_id: the `dblog` connection (Redis state store, source, TOML path).
     :param spark_conn_id: the Spark connection (master, deploy mode, spark-submit binary).
     :param tables: see `DBLogCheckDumpRequestOperator`; likewise `keys`, `chunk_size` and
-        `parallelism`.
+        `parallelism` and `mode`.
     :param dump_id: the dump's id; default: stable per task instance, so retries resume.
     :param tasks_per_chunk: Spark tasks that read one chunk (default: Spark's parallelism).
     :param window_timeout_s: how long a chunk waits for the tailer before it is retried.
@@ -125,6 +129,7 @@ class DBLogDumpOperator(BaseOperator):
         keys: list[Any] | str | None = None,
         chunk_size: int | str = 1000,
         parallelism: int | str = 1,
+        mode: str | None = None,
         spark_conn_id: str = "spark_default",
         dump_id: str | None = None,
         tasks_per_chunk: int | None = None,
@@ -142,6 +147,7 @@ class DBLogDumpOperator(BaseOperator):
         self.keys = keys
         self.chunk_size = chunk_size
         self.parallelism = parallelism
+        self.mode = mode
         self.spark_conn_id = spark_conn_id
         self.dump_id = dump_id
         self.tasks_per_chunk = tasks_per_chunk
@@ -174,6 +180,7 @@ class DBLogDumpOperator(BaseOperator):
             keys=self.keys,
             chunk_size=self.chunk_size,
             parallelism=self.parallelism,
+            mode=self.mode,
         )
         status = hook.submit_or_resume(request, key_columns)
         if status.state is DumpState.DONE:

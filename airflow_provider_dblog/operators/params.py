@@ -120,3 +120,18 @@ def parallelism_param(default: int) -> Param:
             "and puts more load on the source."
         ),
     )
+
+
+def mode_param() -> Param:
+    return Param(
+        None,
+        type=["string", "null"],
+        enum=[None, "sequenced", "direct"],
+        description_md=(
+            "How the rows reach the target. **sequenced**: the tailer emits them into the "
+            "ordered output (every output). **direct**: the dump writes them into the target "
+            "itself and the tailer only records each window's changed keys (an SQL-apply "
+            "output in monotonic mode; refused where the output is a stream). Empty: the "
+            "deployment's default (sequenced)."
+        ),
+    )

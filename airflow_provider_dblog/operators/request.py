@@ -22,7 +22,7 @@ from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.sources.base import SourceUnavailable
 from airflow_provider_dblog.state import StateStoreUnavailable
 
-REQUEST_FIELDS = ("dblog_conn_id", "tables", "keys", "chunk_size", "parallelism")
+REQUEST_FIELDS = ("dblog_conn_id", "tables", "keys", "chunk_size", "parallelism", "mode")
 """The templated fields of an operator that takes a dump request."""
 
 
@@ -83,6 +83,7 @@ def checked_request(
     keys: Any,
     chunk_size: Any,
     parallelism: Any,
+    mode: Any = None,
 ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
     """The request the params describe, validated against the source (its tables' primary
     keys) and the key columns of its tables. A bad request fails without retry
@@ -99,6 +100,7 @@ def checked_request(
             keys=keys_given,
             chunk_size=positive_int("chunk_size", chunk_size),
             parallelism=positive_int("parallelism", parallelism),
+            mode=None if mode in (None, "") else str(mode),
         )
     except (SourceUnavailable, StateStoreUnavailable) as exc:
         raise AirflowException(f"cannot check the dump request now: {exc}") from None

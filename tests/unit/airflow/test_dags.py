@@ -61,8 +61,8 @@ def test_every_dag_imports_with_its_docs_tasks_and_params() -> None:
     bag = dag_bag()
     assert set(bag.dag_ids) == {"dblog_backfill", "dblog_dump", "dblog_repair", "dblog_on_change"}
     expected_params = {
-        "dblog_backfill": {"tables", "chunk_size", "parallelism"},
-        "dblog_dump": {"source", "tables", "keys", "chunk_size", "parallelism"},
+        "dblog_backfill": {"tables", "chunk_size", "parallelism", "mode"},
+        "dblog_dump": {"source", "tables", "keys", "chunk_size", "parallelism", "mode"},
         "dblog_repair": {"table", "keys", "chunk_size"},
     }
     for dag_id, params in expected_params.items():
