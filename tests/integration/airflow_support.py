@@ -19,6 +19,7 @@ from typing import Any
 
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
+from tests.integration.dag_test_runner import RESULT_MARK, START_MARK
 from tests.integration.e2e_support import (
     MYSQL_PASSWORD_ENV,
     PASSWORD_ENV,
@@ -27,7 +28,6 @@ from tests.integration.e2e_support import (
 )
 
 BIN = Path(sys.executable).parent
-RESULT_MARK = "DBLOG-DAG-TEST-RESULT "
 
 
 def dblog_connection(
@@ -87,17 +87,34 @@ class DagTestResult:
 def dag_test(env: dict[str, str], dag_id: str, conf: dict[str, Any]) -> DagTestResult:
     """`dag.test(run_conf=conf)` in a subprocess; the run's state, its tasks' states and all
     it printed (task logs included)."""
+    return dag_tests(env, [(dag_id, conf)])[0]
+
+
+def dag_tests(env: dict[str, str], runs: list[tuple[str, dict[str, Any]]]) -> list[DagTestResult]:
+    """Several `dag.test()` runs, one after the other in one subprocess (Airflow starts once),
+    each with what it printed; a run the process did not finish has the state "error"."""
     done = subprocess.run(
-        [sys.executable, "-m", "tests.integration.dag_test_runner", dag_id, json.dumps(conf)],
+        [sys.executable, "-m", "tests.integration.dag_test_runner", json.dumps(runs)],
         env=env,
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=600 * len(runs),
     )
-    output = done.stdout + done.stderr
-    for line in done.stdout.splitlines():
+    stdout = _runs(done.stdout, len(runs))
+    stderr = _runs(done.stderr, len(runs))
+    return [_result(out, out + err, done.stderr) for out, err in zip(stdout, stderr, strict=True)]
+
+
+def _runs(printed: str, count: int) -> list[str]:
+    """What each run printed, cut at the start lines (a run never started printed nothing)."""
+    parts = printed.split(START_MARK + "\n")[1:]
+    return parts + [""] * (count - len(parts))
+
+
+def _result(stdout: str, output: str, stderr: str) -> DagTestResult:
+    for line in stdout.splitlines():
         if line.startswith(RESULT_MARK):
             result = json.loads(line[len(RESULT_MARK) :])
             return DagTestResult(result["state"], result["tasks"], output)
-    return DagTestResult("error", {}, output)
+    return DagTestResult("error", {}, output + stderr[-6000:])

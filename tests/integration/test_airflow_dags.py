@@ -30,6 +30,7 @@ from tests.integration.airflow_support import (
     DagTestResult,
     airflow_env,
     dag_test,
+    dag_tests,
     dblog_connection,
     migrate,
 )
@@ -54,6 +55,7 @@ def pipeline(pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path) -> Ite
 
 
 RunDag = Callable[[str, dict[str, object]], DagTestResult]
+RunDags = Callable[[list[tuple[str, dict[str, object]]]], list[DagTestResult]]
 
 
 @pytest.fixture
@@ -66,6 +68,18 @@ def run_dag(
     )
     env = airflow_env(airflow_home, connection)
     return lambda dag_id, conf: dag_test(env, dag_id, conf)
+
+
+@pytest.fixture
+def run_dags(
+    airflow_home: Path, pipeline: Pipeline, pg15: PostgresInfo, redis_server: RedisInfo
+) -> RunDags:
+    """`run_dags([(dag_id, conf), ...])`: dag.test() runs one after the other in one process."""
+    connection = dblog_connection(
+        redis_server, pg15, pipeline.dbs.config.name, pipeline.config_path
+    )
+    env = airflow_env(airflow_home, connection)
+    return lambda runs: dag_tests(env, runs)
 
 
 def assert_succeeded(result: DagTestResult) -> None:
@@ -174,54 +188,46 @@ def test_backfill_dag_converges(pipeline: Pipeline, run_dag: RunDag) -> None:
     assert compare(pipeline.dbs.source_dsn, pipeline.dbs.target_dsn) == []
 
 
-@pytest.mark.parametrize(
-    ("dag_id", "conf", "message"),
-    [
-        (
-            "dblog_dump",
-            {"tables": ["public.nope"]},
-            "table public.nope is not captured by source",
-        ),
-        (
-            "dblog_repair",
-            {"table": "public.accounts", "keys": [[1, 2]]},
-            "key #1 of public.accounts has 2 value(s), the primary key (id) has 1",
-        ),
-        (
-            "dblog_dump",
-            {"tables": ["public.accounts", "public.orders"], "keys": [1]},
-            "keys need exactly one table, got 2",
-        ),
-        (
-            "dblog_repair",
-            {"table": "public.orders", "keys": ["eu", 1]},
-            "key #1 of public.orders has 1 value(s), the primary key (region, n) has 2",
-        ),
-        (
-            "dblog_dump",
-            {"chunk_size": 0},
-            "chunk_size must be a whole number of at least 1, got 0",
-        ),
-    ],
-    ids=[
-        "unknown-table",
-        "malformed-keys",
-        "keys-of-two-tables",
-        "composite-key-not-in-a-list",
-        "chunk-size-zero",
-    ],
-)
+BAD_PARAMS = {
+    "unknown-table": (
+        "dblog_dump",
+        {"tables": ["public.nope"]},
+        "table public.nope is not captured by source",
+    ),
+    "malformed-keys": (
+        "dblog_repair",
+        {"table": "public.accounts", "keys": [[1, 2]]},
+        "key #1 of public.accounts has 2 value(s), the primary key (id) has 1",
+    ),
+    "keys-of-two-tables": (
+        "dblog_dump",
+        {"tables": ["public.accounts", "public.orders"], "keys": [1]},
+        "keys need exactly one table, got 2",
+    ),
+    "composite-key-not-in-a-list": (
+        "dblog_repair",
+        {"table": "public.orders", "keys": ["eu", 1]},
+        "key #1 of public.orders has 1 value(s), the primary key (region, n) has 2",
+    ),
+    "chunk-size-zero": (
+        "dblog_dump",
+        {"chunk_size": 0},
+        "chunk_size must be a whole number of at least 1, got 0",
+    ),
+}
+
+
 def test_bad_params_fail_the_first_task_with_the_problem(
-    pipeline: Pipeline,
-    run_dag: RunDag,
-    dag_id: str,
-    conf: dict[str, object],
-    message: str,
+    pipeline: Pipeline, run_dags: RunDags
 ) -> None:
+    """Each bad form fails its run's first task naming the problem, and stores no dump (the
+    runs share one Airflow process: starting Airflow is most of a run's time)."""
     pipeline.tailer_stop.set()  # nothing may wait for it: the check fails first
-    result = run_dag(dag_id, conf)
-    assert result.state == "failed", result.output[-4000:]
-    assert result.tasks["check_request"] == "failed"
-    assert result.tasks["dump"] != "success" and result.tasks["wait_for_tailer"] != "success"
-    assert message in result.output
+    results = run_dags([(dag_id, conf) for dag_id, conf, _ in BAD_PARAMS.values()])
+    for (case, (_, _, message)), result in zip(BAD_PARAMS.items(), results, strict=True):
+        assert result.state == "failed", (case, result.output[-4000:])
+        assert result.tasks["check_request"] == "failed", case
+        assert result.tasks["dump"] != "success", case
+        assert result.tasks["wait_for_tailer"] != "success", case
+        assert message in result.output, (case, result.output[-4000:])
     assert pipeline.store.dumps.ids() == []
