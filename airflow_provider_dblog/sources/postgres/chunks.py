@@ -3,7 +3,8 @@
 Keys are compared by PostgreSQL (row-value comparison, in the columns' collation) and walked
 through the primary-key index, never by OFFSET over the rows. Key values travel as text cast to
 the column's type, so any key type the converters print can come back as a bound. Rows are read
-as the raw text the server prints and converted like the log's values.
+as the text the server prints and converted like the log's values, column by column by psycopg's
+loaders (`loaders.py`).
 
 A server that goes away (a restart, a failover) surfaces as `SourceUnavailable` from whichever
 call met it, and the next call connects again: the dump retries the chunk with new watermarks.
@@ -21,7 +22,7 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.core.event import JsonValue, Key, Row, TableRef, freeze
+from airflow_provider_dblog.core.event import JsonValue, Key, TableRef, freeze
 from airflow_provider_dblog.sources.base import (
     ChunkRead,
     InvalidKey,
@@ -32,6 +33,7 @@ from airflow_provider_dblog.sources.base import (
 from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo, TableShape, table_shape
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.converters import BYTEA, convert, to_text
+from airflow_provider_dblog.sources.postgres.loaders import load_rows
 
 # Every transaction the snapshot does not see, running or not: a commit waiting for a synchronous
 # standby is in the log but still "in progress" to pg_xact_status (which checks the ProcArray
@@ -178,12 +180,8 @@ class PostgresChunkSource:
                 query = sql.SQL("{} LIMIT {}").format(query, chunk.limit)
             snapshot_row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
             assert snapshot_row is not None
-            raw = _raw_rows(conn.execute(query, params))
+            rows = load_rows(conn.execute(query, params).pgresult, shape.columns)
             invisible = conn.execute(_INVISIBLE, (snapshot_row[0],)).fetchall()
-        rows: list[Row] = [
-            {c.name: convert(c.type_oid, text) for c, text in zip(shape.columns, r, strict=True)}
-            for r in raw
-        ]
         return ChunkRead(rows, frozenset(int(x) & _XID_MASK for (x,) in invisible))
 
     def write_watermark(self, value: str) -> None:

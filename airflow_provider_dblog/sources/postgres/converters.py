@@ -9,6 +9,7 @@ function from (type OID, text) to JSON gives the same JSON whichever path a row 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -108,6 +109,18 @@ def convert(oid: int, text: str | None) -> JsonValue:
         return parse_array(text, lambda item: convert(element, item))
     scalar = _SCALARS.get(oid)
     return text if scalar is None else scalar(text)
+
+
+def column_converter(oid: int) -> Callable[[str], JsonValue]:
+    """`convert` of the non-NULL values of type `oid`, looked up once for a whole column."""
+    if oid in ARRAY_ELEMENTS:
+        return functools.partial(convert, oid)
+    return _SCALARS.get(oid, _text)
+
+
+def keeps_text(oid: int) -> bool:
+    """Whether a value of type `oid` is its text in JSON (`convert` returns the text)."""
+    return oid not in ARRAY_ELEMENTS and oid not in _SCALARS
 
 
 def parse_array(text: str, element: Callable[[str | None], JsonValue]) -> list[JsonValue]:
