@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from psycopg import pq
+from psycopg import abc, pq
 from psycopg.abc import AdaptContext, Buffer
 from psycopg.adapt import AdaptersMap, Loader, Transformer
 from psycopg.pq.abc import PGresult
@@ -58,22 +58,29 @@ class _Converting(Loader):
         return self._convert(str(data, "utf-8"))
 
 
-def load_rows(result: PGresult | None, columns: Sequence[ColumnInfo]) -> list[Row]:
-    """Every row of a text `result` whose columns are `columns`, as a dict from each column's
-    name to its value as the converters give it (a NULL is None)."""
-    if result is None:
-        return []
+def column_loaders(type_oids: Sequence[int]) -> abc.Transformer:
+    """A psycopg transformer that loads text values of columns of types `type_oids` (in that
+    order) as `convert` converts them; a NULL stays None."""
     adapters = AdaptersMap()
     # Without a connection psycopg decodes text as UTF-8, the session's client_encoding.
     adapters.register_loader(_ANY_TYPE, TextLoader)
-    for oid in {c.type_oid for c in columns}:
+    for oid in set(type_oids):
         if oid in _COMPILED:
             adapters.register_loader(oid, _COMPILED[oid])
         elif not keeps_text(oid):
             adapters.register_loader(oid, _Converting)
     transformer = Transformer(adapters)
+    transformer.set_loader_types(type_oids, pq.Format.TEXT)
+    return transformer
+
+
+def load_rows(result: PGresult | None, columns: Sequence[ColumnInfo]) -> list[Row]:
+    """Every row of a text `result` whose columns are `columns`, as a dict from each column's
+    name to its value as the converters give it."""
+    if result is None:
+        return []
+    transformer = column_loaders([c.type_oid for c in columns])
     transformer.set_pgresult(result, set_loaders=False)
-    transformer.set_loader_types([c.type_oid for c in columns], pq.Format.TEXT)
     names = tuple(c.name for c in columns)
 
     def make_row(values: Sequence[Any]) -> Row:
