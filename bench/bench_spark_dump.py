@@ -14,8 +14,11 @@ overhead  the fixed cost of one chunk in ms: a smaller table dumped in many smal
 breakdown one instrumented Spark dump (chunk 10k, one window, one task per chunk) split into
           register + lw, the Spark job, hw -> window closed; and, measured apart in this
           process on the same chunks, the source read (`PostgresChunkSource.read_chunk`, and
-          the raw fetch without our converters), the Redis append
+          the query alone: server and transfer, no value loaded), the Redis append
           (`WindowStore.append_rows`) and the output's writes during the tailer's emission.
+chunk size the whole table dumped in this process as `dblog dump` runs it (`run_dump`, one
+          window at a time), at chunk sizes from 1k to 50k: what a bigger chunk gains
+          without Spark's cost per chunk.
 read path Spark's JDBC source reading the table into a DataFrame (all columns materialized by
           the `noop` sink; and the rows handed to Python workers) against psycopg with our
           converters in mapPartitions, same partitions. Skipped, with the reason, when the
@@ -57,7 +60,6 @@ from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.sources.base import ChunkSource, Source
 from airflow_provider_dblog.sources.factory import source_for
-from airflow_provider_dblog.sources.postgres.chunks import _raw_rows
 from airflow_provider_dblog.state import DumpState, StateStore, WindowState
 from spark_jobs.dump import SparkChunkReader, run_spark_dump
 
@@ -66,6 +68,7 @@ SOURCE = "bench_p2"
 TABLE = "public.p2_rows"
 OVERHEAD_TABLE = "public.p2_overhead"
 COLUMNS = "id, name, n, amount, ts, pad"
+PROCESS_CHUNKS = (1_000, 5_000, 10_000, 50_000)
 
 
 @dataclass(frozen=True)
@@ -80,14 +83,16 @@ class Sizes:
     read_repeats: int
     """Each read path is timed this many times; the best is reported."""
     read_partitions: tuple[int, ...]
+    process_chunk_sizes: tuple[int, ...]
+    """Chunk sizes of the in-process dumps (`dblog dump`)."""
 
     @classmethod
     def full(cls, rows: int = 500_000) -> Sizes:
-        return cls(rows, (10_000, 50_000), (1, 2), 40_000, 1_000, 10_000, 2, (1, 2))
+        return cls(rows, (10_000, 50_000), (1, 2), 40_000, 1_000, 10_000, 2, (1, 2), PROCESS_CHUNKS)
 
     @classmethod
     def quick(cls, rows: int = 20_000) -> Sizes:
-        return cls(rows, (10_000, 50_000), (1, 2), 1_000, 250, 10_000, 1, (2,))
+        return cls(rows, (10_000, 50_000), (1, 2), 1_000, 250, 10_000, 1, (2,), PROCESS_CHUNKS)
 
 
 @dataclass
@@ -184,7 +189,9 @@ class Breakdown:
     output_write_s: float
     output_events: int
     read_s: float
-    raw_fetch_s: float
+    read_cpu_s: float
+    """This thread's CPU time in read_chunk: less skewed by a crowded machine than wall time."""
+    query_s: float
     append_s: float
     fetch_s: float
     reconcile_s: float
@@ -207,6 +214,7 @@ class ReadPath:
 class Report:
     ceiling: Ceiling | None = None
     dumps: list[DumpRun] = field(default_factory=list)
+    process_dumps: list[DumpRun] = field(default_factory=list)
     overhead: Overhead | None = None
     breakdown: Breakdown | None = None
     read_paths: list[ReadPath] = field(default_factory=list)
@@ -317,6 +325,22 @@ def spark_dump(
     )
 
 
+def process_dump(config: Config, store: StateStore, table: str, chunk_size: int) -> DumpRun:
+    """A fresh dump request of the whole table run in this process as `dblog dump` runs it
+    (`run_dump`, one window at a time, each chunk read and appended to Redis here), timed until
+    it returns (every window closed: the rows are durable in the output)."""
+    dump_id = f"cli-{uuid.uuid4().hex[:8]}"
+    ref = TableRef.parse(table)
+    store.dumps.create(DumpRequest(dump_id, DumpKind.TABLE, (ref,), chunk_size=chunk_size))
+    started = time.perf_counter()
+    state = run_dump(store, source_for(config.source).chunk_source, dump_id)
+    seconds = time.perf_counter() - started
+    status = store.dumps.status(dump_id)
+    if state is not DumpState.DONE or status is None:
+        raise RuntimeError(f"bench: dump {dump_id} ended {state}")
+    return DumpRun(chunk_size, 1, 1, status.rows, status.chunks, seconds)
+
+
 @dataclass
 class TimedReader:
     """The Spark dump's chunk reader, noting when each chunk's Spark job starts and ends. hw is
@@ -417,7 +441,7 @@ def bench_breakdown(
     # The same chunks read and appended in this process, one step at a time.
     source = bench_source.chunk_source()
     side = StateStore(env.rds.client(), "bench_breakdown")
-    read_s = raw_s = append_s = fetch_s = reconcile_s = 0.0
+    read_s = read_cpu_s = query_s = append_s = fetch_s = reconcile_s = 0.0
     rows_read = 0
     try:
         chunks = key_chunks(source, table, sizes.rows, sizes.read_chunk)
@@ -428,18 +452,18 @@ def bench_breakdown(
             lower = -1 if chunk.after is None else chunk.after[0]
             with psycopg.connect(env.pg.dsn) as conn:
                 t0 = time.perf_counter()
-                raw = _raw_rows(
-                    conn.execute(
-                        f"SELECT {COLUMNS} FROM {TABLE} WHERE id > %s AND id <= %s ORDER BY id",
-                        (lower, chunk.upto[0]),
-                    )
-                )
-                raw_s += time.perf_counter() - t0
-            t0 = time.perf_counter()
+                result = conn.execute(
+                    f"SELECT {COLUMNS} FROM {TABLE} WHERE id > %s AND id <= %s ORDER BY id",
+                    (lower, chunk.upto[0]),
+                ).pgresult
+                query_s += time.perf_counter() - t0
+                queried = 0 if result is None else result.ntuples
+            t0, cpu0 = time.perf_counter(), time.thread_time()
             read = source.read_chunk(chunk)
             read_s += time.perf_counter() - t0
-            if len(raw) != len(read.rows):
-                raise RuntimeError("bench: the raw fetch and read_chunk disagree")
+            read_cpu_s += time.thread_time() - cpu0
+            if queried != len(read.rows):
+                raise RuntimeError("bench: the query alone and read_chunk disagree")
             rows_read += len(read.rows)
             window = Window(uuid.uuid4().hex, "breakdown", table)
             side.windows.register(window, str(uuid.uuid4()), str(uuid.uuid4()), {}, ttl_s=600)
@@ -470,7 +494,8 @@ def bench_breakdown(
         write_s,
         events,
         read_s,
-        raw_s,
+        read_cpu_s,
+        query_s,
         append_s,
         fetch_s,
         reconcile_s,
@@ -592,6 +617,8 @@ def print_report(report: Report) -> None:
         add(f"P2 chunk {run.chunk_size} parallelism {run.parallelism} (rows/s)", run.rate, True)
         if ceiling is not None:
             lines.append(f"{'':<6}ratio ours/ceiling {run.rate / ceiling.rate:.4f}")
+    for run in report.process_dumps:
+        add(f"dblog dump in process, chunk {run.chunk_size} (rows/s)", run.rate, True)
     o = report.overhead
     if o is not None:
         add(f"overhead per chunk, {o.small.run.chunk_size} vs {o.rows} rows (ms)", o.per_chunk_ms)
@@ -607,7 +634,8 @@ def print_report(report: Report) -> None:
             add(f"  per chunk: {label} (ms)", t.mean_ms(start, end))
         add("  per chunk: between chunks (ms)", t.between_ms() / max(1, len(t.chunks)))
         add("  apart: source read_chunk (ms/chunk)", read_ms)
-        add("    of which raw fetch, no converters (ms/chunk)", b.raw_fetch_s / n * 1000)
+        add("    its CPU time in this thread (ms/chunk)", b.read_cpu_s / n * 1000)
+        add("    the query alone, nothing loaded (ms/chunk)", b.query_s / n * 1000)
         add("  apart: Redis WindowStore.append_rows (ms/chunk)", append_ms)
         add("  so Spark's own share of the job (ms/chunk)", job_ms - read_ms - append_ms)
         fetch_ms, reconcile_ms = b.fetch_s / n * 1000, b.reconcile_s / n * 1000
@@ -688,6 +716,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 f"{ceiling.rate:.0f} rows/s, ratio {run.rate / ceiling.rate:.4f}",
                                 flush=True,
                             )
+                    for chunk_size in sizes.process_chunk_sizes:
+                        run = process_dump(config, store, TABLE, chunk_size)
+                        report.process_dumps.append(run)
+                        print(
+                            f"dblog dump in process, chunk {chunk_size}: {run.rate:.0f} rows/s "
+                            f"({run.rows} rows, {run.chunks} chunks, {run.seconds:.2f}s)",
+                            flush=True,
+                        )
                     step(
                         f"overhead: {sizes.overhead_rows} rows in chunks of "
                         f"{sizes.overhead_small_chunk} and in one chunk"

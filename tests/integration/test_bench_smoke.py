@@ -63,6 +63,10 @@ def test_spark_dump_bench_quick_prints_p2_and_ratio() -> None:
                 out,
                 re.M,
             ), out
+    for chunk_size in (1000, 5000, 10000, 50000):
+        assert re.search(
+            rf"^dblog dump in process, chunk {chunk_size}: {NUMBER} rows/s", out, re.M
+        ), out
     assert re.search(rf"^overhead per chunk -?{NUMBER} ms", out, re.M), out
     assert re.search(
         rf"^read psycopg \+ converters, mapPartitions, 2 part: {NUMBER} rows/s", out, re.M
