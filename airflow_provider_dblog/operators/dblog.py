@@ -47,7 +47,8 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
     :param tables: tables ("schema.table"); None or empty: every captured table.
     :param keys: primary keys of the one table given: a list of JSON values (a scalar, a list
         in key order, or an object by column), or text as `dblog dump --keys` takes it.
-    :param chunk_size: rows per chunk.
+    :param chunk_size: rows per chunk (default 10,000: a Spark job per chunk costs a fixed
+        ~135 ms, see docs/operations.md, Sizing).
     :param parallelism: windows in flight at once, on disjoint key ranges.
     :param mode: "sequenced" or "direct" (see `core/direct.py`); None: the deployment's default.
     """
@@ -61,7 +62,7 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
         dblog_conn_id: str = DBLogHook.default_conn_name,
         tables: list[str] | str | None = None,
         keys: list[Any] | str | None = None,
-        chunk_size: int | str = 1000,
+        chunk_size: int | str = 10_000,
         parallelism: int | str = 1,
         mode: str | None = None,
         **kwargs: Any,
@@ -127,7 +128,7 @@ class DBLogDumpOperator(BaseOperator):
         dblog_conn_id: str = DBLogHook.default_conn_name,
         tables: list[str] | str | None = None,
         keys: list[Any] | str | None = None,
-        chunk_size: int | str = 1000,
+        chunk_size: int | str = 10_000,
         parallelism: int | str = 1,
         mode: str | None = None,
         spark_conn_id: str = "spark_default",
