@@ -1,9 +1,10 @@
 """PostgreSQL values to JSON: one converter per type OID, for the log and the dump alike.
 
 Both paths hand over the text PostgreSQL's output functions print (pgoutput sends it; the dump
-reads raw text results), under the same session settings (`config.SESSION_OPTIONS`), so one
-function from (type OID, text) to JSON gives the same JSON whichever path a row came by.
-`to_text` goes back the other way, for keys sent as query parameters.
+reads text results, loaded column by column with these functions by `loaders.py`), under the
+same session settings (`config.SESSION_OPTIONS`), so one function from (type OID, text) to
+JSON gives the same JSON whichever path a row came by. `to_text` goes back the other way, for
+keys sent as query parameters.
 """
 
 from __future__ import annotations
