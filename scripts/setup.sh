@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
     .venv/bin/pip install --quiet --upgrade pip
 fi
-if ! .venv/bin/python -c "import airflow_provider_dblog, pyspark, airflow, hypothesis" 2>/dev/null \
+if ! .venv/bin/python -c "import airflow_provider_dblog, pyspark, airflow, hypothesis, deltalake, duckdb" 2>/dev/null \
     || [ pyproject.toml -nt .venv/.installed ]; then
     .venv/bin/pip install --quiet -e ".[dev]"
     touch .venv/.installed

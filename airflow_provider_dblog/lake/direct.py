@@ -1,0 +1,93 @@
+"""The lake side of a direct dump: Spark tasks stage the rows of their key sub-range that
+survived the window (as Parquet files beside the lake), and the driver commits a chunk's staged
+files into the table with one merge. Tasks never commit: one commit per chunk, made by the one
+process that knows the window closed.
+
+Protocol, in order, for one chunk whose window closed at hw:
+1. each task: `stage_rows(root, table, schema, rows, hw)` -> a handle (a path, picklable), after
+   dropping the keys the tailer recorded in the window;
+2. the driver, with every task's handle: `commit_staged(root, table, handles, schema)` -> the
+   rows the merge wrote (inserted or updated). The staged files are removed after the commit.
+
+Every row is positioned at hw (`_dblog_commit`, `_dblog_seq` = hw's), so a row the log changed
+after hw (a later position) is never overwritten by the dump's, and a delete after hw, folded
+first, leaves a tombstone the dump's row does not pass (`LakeTable`). Committing the same
+handles again is harmless (the merge is idempotent); a handle whose file is gone was committed
+and removed already and is skipped. The staging directory must be on storage every executor and
+the driver reach at the same path (a shared file system), like the lake root itself. Files of a
+chunk that was never committed (a driver killed between staging and commit) stay in
+`<root>/_dblog_staged/`; `remove_stale_staged` removes those older than a given age.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_dblog.core.event import Row, TableRef
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.lake.schema import LakeRow, LakeSchema, LakeSchemaError
+from airflow_provider_dblog.lake.table import LakeTable
+
+STAGED = "_dblog_staged"
+
+
+def staging_dir(root: str | Path, table: TableRef) -> Path:
+    return Path(root) / STAGED / str(table)
+
+
+def stage_rows(
+    root: str | Path, table: TableRef, schema: LakeSchema, rows: Sequence[Row], hw: Position
+) -> str:
+    """Write `rows` (JSON values, as `ChunkSource.read_chunk` returns them) positioned at `hw`
+    as one Parquet file under the lake's staging directory; its path is the handle."""
+    batch = schema.to_arrow([LakeRow(row, hw.commit, hw.seq, "r") for row in rows])
+    directory = staging_dir(root, table)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{uuid.uuid4().hex}.parquet"
+    partial = path.with_suffix(".partial")
+    pq.write_table(batch, partial)
+    os.replace(partial, path)  # a handle names a complete file or none
+    return str(path)
+
+
+def commit_staged(
+    root: str | Path,
+    table: TableRef,
+    handles: Sequence[str],
+    schema: LakeSchema | None = None,
+) -> int:
+    """Merge the staged files of one chunk into the table in one commit; the rows written
+    (inserted or updated). Creates the table from `schema` if it does not exist yet."""
+    present = [h for h in handles if Path(h).exists()]
+    if not present:
+        return 0
+    batch = pa.concat_tables([pq.read_table(h) for h in present], promote_options="default")
+    if schema is not None:
+        lake = LakeTable.open_or_create(root, table, schema)
+    elif LakeTable.exists(root, table):
+        lake = LakeTable.open(root, table)
+    else:
+        raise LakeSchemaError(f"no lake table of {table} under {root}: pass its schema")
+    written = lake.merge(batch, metadata={"dblog.operation": "direct dump"})
+    for handle in present:
+        Path(handle).unlink(missing_ok=True)
+    return written.rows
+
+
+def remove_stale_staged(root: str | Path, older_than_s: float) -> int:
+    """Remove staged files older than `older_than_s` (a chunk no driver will commit: run it
+    with an age longer than any dump's chunk takes); the number removed."""
+    limit = time.time() - older_than_s
+    removed = 0
+    for path in (Path(root) / STAGED).glob("*/*.parquet"):
+        if path.stat().st_mtime < limit:
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed

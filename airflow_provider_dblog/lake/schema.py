@@ -1,0 +1,374 @@
+"""The lake schema of a captured table: its columns in real Arrow types, mapped from the source
+catalog's description (`core.schema.TableSchema`), plus the position columns every lake row
+carries. `LakeSchema.to_arrow` turns rows of JSON values (as the converters make them, for the
+log and the dump alike) into an Arrow table of that schema.
+
+Types, from the catalog's spelling (PostgreSQL `format_type`, MySQL `COLUMN_TYPE`). Delta Lake
+has no unsigned, time-of-day or interval types, so those widen or become text:
+
+| source | Arrow (Delta) |
+|---|---|
+| PG smallint / integer / bigint / oid | int16 / int32 / int64 / int64 |
+| MySQL tinyint / smallint / mediumint / int / bigint | int8 / int16 / int32 / int32 / int64 |
+| the same, unsigned | int16 / int32 / int32 / int64 / decimal(20,0) |
+| boolean | bool |
+| real, MySQL float / double precision, double | float32 / float64 ('NaN', 'Infinity' as floats) |
+| numeric(p,s), decimal(p,s) with p <= 38 | decimal128(p,s); NaN and infinities become null |
+| numeric without precision, or p > 38 | string (the digits as the source prints them) |
+| bytea, binary, varbinary, blob | binary (from the converters' base64) |
+| json, jsonb (MariaDB's JSON is a longtext: string too) | string (compact JSON text) |
+| uuid, text, char, varchar, enum, set, interval, time, timetz, money, other types | string |
+| date | date32 (PG's infinity and BC dates: null) |
+| PG timestamp, MySQL datetime | timestamp[us] (no zone) |
+| PG timestamptz, MySQL timestamp | timestamp[us, UTC] |
+| MySQL year | int16; bit(n) int64 (bit(64): decimal(20,0)) |
+| PG arrays (`integer[]`, ...) | list of the element's type (one dimension) |
+
+Every source column is nullable in the lake (a tombstone keeps only its key; a column added by
+an ALTER is null in older rows unless its default is a constant) except the key columns.
+
+Position columns: `_dblog_commit` (int64: the commit as the positions spell it; a PostgreSQL
+LSN or a MySQL `file << 32 | offset` reaches 2^63 only after 8 EiB of log, and a larger value
+is refused rather than wrapped, so int64 orders exactly as the positions do), `_dblog_seq`
+(int64), `_dblog_deleted` (a tombstone: the key was deleted at this position), `_dblog_op`
+(`c`, `u`, `r`, `d` of the event that wrote the row), `_dblog_ts_ms` (the source's commit time
+of that event, null for dump rows). A consumer reads incrementally by position: every change
+of a key raises its position, deletes included (as tombstones), so "rows with a position after
+the last one I read" are the changes since.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_dblog.core.event import JsonValue, TableRef
+from airflow_provider_dblog.core.schema import TableSchema
+
+COMMIT = "_dblog_commit"
+SEQ = "_dblog_seq"
+DELETED = "_dblog_deleted"
+OP = "_dblog_op"
+TS_MS = "_dblog_ts_ms"
+POSITION_FIELDS = (
+    pa.field(COMMIT, pa.int64(), nullable=False),
+    pa.field(SEQ, pa.int64(), nullable=False),
+    pa.field(DELETED, pa.bool_(), nullable=False),
+    pa.field(OP, pa.string(), nullable=False),
+    pa.field(TS_MS, pa.int64(), nullable=True),
+)
+POSITION_COLUMNS = tuple(f.name for f in POSITION_FIELDS)
+KEEP_PREFIX = "_dblog_keep:"
+"""`_dblog_keep:<column>` (bool) in a batch given to `LakeTable.merge`: true where the event did
+not carry the column (PostgreSQL leaves out an unchanged TOASTed value), so the stored value
+stays."""
+
+MAX_DECIMAL_PRECISION = 38
+_I63 = 1 << 63
+
+
+class LakeSchemaError(ValueError):
+    """A value or a schema change the lake table cannot take; the message says what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class LakeColumn:
+    """One source column in the lake: its name, its type as the source spells it, its Arrow
+    type, and `kind`, the name of the function that turns its JSON values into Arrow's."""
+
+    name: str
+    source_type: str
+    arrow: pa.DataType
+    kind: str
+    nullable: bool = True
+
+    @property
+    def field(self) -> pa.Field:
+        return pa.field(self.name, self.arrow, nullable=self.nullable)
+
+
+@dataclass(frozen=True, slots=True)
+class LakeSchema:
+    """A captured table's lake schema. Picklable, so a Spark task can be handed one."""
+
+    table: TableRef
+    columns: tuple[LakeColumn, ...]
+    key: tuple[str, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> LakeColumn | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([c.field for c in self.columns] + list(POSITION_FIELDS))
+
+    def to_arrow(self, rows: Sequence[LakeRow]) -> pa.Table:
+        """The rows as an Arrow table of this schema. A column a row lacks is null, unless
+        the row lists it in `keep` (then a `_dblog_keep:<column>` flag says so)."""
+        kept = sorted({name for r in rows for name in r.keep})
+        arrays: list[pa.Array] = []
+        for column in self.columns:
+            values = [r.values.get(column.name) for r in rows]
+            arrays.append(column_array(column, values, self.table))
+        arrays.append(pa.array([_commit(r.commit) for r in rows], pa.int64()))
+        arrays.append(pa.array([r.seq for r in rows], pa.int64()))
+        arrays.append(pa.array([r.deleted for r in rows], pa.bool_()))
+        arrays.append(pa.array([r.op for r in rows], pa.string()))
+        arrays.append(pa.array([r.ts_ms for r in rows], pa.int64()))
+        fields = list(self.arrow_schema())
+        for name in kept:
+            arrays.append(pa.array([name in r.keep for r in rows], pa.bool_()))
+            fields.append(pa.field(KEEP_PREFIX + name, pa.bool_(), nullable=False))
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+@dataclass(frozen=True, slots=True)
+class LakeRow:
+    """One row for the lake: JSON values by column, its position, whether it is a tombstone,
+    the op that made it, and the columns the event did not carry (kept from the stored row)."""
+
+    values: Mapping[str, JsonValue]
+    commit: int
+    seq: int
+    op: str
+    deleted: bool = False
+    ts_ms: int | None = None
+    keep: frozenset[str] = frozenset()
+
+
+def _commit(commit: int) -> int:
+    if not 0 <= commit < _I63:
+        raise LakeSchemaError(f"commit {commit} does not fit the lake's int64 _dblog_commit")
+    return commit
+
+
+def lake_schema(source_type: str, table: TableRef, described: TableSchema) -> LakeSchema:
+    """The lake schema of `table` described by its source (`source_type`: `[source] type`)."""
+    mapper = _MAPPERS.get(source_type)
+    if mapper is None:
+        raise LakeSchemaError(f"no lake type mapping for source type {source_type!r}")
+    key = set(described.key)
+    columns = tuple(
+        LakeColumn(c.name, c.type, *mapper(c.type), nullable=c.name not in key)
+        for c in described.columns
+    )
+    return LakeSchema(table, columns, described.key)
+
+
+def lake_column(source_type: str, name: str, sql_type: str) -> LakeColumn:
+    """One nullable column, as an ALTER TABLE ... ADD COLUMN brings it."""
+    return LakeColumn(name, sql_type, *_MAPPERS[source_type](sql_type))
+
+
+# -- type mapping -------------------------------------------------------------------------------
+
+_PG_SCALARS: dict[str, tuple[pa.DataType, str]] = {
+    "smallint": (pa.int16(), "int"),
+    "integer": (pa.int32(), "int"),
+    "bigint": (pa.int64(), "int"),
+    "oid": (pa.int64(), "int"),
+    "boolean": (pa.bool_(), "bool"),
+    "real": (pa.float32(), "float"),
+    "double precision": (pa.float64(), "float"),
+    "bytea": (pa.binary(), "binary"),
+    "json": (pa.string(), "json"),
+    "jsonb": (pa.string(), "json"),
+    "date": (pa.date32(), "date"),
+}
+_PG_NUMERIC = re.compile(r"numeric\((\d+)(?:,(\d+))?\)")
+_PG_TIMESTAMP = re.compile(r"timestamp(?:\(\d\))? with(out)? time zone")
+
+
+def _postgres(sql_type: str) -> tuple[pa.DataType, str]:
+    text = sql_type.strip()
+    if text.endswith("[]"):
+        element, kind = _postgres(text[:-2])
+        return pa.list_(element), "list:" + kind
+    if text in _PG_SCALARS:
+        return _PG_SCALARS[text]
+    numeric = _PG_NUMERIC.fullmatch(text)
+    if numeric:
+        return _decimal(int(numeric.group(1)), int(numeric.group(2) or 0))
+    timestamp = _PG_TIMESTAMP.fullmatch(text)
+    if timestamp:
+        return (pa.timestamp("us"), "timestamp") if timestamp.group(1) else _TIMESTAMPTZ
+    return pa.string(), "string"
+
+
+_TIMESTAMPTZ = (pa.timestamp("us", tz="UTC"), "timestamptz")
+_MYSQL_INTS = {
+    "tinyint": (pa.int8(), pa.int16()),
+    "smallint": (pa.int16(), pa.int32()),
+    "mediumint": (pa.int32(), pa.int32()),
+    "int": (pa.int32(), pa.int64()),
+    "integer": (pa.int32(), pa.int64()),
+}
+_MYSQL_BINARY = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")
+_MYSQL_TYPE = re.compile(r"([a-z]+)(?:\(([^)]*)\))?(.*)")
+
+
+def _mysql(sql_type: str) -> tuple[pa.DataType, str]:
+    match = _MYSQL_TYPE.fullmatch(sql_type.strip().lower())
+    if match is None:
+        return pa.string(), "string"
+    base, args, rest = match.group(1), match.group(2) or "", match.group(3)
+    unsigned = "unsigned" in rest
+    if base in _MYSQL_INTS:
+        return _MYSQL_INTS[base][unsigned], "int"
+    if base == "bigint":
+        return (pa.decimal128(20, 0), "decimal") if unsigned else (pa.int64(), "int")
+    if base in ("decimal", "numeric"):
+        precision, _, scale = args.partition(",")
+        return _decimal(int(precision or 10), int(scale or 0))
+    if base == "float":
+        return pa.float32(), "float"
+    if base in ("double", "real"):
+        return pa.float64(), "float"
+    if base in _MYSQL_BINARY:
+        return pa.binary(), "binary"
+    if base == "date":
+        return pa.date32(), "date"
+    if base == "datetime":
+        return pa.timestamp("us"), "timestamp"
+    if base == "timestamp":
+        return _TIMESTAMPTZ
+    if base == "year":
+        return pa.int16(), "int"
+    if base == "bit":
+        return (pa.decimal128(20, 0), "decimal") if args == "64" else (pa.int64(), "int")
+    if base == "json":
+        return pa.string(), "json"
+    return pa.string(), "string"
+
+
+def _decimal(precision: int, scale: int) -> tuple[pa.DataType, str]:
+    if precision > MAX_DECIMAL_PRECISION:
+        return pa.string(), "string"
+    return pa.decimal128(precision, scale), "decimal"
+
+
+_MAPPERS: dict[str, Callable[[str], tuple[pa.DataType, str]]] = {
+    "postgres": _postgres,
+    "mysql": _mysql,
+}
+
+
+# -- JSON values to Arrow -----------------------------------------------------------------------
+
+
+def _float(value: JsonValue) -> Any:
+    return float(value) if isinstance(value, str) else value
+
+
+def _decimal_value(value: JsonValue) -> Any:
+    number = decimal.Decimal(str(value))
+    return number if number.is_finite() else None
+
+
+def _string(value: JsonValue) -> Any:
+    return value if isinstance(value, str) else _json(value)
+
+
+def _json(value: JsonValue) -> Any:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _binary(value: JsonValue) -> Any:
+    return base64.b64decode(value)
+
+
+def _date(value: JsonValue) -> Any:
+    try:
+        return datetime.date.fromisoformat(value)
+    except ValueError:
+        return None  # infinity, BC dates
+
+
+def _timestamp(value: JsonValue) -> Any:
+    try:
+        return datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None  # infinity, BC dates
+
+
+def _timestamptz(value: JsonValue) -> Any:
+    found = _timestamp(value)
+    if found is not None and found.tzinfo is None:
+        found = found.replace(tzinfo=datetime.UTC)
+    return found
+
+
+def _same(value: JsonValue) -> Any:
+    return value
+
+
+_CONVERTERS: dict[str, Callable[[JsonValue], Any]] = {
+    "int": _same,
+    "bool": _same,
+    "float": _float,
+    "decimal": _decimal_value,
+    "string": _string,
+    "json": _json,
+    "binary": _binary,
+    "date": _date,
+    "timestamp": _timestamp,
+    "timestamptz": _timestamptz,
+}
+
+
+def converter(kind: str) -> Callable[[JsonValue], Any]:
+    """The function from a JSON value (never None) to what Arrow takes for a `kind` column."""
+    if kind.startswith("list:"):
+        element = converter(kind[5:])
+
+        def convert_list(value: JsonValue) -> Any:
+            return [None if v is None else element(v) for v in value]
+
+        return convert_list
+    return _CONVERTERS[kind]
+
+
+def column_array(column: LakeColumn, values: Iterable[JsonValue], table: TableRef) -> pa.Array:
+    """An Arrow array of `column`'s type from its JSON values; a value the type refuses raises
+    `LakeSchemaError` naming the table, column and value."""
+    convert = converter(column.kind)
+    converted = []
+    for value in values:
+        try:
+            converted.append(None if value is None else convert(value))
+        except (ValueError, TypeError, decimal.InvalidOperation, AttributeError) as exc:
+            raise _refused(table, column, value, exc) from None
+    try:
+        return pa.array(converted, column.arrow)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        bad = next(
+            (v for v in converted if not _fits(column.arrow, v)), converted[0] if converted else 0
+        )
+        raise _refused(table, column, bad, exc) from None
+
+
+def _fits(arrow: pa.DataType, value: Any) -> bool:
+    try:
+        pa.array([value], arrow)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return False
+    return True
+
+
+def _refused(table: TableRef, column: LakeColumn, value: Any, exc: Exception) -> LakeSchemaError:
+    return LakeSchemaError(
+        f"{table}.{column.name} ({column.source_type}, lake type {column.arrow}) cannot hold "
+        f"{value!r}: {exc}. If the column's type changed, rebuild the lake table (remove it "
+        "and dump the table again)"
+    )

@@ -1,0 +1,377 @@
+"""One captured table in the lake: a Delta Lake table that keeps, per primary key, the row with
+the highest log position.
+
+Rules, the same for the compaction and for direct dumps (so either may commit first):
+- A row replaces the stored row of its key only if its position `(_dblog_commit, _dblog_seq)`
+  is higher; an equal or lower one changes nothing, so a retry or a replay is harmless.
+- A delete is a tombstone row (`_dblog_deleted` true, the key and the position, other columns
+  null). It wins over every older row like any row does, and stays until `prune_tombstones`
+  removes it: a direct dump's row positioned at its hw may reach the table after a delete
+  positioned later, and the tombstone is what refuses it.
+- A truncate sets the table's floor (the table property `dblog.floor`, "commit,seq"): stored
+  rows and tombstones below it are removed, and rows below it that come later are dropped.
+  Setting a property is a metadata change, which makes every concurrent commit conflict and
+  run again against the new floor.
+
+Every write is one Delta commit (delta-rs's merge, delete or update). A commit that loses a race
+with another writer (the compaction and a direct dump's driver may both write a table) fails
+with delta-rs's `CommitFailedError` and is run again on the new version, a few times. Merges
+are serializable: one that read a file another commit removed, or that would insert a key
+another commit added, fails rather than committing a second row of a key.
+
+The compaction's progress (the position of the last event it folded into the table) rides in
+the same commit as the data, as Delta transaction identifiers (`txn` actions, the mechanism
+Spark's streaming sinks use), so data and progress commit together.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Field, Transaction
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from airflow_provider_dblog.core.event import JsonValue, TableRef
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.lake.schema import (
+    COMMIT,
+    DELETED,
+    KEEP_PREFIX,
+    SEQ,
+    LakeColumn,
+    LakeSchema,
+    LakeSchemaError,
+    column_array,
+)
+
+KEY_PROPERTY = "dblog.key"
+FLOOR_PROPERTY = "dblog.floor"
+PROGRESS_COMMIT = "dblog.compaction.commit"
+PROGRESS_SEQ = "dblog.compaction.seq"
+ATTEMPTS = 30
+T = TypeVar("T")
+
+
+def table_uri(root: str | Path, table: TableRef) -> str:
+    """Where a captured table's lake table lives: `<root>/<schema>.<table>`."""
+    return f"{str(root).rstrip('/')}/{table}"
+
+
+def quote(name: str) -> str:
+    """A column name as delta-rs's SQL predicates spell it."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def newer(source: str, target: str) -> str:
+    """SQL: the `source` row's position is higher than the `target` row's."""
+    c, s = quote(COMMIT), quote(SEQ)
+    return (
+        f"({source}.{c} > {target}.{c} OR "
+        f"({source}.{c} = {target}.{c} AND {source}.{s} > {target}.{s}))"
+    )
+
+
+def below(position: Position, alias: str | None = None) -> str:
+    """SQL: a row's position is lower than `position`."""
+    prefix = f"{alias}." if alias else ""
+    c, s = prefix + quote(COMMIT), prefix + quote(SEQ)
+    return f"({c} < {position.commit} OR ({c} = {position.commit} AND {s} < {position.seq}))"
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What one merge did to the table's rows."""
+
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    version: int | None = None
+
+    @property
+    def rows(self) -> int:
+        return self.inserted + self.updated
+
+
+class LakeTable:
+    """A captured table's Delta table under a lake root (a local path here)."""
+
+    def __init__(self, table: TableRef, delta: DeltaTable) -> None:
+        self.table = table
+        self._delta = delta
+
+    @classmethod
+    def open_or_create(cls, root: str | Path, table: TableRef, schema: LakeSchema) -> LakeTable:
+        """The table, created empty with `schema` if it does not exist yet; columns of
+        `schema` the table lacks are added (null in the rows it holds)."""
+        uri = table_uri(root, table)
+        if not DeltaTable.is_deltatable(uri):
+            Path(uri).mkdir(parents=True, exist_ok=True)
+            DeltaTable.create(
+                uri,
+                schema=schema.arrow_schema(),
+                mode="ignore",  # another writer created it first: use theirs
+                name=str(table),
+                configuration={KEY_PROPERTY: json.dumps(list(schema.key))},
+                raise_if_key_not_exists=False,
+            )
+        found = cls(table, DeltaTable(uri))
+        if found.key != schema.key:
+            raise LakeSchemaError(
+                f"the lake table of {table} is keyed by {list(found.key)}, the source by "
+                f"{list(schema.key)}: rebuild it (remove {uri} and dump the table again)"
+            )
+        found.add_columns(schema.columns)
+        return found
+
+    @classmethod
+    def open(cls, root: str | Path, table: TableRef, version: int | None = None) -> LakeTable:
+        """An existing table, at its latest version or at `version` (time travel)."""
+        try:
+            return cls(table, DeltaTable(table_uri(root, table), version=version))
+        except TableNotFoundError:
+            raise LakeSchemaError(f"no lake table of {table} under {root}") from None
+
+    @staticmethod
+    def exists(root: str | Path, table: TableRef) -> bool:
+        return DeltaTable.is_deltatable(table_uri(root, table))
+
+    # -- what the table holds -------------------------------------------------------------------
+
+    @property
+    def delta(self) -> DeltaTable:
+        return self._delta
+
+    @property
+    def version(self) -> int:
+        return self._delta.version()
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return tuple(json.loads(self._properties()[KEY_PROPERTY]))
+
+    @property
+    def floor(self) -> Position | None:
+        """The position of the last truncate folded in, if any."""
+        text = self._properties().get(FLOOR_PROPERTY)
+        if text is None:
+            return None
+        commit, seq = text.split(",")
+        return Position(int(commit), int(seq))
+
+    @property
+    def progress(self) -> Position | None:
+        """The position of the last change event the compaction folded into the table."""
+        commit = self._delta.transaction_version(PROGRESS_COMMIT)
+        seq = self._delta.transaction_version(PROGRESS_SEQ)
+        return None if commit is None or seq is None else Position(commit, seq)
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema(self._delta.schema().to_arrow())
+
+    def _properties(self) -> Mapping[str, str]:
+        return self._delta.metadata().configuration
+
+    def rows(self, *, include_tombstones: bool = False) -> pa.Table:
+        """The table's rows (the current ones: tombstones left out unless asked for)."""
+        found = pa.table(self._delta.to_pyarrow_table())
+        if not include_tombstones:
+            found = found.filter(pc.invert(found[DELETED]))
+        return found
+
+    def refresh(self) -> None:
+        self._delta.update_incremental()
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def add_columns(self, columns: Sequence[LakeColumn]) -> list[str]:
+        """Add the `columns` the table lacks (nullable); the names added."""
+
+        def add() -> list[str]:
+            have = set(self.arrow_schema.names)
+            new = [c for c in columns if c.name not in have]
+            if new:
+                fields = [Field.from_arrow(pa.field(c.name, c.arrow, nullable=True)) for c in new]
+                self._delta.alter.add_columns(fields)
+            return [c.name for c in new]
+
+        return self._retried(add)
+
+    def fill(self, column: LakeColumn, value: JsonValue, before: Position) -> None:
+        """Set `column` to `value` in the rows positioned before `before`: the default of a
+        column added there, which rows written earlier hold in the source."""
+        array = column_array(column, [value], self.table)
+        literal = _sql_literal(array[0].as_py(), column)
+        if literal is None:
+            return
+        self._retried(
+            lambda: self._delta.update(
+                updates={quote(column.name): literal},
+                predicate=f"NOT {quote(DELETED)} AND {below(before)}",
+            )
+        )
+
+    def set_floor(self, floor: Position) -> None:
+        """Record a truncate's position (only ever raised); `merge(..., floor=)` removes the
+        rows below it."""
+
+        def set_it() -> None:
+            current = self.floor
+            if current is None or floor > current:
+                self._delta.alter.set_table_properties(
+                    {FLOOR_PROPERTY: f"{floor.commit},{floor.seq}"}, raise_if_not_exists=False
+                )
+
+        self._retried(set_it)
+
+    def merge(
+        self,
+        batch: pa.Table,
+        *,
+        progress: Position | None = None,
+        truncate: Position | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Written:
+        """Merge `batch` (the table's columns, or some of them, and the position columns; at
+        most one row per key, else the highest position of each key is kept) by position, in
+        one commit. `progress` is recorded with it (the compaction's); `truncate` first raises
+        the table's floor to that position and the commit removes every stored row below it.
+        Rows of the batch below the floor are dropped."""
+        if truncate is not None:
+            self.set_floor(truncate)
+        batch = _latest_per_key(batch, self.key)
+
+        def run() -> Written:
+            source = self._conform(batch)
+            transactions = []
+            if progress is not None:
+                transactions = [
+                    Transaction(PROGRESS_COMMIT, progress.commit),
+                    Transaction(PROGRESS_SEQ, progress.seq),
+                ]
+            merger = self._delta.merge(
+                source,
+                " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in self.key),
+                source_alias="s",
+                target_alias="t",
+                commit_properties=CommitProperties(
+                    custom_metadata=dict(metadata or {}), app_transactions=transactions
+                ),
+            )
+            columns = [n for n in self.arrow_schema.names]
+            kept = {n[len(KEEP_PREFIX) :] for n in batch.column_names if n.startswith(KEEP_PREFIX)}
+            updates = {
+                quote(n): (
+                    f"CASE WHEN s.{quote(KEEP_PREFIX + n)} THEN t.{quote(n)} ELSE s.{quote(n)} END"
+                    if n in kept
+                    else f"s.{quote(n)}"
+                )
+                for n in columns
+            }
+            merger = merger.when_matched_update(updates, predicate=newer("s", "t"))
+            merger = merger.when_not_matched_insert({quote(n): f"s.{quote(n)}" for n in columns})
+            floor = self.floor
+            if truncate is not None and floor is not None:
+                merger = merger.when_not_matched_by_source_delete(below(floor, "t"))
+            done = merger.execute()
+            return Written(
+                done["num_target_rows_inserted"],
+                done["num_target_rows_updated"],
+                done["num_target_rows_deleted"],
+                self._delta.version(),
+            )
+
+        return self._retried(run)
+
+    def prune_tombstones(self, before: Position) -> int:
+        """Remove the tombstones positioned before `before`, the caller's horizon: no row
+        positioned before it can still reach the table (no direct window whose lw lies before
+        it is left uncommitted, and the compaction has folded the log up to it). Pruning past
+        a row still on its way lets that row bring a deleted key back."""
+        done = self._retried(lambda: self._delta.delete(f"{quote(DELETED)} AND {below(before)}"))
+        return int(done.get("num_deleted_rows", 0))
+
+    def _conform(self, batch: pa.Table) -> pa.Table:
+        """The batch in the table's schema: missing columns null, rows below the floor
+        dropped, flags of kept columns kept."""
+        floor = self.floor
+        if floor is not None and batch.num_rows:
+            commit, seq = batch[COMMIT], batch[SEQ]
+            at_or_after = pc.or_(
+                pc.greater(commit, floor.commit),
+                pc.and_(pc.equal(commit, floor.commit), pc.greater_equal(seq, floor.seq)),
+            )
+            batch = batch.filter(at_or_after)
+        target = self.arrow_schema
+        arrays, fields = [], []
+        for field in target:
+            if field.name in batch.column_names:
+                arrays.append(batch[field.name].cast(field.type))
+            else:
+                arrays.append(pa.nulls(batch.num_rows, field.type))
+            fields.append(field.with_nullable(True))
+        for name in batch.column_names:
+            if name.startswith(KEEP_PREFIX) and name[len(KEEP_PREFIX) :] in target.names:
+                arrays.append(batch[name])
+                fields.append(pa.field(name, pa.bool_()))
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    def _retried(self, write: Callable[[], T]) -> T:
+        """Run a write, again on the latest version each time another writer's commit won."""
+        for attempt in range(ATTEMPTS):
+            try:
+                return write()
+            except CommitFailedError:
+                if attempt == ATTEMPTS - 1:
+                    raise
+                time.sleep(random.uniform(0, min(2.0, 0.02 * 2**attempt)))
+                self._delta.update_incremental()
+        raise AssertionError("unreachable")
+
+
+def _latest_per_key(batch: pa.Table, key: Sequence[str]) -> pa.Table:
+    """At most one row per key: the one with the highest position."""
+    if batch.num_rows < 2:
+        return batch
+    distinct = batch.group_by(list(key)).aggregate([]).num_rows
+    if distinct == batch.num_rows:
+        return batch
+    ordered = batch.sort_by([(COMMIT, "descending"), (SEQ, "descending")])
+    keys = zip(*(ordered[k].to_pylist() for k in key), strict=True)
+    seen: set[tuple[Any, ...]] = set()
+    keep = []
+    for index, value in enumerate(keys):
+        if value not in seen:
+            seen.add(value)
+            keep.append(index)
+    return ordered.take(keep)
+
+
+def _sql_literal(value: Any, column: LakeColumn) -> str | None:
+    """A constant as delta-rs's SQL spells it, cast to the column's type; None if the type
+    has no simple literal (binary, lists)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, bytes | list):
+        return None
+    text = "'" + str(value).replace("'", "''") + "'"
+    arrow = column.arrow
+    if pa.types.is_decimal(arrow):
+        return f"CAST({text} AS DECIMAL({arrow.precision}, {arrow.scale}))"
+    if pa.types.is_date(arrow):
+        return f"CAST({text} AS DATE)"
+    if pa.types.is_timestamp(arrow):
+        return f"CAST({text} AS TIMESTAMP)"
+    return text
