@@ -1,115 +1,211 @@
-"""The pure part of the Parquet compaction (`spark_jobs/compact.py`): which event wins, how the
-NDJSON files are cut into pieces for the executors, and the state file. No Spark here, so the
-rules are unit-tested without a SparkSession and the Spark job stays a thin driver.
+"""The pure part of the compaction (`spark_jobs/compact.py`), which folds the tailer's NDJSON
+output into the lake tables (`airflow_provider_dblog.lake`): which event of a key wins within a
+run, how the event files are cut into pieces for the executors, and what a run remembers. No
+Spark here, so the rules are unit-tested without a SparkSession and the Spark job stays a thin
+driver.
 
-Storage choice: every table is stored as `key` (the key dict as JSON), `row` (the latest image as
-JSON), `commit` and `seq` (the position of the event that produced it). Rows stay exactly the
-JSON values the sources made, whatever types or schema changes come along; a typed view is
-`from_json(row, schema)` away. Inferring Parquet types from JSON would break on the first column
-that is sometimes an int and sometimes a float, or null in one run and a string in the next.
+Folding rules, per key, in position order, within one run: duplicates (an equal position) count
+once; `d` makes the key a tombstone at its position; `r` (a dump read) and `c` are whole rows;
+`u` lays `after` over the image before it, and a column absent from `after` (an unchanged
+TOASTed value) is kept: if the run holds no earlier image of the key, the row is `partial` and
+the lake keeps the stored value of each column it lacks. An update whose `before` holds another
+key (a primary-key change) also deletes the old key, at the same position. Events not after the
+table's progress (the position the lake table recorded with the last run's commit) are replays
+and skipped. The lake table then keeps, per key, the higher position of its stored row and the
+run's (`LakeTable.merge`), so a run applied twice changes nothing.
 
-Folding rules, per key, in position order: an event not newer than the last one applied is
-skipped (duplicates and replays); `d` removes the row; `r` (a dump read, always a whole row)
-replaces it; `c` and `u` lay `after` over the previous image, so a column absent from `after`
-(an unchanged TOAST value) keeps its stored value. An update whose `before` holds another key
-(a primary-key change) also deletes the old key, at the same position.
-
-Table-level events: a truncate (`t`) is the table's floor: every stored row and every change of
-the table positioned before it is dropped, as if each key were deleted at the truncate's
-position. A schema event (`s`) changes no stored row: rows stay the JSON they arrived as, so a
-row not written since an ADD COLUMN lacks the column (its value is the default the schema event
-names, which a typed view must fill in), and one not written since a DROP COLUMN still holds it.
+Table-level events: a truncate (`t`) is the table's floor: the run's changes positioned before
+its last truncate are dropped, and the merge removes stored rows below it. A schema event (`s`)
+adds the columns the table lacks (ADD COLUMN; a constant default is written into the rows
+positioned before it, other defaults leave them null); a column the source dropped stays in
+the lake, null in rows written after the drop; a type change keeps the lake column's type (a
+value it cannot hold stops the run, saying to rebuild the table).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from airflow_provider_dblog.core.event import Event, JsonValue, Op, Row, decode
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import TableSchema
+from airflow_provider_dblog.lake.schema import LakeRow
 from airflow_provider_dblog.outputs.ndjson import event_files
 
 STATE_FILE = "_compact_state.json"
 DEFAULT_SEGMENT_BYTES = 32 * 1024 * 1024
 _BLOCK = 64 * 1024
+TRUNCATE = Op.TRUNCATE.value
+SCHEMA = Op.SCHEMA.value
+TABLE_KEY = ""
+"""The key a table-level change is found under (no row's key JSON is empty)."""
 
 
-class Delta(NamedTuple):
+class Change(NamedTuple):
     """One event reduced to what folding needs; a tuple, so it is cheap to ship between
-    executors."""
+    executors. `after` is the row (None for a delete or truncate), or for a schema event the
+    table schema's JSON."""
 
     commit: int
     seq: int
     op: str
     after: Row | None
+    ts_ms: int | None = None
 
 
-class Stored(NamedTuple):
-    """A row as the Parquet table holds it, with the position of the event that made it."""
+class Folded(NamedTuple):
+    """A key's latest state in one run: its row (None: a tombstone) at a position, and whether
+    the row lacks columns the stored row must fill (`partial`)."""
 
     commit: int
     seq: int
-    row: Row
+    op: str
+    row: Row | None
+    partial: bool
+    ts_ms: int | None = None
 
 
-TRUNCATE = Op.TRUNCATE.value
-TABLE_KEY = ""
-"""The key a table-level change is found under (no row's key JSON is empty)."""
-
-
-def fold(
-    stored: Stored | None, changes: Iterable[Delta], floor: tuple[int, int] | None = None
-) -> Stored | None:
-    """The latest image of one key: `stored` (the table's row, None if absent) with `changes`
-    applied in position order, or None when the key ends deleted. `floor` is the position of
-    the table's last truncate: what is positioned before it is gone."""
-    current = stored
-    last = (stored.commit, stored.seq) if stored is not None else None
-    if floor is not None and (last is None or last < floor):
-        current, last = None, floor
+def fold(changes: Iterable[Change], floor: tuple[int, int] | None = None) -> Folded | None:
+    """One key's latest state from the run's `changes`, or None if none is at or after
+    `floor` (the position of the table's last truncate in the run)."""
+    current: Folded | None = None
+    last = None
     for change in sorted(changes, key=lambda c: (c.commit, c.seq)):
         position = (change.commit, change.seq)
-        if last is not None and position <= last:
+        if (floor is not None and position < floor) or (last is not None and position <= last):
             continue
         last = position
-        if change.op == Op.DELETE.value or change.after is None:
-            current = None
-        elif change.op == Op.READ.value or current is None:
-            current = Stored(change.commit, change.seq, dict(change.after))
+        commit, seq, op, ts_ms = change.commit, change.seq, change.op, change.ts_ms
+        if op == Op.DELETE.value or change.after is None:
+            current = Folded(commit, seq, op, None, False, ts_ms)
+        elif op != Op.UPDATE.value:
+            current = Folded(commit, seq, op, dict(change.after), False, ts_ms)
+        elif current is None or current.row is None:
+            current = Folded(commit, seq, op, dict(change.after), True, ts_ms)
         else:
-            current = Stored(change.commit, change.seq, {**current.row, **change.after})
+            row = {**current.row, **change.after}
+            current = Folded(commit, seq, op, row, current.partial, ts_ms)
     return current
 
 
+def lake_row(
+    key: Row, folded: Folded, columns: Iterable[str], added: Mapping[str, AddedColumn]
+) -> LakeRow:
+    """The lake row of a folded key. A tombstone holds the key alone; a partial row keeps the
+    stored value of every column it lacks; a whole row positioned before a column was added
+    holds that column's default."""
+    if folded.row is None:
+        return LakeRow(key, folded.commit, folded.seq, folded.op, deleted=True, ts_ms=folded.ts_ms)
+    values = dict(folded.row)
+    keep: frozenset[str] = frozenset()
+    if folded.partial:
+        keep = frozenset(c for c in columns if c not in values)
+    else:
+        position = (folded.commit, folded.seq)
+        for name, column in added.items():
+            if name not in values and position < column.position:
+                values[name] = column.default
+    return LakeRow(values, folded.commit, folded.seq, folded.op, ts_ms=folded.ts_ms, keep=keep)
+
+
+@dataclass(frozen=True, slots=True)
+class AddedColumn:
+    """A column an `s` event of the run added: where, and the value older rows hold."""
+
+    position: tuple[int, int]
+    default: JsonValue
+
+
+_CAST = re.compile(r"^(.*?)(::[\w\s\[\]().,\"]+)+$", re.DOTALL)
+_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
+
+
+def constant_default(expression: str | None) -> JsonValue:
+    """A column default's value if the expression is a constant (a number, a quoted string,
+    true/false, with or without PostgreSQL's `::type` casts); None otherwise (NULL, a function
+    such as now() or nextval(...), an expression)."""
+    if expression is None:
+        return None
+    text = expression.strip()
+    cast = _CAST.match(text)
+    if cast:
+        text = cast.group(1).strip()
+    if text.startswith("(") and text.endswith(")"):
+        text = text[1:-1].strip()
+    if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
+        return text[1:-1].replace("''", "'")
+    if _NUMBER.fullmatch(text):
+        number = float(text)
+        return int(text) if number.is_integer() and re.fullmatch(r"-?\d+", text) else number
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return None
+
+
 def key_json(key: Mapping[str, JsonValue]) -> str:
-    """The key as the table stores it and groups by: compact JSON in primary-key order."""
+    """The key as the run groups by: compact JSON in primary-key order."""
     return json.dumps(key, separators=(",", ":"), ensure_ascii=False)
 
 
-def changes_of(event: Event) -> list[tuple[str, str, Delta]]:
+def changes_of(event: Event) -> list[tuple[str, str, Change]]:
     """`(table, key JSON, change)` for every key the event touches: one, or two for an update
-    that moved the row to another key; a truncate is one change under `TABLE_KEY`, a schema
-    event none."""
+    that moved the row to another key; a table-level event is one change under `TABLE_KEY`
+    (a schema event's `after` is its table schema's JSON)."""
     table = str(event.table)
-    commit, seq = event.position.commit, event.position.seq
+    commit, seq, ts_ms = event.position.commit, event.position.seq, event.source.ts_ms
     if event.op is Op.SCHEMA:
-        return []
+        schema = event.table_schema.to_json() if event.table_schema is not None else None
+        return [(table, TABLE_KEY, Change(commit, seq, SCHEMA, schema, ts_ms))]
     if event.op is Op.TRUNCATE:
-        return [(table, TABLE_KEY, Delta(commit, seq, TRUNCATE, None))]
+        return [(table, TABLE_KEY, Change(commit, seq, TRUNCATE, None, ts_ms))]
     if event.op is Op.DELETE:
-        return [(table, key_json(event.key), Delta(commit, seq, Op.DELETE.value, None))]
+        return [(table, key_json(event.key), Change(commit, seq, Op.DELETE.value, None, ts_ms))]
     after = {**(event.after or {}), **event.key}
-    found = [(table, key_json(event.key), Delta(commit, seq, event.op.value, after))]
+    found = [(table, key_json(event.key), Change(commit, seq, event.op.value, after, ts_ms))]
     before = event.before or {}
     if event.op is Op.UPDATE and all(c in before for c in event.key):
         old_key = {c: before[c] for c in event.key}
         if old_key != event.key:
-            found.append((table, key_json(old_key), Delta(commit, seq, Op.DELETE.value, None)))
+            deleted = Change(commit, seq, Op.DELETE.value, None, ts_ms)
+            found.append((table, key_json(old_key), deleted))
     return found
+
+
+def parse_line(
+    line: bytes, progress: Mapping[str, tuple[int, int]]
+) -> list[tuple[str, str, Change]]:
+    """The changes of one NDJSON line, none if the event is not after its table's `progress`
+    (the position the lake table recorded: a replay)."""
+    event = decode(line)
+    folded = progress.get(str(event.table))
+    if folded is not None and (event.position.commit, event.position.seq) <= folded:
+        return []
+    return changes_of(event)
+
+
+def floors(truncates: Iterable[tuple[str, Change]]) -> dict[str, tuple[int, int]]:
+    """Each table's floor: the position of its last truncate among `truncates`."""
+    found: dict[str, tuple[int, int]] = {}
+    for table, change in truncates:
+        position = (change.commit, change.seq)
+        found[table] = max(found.get(table, position), position)
+    return found
+
+
+def schema_changes(changes: Iterable[Change]) -> list[tuple[Position, TableSchema]]:
+    """A table's `s` events of the run, in position order."""
+    found = [
+        (Position(c.commit, c.seq), TableSchema.from_json(c.after))
+        for c in changes
+        if c.op == SCHEMA and c.after is not None
+    ]
+    return sorted(found, key=lambda pair: pair[0])
 
 
 @dataclass(frozen=True)
@@ -170,13 +266,13 @@ def plan_segments(
 
 @dataclass
 class CompactState:
-    """What the output directory holds: the last folded position, the bytes consumed of each
-    event file, and the current version directory of each table. Writing it is the commit point
-    of a run."""
+    """Where the last run stopped reading: the bytes consumed of each event file and the last
+    position read. Written after every table's commit, it only saves reading again: a run that
+    died before writing it reads the same bytes again, and each table skips what its own
+    progress (committed with its data) says it holds."""
 
     position: list[int] | None = None
     files: dict[str, int] = field(default_factory=dict)
-    tables: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, output_dir: Path) -> CompactState:
@@ -184,11 +280,11 @@ class CompactState:
         if not path.exists():
             return cls()
         data: dict[str, Any] = json.loads(path.read_text())
-        return cls(data["position"], data["files"], data["tables"])
+        return cls(data["position"], data["files"])
 
     def save(self, output_dir: Path) -> None:
         """Atomically: a crash leaves the old state or the new one, never half of either."""
-        data = {"position": self.position, "files": self.files, "tables": self.tables}
+        data = {"position": self.position, "files": self.files}
         tmp = output_dir / f".{STATE_FILE}.tmp"
         with tmp.open("w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
@@ -200,20 +296,3 @@ class CompactState:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def floors(truncates: Iterable[tuple[str, Delta]]) -> dict[str, tuple[int, int]]:
-    """Each table's floor: the position of its last truncate among `truncates`."""
-    found: dict[str, tuple[int, int]] = {}
-    for table, delta in truncates:
-        found[table] = max(found.get(table, (delta.commit, delta.seq)), (delta.commit, delta.seq))
-    return found
-
-
-def parse_line(line: bytes, after: tuple[int, int] | None) -> list[tuple[str, str, Delta]]:
-    """The changes of one NDJSON line, none if the event is not newer than `after` (the last
-    folded position: a replay)."""
-    event = decode(line)
-    if after is not None and (event.position.commit, event.position.seq) <= after:
-        return []
-    return changes_of(event)

@@ -1,24 +1,32 @@
-"""Fold the change stream (NDJSON files) into Parquet tables holding the latest row per key.
+"""Fold the change stream (the tailer's NDJSON files) into the lake: one Delta Lake table per
+source table, holding per key the row with the highest position (`airflow_provider_dblog.lake`).
 
-    python spark_jobs/compact.py --input EVENTS_DIR --output LAKE_DIR [--master local[2]]
+    python spark_jobs/compact.py --input EVENTS_DIR --output LAKE_DIR --config dblog.toml
+        [--master local[2]] [--prune-before COMMIT,SEQ]
 
-Each table is `LAKE_DIR/<schema>.<table>`, a symlink to an immutable version directory under
-`LAKE_DIR/.versions/`, with the columns `key`, `row` (JSON strings), `commit` and `seq`; the
-rules are in `airflow_provider_dblog.compaction`. A run reads only the event bytes after those
-recorded in `LAKE_DIR/_compact_state.json`, cogroups their changes with the rows of the tables
-they touch, and writes each such table as a new version. The state file, replaced atomically, is
-the commit point; the symlinks are then swapped (an atomic rename) and the old versions removed.
-A crash before that leaves the previous tables and state, and the next run redoes the work; a
-crash after it is finished by the next run, which first points the links at the state's versions
-and removes versions the state does not name.
+Spark reads and parses the new event bytes in parallel and folds each key's changes of the run
+into one row (`airflow_provider_dblog.compaction`); the driver merges each touched table's rows
+into its Delta table with delta-rs, in one commit per table (more for a run larger than
+`--batch-rows` keys of a table), which carries the table's progress: the position of the last
+event folded into it. So data and progress commit together, a crash leaves each table at its
+last commit, and a run started again reads the same bytes and skips, per table, the events its
+progress covers. `LAKE_DIR/_compact_state.json`, written after every table's commit, only says
+where to start reading next time.
+
+A table the lake does not hold yet is created with the lake schema of the source's catalog
+(`--config`), or else of the run's first schema event of the table (`--source-type` names the
+type mapping then). With `--prune-before`, tombstones positioned before that horizon are
+removed from every table after the run (see `LakeTable.prune_tombstones` for what it must be).
 
 On a cluster the workers need no more than a Python that PySpark can use: the application
 ships this package to the executors itself (`airflow_provider_dblog.spark_package`) unless
-given `--no-ship-package`. The input and output directories must have the same path on the
-driver and on every worker (a shared file system).
+given `--no-ship-package`. The input directory must have the same path on the driver and on
+every worker (a shared file system); only the driver writes the lake.
 
 One compaction at a time per output directory: a run holds an exclusive lock on
-`LAKE_DIR/_compact.lock` and a second one is refused (exit status 75, try again later).
+`LAKE_DIR/_compact.lock` and a second one is refused (exit status 75, try again later). The
+lake's other writers, direct dumps, commit beside it: delta-rs runs a commit that lost a race
+again on the new version.
 """
 
 from __future__ import annotations
@@ -27,96 +35,94 @@ import argparse
 import fcntl
 import json
 import os
-import shutil
 import sys
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from decimal import Decimal
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pyspark import RDD
 from pyspark.sql import SparkSession
-from pyspark.sql.types import (
-    DecimalType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
 
 from airflow_provider_dblog.compaction import (
     DEFAULT_SEGMENT_BYTES,
+    TABLE_KEY,
     TRUNCATE,
+    AddedColumn,
+    Change,
     CompactState,
-    Delta,
+    Folded,
     Segment,
-    Stored,
+    constant_default,
     floors,
     fold,
+    lake_row,
     parse_line,
     plan_segments,
     read_segment,
+    schema_changes,
 )
+from airflow_provider_dblog.config import load_config
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.lake.catalog import source_lake_schema
+from airflow_provider_dblog.lake.schema import LakeSchema, LakeSchemaError, lake_column, lake_schema
+from airflow_provider_dblog.lake.table import LakeTable, Written
 from airflow_provider_dblog.spark_package import ship_package
 
-VERSIONS = ".versions"
 LOCK = "_compact.lock"
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another compaction runs, try again later
-_SCHEMA = StructType(
-    [
-        StructField("table", IntegerType(), False),
-        StructField("key", StringType(), False),
-        StructField("row", StringType(), False),
-        StructField("commit", DecimalType(20, 0), False),  # an unsigned 64-bit LSN
-        StructField("seq", LongType(), False),
-    ]
-)
+EXIT_USAGE = 2
+DEFAULT_BATCH_ROWS = 200_000
+LEGACY_VERSIONS = ".versions"
 
-
-def _link(output: Path, table: str, version: str) -> None:
-    """Point `output/table` at its version directory, atomically."""
-    tmp = output / f".{table}.link"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(Path(VERSIONS) / table / version, target_is_directory=True)
-    os.replace(tmp, output / table)
-
-
-def _settle(output: Path, state: CompactState) -> None:
-    """Make the directory match the state: links to its versions, no other versions."""
-    for table, version in state.tables.items():
-        link = output / table
-        if not link.is_symlink() or link.readlink() != Path(VERSIONS) / table / version:
-            _link(output, table, version)
-    versions = output / VERSIONS
-    for table_dir in versions.iterdir() if versions.exists() else ():
-        for version_dir in table_dir.iterdir():
-            if state.tables.get(table_dir.name) != version_dir.name:
-                shutil.rmtree(version_dir)
-
-
-def _stored_rows(spark: SparkSession, output: Path, table: str, version: str) -> RDD:
-    rows = spark.read.parquet(str(output / VERSIONS / table / version)).rdd
-    return rows.map(lambda r: ((table, r.key), Stored(int(r.commit), r.seq, json.loads(r.row))))
-
-
-def _slices(parallelism: int, segments: list[Segment]) -> int:
-    """Enough tasks to keep every core busy, more only for more data: a task per small file
-    would cost more in scheduling than in reading."""
-    total = sum(s.end - s.start for s in segments)
-    return min(len(segments), max(parallelism, total // DEFAULT_SEGMENT_BYTES + 1))
+Describe = Callable[[TableRef], LakeSchema]
 
 
 class CompactionLocked(RuntimeError):
     """Another compaction of the same output directory is running."""
 
 
+@dataclass
+class TableReport:
+    """What a run did to one lake table."""
+
+    rows: int = 0
+    deleted: int = 0
+    version: int | None = None
+    progress: list[int] | None = None
+
+    def add(self, written: Written) -> None:
+        self.rows += written.rows
+        self.deleted += written.deleted
+        self.version = written.version
+
+
+@dataclass
+class CompactReport:
+    """What a run did: where it stopped reading, and per table rows written (inserted or
+    updated, tombstones included), rows deleted (a truncate's), the version committed."""
+
+    state: CompactState
+    tables: dict[str, TableReport] = field(default_factory=dict)
+    events: int = 0
+    pruned: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "position": self.state.position,
+            "events": self.events,
+            "pruned_tombstones": self.pruned,
+            "tables": {t: vars(r) for t, r in sorted(self.tables.items())},
+        }
+
+
 @contextmanager
 def output_lock(output: Path) -> Iterator[None]:
-    """Hold the output directory's lock: two runs at once would each commit a state the other
-    does not know and remove the other's new versions. Released when the holder ends, even
-    killed (the kernel drops the lock with the file)."""
+    """Hold the output directory's lock: two runs at once would each fold the same events and
+    move the read cursor past each other. Released when the holder ends, even killed (the
+    kernel drops the lock with the file)."""
     output.mkdir(parents=True, exist_ok=True)
     with (output / LOCK).open("a") as lock_file:
         try:
@@ -129,84 +135,209 @@ def output_lock(output: Path) -> Iterator[None]:
         yield
 
 
-def compact(spark: SparkSession, input_dir: Path, output: Path) -> CompactState:
-    """One incremental run, holding the output directory's lock; returns the state it committed."""
-    with output_lock(output):
-        return _compact(spark, input_dir, output)
-
-
-def _compact(spark: SparkSession, input_dir: Path, output: Path) -> CompactState:
-    state = CompactState.load(output)
-    _settle(output, state)
-    segments, offsets = plan_segments(input_dir, state.files)
-    if not segments:
-        return state
-    after = tuple(state.position) if state.position is not None else None
-    sc = spark.sparkContext
-    changes = (
-        sc.parallelize(segments, _slices(sc.defaultParallelism, segments))
-        .flatMap(read_segment)
-        .flatMap(lambda line: parse_line(line, after))
-        .map(lambda found: ((found[0], found[1]), found[2]))
-        .cache()
-    )
-    touched = sorted(changes.map(lambda kv: kv[0][0]).distinct().collect())
-    new = CompactState(state.position, offsets, dict(state.tables))
-    if touched:
-        new.position = list(changes.map(lambda kv: (kv[1].commit, kv[1].seq)).max())
-        truncated = floors(
-            changes.filter(lambda kv: kv[1].op == TRUNCATE)
-            .map(lambda kv: (kv[0][0], kv[1]))
-            .collect()
-        )
-        rows = changes.filter(lambda kv: kv[1].op != TRUNCATE)
-        _write_tables(spark, output, rows, touched, truncated, new)
-    new.save(output)
-    _settle(output, new)
-    changes.unpersist()
-    return new
-
-
-def _write_tables(
+def compact(
     spark: SparkSession,
+    input_dir: Path,
     output: Path,
-    changes: RDD,
-    touched: list[str],
-    truncated: dict[str, tuple[int, int]],
-    state: CompactState,
-) -> None:
-    """Fold the row changes into each touched table, dropping what lies before its floor (its
-    last truncate, in `truncated`), and write it as a new version, recorded in `state.tables`
-    (not yet committed)."""
-    sc = spark.sparkContext
-    existing = [
-        _stored_rows(spark, output, t, state.tables[t]) for t in touched if t in state.tables
-    ]
-    stored = sc.union(existing) if existing else sc.emptyRDD()
-    index = {table: i for i, table in enumerate(touched)}
+    *,
+    describe: Describe | None = None,
+    source_type: str = "postgres",
+    prune_before: Position | None = None,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> CompactReport:
+    """One incremental run, holding the output directory's lock."""
+    with output_lock(output):
+        return _compact(spark, input_dir, output, describe, source_type, prune_before, batch_rows)
 
-    def latest(item: tuple[tuple[str, str], tuple[list[Delta], list[Stored]]]) -> list[tuple]:
-        (table, key), (new_changes, old) = item
-        row = fold(next(iter(old), None), new_changes, truncated.get(table))
-        if row is None:
-            return []
-        text = json.dumps(row.row, separators=(",", ":"), ensure_ascii=False)
-        return [(index[table], key, text, Decimal(row.commit), row.seq)]
 
-    folded = spark.createDataFrame(changes.cogroup(stored).flatMap(latest), _SCHEMA).cache()
-    version = uuid.uuid4().hex
-    for table, i in index.items():
-        target = output / VERSIONS / table / version
-        rows = folded.where(folded.table == i).drop("table")
-        rows.write.parquet(str(target))
-        state.tables[table] = version
-    folded.unpersist()
+def lake_tables(output: Path) -> dict[str, LakeTable]:
+    """The lake tables under `output`, by `schema.table`."""
+    found = {}
+    for path in sorted(output.iterdir()) if output.exists() else ():
+        if (
+            path.is_dir()
+            and path.name[0] not in "._"
+            and "." in path.name
+            and LakeTable.exists(output, TableRef.parse(path.name))
+        ):
+            found[path.name] = LakeTable.open(output, TableRef.parse(path.name))
+    return found
+
+
+def _slices(parallelism: int, segments: list[Segment]) -> int:
+    """Enough tasks to keep every core busy, more only for more data: a task per small file
+    would cost more in scheduling than in reading."""
+    total = sum(s.end - s.start for s in segments)
+    return min(len(segments), max(parallelism, total // DEFAULT_SEGMENT_BYTES + 1))
+
+
+def _compact(
+    spark: SparkSession,
+    input_dir: Path,
+    output: Path,
+    describe: Describe | None,
+    source_type: str,
+    prune_before: Position | None,
+    batch_rows: int,
+) -> CompactReport:
+    if (output / LEGACY_VERSIONS).exists():
+        raise LakeSchemaError(
+            f"{output} holds tables of the old JSON-in-Parquet layout ({LEGACY_VERSIONS}/): "
+            "compact into a new directory (from the first event file), or dump the tables "
+            "again into one"
+        )
+    state = CompactState.load(output)
+    existing = lake_tables(output)
+    segments, offsets = plan_segments(input_dir, state.files)
+    report = CompactReport(CompactState(state.position, offsets))
+    if segments:
+        progress = {
+            name: (p.commit, p.seq)
+            for name, lake in existing.items()
+            if (p := lake.progress) is not None
+        }
+        sc = spark.sparkContext
+        parsed = (
+            sc.parallelize(segments, _slices(sc.defaultParallelism, segments))
+            .flatMap(read_segment)
+            .flatMap(lambda line: parse_line(line, progress))
+            .cache()
+        )
+        ends = parsed.map(lambda t: (t[0], (t[2].commit, t[2].seq))).reduceByKey(max)
+        table_ends = ends.collectAsMap()
+        report.events = parsed.count()
+        table_events = parsed.filter(lambda t: t[1] == TABLE_KEY).map(lambda t: (t[0], t[2]))
+        events = table_events.collect()
+        truncated = floors((t, c) for t, c in events if c.op == TRUNCATE)
+        folded = (
+            parsed.filter(lambda t: t[1] != TABLE_KEY)
+            .map(lambda t: ((t[0], t[1]), t[2]))
+            .groupByKey()
+            .flatMap(lambda kv: _folded(kv, truncated))
+            .cache()
+        )
+        for table in sorted(table_ends):
+            ref = TableRef.parse(table)
+            changes = [c for t, c in events if t == table]
+            lake = existing.get(table) or _create(output, ref, changes, describe, source_type)
+            rows = folded.filter(lambda t, name=table: t[0] == name).map(lambda t: t[1])
+            end = Position(*table_ends[table])
+            floor = Position(*truncated[table]) if table in truncated else None
+            report.tables[table] = _fold_table(lake, changes, rows, floor, end, batch_rows)
+        if table_ends:
+            report.state.position = list(max(table_ends.values()))
+        folded.unpersist()
+        parsed.unpersist()
+    report.state.save(output)
+    if prune_before is not None:
+        for lake in lake_tables(output).values():
+            report.pruned += lake.prune_tombstones(prune_before)
+    return report
+
+
+def _folded(
+    item: tuple[tuple[str, str], Any], truncated: dict[str, tuple[int, int]]
+) -> list[tuple[str, Folded]]:
+    (table, key), changes = item
+    found = fold(changes, truncated.get(table))
+    return [] if found is None else [(table, (key, found))]
+
+
+def _create(
+    output: Path,
+    table: TableRef,
+    changes: list[Change],
+    describe: Describe | None,
+    source_type: str,
+) -> LakeTable:
+    """A new lake table: the catalog's schema, or else the run's first schema event's."""
+    if describe is not None:
+        schema = describe(table)
+    else:
+        described = schema_changes(changes)
+        if not described:
+            raise LakeSchemaError(
+                f"no schema for {table}: the run has no schema event of it and no source "
+                "catalog was given (pass --config)"
+            )
+        schema = lake_schema(source_type, table, described[0][1])
+    return LakeTable.open_or_create(output, table, schema)
+
+
+def _fold_table(
+    lake: LakeTable,
+    changes: list[Change],
+    rows: RDD,
+    floor: Position | None,
+    end: Position,
+    batch_rows: int,
+) -> TableReport:
+    """Evolve the table by the run's schema events, then merge its folded rows, the last
+    commit recording `end` as the table's progress."""
+    report = TableReport(progress=end.to_json())
+    added: dict[str, AddedColumn] = {}
+    source = lake.schema.source
+    for position, described in schema_changes(changes):
+        new = [lake_column(source, c.name, c.type) for c in described.columns]
+        for name in lake.add_columns(new):
+            column = next(c for c in new if c.name == name)
+            described_column = described.column(name)
+            default = constant_default(described_column.default if described_column else None)
+            added[name] = AddedColumn((position.commit, position.seq), default)
+            if default is not None:
+                lake.fill(column, default, position)
+    schema = lake.schema
+    pending: list[tuple[str, Folded]] = []
+    truncate = floor
+
+    def merge(batch: list[tuple[str, Folded]], last: bool) -> None:
+        nonlocal truncate
+        lake_rows = [lake_row(json.loads(k), f, schema.names, added) for k, f in batch]
+        written = lake.merge(
+            schema.to_arrow(lake_rows),
+            progress=end if last else None,
+            truncate=truncate,
+            metadata={"dblog.operation": "compaction"},
+        )
+        truncate = None
+        report.add(written)
+
+    for item in rows.toLocalIterator():
+        pending.append(item)
+        if len(pending) > batch_rows:
+            merge(pending[:batch_rows], last=False)
+            pending = pending[batch_rows:]
+    merge(pending, last=True)
+    return report
+
+
+def _describer(config_path: Path) -> tuple[Describe, str]:
+    config = load_config(config_path)
+    return (lambda table: source_lake_schema(config.source, table)), config.source.type
+
+
+def _position(text: str) -> Position:
+    commit, _, seq = text.partition(",")
+    return Position(int(commit), int(seq or 0))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--input", type=Path, required=True, help="directory of NDJSON events")
-    parser.add_argument("--output", type=Path, required=True, help="directory of Parquet tables")
+    parser.add_argument("--output", type=Path, required=True, help="lake root directory")
+    parser.add_argument("--config", type=Path, help="dblog TOML: the source's catalog")
+    parser.add_argument(
+        "--source-type",
+        choices=("postgres", "mysql"),
+        help="type mapping of tables created from schema events (default: the config's)",
+    )
+    parser.add_argument(
+        "--prune-before",
+        type=_position,
+        metavar="COMMIT,SEQ",
+        help="remove tombstones positioned before this horizon after the run",
+    )
+    parser.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH_ROWS)
     parser.add_argument("--master", help="Spark master; spark-submit's when omitted")
     parser.add_argument(
         "--no-ship-package",
@@ -215,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
         help="the workers have airflow_provider_dblog installed: do not send it to them",
     )
     args = parser.parse_args(argv)
+    describe, source_type = None, args.source_type or "postgres"
+    if args.config is not None:
+        describe, configured = _describer(args.config)
+        source_type = args.source_type or configured
     builder = SparkSession.builder.appName("dblog-compact")
     if args.master:
         builder = builder.master(args.master)
@@ -227,13 +362,24 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if args.ship_package:
                     ship_package(spark.sparkContext)
-                state = _compact(spark, args.input, args.output)
+                report = _compact(
+                    spark,
+                    args.input,
+                    args.output,
+                    describe,
+                    source_type,
+                    args.prune_before,
+                    args.batch_rows,
+                )
             finally:
                 spark.stop()
     except CompactionLocked as exc:
         print(f"compact: {exc}", file=sys.stderr)
         return EXIT_LOCKED
-    print(json.dumps({"position": state.position, "tables": sorted(state.tables)}))
+    except LakeSchemaError as exc:
+        print(f"compact: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(report.to_json()))
     return 0
 
 

@@ -45,7 +45,7 @@ import decimal
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -71,6 +71,7 @@ KEEP_PREFIX = "_dblog_keep:"
 not carry the column (PostgreSQL leaves out an unchanged TOASTed value), so the stored value
 stays."""
 
+TYPE_METADATA = "dblog.type"
 MAX_DECIMAL_PRECISION = 38
 _I63 = 1 << 63
 
@@ -92,7 +93,10 @@ class LakeColumn:
 
     @property
     def field(self) -> pa.Field:
-        return pa.field(self.name, self.arrow, nullable=self.nullable)
+        """The Delta field; its metadata keeps the source's type, from which the column's
+        mapping is found again when the table is opened."""
+        metadata = {TYPE_METADATA: self.source_type}
+        return pa.field(self.name, self.arrow, nullable=self.nullable, metadata=metadata)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,27 @@ class LakeSchema:
     table: TableRef
     columns: tuple[LakeColumn, ...]
     key: tuple[str, ...]
+    source: str
+    """The source type whose type names the columns' `source_type` are (`[source] type`)."""
+
+    @classmethod
+    def from_arrow(
+        cls, table: TableRef, schema: pa.Schema, key: Sequence[str], source: str
+    ) -> LakeSchema:
+        """The lake schema of an existing lake table, from its Arrow schema (whose field
+        metadata names each column's source type)."""
+        columns = []
+        for field in schema:
+            if field.name in POSITION_COLUMNS:
+                continue
+            sql_type = (field.metadata or {}).get(TYPE_METADATA.encode())
+            if sql_type is None:
+                raise LakeSchemaError(f"lake column {table}.{field.name} has no {TYPE_METADATA}")
+            mapped = lake_column(source, field.name, sql_type.decode())
+            columns.append(
+                LakeColumn(field.name, mapped.source_type, field.type, mapped.kind, field.nullable)
+            )
+        return cls(table, tuple(columns), tuple(key), source)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -155,20 +180,20 @@ def _commit(commit: int) -> int:
 
 def lake_schema(source_type: str, table: TableRef, described: TableSchema) -> LakeSchema:
     """The lake schema of `table` described by its source (`source_type`: `[source] type`)."""
-    mapper = _MAPPERS.get(source_type)
-    if mapper is None:
-        raise LakeSchemaError(f"no lake type mapping for source type {source_type!r}")
     key = set(described.key)
     columns = tuple(
-        LakeColumn(c.name, c.type, *mapper(c.type), nullable=c.name not in key)
+        replace(lake_column(source_type, c.name, c.type), nullable=c.name not in key)
         for c in described.columns
     )
-    return LakeSchema(table, columns, described.key)
+    return LakeSchema(table, columns, described.key, source_type)
 
 
 def lake_column(source_type: str, name: str, sql_type: str) -> LakeColumn:
     """One nullable column, as an ALTER TABLE ... ADD COLUMN brings it."""
-    return LakeColumn(name, sql_type, *_MAPPERS[source_type](sql_type))
+    mapper = _MAPPERS.get(source_type)
+    if mapper is None:
+        raise LakeSchemaError(f"no lake type mapping for source type {source_type!r}")
+    return LakeColumn(name, sql_type, *mapper(sql_type))
 
 
 # -- type mapping -------------------------------------------------------------------------------

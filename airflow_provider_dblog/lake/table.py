@@ -53,6 +53,7 @@ from airflow_provider_dblog.lake.schema import (
 )
 
 KEY_PROPERTY = "dblog.key"
+SOURCE_PROPERTY = "dblog.source"
 FLOOR_PROPERTY = "dblog.floor"
 PROGRESS_COMMIT = "dblog.compaction.commit"
 PROGRESS_SEQ = "dblog.compaction.seq"
@@ -119,7 +120,10 @@ class LakeTable:
                 schema=schema.arrow_schema(),
                 mode="ignore",  # another writer created it first: use theirs
                 name=str(table),
-                configuration={KEY_PROPERTY: json.dumps(list(schema.key))},
+                configuration={
+                    KEY_PROPERTY: json.dumps(list(schema.key)),
+                    SOURCE_PROPERTY: schema.source,
+                },
                 raise_if_key_not_exists=False,
             )
         found = cls(table, DeltaTable(uri))
@@ -156,6 +160,12 @@ class LakeTable:
     @property
     def key(self) -> tuple[str, ...]:
         return tuple(json.loads(self._properties()[KEY_PROPERTY]))
+
+    @property
+    def schema(self) -> LakeSchema:
+        """The table's lake schema (its columns with their source types)."""
+        source = self._properties()[SOURCE_PROPERTY]
+        return LakeSchema.from_arrow(self.table, self.arrow_schema, self.key, source)
 
     @property
     def floor(self) -> Position | None:
@@ -199,7 +209,7 @@ class LakeTable:
             have = set(self.arrow_schema.names)
             new = [c for c in columns if c.name not in have]
             if new:
-                fields = [Field.from_arrow(pa.field(c.name, c.arrow, nullable=True)) for c in new]
+                fields = [Field.from_arrow(c.field.with_nullable(True)) for c in new]
                 self._delta.alter.add_columns(fields)
             return [c.name for c in new]
 

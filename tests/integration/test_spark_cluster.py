@@ -21,17 +21,26 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow.parquet
 import pyspark
 import pytest
 
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
-from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo
+from airflow_provider_dblog.core.event import (
+    Event,
+    Op,
+    Origin,
+    Row,
+    SourceInfo,
+    TableRef,
+    table_event,
+)
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.demo import TABLES, compare
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.lake.table import LakeTable
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.state import DumpState
 from tests.integration.e2e_support import (
@@ -255,10 +264,13 @@ def test_compaction_on_a_standalone_cluster_ships_the_package(
         source = SourceInfo("src", "db", "app", "users", Position(commit, seq), Origin.LOG)
         return Event(op, {"id": key}, None, after, source, 1)
 
+    columns = (Column("id", "integer", False, None), Column("n", "text", True, None))
+    opening = SourceInfo("src", "db", "app", "users", Position(99, 0), Origin.LOG)
     events_dir, output = tmp_path / "events", tmp_path / "lake"
     with NdjsonOutput(events_dir) as out:
         out.write(
             [
+                table_event(Op.SCHEMA, opening, 1, TableSchema(columns, ("id",))),
                 event(Op.CREATE, 1, {"id": 1, "n": "a"}, 100, 0),
                 event(Op.CREATE, 2, {"id": 2, "n": "b"}, 100, 1),
                 event(Op.UPDATE, 1, {"id": 1, "n": "a2"}, 200, 0),
@@ -272,8 +284,8 @@ def test_compaction_on_a_standalone_cluster_ships_the_package(
     exit_status = cluster.submit("compact.py", *args, log=tmp_path / "driver.log")
     assert exit_status == 0, (tmp_path / "driver.log").read_text()[-4000:]
     assert len(cluster.apps_with_the_zip() - apps_before) == 1, "no executor fetched the zip"
-    rows = pyarrow.parquet.read_table(output / "app.users").to_pylist()
-    assert {r["key"]: (json.loads(r["row"]), int(r["commit"]), r["seq"]) for r in rows} == {
-        '{"id":1}': ({"id": 1, "n": "a2"}, 200, 0),
-        '{"id":3}': ({"id": 3, "n": "c"}, 300, 1),
+    rows = LakeTable.open(output, TableRef("app", "users")).rows().to_pylist()
+    assert {r["id"]: (r["n"], r["_dblog_commit"], r["_dblog_seq"]) for r in rows} == {
+        1: ("a2", 200, 0),
+        3: ("c", 300, 1),
     }

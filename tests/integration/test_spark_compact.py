@@ -1,7 +1,10 @@
-"""The Parquet compaction on Spark local[2]: random change streams for two tables (one with a
-composite key, both sometimes truncated) fold into the latest state, a second run reads only the
-new bytes, a second compaction of one output directory is refused while the first holds it, and
-the real change stream of a dump under writes folds into tables equal to the source."""
+"""The compaction into the Delta lake on Spark local[2]: random change streams for two tables
+(one with a composite key, both sometimes truncated) fold into the latest state, a second run
+reads only the new bytes, a column added at the source reaches the lake with its default, a run
+that fails between two tables' commits leaves each table at a committed version and the next
+run converges, a second compaction of one lake is refused while the first holds it, and the
+real change stream of a dump under writes folds into tables equal to the source, typed, as
+DuckDB reads them (from the Parquet files the Delta log lists)."""
 
 from __future__ import annotations
 
@@ -11,9 +14,12 @@ import random
 import re
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import duckdb
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
@@ -25,6 +31,7 @@ from airflow_provider_dblog.core.event import (
     Origin,
     Row,
     SourceInfo,
+    TableRef,
     encode,
     table_event,
 )
@@ -35,6 +42,9 @@ from airflow_provider_dblog.demo import Workload
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import run_dump
+from airflow_provider_dblog.lake.catalog import source_lake_schema
+from airflow_provider_dblog.lake.schema import POSITION_COLUMNS, LakeRow
+from airflow_provider_dblog.lake.table import LakeTable
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
 from airflow_provider_dblog.state import DumpState
 from spark_jobs.compact import EXIT_LOCKED, CompactionLocked, compact
@@ -45,6 +55,15 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = {"users": ("id",), "items": ("shop", "sku")}
+COLUMNS = {
+    "users": (Column("id", "integer", False, None),),
+    "items": (Column("shop", "text", False, None), Column("sku", "integer", False, None)),
+}
+VALUES = (
+    Column("n", "double precision", True, None),
+    Column("tags", "integer[]", True, None),
+    Column("big", "text", True, None),
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +80,24 @@ def spark() -> Iterator[SparkSession]:
     stop_spark(session)
 
 
+def described(table: str, extra: Sequence[Column] = ()) -> TableSchema:
+    return TableSchema((*COLUMNS[table], *VALUES, *extra), TABLES[table])
+
+
 class Stream:
-    """Random events and, independently of the compaction's code, the state they lead to."""
+    """Random events and, independently of the compaction's code, the state they lead to. The
+    stream opens with each table's schema event, as a tailer's does."""
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.commit = 100
-        self.state: dict[str, dict[str, Row]] = {"app.users": {}, "app.items": {}}
+        self.state: dict[str, dict[tuple[Any, ...], Row]] = {"app.users": {}, "app.items": {}}
+        self.opening = [self.schema_event(t, described(t)) for t in TABLES]
+
+    def schema_event(self, table: str, schema: TableSchema) -> Event:
+        self.commit += 1
+        source = SourceInfo("src", "db", "app", table, Position(self.commit, 0), Origin.LOG)
+        return table_event(Op.SCHEMA, source, 1, schema)
 
     def _key(self, table: str) -> Row:
         if table == "users":
@@ -75,23 +105,20 @@ class Stream:
         return {"shop": self.rng.choice(["a", "b"]), "sku": self.rng.randrange(15)}
 
     def batch(self, transactions: int) -> list[Event]:
-        events = []
+        events = list(self.opening)
+        self.opening = []
         for _ in range(transactions):
             self.commit += self.rng.randrange(1, 1000)
-            if self.rng.random() < 0.04:  # a table-level event opens the transaction
+            if self.rng.random() < 0.03:  # a truncate opens the transaction
                 table = self.rng.choice(list(TABLES))
                 source = SourceInfo("src", "db", "app", table, Position(self.commit, 0), Origin.LOG)
-                if self.rng.random() < 0.7:
-                    events.append(table_event(Op.TRUNCATE, source, 1))
-                    self.state[f"app.{table}"] = {}
-                else:
-                    columns = (Column("n", "float8", True, None),)
-                    events.append(table_event(Op.SCHEMA, source, 1, TableSchema(columns, ())))
+                events.append(table_event(Op.TRUNCATE, source, 1))
+                self.state[f"app.{table}"] = {}
             for seq in range(1, self.rng.randrange(2, 6)):
                 table = self.rng.choice(list(TABLES))
                 key = self._key(table)
                 rows = self.state[f"app.{table}"]
-                name = json.dumps(key, separators=(",", ":"))
+                name = tuple(key.values())
                 value = {"n": self.rng.random(), "tags": [seq, None], "big": f"v{self.commit}"}
                 if name in rows and self.rng.random() < 0.3:
                     op, after = Op.DELETE, None
@@ -109,12 +136,32 @@ class Stream:
         return events
 
 
-def lake(spark: SparkSession, output: Path) -> dict[str, dict[str, Row]]:
-    found = {}
-    for table in ("app.users", "app.items"):
-        rows = spark.read.parquet(str(output / table)).collect()
-        found[table] = {r.key: json.loads(r.row) for r in rows}
-    return found
+def read_lake(output: Path, table: str) -> pa.Table:
+    """A lake table's current rows as DuckDB reads them: the Parquet files of the table's
+    latest Delta version (its log lists them), tombstones left out."""
+    lake = LakeTable.open(output, TableRef.parse(table))
+    files = lake.delta.file_uris()
+    if not files:
+        return pa.table({})
+    query = "SELECT * FROM read_parquet($files) WHERE NOT _dblog_deleted"
+    return pa.table(duckdb.sql(query, params={"files": files}).arrow())
+
+
+def lake_state(output: Path, table: str) -> dict[tuple[Any, ...], Row]:
+    key = TABLES[table.split(".")[1]]
+    rows = read_lake(output, table).to_pylist()
+    return {
+        tuple(r[k] for k in key): {c: v for c, v in r.items() if c not in POSITION_COLUMNS}
+        for r in rows
+    }
+
+
+def expected(stream: Stream) -> dict[str, dict[tuple[Any, ...], Row]]:
+    columns = ("n", "tags", "big")
+    return {
+        table: {k: {**{c: None for c in columns}, **row} for k, row in rows.items()}
+        for table, rows in stream.state.items()
+    }
 
 
 def write(directory: Path, events: list[Event], replayed: list[Event]) -> None:
@@ -124,27 +171,89 @@ def write(directory: Path, events: list[Event], replayed: list[Event]) -> None:
         f.write("".join(encode(e) + "\n" for e in replayed).encode())
 
 
+def found(output: Path) -> dict[str, dict[tuple[Any, ...], Row]]:
+    return {t: lake_state(output, t) for t in ("app.users", "app.items")}
+
+
 def test_fold_then_fold_only_the_new_events(spark: SparkSession, tmp_path: Path) -> None:
     stream, events_dir, output = Stream(7), tmp_path / "events", tmp_path / "lake"
     first = stream.batch(150)
     write(events_dir, first, first[-5:])
-    state = compact(spark, events_dir, output)
-    assert lake(spark, output) == stream.state
-    assert state.position == first[-1].position.to_json()
-    assert state.files == {p.name: p.stat().st_size for p in event_files(events_dir)}
+    report = compact(spark, events_dir, output)
+    assert found(output) == expected(stream)
+    assert report.state.position == first[-1].position.to_json()
+    assert report.state.files == {p.name: p.stat().st_size for p in event_files(events_dir)}
+    users = LakeTable.open(output, TableRef("app", "users"))
+    assert users.arrow_schema.field("tags").type == pa.list_(pa.int32())
 
     second = stream.batch(100)
     write(events_dir, second, first[-3:] + second[-2:])
     # Bytes already folded are never read again: garbled, they would fail the run.
-    for name, offset in state.files.items():
+    for name, offset in report.state.files.items():
         with (events_dir / name).open("r+b") as f:
             f.write(b" " * (offset - 1) + b"\n")
-    state = compact(spark, events_dir, output)
-    assert lake(spark, output) == stream.state
-    assert state.position == second[-1].position.to_json()
-    assert sorted(os.listdir(output / ".versions" / "app.users")) == [state.tables["app.users"]]
+    report = compact(spark, events_dir, output)
+    assert found(output) == expected(stream)
+    assert report.state.position == second[-1].position.to_json()
+    versions = {t: r.version for t, r in report.tables.items()}
 
-    assert compact(spark, events_dir, output) == state  # nothing new: nothing done
+    again = compact(spark, events_dir, output)  # nothing new: nothing done
+    assert again.tables == {} and again.state == report.state
+    for table, version in versions.items():
+        assert LakeTable.open(output, TableRef.parse(table)).version == version
+
+
+def test_an_added_column_reaches_the_lake_with_its_default(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    stream, events_dir, output = Stream(11), tmp_path / "events", tmp_path / "lake"
+    first = stream.batch(30)
+    score = Column("score", "numeric(6,1)", True, "'2.5'::numeric")
+    added = stream.schema_event("users", described("users", [score]))
+    later = {"id": 99, "n": 1.0, "tags": [], "big": "x", "score": "7.0"}
+    source = SourceInfo("src", "db", "app", "users", Position(stream.commit + 1, 1), Origin.LOG)
+    write(events_dir, [*first, added, Event(Op.CREATE, {"id": 99}, None, later, source, 2)], [])
+    compact(spark, events_dir, output)
+    users = lake_state(output, "app.users")
+    assert str(users.pop((99,))["score"]) == "7.0"
+    assert users and {str(r["score"]) for r in users.values()} == {"2.5"}
+
+
+def test_a_run_that_fails_between_tables_leaves_committed_versions_and_converges(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed commit of the second table: the first table keeps its new version with its
+    progress, the second its previous one, the read cursor does not move, and the next run
+    folds what is missing without folding anything twice."""
+    stream, events_dir, output = Stream(13), tmp_path / "events", tmp_path / "lake"
+    write(events_dir, stream.batch(60), [])
+    compact(spark, events_dir, output)
+    before = CompactState.load(output)
+    write(events_dir, stream.batch(60), [])
+    items, users = (LakeTable.open(output, TableRef("app", t)) for t in ("items", "users"))
+    versions = {"app.items": items.version, "app.users": users.version}
+    folded = items.progress
+
+    merge = LakeTable.merge
+
+    def failing(self: LakeTable, batch: pa.Table, **options: Any) -> Any:
+        if self.table.name == "users":
+            raise OSError("the commit failed")
+        return merge(self, batch, **options)
+
+    monkeypatch.setattr(LakeTable, "merge", failing)
+    with pytest.raises(OSError, match="the commit failed"):
+        compact(spark, events_dir, output)
+    monkeypatch.setattr(LakeTable, "merge", merge)
+    assert CompactState.load(output) == before
+    assert LakeTable.open(output, TableRef("app", "users")).version == versions["app.users"]
+    items_after = LakeTable.open(output, TableRef("app", "items"))
+    assert items_after.version > versions["app.items"]
+    assert folded is not None and items_after.progress is not None
+    assert items_after.progress > folded
+    report = compact(spark, events_dir, output)
+    assert found(output) == expected(stream)
+    assert set(report.tables) == {"app.users"}  # items' events were skipped: its progress has them
 
 
 def test_command_line(tmp_path: Path) -> None:
@@ -155,8 +264,10 @@ def test_command_line(tmp_path: Path) -> None:
     done = subprocess.run(command + args, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["tables"] == ["app.items", "app.users"]
+    assert sorted(report["tables"]) == ["app.items", "app.users"]
+    assert report["tables"]["app.users"]["rows"] > 0
     assert CompactState.load(output).position == report["position"]
+    assert found(output) == expected(stream)
 
 
 def test_a_second_compaction_of_one_directory_is_refused(
@@ -192,15 +303,15 @@ def test_a_second_compaction_of_one_directory_is_refused(
         holder.stdin.close()
         assert holder.wait(30) == 0
     compact(spark, events_dir, output)  # the lock is free again
-    assert lake(spark, output) == stream.state
+    assert found(output) == expected(stream)
 
 
 def test_lake_equals_the_source_after_a_dump_under_writes(
     spark: SparkSession, pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path
 ) -> None:
     """The real change stream (log events and dump rows, NDJSON from the tailer) of tables
-    whose rows predate capture, dumped while another connection writes: the Parquet tables
-    hold exactly the source's rows, as the source's converters print them."""
+    whose rows predate capture, dumped while another connection writes: the lake tables,
+    created from the source's catalog, hold exactly the source's rows in their real types."""
     events_dir, output = tmp_path / "events", tmp_path / "lake"
     with running_pipeline(pg15, redis_server, tmp_path, 200, events_dir=events_dir) as pipeline:
         dbs, store = pipeline.dbs, pipeline.store
@@ -216,24 +327,33 @@ def test_lake_equals_the_source_after_a_dump_under_writes(
             workload.join()
         assert workload.writes > 0
         wait_caught_up(dbs)
+        schemas = {t: source_lake_schema(dbs.config, t) for t in DEMO_TABLES}
         source = dbs.source.chunk_source()
         try:
-            expected = {
-                str(t): canonical(source.read_chunk(Chunk(t, 0, limit=10**6)).rows)
-                for t in DEMO_TABLES
-            }
+            wanted = {}
+            for t in DEMO_TABLES:
+                rows = source.read_chunk(Chunk(t, 0, limit=10**6)).rows
+                typed = schemas[t].to_arrow([LakeRow(r, 1, 0, "r") for r in rows])
+                wanted[t] = typed.drop_columns(list(POSITION_COLUMNS))
         finally:
             source.close()
-    compact(spark, events_dir, output)
-    found = {
-        str(t): canonical(
-            json.loads(r.row) for r in spark.read.parquet(str(output / str(t))).collect()
-        )
-        for t in DEMO_TABLES
-    }
-    assert found == expected
-    assert all(expected.values())
+    report = compact(spark, events_dir, output, describe=schemas.__getitem__)
+    assert set(report.tables) == {str(t) for t in DEMO_TABLES}
+    for table in DEMO_TABLES:
+        lake = LakeTable.open(output, table)
+        assert lake.arrow_schema.field("id" if table.name != "orders" else "n").nullable is False
+        read = read_lake(output, str(table)).drop_columns(list(POSITION_COLUMNS))
+        assert read.num_rows == wanted[table].num_rows > 0
+        assert by_key(read, schemas[table].key) == by_key(wanted[table], schemas[table].key)
+    accounts = lake_table_types(output, TableRef("public", "accounts"))
+    assert accounts["balance"] == pa.decimal128(12, 2)
+    assert accounts["updated"] == pa.timestamp("us", tz="UTC")
 
 
-def canonical(rows: Iterable[Row]) -> list[str]:
-    return sorted(json.dumps(row, sort_keys=True) for row in rows)
+def by_key(table: pa.Table, key: Sequence[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return {tuple(r[k] for k in key): r for r in table.to_pylist()}
+
+
+def lake_table_types(output: Path, table: TableRef) -> dict[str, pa.DataType]:
+    schema = LakeTable.open(output, table).arrow_schema
+    return {f.name: f.type for f in schema}

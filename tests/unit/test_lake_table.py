@@ -1,0 +1,150 @@
+"""The lake table's rules on real Delta tables in a temp dir (delta-rs, no server): the highest
+position per key wins, tombstones refuse older rows until pruned, a truncate's floor refuses
+rows below it, a writer whose commit loses a race runs again, direct dumps stage and commit,
+and a second engine (DuckDB, reading the Parquet files the Delta log lists) sees the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import Column, TableSchema
+from airflow_provider_dblog.lake.direct import commit_staged, stage_rows, staging_dir
+from airflow_provider_dblog.lake.schema import LakeRow, lake_schema
+from airflow_provider_dblog.lake.table import LakeTable
+
+pytestmark = pytest.mark.unit
+
+TABLE = TableRef("app", "users")
+SCHEMA = lake_schema(
+    "postgres",
+    TABLE,
+    TableSchema(
+        (
+            Column("id", "bigint", False, None),
+            Column("name", "text", True, None),
+            Column("big", "text", True, None),
+        ),
+        ("id",),
+    ),
+)
+
+
+def row(key: int, commit: int, name: str | None = None, op: str = "c", **extra: object) -> LakeRow:
+    values = {"id": key} if name is None else {"id": key, "name": name}
+    return LakeRow(values, commit, 0, op, **extra)  # type: ignore[arg-type]
+
+
+def tombstone(key: int, commit: int) -> LakeRow:
+    return LakeRow({"id": key}, commit, 0, "d", deleted=True)
+
+
+def current(lake: LakeTable) -> dict[int, str | None]:
+    lake.refresh()
+    return {r["id"]: r["name"] for r in lake.rows().to_pylist()}
+
+
+def merge(lake: LakeTable, *rows: LakeRow, **options: object) -> None:
+    lake.merge(SCHEMA.to_arrow(list(rows)), **options)  # type: ignore[arg-type]
+
+
+def test_the_highest_position_per_key_wins_and_a_replay_changes_nothing(tmp_path: Path) -> None:
+    lake = LakeTable.open_or_create(tmp_path, TABLE, SCHEMA)
+    merge(lake, row(1, 10, "a"), row(2, 10, "b"))
+    merge(lake, row(1, 12, "a2", "u"), row(2, 9, "stale", "r"))
+    assert current(lake) == {1: "a2", 2: "b"}
+    version = lake.version
+    merge(lake, row(1, 12, "a2", "u"), row(2, 10, "b"))  # the same rows again
+    assert current(lake) == {1: "a2", 2: "b"}
+    assert LakeTable.open(tmp_path, TABLE, version).rows().num_rows == 2  # time travel
+
+
+def test_a_delete_folded_before_an_older_direct_row_keeps_the_key_deleted(
+    tmp_path: Path,
+) -> None:
+    """The race of issue 13's item 4: a delete after hw reaches the lake before the dump's row
+    positioned at hw; its tombstone refuses the row."""
+    lake = LakeTable.open_or_create(tmp_path, TABLE, SCHEMA)
+    merge(lake, tombstone(1, 20))
+    handle = stage_rows(tmp_path, TABLE, SCHEMA, [{"id": 1, "name": "dumped"}], Position(15, 4))
+    assert commit_staged(tmp_path, TABLE, [handle]) == 0
+    assert current(lake) == {}
+    [stored] = lake.rows(include_tombstones=True).to_pylist()
+    assert stored["_dblog_deleted"] and stored["_dblog_commit"] == 20
+
+
+def test_pruning_tombstones_too_early_lets_an_older_row_back(tmp_path: Path) -> None:
+    """Why the horizon matters: pruned past a row still on its way, the deleted key returns;
+    pruned only up to the oldest uncommitted row's position, it does not."""
+    lake = LakeTable.open_or_create(tmp_path, TABLE, SCHEMA)
+    merge(lake, tombstone(1, 20), tombstone(2, 20))
+    assert lake.prune_tombstones(Position(15, 0)) == 0  # horizon before the tombstones
+    merge(lake, row(1, 15, "late", "r"))
+    assert current(lake) == {}
+    assert lake.prune_tombstones(Position(21, 0)) == 2  # too early: a row at 15 still comes
+    merge(lake, row(2, 15, "late", "r"))
+    assert current(lake) == {2: "late"}
+
+
+def test_a_truncate_removes_older_rows_and_refuses_later_older_ones(tmp_path: Path) -> None:
+    lake = LakeTable.open_or_create(tmp_path, TABLE, SCHEMA)
+    merge(lake, row(1, 10, "a"), row(2, 10, "b"), tombstone(3, 10))
+    merge(lake, row(4, 31, "after"), truncate=Position(30, 0), progress=Position(31, 0))
+    assert current(lake) == {4: "after"}
+    assert lake.rows(include_tombstones=True).num_rows == 1
+    assert lake.floor == Position(30, 0) and lake.progress == Position(31, 0)
+    merge(lake, row(5, 29, "before the truncate", "r"))  # a direct chunk read before it
+    assert current(lake) == {4: "after"}
+
+
+def test_a_kept_column_holds_the_stored_value(tmp_path: Path) -> None:
+    lake = LakeTable.open_or_create(tmp_path, TABLE, SCHEMA)
+    merge(lake, LakeRow({"id": 1, "name": "a", "big": "toasted"}, 10, 0, "c"))
+    merge(lake, LakeRow({"id": 1, "name": "b"}, 11, 0, "u", keep=frozenset({"big"})))
+    [stored] = lake.rows().to_pylist()
+    assert (stored["name"], stored["big"]) == ("b", "toasted")
+
+
+def test_a_writer_whose_commit_lost_the_race_runs_again(tmp_path: Path) -> None:
+    """Two handles on one table (the compaction and a direct dump's driver): the second
+    merges on a stale version, its commit conflicts, and it runs again on the new one."""
+    first = LakeTable.open_or_create(tmp_path, TABLE, SCHEMA)
+    second = LakeTable.open(tmp_path, TABLE)
+    merge(first, tombstone(1, 20), row(2, 20, "log"))
+    merge(second, row(1, 15, "dump", "r"), row(2, 15, "dump", "r"), row(3, 15, "dump", "r"))
+    assert second.version == first.version + 1
+    assert current(first) == {2: "log", 3: "dump"}
+    assert first.rows(include_tombstones=True).num_rows == 3  # one row per key
+
+
+def test_direct_commit_is_one_commit_per_chunk_and_a_retry_is_harmless(tmp_path: Path) -> None:
+    hw = Position(40, 2)
+    handles = [
+        stage_rows(tmp_path, TABLE, SCHEMA, [{"id": k, "name": f"n{k}"} for k in keys], hw)
+        for keys in ([1, 2], [3], [])
+    ]
+    assert commit_staged(tmp_path, TABLE, handles, SCHEMA) == 3
+    lake = LakeTable.open(tmp_path, TABLE)
+    version = lake.version
+    assert commit_staged(tmp_path, TABLE, handles, SCHEMA) == 0  # committed and removed
+    lake.refresh()
+    assert lake.version == version and not list(staging_dir(tmp_path, TABLE).iterdir())
+    positions = {(r["_dblog_commit"], r["_dblog_seq"]) for r in lake.rows().to_pylist()}
+    assert positions == {(40, 2)}
+
+
+def test_duckdb_reads_the_files_the_delta_log_lists(tmp_path: Path) -> None:
+    lake = LakeTable.open_or_create(tmp_path, TABLE, SCHEMA)
+    merge(lake, row(1, 10, "a"), row(2, 10, "b"))
+    merge(lake, row(1, 11, "a2", "u"), tombstone(2, 11), row(3, 11, "c"))
+    lake.refresh()
+    files = lake.delta.file_uris()
+    found = duckdb.sql(
+        "SELECT id, name FROM read_parquet($files) WHERE NOT _dblog_deleted ORDER BY id",
+        params={"files": files},
+    ).fetchall()
+    assert found == [(1, "a2"), (3, "c")]
