@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark import RDD
 from pyspark.sql import SparkSession
 
 from airflow_provider_dblog.compaction import (
@@ -75,6 +74,7 @@ LOCK = "_compact.lock"
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another compaction runs, try again later
 EXIT_USAGE = 2
 DEFAULT_BATCH_ROWS = 200_000
+DEFAULT_LOCAL_BELOW = 64 * 1024 * 1024
 LEGACY_VERSIONS = ".versions"
 
 Describe = Callable[[TableRef], LakeSchema]
@@ -135,19 +135,29 @@ def output_lock(output: Path) -> Iterator[None]:
         yield
 
 
+@dataclass(frozen=True)
+class CompactOptions:
+    """How a run creates tables, prunes, batches its merges and chooses where to fold.
+
+    `describe` gives a new table's lake schema (the source's catalog); without it a table is
+    created from the run's first schema event of it, mapped as `source_type`. `local_below`:
+    a run with fewer new bytes than this folds in the driver, without Spark jobs."""
+
+    describe: Describe | None = None
+    source_type: str = "postgres"
+    prune_before: Position | None = None
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    local_below: int = DEFAULT_LOCAL_BELOW
+
+
 def compact(
-    spark: SparkSession,
-    input_dir: Path,
-    output: Path,
-    *,
-    describe: Describe | None = None,
-    source_type: str = "postgres",
-    prune_before: Position | None = None,
-    batch_rows: int = DEFAULT_BATCH_ROWS,
+    spark: SparkSession | None, input_dir: Path, output: Path, **options: Any
 ) -> CompactReport:
-    """One incremental run, holding the output directory's lock."""
+    """One incremental run, holding the output directory's lock; `options` are
+    `CompactOptions`' fields. Without `spark`, every run folds in the driver."""
+    session = None if spark is None else (lambda: spark)
     with output_lock(output):
-        return _compact(spark, input_dir, output, describe, source_type, prune_before, batch_rows)
+        return _compact(session, input_dir, output, CompactOptions(**options))
 
 
 def lake_tables(output: Path) -> dict[str, LakeTable]:
@@ -172,13 +182,10 @@ def _slices(parallelism: int, segments: list[Segment]) -> int:
 
 
 def _compact(
-    spark: SparkSession,
+    spark: Callable[[], SparkSession] | None,
     input_dir: Path,
     output: Path,
-    describe: Describe | None,
-    source_type: str,
-    prune_before: Position | None,
-    batch_rows: int,
+    options: CompactOptions,
 ) -> CompactReport:
     if (output / LEGACY_VERSIONS).exists():
         raise LakeSchemaError(
@@ -196,48 +203,113 @@ def _compact(
             for name, lake in existing.items()
             if (p := lake.progress) is not None
         }
-        sc = spark.sparkContext
-        parsed = (
-            sc.parallelize(segments, _slices(sc.defaultParallelism, segments))
-            .flatMap(read_segment)
-            .flatMap(lambda line: parse_line(line, progress))
-            .cache()
+        run = (
+            _driver_run(segments, progress)
+            if spark is None or sum(x.end - x.start for x in segments) < options.local_below
+            else _spark_run(spark(), segments, progress)
         )
-        ends = parsed.map(lambda t: (t[0], (t[2].commit, t[2].seq))).reduceByKey(max)
-        table_ends = ends.collectAsMap()
-        report.events = parsed.count()
-        table_events = parsed.filter(lambda t: t[1] == TABLE_KEY).map(lambda t: (t[0], t[2]))
-        events = table_events.collect()
+        table_ends, events = run.ends, run.table_events
+        report.events = run.count
         truncated = floors((t, c) for t, c in events if c.op == TRUNCATE)
-        folded = (
-            parsed.filter(lambda t: t[1] != TABLE_KEY)
-            .map(lambda t: ((t[0], t[1]), t[2]))
-            .groupByKey()
-            .flatMap(lambda kv: _folded(kv, truncated))
-            .cache()
-        )
+        folds = {}
         for table in sorted(table_ends):
             ref = TableRef.parse(table)
             changes = [c for t, c in events if t == table]
-            lake = existing.get(table) or _create(output, ref, changes, describe, source_type)
-            rows = folded.filter(lambda t, name=table: t[0] == name).map(lambda t: t[1])
-            end = Position(*table_ends[table])
+            lake = existing.get(table) or _create(
+                output, ref, changes, options.describe, options.source_type
+            )
             floor = Position(*truncated[table]) if table in truncated else None
-            report.tables[table] = _fold_table(lake, changes, rows, floor, end, batch_rows)
+            end = Position(*table_ends[table])
+            folds[table] = TableFold(lake, changes, floor, end, options.batch_rows)
+        for table, item in run.folded(truncated):
+            folds[table].add(item)
+        for table, table_fold in folds.items():
+            report.tables[table] = table_fold.finish()
         if table_ends:
             report.state.position = list(max(table_ends.values()))
-        folded.unpersist()
-        parsed.unpersist()
+        run.close()
     report.state.save(output)
-    if prune_before is not None:
+    if options.prune_before is not None:
         for lake in lake_tables(output).values():
-            report.pruned += lake.prune_tombstones(prune_before)
+            report.pruned += lake.prune_tombstones(options.prune_before)
     return report
+
+
+@dataclass
+class RunChanges:
+    """A run's parsed events: each touched table's last position, the number of events, the
+    table-level events, and the folded keys (given the run's floors)."""
+
+    ends: dict[str, tuple[int, int]]
+    count: int
+    table_events: list[tuple[str, Change]]
+    folded: Callable[[dict[str, tuple[int, int]]], Iterator[tuple[str, tuple[str, Folded]]]]
+    close: Callable[[], None] = lambda: None
+
+
+def _spark_run(
+    spark: SparkSession, segments: list[Segment], progress: dict[str, tuple[int, int]]
+) -> RunChanges:
+    """Parse and fold on the executors, segments in parallel; the folded keys come back to
+    the driver a partition at a time."""
+    sc = spark.sparkContext
+    parsed = (
+        sc.parallelize(segments, _slices(sc.defaultParallelism, segments))
+        .flatMap(read_segment)
+        .flatMap(lambda line: parse_line(line, progress))
+        .cache()
+    )
+    ends = (
+        parsed.map(lambda t: (t[0], ((t[2].commit, t[2].seq), 1)))
+        .reduceByKey(lambda x, y: (max(x[0], y[0]), x[1] + y[1]))
+        .collect()
+    )
+    events = parsed.filter(lambda t: t[1] == TABLE_KEY).map(lambda t: (t[0], t[2])).collect()
+
+    def folded(
+        truncated: dict[str, tuple[int, int]],
+    ) -> Iterator[tuple[str, tuple[str, Folded]]]:
+        rows = parsed.filter(lambda t: t[1] != TABLE_KEY).map(lambda t: ((t[0], t[1]), t[2]))
+        return rows.groupByKey().flatMap(lambda kv: _folded(kv, truncated)).toLocalIterator()
+
+    return RunChanges(
+        {table: end for table, (end, _) in ends},
+        sum(count for _, (_, count) in ends),
+        events,
+        folded,
+        parsed.unpersist,
+    )
+
+
+def _driver_run(segments: list[Segment], progress: dict[str, tuple[int, int]]) -> RunChanges:
+    """Parse and fold in this process: for a run whose new bytes are few, Spark's jobs would
+    cost more than the work."""
+    ends: dict[str, tuple[int, int]] = {}
+    events: list[tuple[str, Change]] = []
+    keys: dict[tuple[str, str], list[Change]] = {}
+    count = 0
+    for segment in segments:
+        for line in read_segment(segment):
+            for table, key, change in parse_line(line, progress):
+                count += 1
+                ends[table] = max(ends.get(table, (0, 0)), (change.commit, change.seq))
+                if key == TABLE_KEY:
+                    events.append((table, change))
+                else:
+                    keys.setdefault((table, key), []).append(change)
+
+    def folded(
+        truncated: dict[str, tuple[int, int]],
+    ) -> Iterator[tuple[str, tuple[str, Folded]]]:
+        for item in keys.items():
+            yield from _folded(item, truncated)
+
+    return RunChanges(ends, count, events, folded)
 
 
 def _folded(
     item: tuple[tuple[str, str], Any], truncated: dict[str, tuple[int, int]]
-) -> list[tuple[str, Folded]]:
+) -> list[tuple[str, tuple[str, Folded]]]:
     (table, key), changes = item
     found = fold(changes, truncated.get(table))
     return [] if found is None else [(table, (key, found))]
@@ -264,51 +336,81 @@ def _create(
     return LakeTable.open_or_create(output, table, schema)
 
 
-def _fold_table(
-    lake: LakeTable,
-    changes: list[Change],
-    rows: RDD,
-    floor: Position | None,
-    end: Position,
-    batch_rows: int,
-) -> TableReport:
-    """Evolve the table by the run's schema events, then merge its folded rows, the last
-    commit recording `end` as the table's progress."""
-    report = TableReport(progress=end.to_json())
-    added: dict[str, AddedColumn] = {}
-    source = lake.schema.source
-    for position, described in schema_changes(changes):
-        new = [lake_column(source, c.name, c.type) for c in described.columns]
-        for name in lake.add_columns(new):
-            column = next(c for c in new if c.name == name)
-            described_column = described.column(name)
-            default = constant_default(described_column.default if described_column else None)
-            added[name] = AddedColumn((position.commit, position.seq), default)
-            if default is not None:
-                lake.fill(column, default, position)
-    schema = lake.schema
-    pending: list[tuple[str, Folded]] = []
-    truncate = floor
+class TableFold:
+    """One table's part of a run: the table evolved by the run's schema events, then its
+    folded rows merged in batches, the last commit recording `end` as its progress."""
 
-    def merge(batch: list[tuple[str, Folded]], last: bool) -> None:
-        nonlocal truncate
-        lake_rows = [lake_row(json.loads(k), f, schema.names, added) for k, f in batch]
-        written = lake.merge(
-            schema.to_arrow(lake_rows),
-            progress=end if last else None,
-            truncate=truncate,
+    def __init__(
+        self,
+        lake: LakeTable,
+        changes: list[Change],
+        floor: Position | None,
+        end: Position,
+        batch_rows: int,
+    ) -> None:
+        self.lake, self.end, self.batch_rows = lake, end, batch_rows
+        self.report = TableReport(progress=end.to_json())
+        self.truncate = floor
+        self.pending: list[tuple[str, Folded]] = []
+        self.added: dict[str, AddedColumn] = {}
+        source = lake.schema.source
+        for position, described in schema_changes(changes):
+            new = [lake_column(source, c.name, c.type) for c in described.columns]
+            for name in lake.add_columns(new):
+                column = next(c for c in new if c.name == name)
+                described_column = described.column(name)
+                default = constant_default(described_column.default if described_column else None)
+                self.added[name] = AddedColumn((position.commit, position.seq), default)
+                if default is not None:
+                    lake.fill(column, default, position)
+        self.schema = lake.schema
+
+    def add(self, item: tuple[str, Folded]) -> None:
+        self.pending.append(item)
+        if len(self.pending) >= self.batch_rows:
+            self._merge(last=False)
+
+    def finish(self) -> TableReport:
+        self._merge(last=True)
+        return self.report
+
+    def _merge(self, last: bool) -> None:
+        names, added = self.schema.names, self.added
+        rows = [lake_row(json.loads(k), f, names, added) for k, f in self.pending]
+        written = self.lake.merge(
+            self.schema.to_arrow(rows),
+            progress=self.end if last else None,
+            truncate=self.truncate,
             metadata={"dblog.operation": "compaction"},
         )
-        truncate = None
-        report.add(written)
+        self.truncate = None
+        self.pending = []
+        self.report.add(written)
 
-    for item in rows.toLocalIterator():
-        pending.append(item)
-        if len(pending) > batch_rows:
-            merge(pending[:batch_rows], last=False)
-            pending = pending[batch_rows:]
-    merge(pending, last=True)
-    return report
+
+class LazySpark:
+    """The application's SparkSession, started only when a run needs Spark."""
+
+    def __init__(self, master: str | None, ship: bool) -> None:
+        self._master, self._ship = master, ship
+        self._session: SparkSession | None = None
+
+    def __call__(self) -> SparkSession:
+        if self._session is None:
+            builder = SparkSession.builder.appName("dblog-compact")
+            if self._master:
+                builder = builder.master(self._master)
+                if self._master.startswith("local"):
+                    # Local executors run this interpreter, which has the package installed.
+                    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            self._session = builder.getOrCreate()
+            if self._ship:
+                ship_package(self._session.sparkContext)
+        return self._session
+
+    def stop(self) -> None:
+        if self._session is not None:
+            self._session.stop()
 
 
 def _describer(config_path: Path) -> tuple[Describe, str]:
@@ -337,7 +439,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="COMMIT,SEQ",
         help="remove tombstones positioned before this horizon after the run",
     )
-    parser.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH_ROWS)
+    parser.add_argument(
+        "--batch-rows",
+        type=int,
+        default=DEFAULT_BATCH_ROWS,
+        help="at most this many keys of a table per merge (commit)",
+    )
+    parser.add_argument(
+        "--local-below",
+        type=int,
+        default=DEFAULT_LOCAL_BELOW,
+        metavar="BYTES",
+        help="fold a run with fewer new bytes in the driver, starting no Spark job",
+    )
     parser.add_argument("--master", help="Spark master; spark-submit's when omitted")
     parser.add_argument(
         "--no-ship-package",
@@ -350,27 +464,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.config is not None:
         describe, configured = _describer(args.config)
         source_type = args.source_type or configured
-    builder = SparkSession.builder.appName("dblog-compact")
-    if args.master:
-        builder = builder.master(args.master)
-        if args.master.startswith("local"):
-            # Local executors run this interpreter, which has the package installed.
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    options = CompactOptions(
+        describe, source_type, args.prune_before, args.batch_rows, args.local_below
+    )
+    spark = LazySpark(args.master, args.ship_package)
     try:
         with output_lock(args.output):  # before Spark starts: a refused run costs nothing
-            spark = builder.getOrCreate()
             try:
-                if args.ship_package:
-                    ship_package(spark.sparkContext)
-                report = _compact(
-                    spark,
-                    args.input,
-                    args.output,
-                    describe,
-                    source_type,
-                    args.prune_before,
-                    args.batch_rows,
-                )
+                report = _compact(spark, args.input, args.output, options)
             finally:
                 spark.stop()
     except CompactionLocked as exc:

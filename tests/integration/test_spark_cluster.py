@@ -280,7 +280,7 @@ def test_compaction_on_a_standalone_cluster_ships_the_package(
             1,
         )
     apps_before = cluster.apps_with_the_zip()
-    args = ("--input", str(events_dir), "--output", str(output))
+    args = ("--input", str(events_dir), "--output", str(output), "--local-below", "0")
     exit_status = cluster.submit("compact.py", *args, log=tmp_path / "driver.log")
     assert exit_status == 0, (tmp_path / "driver.log").read_text()[-4000:]
     assert len(cluster.apps_with_the_zip() - apps_before) == 1, "no executor fetched the zip"

@@ -2,9 +2,9 @@
 (one with a composite key, both sometimes truncated) fold into the latest state, a second run
 reads only the new bytes, a column added at the source reaches the lake with its default, a run
 that fails between two tables' commits leaves each table at a committed version and the next
-run converges, a second compaction of one lake is refused while the first holds it, and the
-real change stream of a dump under writes folds into tables equal to the source, typed, as
-DuckDB reads them (from the Parquet files the Delta log lists)."""
+run (folding in the driver, without Spark) converges, a second compaction of one lake is refused
+while the first holds it, and the real change stream of a dump under writes folds into tables
+equal to the source, typed, as DuckDB reads them (from the Parquet files the Delta log lists)."""
 
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ def test_fold_then_fold_only_the_new_events(spark: SparkSession, tmp_path: Path)
     stream, events_dir, output = Stream(7), tmp_path / "events", tmp_path / "lake"
     first = stream.batch(150)
     write(events_dir, first, first[-5:])
-    report = compact(spark, events_dir, output)
+    report = compact(spark, events_dir, output, local_below=0)
     assert found(output) == expected(stream)
     assert report.state.position == first[-1].position.to_json()
     assert report.state.files == {p.name: p.stat().st_size for p in event_files(events_dir)}
@@ -192,20 +192,18 @@ def test_fold_then_fold_only_the_new_events(spark: SparkSession, tmp_path: Path)
     for name, offset in report.state.files.items():
         with (events_dir / name).open("r+b") as f:
             f.write(b" " * (offset - 1) + b"\n")
-    report = compact(spark, events_dir, output)
+    report = compact(spark, events_dir, output, local_below=0)
     assert found(output) == expected(stream)
     assert report.state.position == second[-1].position.to_json()
     versions = {t: r.version for t, r in report.tables.items()}
 
-    again = compact(spark, events_dir, output)  # nothing new: nothing done
+    again = compact(spark, events_dir, output, local_below=0)  # nothing new: nothing done
     assert again.tables == {} and again.state == report.state
     for table, version in versions.items():
         assert LakeTable.open(output, TableRef.parse(table)).version == version
 
 
-def test_an_added_column_reaches_the_lake_with_its_default(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def test_an_added_column_reaches_the_lake_with_its_default(tmp_path: Path) -> None:
     stream, events_dir, output = Stream(11), tmp_path / "events", tmp_path / "lake"
     first = stream.batch(30)
     score = Column("score", "numeric(6,1)", True, "'2.5'::numeric")
@@ -213,7 +211,7 @@ def test_an_added_column_reaches_the_lake_with_its_default(
     later = {"id": 99, "n": 1.0, "tags": [], "big": "x", "score": "7.0"}
     source = SourceInfo("src", "db", "app", "users", Position(stream.commit + 1, 1), Origin.LOG)
     write(events_dir, [*first, added, Event(Op.CREATE, {"id": 99}, None, later, source, 2)], [])
-    compact(spark, events_dir, output)
+    compact(None, events_dir, output)  # a small run folds in the driver: no Spark job
     users = lake_state(output, "app.users")
     assert str(users.pop((99,))["score"]) == "7.0"
     assert users and {str(r["score"]) for r in users.values()} == {"2.5"}
@@ -227,7 +225,7 @@ def test_a_run_that_fails_between_tables_leaves_committed_versions_and_converges
     folds what is missing without folding anything twice."""
     stream, events_dir, output = Stream(13), tmp_path / "events", tmp_path / "lake"
     write(events_dir, stream.batch(60), [])
-    compact(spark, events_dir, output)
+    compact(spark, events_dir, output, local_below=0)
     before = CompactState.load(output)
     write(events_dir, stream.batch(60), [])
     items, users = (LakeTable.open(output, TableRef("app", t)) for t in ("items", "users"))
@@ -243,7 +241,7 @@ def test_a_run_that_fails_between_tables_leaves_committed_versions_and_converges
 
     monkeypatch.setattr(LakeTable, "merge", failing)
     with pytest.raises(OSError, match="the commit failed"):
-        compact(spark, events_dir, output)
+        compact(spark, events_dir, output, local_below=0)
     monkeypatch.setattr(LakeTable, "merge", merge)
     assert CompactState.load(output) == before
     assert LakeTable.open(output, TableRef("app", "users")).version == versions["app.users"]
@@ -251,7 +249,7 @@ def test_a_run_that_fails_between_tables_leaves_committed_versions_and_converges
     assert items_after.version > versions["app.items"]
     assert folded is not None and items_after.progress is not None
     assert items_after.progress > folded
-    report = compact(spark, events_dir, output)
+    report = compact(spark, events_dir, output, local_below=0)
     assert found(output) == expected(stream)
     assert set(report.tables) == {"app.users"}  # items' events were skipped: its progress has them
 
@@ -337,7 +335,7 @@ def test_lake_equals_the_source_after_a_dump_under_writes(
                 wanted[t] = typed.drop_columns(list(POSITION_COLUMNS))
         finally:
             source.close()
-    report = compact(spark, events_dir, output, describe=schemas.__getitem__)
+    report = compact(spark, events_dir, output, describe=schemas.__getitem__, local_below=0)
     assert set(report.tables) == {str(t) for t in DEMO_TABLES}
     for table in DEMO_TABLES:
         lake = LakeTable.open(output, table)
