@@ -23,6 +23,9 @@ names (`password_env`), so it never appears on a command line, in a log line or 
     [tailer]                           # optional
     window_ttl_s = 120
     metrics_port = 9187                # optional: serve Prometheus metrics on this port
+
+    [lake]                             # optional: the Delta tables of airflow_provider_dblog.lake
+    root = "/var/lib/dblog/lake"       # one table per captured table: <root>/<schema>.<table>
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ class Config:
     redis_password_env: str | None
     output: dict[str, Any]
     tailer: dict[str, Any]
+    lake_root: str | None = None
+    """`[lake] root`: where the lake tables live (the compaction's output, direct dumps'
+    target); None without a `[lake]` section."""
 
     def redis_client(self) -> redis.Redis:
         password = _secret(self.redis_password_env) if self.redis_password_env else None
@@ -99,7 +105,27 @@ def load_config(path: str | Path) -> Config:
         redis_password_env=password_env,
         output=output,
         tailer=_tailer_options(path, _section(path, data, "tailer", required=False)),
+        lake_root=_lake_root(path, data),
     )
+
+
+_LAKE_KEYS = ("root",)
+
+
+def _lake_root(path: Path, data: dict[str, Any]) -> str | None:
+    if "lake" not in data:
+        return None
+    section = _section(path, data, "lake")
+    unknown = sorted(set(section) - set(_LAKE_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"[lake] in {path} has unknown option(s) {', '.join(unknown)}; "
+            f"known: {', '.join(_LAKE_KEYS)}"
+        )
+    root = section.get("root")
+    if not isinstance(root, str) or not root:
+        raise ConfigError(f"[lake] root in {path} must be a non-empty path, got {root!r}")
+    return root
 
 
 def _section(

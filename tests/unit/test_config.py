@@ -79,3 +79,13 @@ def test_the_metrics_endpoint_is_configured_in_tailer(tmp_path: Path) -> None:
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_the_lake_root_is_configured_in_lake(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, GOOD)).lake_root is None
+    lake = GOOD + '\n[lake]\nroot = "/var/lib/dblog/lake"\n'
+    assert load_config(write(tmp_path, lake)).lake_root == "/var/lib/dblog/lake"
+    with pytest.raises(ConfigError, match=r"\[lake\] .* unknown option\(s\) rot; known: root"):
+        load_config(write(tmp_path, GOOD + '\n[lake]\nrot = "/x"\n'))
+    with pytest.raises(ConfigError, match=r"\[lake\] root .* non-empty path"):
+        load_config(write(tmp_path, GOOD + "\n[lake]\nroot = 3\n"))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dblog.cli import build_parser
-from airflow_provider_dblog.config import ConfigError, load_config
+from airflow_provider_dblog.config import _LAKE_KEYS, ConfigError, load_config
 from airflow_provider_dblog.outputs import _OUTPUTS
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
@@ -147,6 +147,7 @@ def test_every_toml_key_is_documented_and_every_documented_key_exists(tmp_path: 
         "redis": _known_redis_keys(tmp_path),
         "output": {"type"}.union(*(names for _, names in _OUTPUTS.values())),
         "tailer": fields(TailerSettings),
+        "lake": set(_LAKE_KEYS),
     }
     assert _documented_toml_keys() == known
 
