@@ -1,5 +1,5 @@
-"""`bench/bench_pipeline.py --quick` and `bench/bench_spark_dump.py --quick` run to the end
-and print their figures.
+"""`bench/bench_pipeline.py --quick`, `bench/bench_spark_dump.py --quick` and
+`bench/bench_lake.py --quick` run to the end and print their figures.
 
 Only that the benchmark works is checked; its numbers are never compared with a threshold.
 """
@@ -72,3 +72,17 @@ def test_spark_dump_bench_quick_prints_p2_and_ratio() -> None:
         rf"^read psycopg \+ converters, mapPartitions, 2 part: {NUMBER} rows/s", out, re.M
     ), out
     assert re.search(r"^read Spark JDBC", out, re.M), out  # measured, or skipped with why
+
+
+def test_lake_bench_quick_prints_compaction_and_direct_figures() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_lake.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for label in ("C1", "C2", "C3"):
+        assert re.search(rf"^{label} compaction {NUMBER} events/s .*load {NUMBER}", out, re.M), out
+    assert re.search(rf"^D1 direct {NUMBER} rows/s .*load {NUMBER}", out, re.M), out

@@ -12,8 +12,10 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -252,6 +254,32 @@ def test_a_run_that_fails_between_tables_leaves_committed_versions_and_converges
     report = compact(spark, events_dir, output, local_below=0)
     assert found(output) == expected(stream)
     assert set(report.tables) == {"app.users"}  # items' events were skipped: its progress has them
+
+
+def test_a_compaction_killed_mid_run_leaves_committed_versions_and_converges(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL while the command commits one merge after another (a batch of one key each):
+    wherever it dies, between a merge's data files and its commit or between commits, every
+    table reads as one of its committed versions, and the next run converges."""
+    stream, events_dir, output = Stream(17), tmp_path / "events", tmp_path / "lake"
+    write(events_dir, stream.batch(300), [])
+    command = [sys.executable, str(ROOT / "spark_jobs" / "compact.py")]
+    args = ["--input", str(events_dir), "--output", str(output), "--batch-rows", "1"]
+    run = subprocess.Popen(command + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    log = output / "app.items" / "_delta_log"
+    deadline = time.monotonic() + 120
+    while len(list(log.glob("*.json")) if log.exists() else []) < 4:
+        assert run.poll() is None, run.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no commits within 2 minutes"
+        time.sleep(0.005)
+    run.kill()
+    assert run.wait(30) == -signal.SIGKILL
+    assert not (output / STATE_FILE).exists()  # the read cursor is written only at the end
+    items = LakeTable.open(output, TableRef("app", "items"))
+    assert len(lake_state(output, "app.items")) > 0 and items.progress is None
+    compact(None, events_dir, output)
+    assert found(output) == expected(stream)
 
 
 def test_command_line(tmp_path: Path) -> None:
