@@ -2,7 +2,7 @@
 source table, holding per key the row with the highest position (`airflow_provider_dblog.lake`).
 
     python spark_jobs/compact.py --input EVENTS_DIR --output LAKE_DIR --config dblog.toml
-        [--master local[2]] [--prune-before COMMIT,SEQ]
+        [--master local[2]] [--prune | --prune-before COMMIT,SEQ]
 
 Spark reads and parses the new event bytes in parallel and folds each key's changes of the run
 into one row (`airflow_provider_dblog.compaction`); the driver merges each touched table's rows
@@ -15,8 +15,10 @@ where to start reading next time.
 
 A table the lake does not hold yet is created with the lake schema of the source's catalog
 (`--config`), or else of the run's first schema event of the table (`--source-type` names the
-type mapping then). With `--prune-before`, tombstones positioned before that horizon are
-removed from every table after the run (see `LakeTable.prune_tombstones` for what it must be).
+type mapping then). With `--prune`, tombstones positioned before the horizon the state store
+gives (the oldest lw of the direct windows whose rows are not committed yet, or the tailer's
+checkpoint) are removed from every table after the run; `--prune-before` names a horizon
+instead (see `LakeTable.prune_tombstones` for what it must be).
 
 On a cluster the workers need no more than a Python that PySpark can use: the application
 ships this package to the executors itself (`airflow_provider_dblog.spark_package`) unless
@@ -62,13 +64,14 @@ from airflow_provider_dblog.compaction import (
     read_segment,
     schema_changes,
 )
-from airflow_provider_dblog.config import load_config
+from airflow_provider_dblog.config import Config, load_config
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.lake.catalog import source_lake_schema
 from airflow_provider_dblog.lake.schema import LakeSchema, LakeSchemaError, lake_column, lake_schema
 from airflow_provider_dblog.lake.table import LakeTable, Written
 from airflow_provider_dblog.spark_package import ship_package
+from airflow_provider_dblog.state import StateStore
 
 LOCK = "_compact.lock"
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another compaction runs, try again later
@@ -413,9 +416,14 @@ class LazySpark:
             self._session.stop()
 
 
-def _describer(config_path: Path) -> tuple[Describe, str]:
-    config = load_config(config_path)
-    return (lambda table: source_lake_schema(config.source, table)), config.source.type
+def _describer(config: Config) -> Describe:
+    return lambda table: source_lake_schema(config.source, table)
+
+
+def _stored_horizon(config: Config) -> Position | None:
+    """The tombstone horizon the state store holds (`DirectWindowStore.horizon`: the oldest lw
+    of the direct windows whose rows are not committed yet, or the tailer's checkpoint)."""
+    return StateStore(config.redis_client(), config.source.name).directs.horizon()
 
 
 def _position(text: str) -> Position:
@@ -433,11 +441,17 @@ def main(argv: list[str] | None = None) -> int:
         choices=("postgres", "mysql"),
         help="type mapping of tables created from schema events (default: the config's)",
     )
-    parser.add_argument(
+    prune = parser.add_mutually_exclusive_group()
+    prune.add_argument(
         "--prune-before",
         type=_position,
         metavar="COMMIT,SEQ",
         help="remove tombstones positioned before this horizon after the run",
+    )
+    prune.add_argument(
+        "--prune",
+        action="store_true",
+        help="remove tombstones before the horizon the state store gives (needs --config)",
     )
     parser.add_argument(
         "--batch-rows",
@@ -460,13 +474,16 @@ def main(argv: list[str] | None = None) -> int:
         help="the workers have airflow_provider_dblog installed: do not send it to them",
     )
     args = parser.parse_args(argv)
-    describe, source_type = None, args.source_type or "postgres"
+    if args.prune and args.config is None:
+        parser.error("--prune reads the horizon from the state store: pass --config")
+    describe, source_type, horizon = None, args.source_type or "postgres", args.prune_before
     if args.config is not None:
-        describe, configured = _describer(args.config)
-        source_type = args.source_type or configured
-    options = CompactOptions(
-        describe, source_type, args.prune_before, args.batch_rows, args.local_below
-    )
+        config = load_config(args.config)
+        describe, source_type = _describer(config), args.source_type or config.source.type
+        if args.prune:
+            # Read before the run: a horizon only moves forward, so an older one is safe.
+            horizon = _stored_horizon(config)
+    options = CompactOptions(describe, source_type, horizon, args.batch_rows, args.local_below)
     spark = LazySpark(args.master, args.ship_package)
     try:
         with output_lock(args.output):  # before Spark starts: a refused run costs nothing

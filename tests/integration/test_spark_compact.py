@@ -45,11 +45,11 @@ from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.lake.catalog import source_lake_schema
-from airflow_provider_dblog.lake.schema import POSITION_COLUMNS, LakeRow
+from airflow_provider_dblog.lake.schema import COMMIT, DELETED, POSITION_COLUMNS, SEQ, LakeRow
 from airflow_provider_dblog.lake.table import LakeTable
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
 from airflow_provider_dblog.state import DumpState
-from spark_jobs.compact import EXIT_LOCKED, CompactionLocked, compact
+from spark_jobs.compact import EXIT_LOCKED, CompactionLocked, compact, main
 from tests.integration.e2e_support import wait_caught_up
 from tests.integration.spark_support import running_pipeline, stop_spark
 
@@ -333,11 +333,16 @@ def test_a_second_compaction_of_one_directory_is_refused(
 
 
 def test_lake_equals_the_source_after_a_dump_under_writes(
-    spark: SparkSession, pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path
+    spark: SparkSession,
+    pg15: PostgresInfo,
+    redis_server: RedisInfo,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The real change stream (log events and dump rows, NDJSON from the tailer) of tables
     whose rows predate capture, dumped while another connection writes: the lake tables,
-    created from the source's catalog, hold exactly the source's rows in their real types."""
+    created from the source's catalog, hold exactly the source's rows in their real types;
+    `--prune` removes exactly the tombstones before the state store's horizon."""
     events_dir, output = tmp_path / "events", tmp_path / "lake"
     with running_pipeline(pg15, redis_server, tmp_path, 200, events_dir=events_dir) as pipeline:
         dbs, store = pipeline.dbs, pipeline.store
@@ -363,8 +368,17 @@ def test_lake_equals_the_source_after_a_dump_under_writes(
                 wanted[t] = typed.drop_columns(list(POSITION_COLUMNS))
         finally:
             source.close()
-    report = compact(spark, events_dir, output, describe=schemas.__getitem__, local_below=0)
-    assert set(report.tables) == {str(t) for t in DEMO_TABLES}
+        report = compact(spark, events_dir, output, describe=schemas.__getitem__, local_below=0)
+        assert set(report.tables) == {str(t) for t in DEMO_TABLES}
+        tombstones = tombstone_positions(output)
+        # The command, pruning at the state store's horizon (the tailer's checkpoint here).
+        prune = ["--input", str(events_dir), "--output", str(output), "--prune"]
+        assert main([*prune, "--config", str(pipeline.config_path)]) == 0
+        horizon = store.directs.horizon()
+    assert horizon is not None and any(p < horizon for p in tombstones)
+    pruned = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["pruned_tombstones"]
+    assert pruned == sum(p < horizon for p in tombstones)
+    assert all(p >= horizon for p in tombstone_positions(output))
     for table in DEMO_TABLES:
         lake = LakeTable.open(output, table)
         assert lake.arrow_schema.field("id" if table.name != "orders" else "n").nullable is False
@@ -374,6 +388,14 @@ def test_lake_equals_the_source_after_a_dump_under_writes(
     accounts = lake_table_types(output, TableRef("public", "accounts"))
     assert accounts["balance"] == pa.decimal128(12, 2)
     assert accounts["updated"] == pa.timestamp("us", tz="UTC")
+
+
+def tombstone_positions(output: Path) -> list[Position]:
+    found = []
+    for table in DEMO_TABLES:
+        rows = LakeTable.open(output, table).rows(include_tombstones=True).to_pylist()
+        found += [Position(r[COMMIT], r[SEQ]) for r in rows if r[DELETED]]
+    return found
 
 
 def by_key(table: pa.Table, key: Sequence[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
