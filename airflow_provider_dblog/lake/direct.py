@@ -17,6 +17,9 @@ and removed already and is skipped. The staging directory must be on storage eve
 the driver reach at the same path (a shared file system), like the lake root itself. Files of a
 chunk that was never committed (a driver killed between staging and commit) stay in
 `<root>/_dblog_staged/`; `remove_stale_staged` removes those older than a given age.
+
+`LakeDirectTarget` is the same, shaped as the dump's `DirectTarget` (per table: stage, commit,
+prune), for a deployment whose `[lake] root` names the lake.
 """
 
 from __future__ import annotations
@@ -24,14 +27,16 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.event import Row, TableRef
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.lake.catalog import source_lake_schema
 from airflow_provider_dblog.lake.schema import LakeRow, LakeSchema, LakeSchemaError
 from airflow_provider_dblog.lake.table import LakeTable
 
@@ -91,3 +96,47 @@ def remove_stale_staged(root: str | Path, older_than_s: float) -> int:
             path.unlink(missing_ok=True)
             removed += 1
     return removed
+
+
+class LakeDirectTarget:
+    """The lake as a direct dump's target (the `DirectTarget` protocol of
+    `dump/direct_target.py`): `stage` writes a task's part as a staged file, `commit` merges a
+    chunk's files in one commit, `prune_tombstones` prunes a table's tombstones. A table's lake
+    schema is the lake table's own once it exists, the source catalog's (`describe`) before."""
+
+    def __init__(self, root: str | Path, describe: Callable[[TableRef], LakeSchema]) -> None:
+        self._root = root
+        self._describe = describe
+        self._schemas: dict[TableRef, LakeSchema] = {}
+
+    @classmethod
+    def from_config(cls, config: Config) -> LakeDirectTarget:
+        """The lake of the deployment's `[lake] root`, new tables typed by its source."""
+        if config.lake_root is None:
+            raise LakeSchemaError("the configuration has no [lake] root: no lake to write")
+        source = config.source
+        return cls(config.lake_root, lambda table: source_lake_schema(source, table))
+
+    def schema(self, table: TableRef) -> LakeSchema:
+        found = self._schemas.get(table)
+        if found is None:
+            if LakeTable.exists(self._root, table):
+                found = LakeTable.open(self._root, table).schema
+            else:
+                found = self._describe(table)
+            self._schemas[table] = found
+        return found
+
+    def stage(self, table: TableRef, rows: Sequence[Row], position: Position) -> str:
+        return stage_rows(self._root, table, self.schema(table), rows, position)
+
+    def commit(self, table: TableRef, handles: Sequence[str]) -> int:
+        return commit_staged(self._root, table, handles, self.schema(table))
+
+    def prune_tombstones(self, table: TableRef, before: Position) -> int:
+        if not LakeTable.exists(self._root, table):
+            return 0
+        return LakeTable.open(self._root, table).prune_tombstones(before)
+
+    def close(self) -> None:
+        self._schemas.clear()

@@ -13,7 +13,13 @@ import pytest
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
-from airflow_provider_dblog.lake.direct import commit_staged, stage_rows, staging_dir
+from airflow_provider_dblog.dump.direct_target import DirectTarget
+from airflow_provider_dblog.lake.direct import (
+    LakeDirectTarget,
+    commit_staged,
+    stage_rows,
+    staging_dir,
+)
 from airflow_provider_dblog.lake.schema import LakeRow, lake_schema
 from airflow_provider_dblog.lake.table import LakeTable
 
@@ -148,3 +154,19 @@ def test_duckdb_reads_the_files_the_delta_log_lists(tmp_path: Path) -> None:
         params={"files": files},
     ).fetchall()
     assert found == [(1, "a2"), (3, "c")]
+
+
+def test_the_lake_as_a_direct_dump_target(tmp_path: Path) -> None:
+    """`LakeDirectTarget` is the dump's `DirectTarget`: parts staged where they were read,
+    one commit per chunk (the table created with the source's schema), tombstones pruned."""
+    target: DirectTarget = LakeDirectTarget(tmp_path, {TABLE: SCHEMA}.__getitem__)
+    hw = Position(50, 1)
+    parts = [target.stage(TABLE, [{"id": k, "name": f"n{k}"}], hw) for k in (1, 2)]
+    assert target.commit(TABLE, parts) == 2
+    lake = LakeTable.open(tmp_path, TABLE)
+    merge(lake, tombstone(2, 60))
+    assert target.prune_tombstones(TABLE, Position(55, 0)) == 0
+    assert target.prune_tombstones(TABLE, Position(61, 0)) == 1
+    assert target.prune_tombstones(TableRef("app", "absent"), Position(61, 0)) == 0
+    assert current(lake) == {1: "n1"}
+    target.close()
