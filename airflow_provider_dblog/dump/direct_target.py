@@ -8,7 +8,8 @@ progress. A handle is short text (it travels from a Spark executor back to the d
 holds is the target's business: SQL apply has already written the rows in `stage` and its
 handle is their count, a lake stages data files that `commit` adds to the table in one commit.
 
-Which target a deployment has is its configuration's: the SQL-apply output in monotonic mode
+Which target a deployment has is its configuration's: the lake when it has a `[lake] root`
+(`lake/direct.py`, `LakeDirectTarget`), else the SQL-apply output in monotonic mode
 (`outputs/sql_apply.py`, `SqlDirectTarget`). A deployment whose output is a stream that must
 carry rows in order (NDJSON, Redis Stream) has no direct target: a direct dump is refused there
 before anything is stored.
@@ -24,6 +25,7 @@ from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import Row, TableRef
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.lake.direct import LakeDirectTarget
 from airflow_provider_dblog.outputs.sql_apply import SqlDirectTarget
 
 
@@ -51,10 +53,11 @@ class DirectTarget(Protocol):
 
 
 def default_mode(config: Config) -> DumpMode:
-    """The mode of a dump that names none: sequenced, the one every output takes. (A
-    deployment with a lake will dump directly by default; SQL apply keeps sequenced dumps by
-    default, so an existing deployment's dumps behave as they did.)"""
-    return DumpMode.SEQUENCED
+    """The mode of a dump that names none: direct in a deployment with a lake (its rows go
+    into the lake tables without passing through the tailer), else sequenced, the one every
+    output takes (SQL apply keeps sequenced dumps by default, so an existing deployment's dumps
+    behave as they did)."""
+    return DumpMode.DIRECT if config.lake_root is not None else DumpMode.SEQUENCED
 
 
 def check_direct_target(config: Config) -> None:
@@ -62,20 +65,24 @@ def check_direct_target(config: Config) -> None:
     if _direct_target_kind(config) is None:
         output = config.output.get("type")
         raise InvalidRequest(
-            f"a direct dump needs a target keyed by primary key that keeps the highest position "
-            f"per key (the sql_apply output with monotonic = true); this deployment's output "
-            f"is {output!r}, a stream that must carry the rows in order: dump with mode "
-            "'sequenced'"
+            "a direct dump needs a target keyed by primary key that keeps the highest position "
+            "per key (a [lake] root, or the sql_apply output with monotonic = true); this "
+            f"deployment has no lake and its output is {output!r}, a stream that must carry the "
+            "rows in order: dump with mode 'sequenced'"
         )
 
 
 def direct_target_for(config: Config) -> DirectTarget:
     """The deployment's direct target, connected with the secrets its configuration names."""
     check_direct_target(config)
+    if _direct_target_kind(config) == "lake":
+        return LakeDirectTarget.from_config(config)
     return SqlDirectTarget.from_output_config(config.output, config.source.name)
 
 
 def _direct_target_kind(config: Config) -> str | None:
+    if config.lake_root is not None:
+        return "lake"
     output = config.output
     if output.get("type") == "sql_apply" and output.get("monotonic") is True:
         return "sql_apply"
