@@ -2,5 +2,5 @@
 
 `dump.py` runs one stored dump request, each chunk one Spark job whose tasks read key
 sub-ranges and put their rows straight into Redis. `compact.py` folds the NDJSON change stream
-into Parquet tables of the latest row per key.
+into the lake's Delta tables of the latest row per key (`airflow_provider_dblog.lake`).
 """
