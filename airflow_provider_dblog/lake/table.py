@@ -230,7 +230,7 @@ class LakeTable:
         )
 
     def set_floor(self, floor: Position) -> None:
-        """Record a truncate's position (only ever raised); `merge(..., floor=)` removes the
+        """Record a truncate's position (only ever raised); `merge(..., truncate=)` removes the
         rows below it."""
 
         def set_it() -> None:
