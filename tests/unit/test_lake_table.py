@@ -5,6 +5,7 @@ and a second engine (DuckDB, reading the Parquet files the Delta log lists) sees
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import duckdb
@@ -17,6 +18,7 @@ from airflow_provider_dblog.dump.direct_target import DirectTarget
 from airflow_provider_dblog.lake.direct import (
     LakeDirectTarget,
     commit_staged,
+    remove_stale_staged,
     stage_rows,
     staging_dir,
 )
@@ -170,3 +172,11 @@ def test_the_lake_as_a_direct_dump_target(tmp_path: Path) -> None:
     assert target.prune_tombstones(TableRef("app", "absent"), Position(61, 0)) == 0
     assert current(lake) == {1: "n1"}
     target.close()
+
+
+def test_staged_files_no_driver_committed_are_removed_once_old(tmp_path: Path) -> None:
+    fresh = stage_rows(tmp_path, TABLE, SCHEMA, [{"id": 1}], Position(5, 0))
+    old = Path(stage_rows(tmp_path, TABLE, SCHEMA, [{"id": 2}], Position(5, 0)))
+    os.utime(old, (old.stat().st_atime - 7200, old.stat().st_mtime - 7200))
+    assert remove_stale_staged(tmp_path, older_than_s=3600) == 1
+    assert Path(fresh).exists() and not old.exists()
