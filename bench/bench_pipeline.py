@@ -13,7 +13,7 @@ P3  log event latency, commit -> durable in the output, p50/p99, without and wit
     full dump (`dblog dump`, chunk size 5000, in its own process).
 P4  the peak RSS of a `dblog tail` process through one transaction of 1M inserted rows.
 
-    .venv/bin/python bench/bench_pipeline.py [--quick]
+    .venv/bin/python bench/bench_pipeline.py [--quick] [--only P1,P4]
 
 No figure is checked against a threshold: this measures, it does not test.
 """
@@ -570,23 +570,31 @@ def bench_p4(env: Env, sizes: Sizes) -> P4Result:
 # -- report -----------------------------------------------------------------------------------
 
 
-def report(p1: P1Result, p1b: P1bResult, p3: list[LatencyResult], p4: P4Result) -> str:
+def report(
+    p1: P1Result | None,
+    p1b: P1bResult | None,
+    p3: list[LatencyResult] | None,
+    p4: P4Result | None,
+) -> str:
+    """The table of every figure measured (those left out by `--only` are not shown)."""
     mib = 1024.0
-    lines = [
-        "",
-        f"{'figure':<44} {'value':>14}",
-        "-" * 59,
-        f"{'P1 backlog (inserts)':<44} {p1.rows:>14,}",
-        f"{'P1 ours: tailer -> NDJSON (events/s)':<44} {p1.ours_rate:>14,.0f}",
-        f"{'P1 ceiling: pg_recvlogical pgoutput (ev/s)':<44} {p1.ceiling_rate:>14,.0f}",
-        f"{'P1 ratio ours/ceiling':<44} {p1.ours_rate / p1.ceiling_rate:>14.3f}",
-        f"{'P1b ours: binlog tailer -> NDJSON (ev/s)':<44} {p1b.ours_rate:>14,.0f}",
-        f"{'P1b ceiling: mariadb-binlog -v (ev/s)':<44} {p1b.ceiling_rate:>14,.0f}",
-        f"{'P1b library: BinLogStreamReader loop (ev/s)':<44} {p1b.library_rate:>14,.0f}",
-        f"{'P1b ratio ours/ceiling':<44} {p1b.ours_rate / p1b.ceiling_rate:>14.3f}",
-        f"{'P1b ratio ours/library':<44} {p1b.ours_rate / p1b.library_rate:>14.3f}",
-    ]
-    for result in p3:
+    lines = ["", f"{'figure':<44} {'value':>14}", "-" * 59]
+    if p1 is not None:
+        lines += [
+            f"{'P1 backlog (inserts)':<44} {p1.rows:>14,}",
+            f"{'P1 ours: tailer -> NDJSON (events/s)':<44} {p1.ours_rate:>14,.0f}",
+            f"{'P1 ceiling: pg_recvlogical pgoutput (ev/s)':<44} {p1.ceiling_rate:>14,.0f}",
+            f"{'P1 ratio ours/ceiling':<44} {p1.ours_rate / p1.ceiling_rate:>14.3f}",
+        ]
+    if p1b is not None:
+        lines += [
+            f"{'P1b ours: binlog tailer -> NDJSON (ev/s)':<44} {p1b.ours_rate:>14,.0f}",
+            f"{'P1b ceiling: mariadb-binlog -v (ev/s)':<44} {p1b.ceiling_rate:>14,.0f}",
+            f"{'P1b library: BinLogStreamReader loop (ev/s)':<44} {p1b.library_rate:>14,.0f}",
+            f"{'P1b ratio ours/ceiling':<44} {p1b.ours_rate / p1b.ceiling_rate:>14.3f}",
+            f"{'P1b ratio ours/library':<44} {p1b.ours_rate / p1b.library_rate:>14.3f}",
+        ]
+    for result in p3 or ():
         tag = f"P3 latency {result.label}"
         lines.append(
             f"{tag + ' p50/p99 (ms)':<44} "
@@ -598,31 +606,65 @@ def report(p1: P1Result, p1b: P1bResult, p3: list[LatencyResult], p4: P4Result) 
             overlap = "whole run" if result.dump_overlapped else "ended early"
             extra += f", dump rows meanwhile={result.dump_rows_during:,} ({overlap})"
         lines.append(f"{'':<6}{extra}")
-    lines += [
-        f"{'P4 transaction size (rows)':<44} {p4.rows:>14,}",
-        f"{'P4 tailer baseline RSS (MiB)':<44} {p4.baseline_rss_kib / mib:>14.1f}",
-        f"{'P4 tailer peak RSS, VmHWM (MiB)':<44} {p4.peak_hwm_kib / mib:>14.1f}",
-        f"{'':<6}peak before the transaction {p4.baseline_hwm_kib / mib:.1f} MiB; "
-        f"caught up in {p4.seconds:.1f}s ({p4.rows / p4.seconds:,.0f} events/s)",
-    ]
+    if p4 is not None:
+        lines += [
+            f"{'P4 transaction size (rows)':<44} {p4.rows:>14,}",
+            f"{'P4 tailer baseline RSS (MiB)':<44} {p4.baseline_rss_kib / mib:>14.1f}",
+            f"{'P4 tailer peak RSS, VmHWM (MiB)':<44} {p4.peak_hwm_kib / mib:>14.1f}",
+            f"{'':<6}peak before the transaction {p4.baseline_hwm_kib / mib:.1f} MiB; "
+            f"caught up in {p4.seconds:.1f}s ({p4.rows / p4.seconds:,.0f} events/s)",
+        ]
     return "\n".join(lines)
+
+
+FIGURES = ("P1", "P1b", "P3", "P4")
+
+
+def parse_only(text: str | None) -> frozenset[str]:
+    """`--only P1,P4` -> {"P1", "P4"}; every figure without the flag."""
+    if text is None:
+        return frozenset(FIGURES)
+    chosen = frozenset(part.strip() for part in text.split(",") if part.strip())
+    unknown = sorted(chosen - set(FIGURES))
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"--only takes a comma-separated list of {', '.join(FIGURES)}, got {text!r}"
+        )
+    return chosen
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
+    parser.add_argument(
+        "--only",
+        type=parse_only,
+        default=parse_only(None),
+        metavar="P1,P4",
+        help=f"measure only these figures (of {', '.join(FIGURES)}); all by default",
+    )
     args = parser.parse_args(argv)
+    only: frozenset[str] = args.only
     sizes = Sizes.quick() if args.quick else Sizes.full()
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="dblog-bench-") as tmp:
+    load_before = load_average()
+    p1: P1Result | None = None
+    p1b: P1bResult | None = None
+    p3: list[LatencyResult] | None = None
+    p4: P4Result | None = None
+    with tempfile.TemporaryDirectory(prefix="dblog-bench-") as tmp, contextlib.ExitStack() as stack:
         base = Path(tmp)
-        say(f"starting PostgreSQL 15, MariaDB and Redis in {base}")
-        with (
-            PostgresServer(base / "pg") as pg,
-            MariaDBServer(base / "mariadb") as mariadb,
-            RedisServer(base / "redis") as rds,
-        ):
-            env = Env(base, pg.info, rds.info)
+        say(f"starting PostgreSQL 15{', MariaDB' if 'P1b' in only else ''} and Redis in {base}")
+        pg = stack.enter_context(PostgresServer(base / "pg"))
+        mariadb = stack.enter_context(MariaDBServer(base / "mariadb")) if "P1b" in only else None
+        rds = stack.enter_context(RedisServer(base / "redis"))
+        env = Env(base, pg.info, rds.info)
+        if "P1" in only:
             p1 = bench_p1(env, sizes)
             print(
                 f"P1 ours {p1.ours_rate:.0f} events/s, ceiling {p1.ceiling_rate:.0f} events/s "
@@ -630,6 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"ratio {p1.ours_rate / p1.ceiling_rate:.3f}",
                 flush=True,
             )
+        if mariadb is not None:
             p1b = bench_p1b(env, mariadb.info, sizes)
             print(
                 f"P1b ours {p1b.ours_rate:.0f} events/s, ceiling {p1b.ceiling_rate:.0f} "
@@ -639,6 +682,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{p1b.ours_rate / p1b.library_rate:.3f} of the library",
                 flush=True,
             )
+        if "P3" in only:
             p3 = bench_p3(env, sizes)
             for r in p3:
                 print(
@@ -646,6 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"p99 {r.quantile(0.99):.1f} ms (n={len(r.samples)})",
                     flush=True,
                 )
+        if "P4" in only:
             p4 = bench_p4(env, sizes)
             print(
                 f"P4 peak RSS {p4.peak_hwm_kib / 1024:.1f} MiB, "
@@ -655,6 +700,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     print(report(p1, p1b, p3, p4))
     print(f"\ntotal {time.monotonic() - started:.0f}s")
+    print(f"load average (1, 5, 15 min): {load_before} at the start, {load_average()} at the end")
     return 0
 
 
