@@ -19,8 +19,9 @@ from airflow_provider_dblog.core.schema import TableSchema
 class Change:
     """A row change of a captured table, already converted to an event.
 
-    The reader leaves `schema_version` at 0: versions are the tailer's (they persist across
-    restarts and failovers in the state store), and it stamps the table's current one."""
+    Versions are the tailer's (they persist across restarts and failovers in the state store):
+    a reader that `StampsSchemaVersions` (`sources.base`) builds the event with its table's
+    current one; any other leaves `schema_version` at 0 and the tailer stamps it."""
 
     event: Event
 

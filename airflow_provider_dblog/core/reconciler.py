@@ -156,9 +156,11 @@ class Reconciler:
 
     def change(self, event: Event) -> None:
         """A log event, which the caller emits at once. Its key leaves every open chunk of T."""
-        if event.source.txid is not None:
-            self._recent.add(event.source.txid, event.position.commit)
-        windows = self._open_by_table.get(event.table)
+        source = event.source
+        if source.txid is not None:
+            self._recent.add(source.txid, source.position.commit)
+        # Most log events meet no open window: the table's name is looked up only if any is.
+        windows = self._open_by_table.get(event.table) if self._open_by_table else None
         if windows:
             key = event.key_value()
             for open_window in windows:

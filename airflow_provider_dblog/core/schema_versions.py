@@ -9,7 +9,7 @@ tailer keeps, per table, the description it last emitted with its version and lo
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from airflow_provider_dblog.core.event import TableRef
@@ -40,6 +40,14 @@ class SchemaTracker:
 
     def __init__(self, known: Iterable[KnownSchema] = ()) -> None:
         self._known: dict[TableRef, KnownSchema] = {k.table: k for k in known}
+        self._versions: dict[TableRef, int] = {k.table: k.version for k in self._known.values()}
+
+    @property
+    def versions(self) -> Mapping[TableRef, int]:
+        """Each described table's current version, kept current as `observe` finds changes:
+        a log reader that builds row events with them is handed this (see
+        `sources.base.StampsSchemaVersions`)."""
+        return self._versions
 
     def version(self, table: TableRef) -> int:
         """The table's current version; 0 before any description of it."""
@@ -61,4 +69,5 @@ class SchemaTracker:
             return None
         change = KnownSchema(table, 1 if known is None else known.version + 1, schema, position)
         self._known[table] = change
+        self._versions[table] = change.version
         return change

@@ -6,7 +6,7 @@ built from it; `sources.factory` picks them by `[source] type`, so no caller nam
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -97,6 +97,17 @@ class ReportsLogBacklog(Protocol):
     `SourceUnavailable` when the server cannot be reached."""
 
     def log_backlog(self) -> LogBacklog: ...
+
+
+@runtime_checkable
+class StampsSchemaVersions(Protocol):
+    """What a `LogReader` may also do: build each row event with its table's schema version
+    (`Change`'s `schema_version`) from `versions`, a mapping the tailer keeps current as it
+    emits schema events, read when the event is built (after the session has taken every item
+    before it). A reader without it hands events with version 0, and the tailer builds each
+    one again with the version."""
+
+    def use_schema_versions(self, versions: Mapping[TableRef, int]) -> None: ...
 
 
 class ChunkSource(Protocol):

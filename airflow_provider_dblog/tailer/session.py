@@ -58,7 +58,7 @@ from airflow_provider_dblog.core.reconciler import (
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.core.schema_versions import SchemaTracker
 from airflow_provider_dblog.outputs.base import Output
-from airflow_provider_dblog.sources.base import LogReader
+from airflow_provider_dblog.sources.base import LogReader, StampsSchemaVersions
 from airflow_provider_dblog.state import FencedOut, StateStore
 from airflow_provider_dblog.tailer.settings import TailerSettings
 from airflow_provider_dblog.tailer.writer import SchemaDurable, WindowDurable, Writer
@@ -181,6 +181,10 @@ class Session:
             schemas=store.tailer,
             batch_seconds=stats.output_batch_seconds,
         )
+        self._stamped = isinstance(reader, StampsSchemaVersions)
+        """The reader builds row events with `self._schemas`' versions: none to stamp here."""
+        if isinstance(reader, StampsSchemaVersions):
+            reader.use_schema_versions(self._schemas.versions)
         self._opened_at: dict[str, float] = {}
         self._acknowledged = 0
         self._handed_commit = 0
@@ -235,11 +239,12 @@ class Session:
 
     def change(self, item: Change) -> None:
         event = item.event
-        version = self._schemas.version(event.table)
-        if event.schema_version != version:
-            event = Event(event.op, event.key, event.before, event.after, event.source, version)
+        if not self._stamped:
+            version = self._schemas.version(event.table)
+            if event.schema_version != version:
+                event = Event(event.op, event.key, event.before, event.after, event.source, version)
         self._reconciler.change(event)
-        self._writer.put(event)
+        self._writer.put_event(event)
         self._stats.events += 1
         counted = (event.source.schema, event.source.table, event.op)  # `count`, inlined:
         self._stats.events_by_table[counted] = self._stats.events_by_table.get(counted, 0) + 1
@@ -286,6 +291,7 @@ class Session:
         self._writer.put(item)
 
     def idle(self, item: Idle) -> None:
+        self._writer.hand_over()
         drained = self._writer.idle.is_set() and self._writer.durable_commit >= self._handed_commit
         self._stats.caught_up = drained
         if drained and item.log_end > self._acknowledged:

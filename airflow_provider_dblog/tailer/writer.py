@@ -1,6 +1,8 @@
 """The writer thread: the only thing that writes the output, in batches, in hand-over order.
 
-The session hands it events, lists of a chunk's events and marks through a bounded buffer. A
+The session hands it events, lists of a chunk's events and marks through a bounded buffer; log
+events one at a time (`put_event`), which go in as lists of up to `batch_events` too, handed
+over when the list is full or before the next other item, so order is kept. A
 mark takes effect only once everything handed over before it is durable: `TransactionEnd`
 moves the durable commit (what may be acknowledged to the source), `WindowDurable` closes the
 window in the store (what lets the dump move its progress), `SchemaDurable` saves a table's
@@ -148,6 +150,10 @@ class Writer(threading.Thread):
         self._limit = max(1, settings.batch_events)
         self._queue = Buffer(settings.buffer_items)
         self._halted = threading.Event()
+        self._ended = False
+        """The thread left `run` (set there: cheaper to look at than `is_alive`)."""
+        self._pending: list[object] = []
+        """Log events `put_event` holds, not handed over yet (the session's thread only)."""
         self.durable_commit = 0
         self.failure: BaseException | None = None
         self.idle = threading.Event()
@@ -156,8 +162,29 @@ class Writer(threading.Thread):
 
     # -- the session's side -------------------------------------------------------------------
 
+    def put_event(self, event: Event) -> None:
+        """Hand a log event over: held in a list handed over once it holds `batch_events`, or
+        before the next item `put` or `hand_over` hands over (one lock round a list, not one
+        an event)."""
+        pending = self._pending
+        pending.append(event)
+        if len(pending) >= self._limit:
+            self._pending = []
+            self._hand(pending)
+
     def put(self, item: object) -> None:
-        """Hand an item over, waiting while the buffer is full, but never on a dead writer."""
+        """Hand an item over after the events held, waiting while the buffer is full, but never
+        on a dead writer."""
+        self.hand_over()
+        self._hand(item)
+
+    def hand_over(self) -> None:
+        """Hand over the events `put_event` holds."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self._hand(pending)
+
+    def _hand(self, item: object) -> None:
         while True:
             self.check()
             try:
@@ -170,7 +197,7 @@ class Writer(threading.Thread):
         """Raise the writer's error, if it failed."""
         if self.failure is not None:
             raise self.failure
-        if self._halted.is_set() or (self.ident is not None and not self.is_alive()):
+        if self._ended or self._halted.is_set():
             raise WriterStopped("the writer thread has stopped")
 
     def finish(self) -> None:
@@ -210,6 +237,7 @@ class Writer(threading.Thread):
         except BaseException as exc:
             self.failure = exc
         finally:
+            self._ended = True
             self.idle.set()
 
     def _next(self, timeout_s: float) -> object | None:

@@ -20,19 +20,18 @@ from airflow_provider_dblog.sources.postgres import (
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.converters import convert, parse_array, to_text
 from airflow_provider_dblog.sources.postgres.pgoutput import (
+    UNCHANGED_TOAST,
     Begin,
     Column,
     Commit,
     DecodeError,
     Delete,
     Insert,
-    Kind,
     OriginMessage,
     Relation,
     Truncate,
     Type,
     Update,
-    Value,
     decode,
 )
 from tests.unit.pgoutput_bytes import PG_TS, TOAST, cstr, tuple_data
@@ -82,14 +81,12 @@ def test_type_and_origin() -> None:
 
 def test_insert_with_null_and_text() -> None:
     message = decode(b"I" + struct.pack("!I", 5) + b"N" + tuple_data("1", None, "héllo"))
-    assert message == Insert(
-        5, (Value(Kind.TEXT, "1"), Value(Kind.NULL), Value(Kind.TEXT, "héllo"))
-    )
+    assert message == Insert(5, ("1", None, "héllo"))
 
 
 def test_update_without_old_tuple_keeps_unchanged_toast_marker() -> None:
     message = decode(b"U" + struct.pack("!I", 5) + b"N" + tuple_data("1", TOAST))
-    assert message == Update(5, None, False, (Value(Kind.TEXT, "1"), Value(Kind.UNCHANGED_TOAST)))
+    assert message == Update(5, None, False, ("1", UNCHANGED_TOAST))
 
 
 @pytest.mark.parametrize(("marker", "key_only"), [(b"K", True), (b"O", False)])
@@ -99,15 +96,15 @@ def test_update_with_old_key_or_old_row(marker: bytes, key_only: bool) -> None:
     )
     message = decode(data)
     assert isinstance(message, Update)
-    assert message.old == (Value(Kind.TEXT, "1"), Value(Kind.NULL))
+    assert message.old == ("1", None)
     assert message.old_is_key_only is key_only
-    assert message.new == (Value(Kind.TEXT, "2"), Value(Kind.TEXT, "x"))
+    assert message.new == ("2", "x")
 
 
 @pytest.mark.parametrize(("marker", "key_only"), [(b"K", True), (b"O", False)])
 def test_delete(marker: bytes, key_only: bool) -> None:
     message = decode(b"D" + struct.pack("!I", 5) + marker + tuple_data("7"))
-    assert message == Delete(5, (Value(Kind.TEXT, "7"),), key_only)
+    assert message == Delete(5, ("7",), key_only)
 
 
 def test_truncate() -> None:

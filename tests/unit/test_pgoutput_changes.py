@@ -19,6 +19,7 @@ from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.base import SourceError
 from airflow_provider_dblog.sources.postgres.changes import ChangeMapper
+from airflow_provider_dblog.sources.postgres.converters import convert
 from airflow_provider_dblog.sources.postgres.pgoutput import PG_EPOCH_MICROS, Relation, decode
 from tests.unit.pgoutput_bytes import (
     PG_TS,
@@ -386,3 +387,74 @@ def test_a_captured_table_without_a_primary_key_is_refused() -> None:
 def test_a_tuple_that_does_not_fit_its_relation_is_refused() -> None:
     with pytest.raises(SourceError, match="tuple of 2 values for 3 columns"):
         changes(insert(ORDERS, ["1", "a"]))
+
+
+def test_row_events_carry_the_schema_version_current_when_each_is_built() -> None:
+    """The tailer's versions are read as each event is built, after the session took every
+    item before it: a schema event emitted for a description counts for the change after it."""
+    versions: dict[TableRef, int] = {}
+    mapper = ChangeMapper(
+        source="pg-main",
+        db="shop",
+        captured=[ORDERS_TABLE],
+        watermark=WATERMARK_TABLE,
+        describe=Catalog({ORDERS: ("id",)}).describe,
+        schema_versions=versions,
+    )
+    stamped = []
+    for message in (
+        begin(0x500, 9),
+        ORDERS_RELATION,
+        insert(ORDERS, ["1", "a", "x"]),
+        insert(ORDERS, ["2", "b", "y"]),
+    ):
+        for item in mapper.map(decode(message)):
+            if isinstance(item, SchemaDescription):
+                versions[item.table] = 3  # the session emitted the schema as version 3
+            elif isinstance(item, Change):
+                stamped.append(item.event.schema_version)
+                versions[ORDERS_TABLE] = 4
+    assert stamped == [3, 4]
+
+
+def test_each_column_converts_as_convert_does() -> None:
+    """The converters chosen once per relation give what `convert` gives value by value."""
+    columns = [
+        ("id", 20, "7"),
+        ("small", 21, "-3"),
+        ("flag", 16, "t"),
+        ("ratio", 701, "NaN"),
+        ("amount", 1700, "12.50"),
+        ("doc", 3802, '{"b": [1, null]}'),
+        ("tags", 1009, '{a,"b c",NULL}'),
+        ("blob", 17, "\\x00ff"),
+        ("at", 1184, "2024-01-02 03:04:05+00"),
+        ("mood", 99999, "happy"),
+        ("nothing", 25, None),
+    ]
+    described = [(name, oid, name == "id") for name, oid, _ in columns]
+    relation_message = relation(ORDERS, "app", "orders", described)
+    catalog = Catalog({ORDERS: ("id",)})
+    catalog_types = dict(TYPE_NAMES)
+    for _, oid, _ in columns:
+        catalog_types.setdefault(oid, f"type {oid}")
+    mapper = ChangeMapper(
+        source="pg-main",
+        db="shop",
+        captured=[ORDERS_TABLE],
+        watermark=WATERMARK_TABLE,
+        describe=lambda rel: TableSchema(
+            tuple(Column(c.name, catalog_types[c.type_oid], True, None) for c in rel.columns),
+            catalog.keys[rel.relation_id],
+        ),
+    )
+    items = feed(
+        mapper,
+        begin(0x500, 9),
+        relation_message,
+        insert(ORDERS, [text for _, _, text in columns]),
+        commit(0x500, 0x530),
+    )
+    (created,) = events(items)
+    assert created.after == {name: convert(oid, text) for name, oid, text in columns}
+    assert created.key == {"id": 7}

@@ -210,3 +210,29 @@ def test_finish_writes_everything_and_halt_drops_what_is_buffered() -> None:
     assert journal.entries == [[Position(1, 0), Position(1, 1)]]
     with pytest.raises(WriterStopped):
         halted.put(event(2, 1))
+
+
+def test_log_events_are_handed_over_in_lists_in_order_with_every_other_item() -> None:
+    """`put_event` holds log events until a list of `batch_events` is full or another item
+    is handed over: the writer sees them in the order they were handed, and a list at most
+    `batch_events` long."""
+    journal = Journal()
+    writer = Writer(
+        journal, journal.windows, 1, TailerSettings(batch_events=3), schemas=journal.windows
+    )
+    for seq in range(4):
+        writer.put_event(event(1, seq))
+    writer.put(TransactionEnd(1))
+    writer.put_event(event(2, 0))
+    writer.hand_over()
+    handed = []
+    while not writer._queue.empty():
+        handed.append(writer._queue.get_nowait())
+    assert handed == [
+        [event(1, 0), event(1, 1), event(1, 2)],
+        [event(1, 3)],
+        TransactionEnd(1),
+        [event(2, 0)],
+    ]
+    writer.hand_over()
+    assert writer._queue.empty()

@@ -33,10 +33,18 @@ TRUNCATE is published (`setup.py`): each captured table of a Truncate message be
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 
-from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo, TableRef
+from airflow_provider_dblog.core.event import (
+    Event,
+    JsonValue,
+    Op,
+    Origin,
+    Row,
+    SourceInfo,
+    TableRef,
+)
 from airflow_provider_dblog.core.log import (
     Change,
     LogItem,
@@ -49,7 +57,7 @@ from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError
 from airflow_provider_dblog.sources.postgres import pgoutput
-from airflow_provider_dblog.sources.postgres.converters import convert
+from airflow_provider_dblog.sources.postgres.converters import column_converter, keeps_text
 
 log = logging.getLogger(__name__)
 
@@ -60,19 +68,101 @@ nullability, defaults and primary key (empty when it has none)."""
 
 @dataclass(frozen=True, slots=True)
 class _Table:
-    """A relation as the stream last described it, and how DBLog treats it."""
+    """A relation as the stream last described it, how DBLog treats it, and how its tuples
+    become rows: one converter per column, chosen once per Relation message (pgoutput sends one
+    after every ALTER, so once per schema) rather than once per value."""
 
     relation: pgoutput.Relation
     ref: TableRef
     captured: bool
     is_watermark: bool
     key_columns: tuple[str, ...]
+    names: tuple[str, ...]
+    parsers: tuple[Callable[[str], JsonValue] | None, ...]
+    """Each column's converter; None where the JSON value is the text itself."""
+    identity: tuple[int, ...]
+    """The indexes of the replica identity columns: what a key-only ('K') tuple carries."""
+
+    @classmethod
+    def of(
+        cls,
+        relation: pgoutput.Relation,
+        ref: TableRef,
+        *,
+        captured: bool,
+        is_watermark: bool,
+        key_columns: tuple[str, ...],
+    ) -> _Table:
+        columns = relation.columns
+        return cls(
+            relation,
+            ref,
+            captured,
+            is_watermark,
+            key_columns,
+            tuple(c.name for c in columns),
+            tuple(
+                None if keeps_text(c.type_oid) else column_converter(c.type_oid) for c in columns
+            ),
+            tuple(i for i, c in enumerate(columns) if c.is_key),
+        )
+
+    def row(
+        self,
+        values: pgoutput.TupleData,
+        *,
+        key_only: bool = False,
+        unchanged_from: Row | None = None,
+    ) -> Row:
+        """A tuple as a row of JSON values. Unchanged TOAST values come from `unchanged_from`
+        or are left out; a key-only tuple keeps only the replica identity columns."""
+        names, parsers = self.names, self.parsers
+        if len(values) != len(names):
+            raise SourceError(f"{self.ref}: tuple of {len(values)} values for {len(names)} columns")
+        if key_only:
+            indexes = self.identity
+            names = tuple(names[i] for i in indexes)
+            parsers = tuple(parsers[i] for i in indexes)
+            values = tuple(values[i] for i in indexes)
+        row: Row = {}
+        toast = pgoutput.UNCHANGED_TOAST
+        for name, parse, value in zip(names, parsers, values, strict=True):
+            if value is None:
+                row[name] = None
+            elif value is toast:
+                if unchanged_from is not None and name in unchanged_from:
+                    row[name] = unchanged_from[name]
+            elif parse is None:
+                row[name] = value
+            else:
+                row[name] = parse(value)
+        return row
+
+    def key(self, row: Row, fallback: Row | None = None) -> Row:
+        try:
+            return {name: row[name] for name in self.key_columns}
+        except KeyError:
+            pass
+        key: Row = {}
+        for name in self.key_columns:
+            if name in row:
+                key[name] = row[name]
+            elif fallback is not None and name in fallback:
+                key[name] = fallback[name]
+            else:
+                raise SourceError(f"{self.ref}: a change without primary-key column {name!r}")
+        return key
 
 
 @dataclass(slots=True)
 class _Transaction:
     begin: pgoutput.Begin
     changes: int = 0
+    ts_ms: int = 0
+    """The commit time in milliseconds, as events carry it."""
+
+    def __post_init__(self) -> None:
+        self.ts_ms = self.begin.commit_ts_us // 1000
 
     def next_position(self) -> Position:
         """The next change's position: seq 2n+1 for the n-th."""
@@ -84,12 +174,16 @@ class _Transaction:
         return Position(self.begin.final_lsn, 2 * self.changes)
 
 
+_ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
+
+
 class ChangeMapper:
     """Turns one stream of pgoutput messages into `LogItem`s.
 
     Keeps the relations the stream described and the transaction being read; `drop_transaction`
-    forgets a transaction a lost stream cut short. Events carry schema_version 0: the tailer
-    numbers schemas (see `core.log.Change`).
+    forgets a transaction a lost stream cut short. A row event carries its table's version in
+    `schema_versions` when it is built (the tailer's numbering, which it keeps current as it
+    emits schema events: see `core.log.Change`); 0 for a table not in it.
     """
 
     def __init__(
@@ -100,12 +194,16 @@ class ChangeMapper:
         captured: Collection[TableRef],
         watermark: TableRef,
         describe: RelationLookup,
+        schema_versions: Mapping[TableRef, int] | None = None,
     ) -> None:
         self._source = source
         self._db = db
         self._captured = frozenset(captured)
         self._watermark = watermark
         self._describe = describe
+        self.schema_versions: Mapping[TableRef, int] = (
+            {} if schema_versions is None else schema_versions
+        )
         self._tables: dict[int, _Table] = {}
         self._transaction: _Transaction | None = None
 
@@ -119,15 +217,15 @@ class ChangeMapper:
         self._transaction = None
 
     def map(self, message: pgoutput.Message) -> Iterator[LogItem]:
-        if isinstance(message, pgoutput.Begin):
+        if isinstance(message, _ROW_CHANGES):  # first: nearly every message is one
+            yield from self._row_change(self._open("a row change"), message)
+        elif isinstance(message, pgoutput.Begin):
             self._transaction = _Transaction(message)
         elif isinstance(message, pgoutput.Commit):
             self._transaction = None
             yield TransactionEnd(message.commit_lsn)
         elif isinstance(message, pgoutput.Relation):
             yield from self._relation(message)
-        elif isinstance(message, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
-            yield from self._row_change(self._open("a row change"), message)
         elif isinstance(message, pgoutput.Truncate):
             yield from self._truncate(self._open("a truncate"), message)
         # OriginMessage and Type need nothing: values arrive as text either way.
@@ -151,11 +249,11 @@ class ChangeMapper:
                 schema,
                 transaction.description_position(),
                 transaction.begin.xid,
-                transaction.begin.commit_ts_us // 1000,
+                transaction.ts_ms,
             )
-        self._tables[relation.relation_id] = _Table(
-            relation=relation,
-            ref=ref,
+        self._tables[relation.relation_id] = _Table.of(
+            relation,
+            ref,
             captured=captured,
             is_watermark=ref == self._watermark,
             key_columns=() if schema is None else schema.key,
@@ -171,7 +269,7 @@ class ChangeMapper:
                     table.ref,
                     transaction.next_position(),
                     transaction.begin.xid,
-                    transaction.begin.commit_ts_us // 1000,
+                    transaction.ts_ms,
                 )
 
     def _row_change(
@@ -184,79 +282,56 @@ class ChangeMapper:
             raise SourceError(f"pgoutput sent a change of relation {message.relation_id} first")
         if table.is_watermark:
             if isinstance(message, pgoutput.Update):
-                value = _row(table, message.new, key_only=False).get("value")
+                value = table.row(message.new).get("value")
                 if isinstance(value, str):
                     yield WatermarkWrite(value, transaction.next_position())
             return
         if not table.captured:
             return
 
-        def event(op: Op, key: Row, before: Row | None, after: Row | None) -> Change:
-            source = SourceInfo(
-                name=self._source,
-                db=self._db,
-                schema=table.ref.schema,
-                table=table.ref.name,
-                position=transaction.next_position(),
-                origin=Origin.LOG,
-                txid=transaction.begin.xid,
-                ts_ms=transaction.begin.commit_ts_us // 1000,
-            )
-            return Change(Event(op, key, before, after, source, 0))
-
         if isinstance(message, pgoutput.Insert):
-            after = _row(table, message.new, key_only=False)
-            yield event(Op.CREATE, _key(table, after), None, after)
+            after = table.row(message.new)
+            yield self._event(table, transaction, Op.CREATE, table.key(after), None, after)
         elif isinstance(message, pgoutput.Delete):
-            before = _row(table, message.old, key_only=message.old_is_key_only)
-            yield event(Op.DELETE, _key(table, before), before, None)
+            before = table.row(message.old, key_only=message.old_is_key_only)
+            yield self._event(table, transaction, Op.DELETE, table.key(before), before, None)
         else:
             old = (
                 None
                 if message.old is None
-                else _row(table, message.old, key_only=message.old_is_key_only)
+                else table.row(message.old, key_only=message.old_is_key_only)
             )
-            new = _row(table, message.new, key_only=False, unchanged_from=old)
-            new_key = _key(table, new, fallback=old)
-            old_key = new_key if old is None else _key(table, old)
+            new = table.row(message.new, unchanged_from=old)
+            new_key = table.key(new, fallback=old)
+            old_key = new_key if old is None else table.key(old)
             if old_key != new_key:
-                yield event(Op.DELETE, old_key, old, None)
-                yield event(Op.CREATE, new_key, None, new)
+                yield self._event(table, transaction, Op.DELETE, old_key, old, None)
+                yield self._event(table, transaction, Op.CREATE, new_key, None, new)
             else:
-                yield event(Op.UPDATE, new_key, old, new)
+                yield self._event(table, transaction, Op.UPDATE, new_key, old, new)
 
-
-def _row(
-    table: _Table,
-    values: pgoutput.TupleData,
-    *,
-    key_only: bool,
-    unchanged_from: Row | None = None,
-) -> Row:
-    """A tuple as a row of JSON values. Unchanged TOAST values come from `unchanged_from` or
-    are left out; a key-only tuple keeps only the replica identity columns."""
-    columns = table.relation.columns
-    if len(values) != len(columns):
-        raise SourceError(f"{table.ref}: tuple of {len(values)} values for {len(columns)} columns")
-    row: Row = {}
-    for column, value in zip(columns, values, strict=True):
-        if key_only and not column.is_key:
-            continue
-        if value.kind is pgoutput.Kind.UNCHANGED_TOAST:
-            if unchanged_from is not None and column.name in unchanged_from:
-                row[column.name] = unchanged_from[column.name]
-            continue
-        row[column.name] = convert(column.type_oid, value.text)
-    return row
-
-
-def _key(table: _Table, row: Row, fallback: Row | None = None) -> Row:
-    key: Row = {}
-    for name in table.key_columns:
-        if name in row:
-            key[name] = row[name]
-        elif fallback is not None and name in fallback:
-            key[name] = fallback[name]
-        else:
-            raise SourceError(f"{table.ref}: a change without primary-key column {name!r}")
-    return key
+    def _event(
+        self,
+        table: _Table,
+        transaction: _Transaction,
+        op: Op,
+        key: Row,
+        before: Row | None,
+        after: Row | None,
+    ) -> Change:
+        """Built only when the session asks for it: a schema event it emitted just before
+        (from the preceding description) is in `schema_versions` by then."""
+        ref = table.ref
+        source = SourceInfo(
+            self._source,
+            self._db,
+            ref.schema,
+            ref.name,
+            transaction.next_position(),
+            Origin.LOG,
+            None,
+            None,
+            transaction.begin.xid,
+            transaction.ts_ms,
+        )
+        return Change(Event(op, key, before, after, source, self.schema_versions.get(ref, 0)))

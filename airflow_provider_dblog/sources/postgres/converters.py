@@ -30,10 +30,6 @@ NUMERIC = 1700
 JSONB = 3802
 
 
-def _integer(text: str) -> JsonValue:
-    return int(text)
-
-
 def _float(text: str) -> JsonValue:
     value = float(text)
     # JSON has no NaN or infinities: keep PostgreSQL's spelling ('NaN', 'Infinity').
@@ -61,10 +57,10 @@ def _text(text: str) -> JsonValue:
 _SCALARS: dict[int, Callable[[str], JsonValue]] = {
     BOOL: _bool,
     BYTEA: _bytea,
-    INT8: _integer,
-    INT2: _integer,
-    INT4: _integer,
-    OID: _integer,
+    INT8: int,
+    INT2: int,
+    INT4: int,
+    OID: int,
     JSON: _json,
     FLOAT4: _float,
     FLOAT8: _float,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum
+from typing import Final, Literal
 
 PG_EPOCH_MICROS = 946_684_800_000_000
 """2000-01-01 (PostgreSQL's epoch) in microseconds since the Unix epoch."""
@@ -19,21 +20,21 @@ class DecodeError(ValueError):
     """Bytes that are not a pgoutput protocol version 1 message."""
 
 
-class Kind(StrEnum):
-    """The kind of one value in a tuple."""
+class UnchangedToast(Enum):
+    """The kind of a tuple value pgoutput did not send: a large value an UPDATE left alone."""
 
-    NULL = "n"
-    UNCHANGED_TOAST = "u"
-    TEXT = "t"
+    VALUE = "u"
 
-
-@dataclass(frozen=True, slots=True)
-class Value:
-    kind: Kind
-    text: str | None = None
+    def __repr__(self) -> str:
+        return "UNCHANGED_TOAST"
 
 
-TupleData = tuple[Value, ...]
+UNCHANGED_TOAST: Final = UnchangedToast.VALUE
+
+TupleValue = str | None | Literal[UnchangedToast.VALUE]
+"""One value of a tuple: the text PostgreSQL printed, None for NULL, or `UNCHANGED_TOAST`."""
+
+TupleData = tuple[TupleValue, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,21 +121,33 @@ class Truncate:
 Message = Begin | Commit | OriginMessage | Relation | Type | Insert | Update | Delete | Truncate
 
 
+_U8 = struct.Struct("!B")
+_U16 = struct.Struct("!H")
+_U32 = struct.Struct("!I")
+_I32 = struct.Struct("!i")
+_U64 = struct.Struct("!Q")
+_I64 = struct.Struct("!q")
+_TEXT, _NULL, _UNCHANGED = b"tnu"
+
+
 class _Reader:
+    """A cursor over one message; reads past its end raise DecodeError (see `decode`)."""
+
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.pos = 0
 
-    def take(self, fmt: str) -> int:
-        size = struct.calcsize(fmt)
-        if self.pos + size > len(self.data):
-            raise DecodeError(f"message ends early at byte {self.pos}")
-        (value,) = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += size
+    def take(self, fmt: struct.Struct) -> int:
+        (value,) = fmt.unpack_from(self.data, self.pos)
+        self.pos += fmt.size
         return int(value)
 
     def byte(self) -> str:
-        return chr(self.take("!B"))
+        pos = self.pos
+        if pos >= len(self.data):
+            raise DecodeError(f"message ends early at byte {pos}")
+        self.pos = pos + 1
+        return chr(self.data[pos])
 
     def string(self) -> str:
         end = self.data.find(b"\0", self.pos)
@@ -145,22 +158,33 @@ class _Reader:
         return text
 
     def tuple_data(self) -> TupleData:
-        values = []
-        for _ in range(self.take("!H")):
-            kind = self.byte()
-            if kind == "n":
-                values.append(Value(Kind.NULL))
-            elif kind == "u":
-                values.append(Value(Kind.UNCHANGED_TOAST))
-            elif kind == "t":
-                length = self.take("!I")
-                if self.pos + length > len(self.data):
+        """The values of one tuple: a row message's whole cost, so it keeps to locals."""
+        data, pos = self.data, self.pos
+        size = len(data)
+        (count,) = _U16.unpack_from(data, pos)
+        pos += 2
+        values: list[TupleValue] = []
+        append = values.append
+        for _ in range(count):
+            if pos >= size:
+                raise DecodeError(f"message ends early at byte {pos}")
+            kind = data[pos]
+            if kind == _TEXT:
+                (length,) = _U32.unpack_from(data, pos + 1)
+                start = pos + 5
+                pos = start + length
+                if pos > size:
                     raise DecodeError(f"value of {length} bytes runs past the message end")
-                text = self.data[self.pos : self.pos + length].decode("utf-8")
-                self.pos += length
-                values.append(Value(Kind.TEXT, text))
+                append(data[start:pos].decode("utf-8"))
+            elif kind == _NULL:
+                append(None)
+                pos += 1
+            elif kind == _UNCHANGED:
+                append(UNCHANGED_TOAST)
+                pos += 1
             else:
-                raise DecodeError(f"unknown tuple value kind {kind!r} (protocol version 1)")
+                raise DecodeError(f"unknown tuple value kind {chr(kind)!r} (protocol version 1)")
+        self.pos = pos
         return tuple(values)
 
     def end(self) -> None:
@@ -174,33 +198,39 @@ def _timestamp(pg_micros: int) -> int:
 
 def decode(data: bytes) -> Message:
     """Decode one pgoutput message; raises DecodeError on anything else."""
-    r = _Reader(bytes(data))
+    try:
+        return _decode(_Reader(bytes(data)))
+    except struct.error as exc:  # a fixed-size field runs past the end
+        raise DecodeError(f"message ends early: {exc}") from None
+
+
+def _decode(r: _Reader) -> Message:
     tag = r.byte()
     message: Message
     if tag == "B":
-        message = Begin(r.take("!Q"), _timestamp(r.take("!q")), r.take("!I"))
+        message = Begin(r.take(_U64), _timestamp(r.take(_I64)), r.take(_U32))
     elif tag == "C":
-        message = Commit(r.take("!B"), r.take("!Q"), r.take("!Q"), _timestamp(r.take("!q")))
+        message = Commit(r.take(_U8), r.take(_U64), r.take(_U64), _timestamp(r.take(_I64)))
     elif tag == "O":
-        message = OriginMessage(r.take("!Q"), r.string())
+        message = OriginMessage(r.take(_U64), r.string())
     elif tag == "R":
-        relation_id, namespace, name = r.take("!I"), r.string(), r.string()
+        relation_id, namespace, name = r.take(_U32), r.string(), r.string()
         identity = r.byte()
         columns = []
-        for _ in range(r.take("!H")):
-            flags = r.take("!B")
+        for _ in range(r.take(_U16)):
+            flags = r.take(_U8)
             column_name = r.string()
-            columns.append(Column(column_name, r.take("!I"), r.take("!i"), bool(flags & 1)))
+            columns.append(Column(column_name, r.take(_U32), r.take(_I32), bool(flags & 1)))
         message = Relation(relation_id, namespace, name, identity, tuple(columns))
     elif tag == "Y":
-        message = Type(r.take("!I"), r.string(), r.string())
+        message = Type(r.take(_U32), r.string(), r.string())
     elif tag == "I":
-        relation_id = r.take("!I")
+        relation_id = r.take(_U32)
         if r.byte() != "N":
             raise DecodeError("insert without a new tuple")
         message = Insert(relation_id, r.tuple_data())
     elif tag == "U":
-        relation_id = r.take("!I")
+        relation_id = r.take(_U32)
         old: TupleData | None = None
         marker = r.byte()
         key_only = marker == "K"
@@ -211,14 +241,14 @@ def decode(data: bytes) -> Message:
             raise DecodeError(f"update: expected a new tuple, got {marker!r}")
         message = Update(relation_id, old, key_only, r.tuple_data())
     elif tag == "D":
-        relation_id = r.take("!I")
+        relation_id = r.take(_U32)
         marker = r.byte()
         if marker not in "KO":
             raise DecodeError(f"delete: expected an old tuple, got {marker!r}")
         message = Delete(relation_id, r.tuple_data(), marker == "K")
     elif tag == "T":
-        count, options = r.take("!I"), r.take("!B")
-        message = Truncate(options, tuple(r.take("!I") for _ in range(count)))
+        count, options = r.take(_U32), r.take(_U8)
+        message = Truncate(options, tuple(r.take(_U32) for _ in range(count)))
     else:
         raise DecodeError(f"unknown pgoutput message {tag!r}")
     r.end()

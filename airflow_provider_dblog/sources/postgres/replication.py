@@ -15,7 +15,7 @@ import select
 import struct
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import psycopg
@@ -75,6 +75,7 @@ class PostgresLogReader:
         self._stream: _Stream | None = None
         # Made on the first connection, which names the database; kept across reconnections.
         self._mapper: ChangeMapper | None = None
+        self._schema_versions: Mapping[TableRef, int] = {}
         # (commit LSN, end LSN) of handed-over transactions not yet acknowledged, oldest first.
         self._commit_ends: deque[tuple[int, int]] = deque(maxlen=remembered_commits)
         self._received = 0
@@ -139,6 +140,12 @@ class PostgresLogReader:
                 raise SourceUnavailable(
                     f"cannot acknowledge to {self._config.name}: {exc}"
                 ) from exc
+
+    def use_schema_versions(self, versions: Mapping[TableRef, int]) -> None:
+        """Row events carry their table's version in `versions` (`StampsSchemaVersions`)."""
+        self._schema_versions = versions
+        if self._mapper is not None:
+            self._mapper.schema_versions = versions
 
     def describe(self, table: TableRef) -> TableSchema:
         """`table`'s columns as the catalog has them now, described as Relation messages are."""
@@ -207,6 +214,7 @@ class PostgresLogReader:
                 captured=config.tables,
                 watermark=config.watermark,
                 describe=self._describe_relation,
+                schema_versions=self._schema_versions,
             )
         stream = _Stream(conn, catalog, self._mapper)
         try:
