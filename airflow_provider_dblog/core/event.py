@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeAlias
 
+import msgspec
+
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
 
@@ -214,21 +216,30 @@ def encode(event: Event) -> str:
 
 
 def encode_lines(events: Iterable[Event]) -> list[bytes]:
-    """`(encode(event) + "\\n").encode()` for each event, byte for byte, at about half the cost.
+    """`(encode(event) + "\\n").encode()` for each event, byte for byte, at a fraction of the cost.
 
-    The envelope is spelled out directly and only `key`, `before` and `after` go through the
-    JSON encoder, one encoder for the whole batch. Anything unusual (a field of another type
-    than its annotation, a value the encoder refuses) takes `encode` itself, which then gives
-    the same bytes or raises the same error as before.
+    The envelope is spelled out directly, as bytes, and only `key`, `before` and `after` go
+    through a JSON encoder, one for the whole batch: msgspec for a row of plain values, the
+    standard library's for anything else. Anything unusual (a field of another type than its
+    annotation, a value an encoder refuses) takes `encode` itself, which then gives the same
+    bytes or raises the same error as before.
     """
     line = _LineEncoder().line
     return [line(event) for event in events]
 
 
-_OP_JSON = {op: json.dumps(op.value) for op in Op}
-_ORIGIN_JSON = {origin: json.dumps(origin.value) for origin in Origin}
+_OP_JSON = {op: json.dumps(op.value).encode() for op in Op}
+_ORIGIN_JSON = {origin: json.dumps(origin.value).encode() for origin in Origin}
 _string: Callable[[str], str] = json.encoder.encode_basestring
 """The escaping `json.dumps(..., ensure_ascii=False)` applies to every string."""
+_PLAIN_TYPES = frozenset({str, int, bool, type(None)})
+"""Values msgspec spells exactly as `json.dumps` does: the exact types, not subclasses.
+Floats are not among them (msgspec writes `1e16` where Python writes `1e+16`)."""
+_STR_TYPE = frozenset({str})
+_LINE = (
+    b'{"op":%b,"key":%b,"before":%b,"after":%b,"source":%b%d,%d],"origin":%b'
+    b',"dump_id":%b,"window_id":%b,"txid":%b,"ts_ms":%b},"schema_version":%d}\n'
+)
 
 
 class _LineEncoder:
@@ -237,10 +248,14 @@ class _LineEncoder:
 
     def __init__(self) -> None:
         self._value = self._value_encoder()
+        self._tables: dict[tuple[str, str, str, str], bytes] = {}
+        """`{"name":..,"db":..,"schema":..,"table":..,"position":[` of each table met."""
 
     @staticmethod
-    def _value_encoder() -> Callable[[JsonValue], str]:
+    def _value_encoder() -> Callable[[JsonValue], bytes]:
         """A JSON value as `json.dumps` with `encode`'s options spells it inside an event."""
+        plain, keys = _PLAIN_TYPES.issuperset, _STR_TYPE.issuperset
+        fast = msgspec.json.Encoder().encode
         options = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         make = getattr(json.encoder, "c_make_encoder", None)
         try:
@@ -257,27 +272,36 @@ class _LineEncoder:
                 options.allow_nan,
             )
         except TypeError:  # no C accelerator, or another signature: the public path
-            return options.encode
 
-        def value(obj: JsonValue) -> str:
-            return "".join(encoder(obj, 0))
+            def standard(obj: JsonValue) -> bytes:
+                return options.encode(obj).encode()
+
+        else:
+
+            def standard(obj: JsonValue) -> bytes:
+                return "".join(encoder(obj, 0)).encode()
+
+        def value(obj: JsonValue) -> bytes:
+            if type(obj) is dict and keys(map(type, obj)) and plain(map(type, obj.values())):
+                return fast(obj)
+            return standard(obj)
 
         return value
 
     def line(self, event: Event) -> bytes:
         try:
-            text = self._envelope(event)
+            line = self._envelope(event)
         except Exception:
             # A value the encoder refused may leave its markers behind: start afresh, and let
             # `encode` give the result (or raise its own error).
             self._value = self._value_encoder()
-            text = None
-        if text is None:
-            text = encode(event)
-        return (text + "\n").encode()
+            line = None
+        if line is None:
+            line = (encode(event) + "\n").encode()
+        return line
 
-    def _envelope(self, event: Event) -> str | None:
-        """The event's line without its newline, or None if a field is not of its usual type."""
+    def _envelope(self, event: Event) -> bytes | None:
+        """The event's line, or None if a field is not of its usual type."""
         source = event.source
         position = source.position
         op, origin = event.op, source.origin
@@ -306,18 +330,27 @@ class _LineEncoder:
             return None
         value = self._value
         before, after = event.before, event.after
-        return (
-            f'{{"op":{_OP_JSON[op]},"key":{value(event.key)}'
-            f',"before":{"null" if before is None else value(before)}'
-            f',"after":{"null" if after is None else value(after)}'
-            f',"source":{{"name":{_string(name)},"db":{_string(db)}'
-            f',"schema":{_string(schema)},"table":{_string(table)}'
-            f',"position":[{commit},{seq}],"origin":{_ORIGIN_JSON[origin]}'
-            f',"dump_id":{"null" if dump_id is None else _string(dump_id)}'
-            f',"window_id":{"null" if window_id is None else _string(window_id)}'
-            f',"txid":{"null" if txid is None else txid}'
-            f',"ts_ms":{"null" if ts_ms is None else ts_ms}'
-            f'}},"schema_version":{version}}}'
+        names = (name, db, schema, table)
+        head = self._tables.get(names)
+        if head is None:
+            head = self._tables[names] = (
+                f'{{"name":{_string(name)},"db":{_string(db)},"schema":{_string(schema)}'
+                f',"table":{_string(table)},"position":['
+            ).encode()
+        return _LINE % (
+            _OP_JSON[op],
+            value(event.key),
+            b"null" if before is None else value(before),
+            b"null" if after is None else value(after),
+            head,
+            commit,
+            seq,
+            _ORIGIN_JSON[origin],
+            b"null" if dump_id is None else _string(dump_id).encode(),
+            b"null" if window_id is None else _string(window_id).encode(),
+            b"null" if txid is None else b"%d" % txid,
+            b"null" if ts_ms is None else b"%d" % ts_ms,
+            version,
         )
 
 

@@ -65,6 +65,9 @@ from airflow_provider_dblog.tailer.writer import SchemaDurable, WindowDurable, W
 
 log = logging.getLogger(__name__)
 
+_BOUNDARIES = (TransactionEnd, Idle)
+"""Where a session may stop."""
+
 
 def _batch_histogram() -> Histogram:
     """Registered by `tailer.metrics` in the tailer's own registry (never the global one)."""
@@ -232,7 +235,7 @@ class Session:
     def _items(self, stop: threading.Event) -> Iterator[LogItem]:
         for item in self._reader.items():
             yield item
-            if stop.is_set() and isinstance(item, TransactionEnd | Idle):
+            if isinstance(item, _BOUNDARIES) and stop.is_set():
                 return
 
     # -- one method per kind of log item -------------------------------------------------------

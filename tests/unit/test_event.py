@@ -189,6 +189,81 @@ def test_encode_lines_is_encode_byte_for_byte(batch: list[Event]) -> None:
     assert encode_lines(batch) == [(encode(e) + "\n").encode() for e in batch]
 
 
+PLAIN_VALUES = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(2**200), max_value=2**200)
+    | st.text(st.characters(codec="utf-8"))  # every code point but the lone surrogates
+)
+"""Row values the fast path (msgspec) encodes: the types a typical row holds."""
+ANY_VALUES = st.recursive(
+    PLAIN_VALUES | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=6,
+)
+"""Every kind of JSON value, floats (1e+16, 5e-324, -0.0, ...) and nesting included."""
+
+
+@st.composite
+def row_events(draw: st.DrawFn) -> Event:
+    """Row events of the log and of dumps, their rows either plain or of any JSON values."""
+    values = draw(st.sampled_from([PLAIN_VALUES, ANY_VALUES]))
+    rows = st.dictionaries(st.text(st.characters(codec="utf-8"), max_size=6), values, max_size=5)
+    origin = draw(st.sampled_from(Origin))
+    dump = origin is Origin.DUMP
+    source = SourceInfo(
+        draw(st.text(max_size=8)),
+        draw(st.text(max_size=8)),
+        draw(st.text(max_size=8)),
+        draw(st.text(max_size=8)),
+        Position(draw(st.integers(0, 2**64 - 1)), draw(st.integers(0, 2**40))),
+        origin,
+        draw(st.text(max_size=8)) if dump else None,
+        draw(st.text(max_size=8)) if dump else None,
+        None if dump else draw(st.integers(0, 2**32)),
+        None if dump else draw(st.integers(0, 2**45)),
+    )
+    op = draw(st.sampled_from([Op.CREATE, Op.UPDATE, Op.DELETE, Op.READ]))
+    return Event(
+        op,
+        draw(rows),
+        None if op in (Op.CREATE, Op.READ) else draw(st.none() | rows),
+        None if op is Op.DELETE else draw(rows),
+        source,
+        draw(st.integers(0, 2**40)),
+    )
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(row_events(), max_size=4))
+def test_encode_lines_is_the_standard_json_of_to_json(batch: list[Event]) -> None:
+    """The fast encoder (msgspec for plain rows, the envelope spelled as bytes) against the
+    standard library's encoding of the documented envelope, `Event.to_json()`."""
+    assert encode_lines(batch) == [
+        json.dumps(e.to_json(), separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        + b"\n"
+        for e in batch
+    ]
+
+
+def test_floats_and_odd_keys_take_the_standard_encoder() -> None:
+    """msgspec spells some floats and keys otherwise (`1e16`, not `1e+16`): a row holding one
+    is encoded by the standard library, at any depth."""
+    base = sample_event()
+    odd = [
+        dataclasses.replace(base, after={"id": 1, "x": 1e16}),
+        dataclasses.replace(base, after={"id": 1, "x": [1e-7]}),
+        dataclasses.replace(base, key={"id": 5e-324}),
+        dataclasses.replace(base, after={"id": 1, 1e16: "float key"}),  # type: ignore[dict-item]
+        dataclasses.replace(base, after={"id": 1, True: "bool key"}),  # type: ignore[dict-item]
+        dataclasses.replace(base, after={"id": Op.CREATE}),
+    ]
+    lines = encode_lines(odd)
+    assert lines == [(encode(e) + "\n").encode() for e in odd]
+    assert b'"x":1e+16' in lines[0] and b"[1e-07]" in lines[1] and b'"1e+16":' in lines[3]
+
+
 def test_encode_lines_of_events_off_their_annotations_is_still_encode() -> None:
     """Fields of other types than annotated (a bool for an int, a plain string for an enum
     member, a str subclass) take `encode` itself, so they spell the same."""

@@ -11,8 +11,8 @@ takes seq 2n+1; a Relation message of a captured table becomes a `SchemaDescript
 seq just before the change it precedes. pgoutput sends a Relation message before a table's first
 change on every new stream and after each ALTER, so where descriptions fall depends on where the
 stream started; the changes' own positions do not, and a replay gives them the same ones. Items
-are yielded message by message, never a transaction at a time, so memory stays bounded whatever
-the transaction size.
+come message by message (`map` returns one message's), never a transaction at a time, so memory
+stays bounded whatever the transaction size.
 
 Schema descriptions: pgoutput sends the columns' names and types only, and only before the next
 change of the table after an ALTER (an ALTER with no later write reaches the log reader only at
@@ -33,7 +33,7 @@ TRUNCATE is published (`setup.py`): each captured table of a Truncate message be
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from airflow_provider_dblog.core.event import (
@@ -216,40 +216,45 @@ class ChangeMapper:
         """The stream was lost: the slot sends an unacknowledged transaction again, whole."""
         self._transaction = None
 
-    def map(self, message: pgoutput.Message) -> Iterator[LogItem]:
+    def map(self, message: pgoutput.Message) -> list[LogItem]:
+        """The items of one message (most give one or none)."""
         if isinstance(message, _ROW_CHANGES):  # first: nearly every message is one
-            yield from self._row_change(self._open("a row change"), message)
-        elif isinstance(message, pgoutput.Begin):
+            return self._row_change(self._open("a row change"), message)
+        if isinstance(message, pgoutput.Begin):
             self._transaction = _Transaction(message)
         elif isinstance(message, pgoutput.Commit):
             self._transaction = None
-            yield TransactionEnd(message.commit_lsn)
+            return [TransactionEnd(message.commit_lsn)]
         elif isinstance(message, pgoutput.Relation):
-            yield from self._relation(message)
+            return self._relation(message)
         elif isinstance(message, pgoutput.Truncate):
-            yield from self._truncate(self._open("a truncate"), message)
+            return self._truncate(self._open("a truncate"), message)
         # OriginMessage and Type need nothing: values arrive as text either way.
+        return []
 
     def _open(self, what: str) -> _Transaction:
         if self._transaction is None:
             raise SourceError(f"pgoutput sent {what} outside a transaction")
         return self._transaction
 
-    def _relation(self, relation: pgoutput.Relation) -> Iterator[LogItem]:
+    def _relation(self, relation: pgoutput.Relation) -> list[LogItem]:
         ref = TableRef(relation.namespace or "pg_catalog", relation.name)
         captured = ref in self._captured
+        items: list[LogItem] = []
         schema: TableSchema | None = None
         if captured:
             transaction = self._open("a relation of a captured table")
             schema = self._describe(relation)
             if not schema.key:
                 raise NoPrimaryKey(f"captured table {ref} has no primary key any more")
-            yield SchemaDescription(
-                ref,
-                schema,
-                transaction.description_position(),
-                transaction.begin.xid,
-                transaction.ts_ms,
+            items.append(
+                SchemaDescription(
+                    ref,
+                    schema,
+                    transaction.description_position(),
+                    transaction.begin.xid,
+                    transaction.ts_ms,
+                )
             )
         self._tables[relation.relation_id] = _Table.of(
             relation,
@@ -258,25 +263,26 @@ class ChangeMapper:
             is_watermark=ref == self._watermark,
             key_columns=() if schema is None else schema.key,
         )
+        return items
 
-    def _truncate(self, transaction: _Transaction, message: pgoutput.Truncate) -> Iterator[LogItem]:
+    def _truncate(self, transaction: _Transaction, message: pgoutput.Truncate) -> list[LogItem]:
+        items: list[LogItem] = []
         for relation_id in message.relation_ids:
             table = self._tables.get(relation_id)
             if table is None:
                 raise SourceError(f"pgoutput sent a truncate of relation {relation_id} first")
             if table.captured:
-                yield Truncate(
-                    table.ref,
-                    transaction.next_position(),
-                    transaction.begin.xid,
-                    transaction.ts_ms,
+                position = transaction.next_position()
+                items.append(
+                    Truncate(table.ref, position, transaction.begin.xid, transaction.ts_ms)
                 )
+        return items
 
     def _row_change(
         self,
         transaction: _Transaction,
         message: pgoutput.Insert | pgoutput.Update | pgoutput.Delete,
-    ) -> Iterator[LogItem]:
+    ) -> list[LogItem]:
         table = self._tables.get(message.relation_id)
         if table is None:
             raise SourceError(f"pgoutput sent a change of relation {message.relation_id} first")
@@ -284,31 +290,31 @@ class ChangeMapper:
             if isinstance(message, pgoutput.Update):
                 value = table.row(message.new).get("value")
                 if isinstance(value, str):
-                    yield WatermarkWrite(value, transaction.next_position())
-            return
+                    return [WatermarkWrite(value, transaction.next_position())]
+            return []
         if not table.captured:
-            return
+            return []
 
         if isinstance(message, pgoutput.Insert):
             after = table.row(message.new)
-            yield self._event(table, transaction, Op.CREATE, table.key(after), None, after)
-        elif isinstance(message, pgoutput.Delete):
+            return [self._event(table, transaction, Op.CREATE, table.key(after), None, after)]
+        if isinstance(message, pgoutput.Delete):
             before = table.row(message.old, key_only=message.old_is_key_only)
-            yield self._event(table, transaction, Op.DELETE, table.key(before), before, None)
-        else:
-            old = (
-                None
-                if message.old is None
-                else table.row(message.old, key_only=message.old_is_key_only)
-            )
-            new = table.row(message.new, unchanged_from=old)
-            new_key = table.key(new, fallback=old)
-            old_key = new_key if old is None else table.key(old)
-            if old_key != new_key:
-                yield self._event(table, transaction, Op.DELETE, old_key, old, None)
-                yield self._event(table, transaction, Op.CREATE, new_key, None, new)
-            else:
-                yield self._event(table, transaction, Op.UPDATE, new_key, old, new)
+            return [self._event(table, transaction, Op.DELETE, table.key(before), before, None)]
+        old = (
+            None
+            if message.old is None
+            else table.row(message.old, key_only=message.old_is_key_only)
+        )
+        new = table.row(message.new, unchanged_from=old)
+        new_key = table.key(new, fallback=old)
+        old_key = new_key if old is None else table.key(old)
+        if old_key != new_key:
+            return [
+                self._event(table, transaction, Op.DELETE, old_key, old, None),
+                self._event(table, transaction, Op.CREATE, new_key, None, new),
+            ]
+        return [self._event(table, transaction, Op.UPDATE, new_key, old, new)]
 
     def _event(
         self,
@@ -319,8 +325,9 @@ class ChangeMapper:
         before: Row | None,
         after: Row | None,
     ) -> Change:
-        """Built only when the session asks for it: a schema event it emitted just before
-        (from the preceding description) is in `schema_versions` by then."""
+        """Built when its message is mapped, after the session took every item of the messages
+        before it: a schema event it emitted for a description is in `schema_versions` by
+        then (one message never holds both a description and a change)."""
         ref = table.ref
         source = SourceInfo(
             self._source,

@@ -158,38 +158,53 @@ class _Reader:
         return text
 
     def tuple_data(self) -> TupleData:
-        """The values of one tuple: a row message's whole cost, so it keeps to locals."""
-        data, pos = self.data, self.pos
-        size = len(data)
-        (count,) = _U16.unpack_from(data, pos)
-        pos += 2
-        values: list[TupleValue] = []
-        append = values.append
-        for _ in range(count):
-            if pos >= size:
-                raise DecodeError(f"message ends early at byte {pos}")
-            kind = data[pos]
-            if kind == _TEXT:
-                (length,) = _U32.unpack_from(data, pos + 1)
-                start = pos + 5
-                pos = start + length
-                if pos > size:
-                    raise DecodeError(f"value of {length} bytes runs past the message end")
-                append(data[start:pos].decode("utf-8"))
-            elif kind == _NULL:
-                append(None)
-                pos += 1
-            elif kind == _UNCHANGED:
-                append(UNCHANGED_TOAST)
-                pos += 1
-            else:
-                raise DecodeError(f"unknown tuple value kind {chr(kind)!r} (protocol version 1)")
-        self.pos = pos
-        return tuple(values)
+        values, self.pos = _tuple_data(self.data, self.pos)
+        return values
 
     def end(self) -> None:
         if self.pos != len(self.data):
             raise DecodeError(f"{len(self.data) - self.pos} bytes left after the message")
+
+
+def _tuple_data(data: bytes, pos: int) -> tuple[TupleData, int]:
+    """The values of the tuple at `pos`, and where it ends: a row message's whole cost, so it
+    keeps to locals."""
+    size = len(data)
+    (count,) = _U16.unpack_from(data, pos)
+    pos += 2
+    values: list[TupleValue] = []
+    append = values.append
+    for _ in range(count):
+        if pos >= size:
+            raise DecodeError(f"message ends early at byte {pos}")
+        kind = data[pos]
+        if kind == _TEXT:
+            (length,) = _U32.unpack_from(data, pos + 1)
+            start = pos + 5
+            pos = start + length
+            if pos > size:
+                raise DecodeError(f"value of {length} bytes runs past the message end")
+            append(data[start:pos].decode("utf-8"))
+        elif kind == _NULL:
+            append(None)
+            pos += 1
+        elif kind == _UNCHANGED:
+            append(UNCHANGED_TOAST)
+            pos += 1
+        else:
+            raise DecodeError(f"unknown tuple value kind {chr(kind)!r} (protocol version 1)")
+    return tuple(values), pos
+
+
+def _insert(data: bytes) -> Insert:
+    """An Insert without a `_Reader`: nearly every message is one."""
+    (relation_id,) = _U32.unpack_from(data, 1)
+    if data[5:6] != b"N":
+        raise DecodeError("insert without a new tuple")
+    values, end = _tuple_data(data, 6)
+    if end != len(data):
+        raise DecodeError(f"{len(data) - end} bytes left after the message")
+    return Insert(relation_id, values)
 
 
 def _timestamp(pg_micros: int) -> int:
@@ -198,13 +213,17 @@ def _timestamp(pg_micros: int) -> int:
 
 def decode(data: bytes) -> Message:
     """Decode one pgoutput message; raises DecodeError on anything else."""
+    data = bytes(data)
     try:
-        return _decode(_Reader(bytes(data)))
+        if data[:1] == b"I":
+            return _insert(data)
+        return _decode(_Reader(data))
     except struct.error as exc:  # a fixed-size field runs past the end
         raise DecodeError(f"message ends early: {exc}") from None
 
 
 def _decode(r: _Reader) -> Message:
+    """Any message but an Insert (`_insert` reads those, without a reader)."""
     tag = r.byte()
     message: Message
     if tag == "B":
@@ -224,11 +243,6 @@ def _decode(r: _Reader) -> Message:
         message = Relation(relation_id, namespace, name, identity, tuple(columns))
     elif tag == "Y":
         message = Type(r.take(_U32), r.string(), r.string())
-    elif tag == "I":
-        relation_id = r.take(_U32)
-        if r.byte() != "N":
-            raise DecodeError("insert without a new tuple")
-        message = Insert(relation_id, r.tuple_data())
     elif tag == "U":
         relation_id = r.take(_U32)
         old: TupleData | None = None
