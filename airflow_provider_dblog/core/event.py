@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeAlias
 
-import msgspec
-
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
 
@@ -94,8 +92,10 @@ def key_of(row: Mapping[str, JsonValue], key_columns: Sequence[str]) -> Key:
         raise ValueError(f"row has no primary-key column {missing}") from None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SourceInfo:
+    """Where an event comes from. Not a frozen dataclass, as `Event` is not: see there."""
+
     name: str
     db: str
     schema: str
@@ -126,8 +126,13 @@ class SourceInfo:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Event:
+    """One change. Events are values: nothing changes one once it is built (`dataclasses.replace`
+    makes another). They are not frozen dataclasses only because the log path builds one per
+    row change, with its `SourceInfo`, and a frozen dataclass's `__init__` costs about five
+    times as much (it sets each field through `object.__setattr__`)."""
+
     op: Op
     key: Row
     before: Row | None
@@ -242,6 +247,16 @@ _LINE = (
 )
 
 
+def _msgspec_encoder() -> Callable[[Any], bytes] | None:
+    """msgspec's JSON encoder; None where it is not installed (this module is imported without
+    site-packages too, from the package's zip on a Spark executor: `spark_package`)."""
+    try:
+        import msgspec.json
+    except ImportError:
+        return None
+    return msgspec.json.Encoder().encode
+
+
 class _LineEncoder:
     """Encodes events as `encode` does. Not thread-safe: one per batch (the JSON encoder's
     circular-reference markers are shared between its calls)."""
@@ -255,7 +270,7 @@ class _LineEncoder:
     def _value_encoder() -> Callable[[JsonValue], bytes]:
         """A JSON value as `json.dumps` with `encode`'s options spells it inside an event."""
         plain, keys = _PLAIN_TYPES.issuperset, _STR_TYPE.issuperset
-        fast = msgspec.json.Encoder().encode
+        fast = _msgspec_encoder()
         options = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         make = getattr(json.encoder, "c_make_encoder", None)
         try:
@@ -280,6 +295,9 @@ class _LineEncoder:
 
             def standard(obj: JsonValue) -> bytes:
                 return "".join(encoder(obj, 0)).encode()
+
+        if fast is None:
+            return standard
 
         def value(obj: JsonValue) -> bytes:
             if type(obj) is dict and keys(map(type, obj)) and plain(map(type, obj.values())):
