@@ -458,3 +458,32 @@ def test_each_column_converts_as_convert_does() -> None:
     (created,) = events(items)
     assert created.after == {name: convert(oid, text) for name, oid, text in columns}
     assert created.key == {"id": 7}
+
+
+def test_rows_are_built_whatever_the_column_names() -> None:
+    """The row function compiled per relation names columns by index only: names that look
+    like its own variables or like code are plain keys."""
+    names = ["v0", "n1", "values", "p0', 1)}\nimport os #", "None", "é 😀", ""]
+    columns = [(name, INT8 if i == 0 else TEXT, i == 0) for i, name in enumerate(names)]
+    texts: list[str | None] = [str(i) for i in range(len(names))]
+    texts[2] = None
+    catalog = Catalog({ORDERS: ("v0",)})
+    mapper = ChangeMapper(
+        source="pg-main",
+        db="shop",
+        captured=[ORDERS_TABLE],
+        watermark=WATERMARK_TABLE,
+        describe=catalog.describe,
+    )
+    items = feed(
+        mapper,
+        begin(0x500, 9),
+        relation(ORDERS, "app", "orders", columns),
+        insert(ORDERS, texts),
+        update(ORDERS, ["0", *[TOAST] * (len(names) - 1)]),
+        commit(0x500, 0x530),
+    )
+    created, updated = events(items)
+    assert created.after == {"v0": 0, **{n: t for n, t in zip(names[1:], texts[1:], strict=True)}}
+    assert list(created.after) == names
+    assert updated.after == {"v0": 0}

@@ -82,6 +82,8 @@ class _Table:
     """Each column's converter; None where the JSON value is the text itself."""
     identity: tuple[int, ...]
     """The indexes of the replica identity columns: what a key-only ('K') tuple carries."""
+    whole_row: Callable[[pgoutput.TupleData], Row]
+    """A whole tuple without unchanged TOAST values as a row: `_compile_row`."""
 
     @classmethod
     def of(
@@ -94,17 +96,20 @@ class _Table:
         key_columns: tuple[str, ...],
     ) -> _Table:
         columns = relation.columns
+        names = tuple(c.name for c in columns)
+        parsers = tuple(
+            None if keeps_text(c.type_oid) else column_converter(c.type_oid) for c in columns
+        )
         return cls(
             relation,
             ref,
             captured,
             is_watermark,
             key_columns,
-            tuple(c.name for c in columns),
-            tuple(
-                None if keeps_text(c.type_oid) else column_converter(c.type_oid) for c in columns
-            ),
+            names,
+            parsers,
             tuple(i for i, c in enumerate(columns) if c.is_key),
+            _compile_row(names, parsers),
         )
 
     def row(
@@ -119,6 +124,8 @@ class _Table:
         names, parsers = self.names, self.parsers
         if len(values) != len(names):
             raise SourceError(f"{self.ref}: tuple of {len(values)} values for {len(names)} columns")
+        if not key_only and pgoutput.UNCHANGED_TOAST not in values:
+            return self.whole_row(values)  # nearly every tuple
         if key_only:
             indexes = self.identity
             names = tuple(names[i] for i in indexes)
@@ -172,6 +179,33 @@ class _Transaction:
     def description_position(self) -> Position:
         """Just before the next change: its (even) seq minus one."""
         return Position(self.begin.final_lsn, 2 * self.changes)
+
+
+def _compile_row(
+    names: tuple[str, ...], parsers: tuple[Callable[[str], JsonValue] | None, ...]
+) -> Callable[[pgoutput.TupleData], Row]:
+    """A function from a whole tuple (no unchanged TOAST value) to its row, as `_Table.row`'s
+    loop builds it, compiled once per Relation message: one dict display with each column's
+    conversion spelled out, about ten times faster than the loop. The generated code names
+    columns and converters only by their index (`n0`, `p0`, ...), bound as globals of the
+    function, so no name from the database is ever part of the code."""
+    namespace: dict[str, object] = {}
+    items = []
+    for i, (name, parse) in enumerate(zip(names, parsers, strict=True)):
+        namespace[f"n{i}"] = name
+        if parse is None:
+            items.append(f"n{i}: v{i}")
+        else:
+            namespace[f"p{i}"] = parse
+            items.append(f"n{i}: None if v{i} is None else p{i}(v{i})")
+    unpack = "".join(f"v{i}, " for i in range(len(names)))
+    source = "def whole_row(values):\n"
+    if names:
+        source += f"    {unpack}= values\n"
+    source += f"    return {{{', '.join(items)}}}\n"
+    exec(compile(source, "<pgoutput row>", "exec"), namespace)
+    function: Callable[[pgoutput.TupleData], Row] = namespace["whole_row"]  # type: ignore[assignment]
+    return function
 
 
 _ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
