@@ -184,10 +184,11 @@ class Session:
             schemas=store.tailer,
             batch_seconds=stats.output_batch_seconds,
         )
-        self._stamped = isinstance(reader, StampsSchemaVersions)
+        self._stamped = False
         """The reader builds row events with `self._schemas`' versions: none to stamp here."""
         if isinstance(reader, StampsSchemaVersions):
             reader.use_schema_versions(self._schemas.versions)
+            self._stamped = True
         self._opened_at: dict[str, float] = {}
         self._acknowledged = 0
         self._handed_commit = 0
