@@ -31,10 +31,13 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-from airflow_provider_dblog.core.event import Event, JsonValue, Op, Row, decode
+import msgspec
+
+from airflow_provider_dblog.core.event import JsonValue, Op, Row
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.lake.schema import LakeRow
@@ -45,6 +48,9 @@ DEFAULT_SEGMENT_BYTES = 32 * 1024 * 1024
 _BLOCK = 64 * 1024
 TRUNCATE = Op.TRUNCATE.value
 SCHEMA = Op.SCHEMA.value
+DELETE = Op.DELETE.value
+UPDATE = Op.UPDATE.value
+_POSITION = itemgetter(0, 1)
 TABLE_KEY = ""
 """The key a table-level change is found under (no row's key JSON is empty)."""
 
@@ -76,24 +82,26 @@ class Folded(NamedTuple):
 def fold(changes: Iterable[Change], floor: tuple[int, int] | None = None) -> Folded | None:
     """One key's latest state from the run's `changes`, or None if none is at or after
     `floor` (the position of the table's last truncate in the run)."""
-    current: Folded | None = None
-    last = None
-    for change in sorted(changes, key=lambda c: (c.commit, c.seq)):
-        position = (change.commit, change.seq)
-        if (floor is not None and position < floor) or (last is not None and position <= last):
-            continue
-        last = position
-        commit, seq, op, ts_ms = change.commit, change.seq, change.op, change.ts_ms
-        if op == Op.DELETE.value or change.after is None:
-            current = Folded(commit, seq, op, None, False, ts_ms)
-        elif op != Op.UPDATE.value:
-            current = Folded(commit, seq, op, dict(change.after), False, ts_ms)
-        elif current is None or current.row is None:
-            current = Folded(commit, seq, op, dict(change.after), True, ts_ms)
+    found: Folded | None = None
+    last = floor
+    row: Row | None = None
+    partial = False
+    for commit, seq, op, after, ts_ms in sorted(changes, key=_POSITION):
+        if last is not None and (
+            (commit, seq) <= last if found is not None else (commit, seq) < last
+        ):
+            continue  # a duplicate, or a change before the floor
+        last = (commit, seq)
+        if op == DELETE or after is None:
+            row, partial = None, False
+        elif op != UPDATE:
+            row, partial = after, False
+        elif row is None:
+            row, partial = after, True
         else:
-            row = {**current.row, **change.after}
-            current = Folded(commit, seq, op, row, current.partial, ts_ms)
-    return current
+            row = {**row, **after}
+        found = Folded(commit, seq, op, row, partial, ts_ms)
+    return found
 
 
 def lake_row(
@@ -150,45 +158,80 @@ def constant_default(expression: str | None) -> JsonValue:
     return None
 
 
+class _Source(msgspec.Struct):
+    """The part of an event's `source` folding needs."""
+
+    schema: str
+    table: str
+    position: tuple[int, int]
+    ts_ms: int | None = None
+
+
+class _Line(msgspec.Struct):
+    """The part of one NDJSON event folding needs, decoded straight into plain values: an
+    `Event` per line (its dataclasses, enums and checks) would cost more than the fold."""
+
+    op: Literal["c", "u", "d", "r", "t", "s"]
+    key: dict[str, Any]
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    source: _Source
+    schema_version: int
+    table_schema: dict[str, Any] | None = None
+
+
+_decode_line = msgspec.json.Decoder(_Line).decode
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+
+
 def key_json(key: Mapping[str, JsonValue]) -> str:
     """The key as the run groups by: compact JSON in primary-key order."""
-    return json.dumps(key, separators=(",", ":"), ensure_ascii=False)
+    return _encode(key).decode()
 
 
-def changes_of(event: Event) -> list[tuple[str, str, Change]]:
-    """`(table, key JSON, change)` for every key the event touches: one, or two for an update
-    that moved the row to another key; a table-level event is one change under `TABLE_KEY`
-    (a schema event's `after` is its table schema's JSON)."""
-    table = str(event.table)
-    commit, seq, ts_ms = event.position.commit, event.position.seq, event.source.ts_ms
-    if event.op is Op.SCHEMA:
-        schema = event.table_schema.to_json() if event.table_schema is not None else None
-        return [(table, TABLE_KEY, Change(commit, seq, SCHEMA, schema, ts_ms))]
-    if event.op is Op.TRUNCATE:
-        return [(table, TABLE_KEY, Change(commit, seq, TRUNCATE, None, ts_ms))]
-    if event.op is Op.DELETE:
-        return [(table, key_json(event.key), Change(commit, seq, Op.DELETE.value, None, ts_ms))]
-    after = {**(event.after or {}), **event.key}
-    found = [(table, key_json(event.key), Change(commit, seq, event.op.value, after, ts_ms))]
-    before = event.before or {}
-    if event.op is Op.UPDATE and all(c in before for c in event.key):
-        old_key = {c: before[c] for c in event.key}
-        if old_key != event.key:
-            deleted = Change(commit, seq, Op.DELETE.value, None, ts_ms)
-            found.append((table, key_json(old_key), deleted))
+def key_row(key: str) -> Row:
+    """The key `key_json` spelled."""
+    found: Row = _decode(key)
     return found
 
 
 def parse_line(
     line: bytes, progress: Mapping[str, tuple[int, int]]
 ) -> list[tuple[str, str, Change]]:
-    """The changes of one NDJSON line, none if the event is not after its table's `progress`
-    (the position the lake table recorded: a replay)."""
-    event = decode(line)
-    folded = progress.get(str(event.table))
-    if folded is not None and (event.position.commit, event.position.seq) <= folded:
+    """`(table, key JSON, change)` for every key the line's event touches: one, or two for an
+    update that moved the row to another key; a table-level event is one change under
+    `TABLE_KEY` (a schema event's `after` is its table schema's JSON). None if the event is
+    not after its table's `progress` (the position the lake table recorded: a replay)."""
+    try:
+        event = _decode_line(line)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"not a DBLog event: {exc}") from None
+    source = event.source
+    table = f"{source.schema}.{source.table}"
+    commit, seq = source.position
+    done = progress.get(table)
+    if done is not None and (commit, seq) <= done:
         return []
-    return changes_of(event)
+    op, ts_ms = event.op, source.ts_ms
+    if op == SCHEMA:
+        if event.table_schema is None:
+            raise ValueError("not a DBLog event: a schema event without its table_schema")
+        return [(table, TABLE_KEY, Change(commit, seq, SCHEMA, event.table_schema, ts_ms))]
+    if op == TRUNCATE:
+        return [(table, TABLE_KEY, Change(commit, seq, TRUNCATE, None, ts_ms))]
+    key = event.key
+    if op == DELETE:
+        return [(table, key_json(key), Change(commit, seq, DELETE, None, ts_ms))]
+    after = event.after
+    after = {**after, **key} if after else dict(key)
+    found = [(table, key_json(key), Change(commit, seq, op, after, ts_ms))]
+    before = event.before
+    if op == UPDATE and before and all(c in before for c in key):
+        old_key = {c: before[c] for c in key}
+        if old_key != key:
+            found.append((table, key_json(old_key), Change(commit, seq, DELETE, None, ts_ms)))
+    return found
 
 
 def floors(truncates: Iterable[tuple[str, Change]]) -> dict[str, tuple[int, int]]:

@@ -15,7 +15,6 @@ from airflow_provider_dblog.compaction import (
     Change,
     CompactState,
     Folded,
-    changes_of,
     constant_default,
     floors,
     fold,
@@ -115,6 +114,14 @@ def event(op: Op, commit: int, key: dict, after: dict | None, before: dict | Non
     return Event(op, key, before, after, source, 1)
 
 
+def line_of(event: Event) -> bytes:
+    return (encode(event) + "\n").encode()
+
+
+def changes_of(event: Event) -> list[tuple[str, str, Change]]:
+    return parse_line(line_of(event), {})
+
+
 def test_key_changing_update_deletes_the_old_key_at_the_same_position() -> None:
     moved = event(Op.UPDATE, 7, {"a": 2, "b": "x"}, {"a": 2, "b": "x"}, {"a": 1, "b": "x"})
     assert changes_of(moved) == [
@@ -137,7 +144,7 @@ def test_table_level_events_as_changes() -> None:
 
 
 def test_events_not_after_their_tables_progress_are_replays() -> None:
-    line = (encode(event(Op.CREATE, 3, {"id": 1}, {"id": 1})) + "\n").encode()
+    line = line_of(event(Op.CREATE, 3, {"id": 1}, {"id": 1}))
     assert parse_line(line, {"app.t": (3, 0)}) == []
     assert len(parse_line(line, {"app.t": (2, 9)})) == 1
     assert len(parse_line(line, {"app.other": (9, 9)})) == 1
