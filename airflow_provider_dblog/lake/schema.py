@@ -367,6 +367,10 @@ def converter(kind: str) -> Callable[[JsonValue], Any]:
 def column_array(column: LakeColumn, values: Iterable[JsonValue], table: TableRef) -> pa.Array:
     """An Arrow array of `column`'s type from its JSON values; a value the type refuses raises
     `LakeSchemaError` naming the table, column and value."""
+    values = values if isinstance(values, list) else list(values)
+    whole = _whole_array(column, values)
+    if whole is not None:
+        return whole
     convert = converter(column.kind)
     converted = []
     for value in values:
@@ -381,6 +385,27 @@ def column_array(column: LakeColumn, values: Iterable[JsonValue], table: TableRe
             (v for v in converted if not _fits(column.arrow, v)), converted[0] if converted else 0
         )
         raise _refused(table, column, bad, exc) from None
+
+
+_TAKEN_AS_IS = frozenset({"int", "bool", "float", "string"})
+_CAST_FROM_TEXT = frozenset({"decimal", "date", "timestamp", "timestamptz"})
+
+
+def _whole_array(column: LakeColumn, values: list[JsonValue]) -> pa.Array | None:
+    """The column's array made by Arrow at once, without a Python conversion per value, or
+    None where Arrow refuses the values. It takes values as they are, and casts text to
+    decimals, dates and timestamps only where its parser reads every value and needs no
+    rounding; what it accepts it reads as the per-value conversions do. Anything else (a
+    float spelled 'NaN', a non-text value of a text column, 'infinity', a timestamp without
+    its zone in a timestamptz column) is left to them, which give the value or the error."""
+    try:
+        if column.kind in _TAKEN_AS_IS:
+            return pa.array(values, column.arrow)
+        if column.kind in _CAST_FROM_TEXT:
+            return pa.array(values, pa.string()).cast(column.arrow)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        return None
+    return None
 
 
 def _fits(arrow: pa.DataType, value: Any) -> bool:

@@ -10,7 +10,7 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.lake.schema import (
     KEEP_PREFIX,
@@ -18,6 +18,8 @@ from airflow_provider_dblog.lake.schema import (
     LakeRow,
     LakeSchema,
     LakeSchemaError,
+    column_array,
+    converter,
     lake_column,
     lake_schema,
 )
@@ -135,6 +137,35 @@ def test_json_values_become_typed_columns() -> None:
     assert found["tags"] == ["a", None]
     assert (found["_dblog_commit"], found["_dblog_seq"], found["_dblog_op"]) == (10, 3, "c")
     assert found["_dblog_deleted"] is False and found["_dblog_ts_ms"] == 5
+
+
+@pytest.mark.parametrize(
+    ("sql_type", "values"),
+    [
+        ("numeric(12,2)", ["1.5", "-0.01", "+3", ".5", "1e2", "7.", None]),
+        ("numeric(12,2)", ["1.5", "NaN", " 2", "1_0"]),  # Arrow refuses: per value
+        ("date", ["2024-02-29", "0099-01-01", None]),
+        ("date", ["2024-02-29", "infinity"]),
+        ("timestamp without time zone", ["2024-02-29 23:59:59.5", "2024-02-29T01:02", None]),
+        ("timestamp without time zone", ["2024-02-29 23:59:59.1234567", "20240229T120000"]),
+        ("timestamp with time zone", ["2024-02-29 23:59:59+00", "2024-02-29 01:02:03.5+05:30"]),
+        ("timestamp with time zone", ["2024-02-29 23:59:59+00", "2024-02-29 01:02:03"]),
+        ("real", [1, 2.5, None]),
+        ("double precision", [1.5, "NaN", "-Infinity"]),
+        ("text", ["a", "é", None]),
+        ("text", ["a", 1, True, [1]]),
+    ],
+)
+def test_a_column_made_at_once_holds_what_the_per_value_conversion_makes(
+    sql_type: str, values: list[JsonValue]
+) -> None:
+    """Arrow builds most columns in one call; what it reads must equal the converters'."""
+    column = lake_column("postgres", "c", sql_type)
+    convert = converter(column.kind)
+    expected = pa.array([None if v is None else convert(v) for v in values], column.arrow)
+    found = column_array(column, values, TABLE)
+    assert found.type == expected.type
+    assert repr(found.to_pylist()) == repr(expected.to_pylist())  # repr: NaN equals NaN
 
 
 def test_a_tombstone_and_kept_columns() -> None:
