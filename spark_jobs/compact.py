@@ -39,7 +39,7 @@ import gc
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,12 +279,14 @@ def _spark_run(
         .flatMap(lambda line: parse_line(line, progress))
         .cache()
     )
-    ends = (
-        parsed.map(lambda t: (t[0], ((t[2].commit, t[2].seq), 1)))
-        .reduceByKey(lambda x, y: (max(x[0], y[0]), x[1] + y[1]))
-        .collect()
-    )
-    events = parsed.filter(lambda t: t[1] == TABLE_KEY).map(lambda t: (t[0], t[2])).collect()
+    ends: dict[str, tuple[int, int]] = {}
+    events: list[tuple[str, Change]] = []
+    count = 0
+    for part_ends, part_count, part_events in parsed.mapPartitions(_summary).collect():
+        for table, end in part_ends.items():
+            ends[table] = max(ends.get(table, end), end)
+        count += part_count
+        events.extend(part_events)
 
     def folded(
         truncated: dict[str, tuple[int, int]],
@@ -292,13 +294,23 @@ def _spark_run(
         rows = parsed.filter(lambda t: t[1] != TABLE_KEY).map(lambda t: ((t[0], t[1]), t[2]))
         return rows.groupByKey().flatMap(lambda kv: _folded(kv, truncated)).toLocalIterator()
 
-    return RunChanges(
-        {table: end for table, (end, _) in ends},
-        sum(count for _, (_, count) in ends),
-        events,
-        folded,
-        parsed.unpersist,
-    )
+    return RunChanges(ends, count, events, folded, parsed.unpersist)
+
+
+def _summary(
+    parsed: Iterable[tuple[str, str, Change]],
+) -> Iterator[tuple[dict[str, tuple[int, int]], int, list[tuple[str, Change]]]]:
+    """One partition's part of a run: each table's last position, the number of changes and
+    the table-level events (one pass, no shuffle)."""
+    ends: dict[str, tuple[int, int]] = {}
+    events: list[tuple[str, Change]] = []
+    count = 0
+    for table, key, change in parsed:
+        count += 1
+        ends[table] = max(ends.get(table, (0, 0)), (change.commit, change.seq))
+        if key == TABLE_KEY:
+            events.append((table, change))
+    yield ends, count, events
 
 
 def _driver_run(segments: list[Segment], progress: dict[str, tuple[int, int]]) -> RunChanges:
