@@ -20,11 +20,13 @@ with new watermarks. They never corrupt the output and never raise.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from airflow_provider_dblog.core.direct import DumpMode
+from airflow_provider_dblog.core.encoded_rows import DumpLine, EncodedRows, changed_key_json
 from airflow_provider_dblog.core.event import (
     Event,
     Key,
@@ -58,13 +60,18 @@ class ChunkRows:
     a commit visible after a later one (a commit waiting for a synchronous standby is in the log
     but not yet visible); if one of them committed before lw, the read is stale and the window
     fails.
+
+    `rows` are the rows as read, or as the reader encoded them (`EncodedRows`): the tailer
+    takes a stored chunk a slice at a time, each slice a `ChunkRows` of its own whose
+    `emitted_before` counts the rows the slices before it emitted, so positions go on.
     """
 
     window_id: str
     key_columns: tuple[str, ...]
-    rows: Sequence[Row]
+    rows: Sequence[Row] | EncodedRows
     schema_version: int
     invisible_txids: frozenset[int] = frozenset()
+    emitted_before: int = 0
 
 
 class FailureReason(StrEnum):
@@ -151,6 +158,8 @@ class Reconciler:
         self._ended: dict[str, None] = {}
         self._remembered_ends = remembered_ends
         self._recent = _RecentCommits(recent_commits)
+        self._changed_json: tuple[frozenset[Key], tuple[str, ...], set[bytes] | None] | None = None
+        """The last window's changed keys spelled as JSON, kept across its slices."""
 
     # -- log input --------------------------------------------------------------------------
 
@@ -212,7 +221,9 @@ class Reconciler:
     # -- chunk output -----------------------------------------------------------------------
 
     def chunk_events(self, closed: Closed, chunk: ChunkRows) -> list[Event] | Failed:
-        """The chunk rows that survive reconciliation, as `r` events positioned after hw."""
+        """The chunk rows that survive reconciliation, as `r` events positioned after hw (and
+        after the `emitted_before` rows of the chunk's earlier slices). Encoded rows give
+        `EncodedEvent`s."""
         window = closed.window
         if chunk.window_id != window.window_id:
             return Failed(
@@ -226,12 +237,14 @@ class Reconciler:
                     FailureReason.STALE_READ,
                     f"transaction {txid} committed before lw but was invisible to the read",
                 )
+        if isinstance(chunk.rows, EncodedRows):
+            return self._encoded_events(closed, chunk, chunk.rows)
         # One row costs a few objects, so the loop keeps to locals and positional arguments.
         # Every row's key is checked (a missing key column raises), but only a window in
         # which keys changed needs the hashable key.
         key_columns = chunk.key_columns
         changed = closed.changed_keys
-        commit, seq = closed.hw_position.commit, closed.hw_position.seq
+        commit, seq = closed.hw_position.commit, closed.hw_position.seq + chunk.emitted_before
         name, db = self._source_name, self._db
         schema, table = window.table.schema, window.table.name
         dump_id, window_id, version = window.dump_id, window.window_id, chunk.schema_version
@@ -252,6 +265,42 @@ class Reconciler:
             )
             append(Event(read, key_row, None, row, source, version))
         return events
+
+    def _encoded_events(self, closed: Closed, chunk: ChunkRows, rows: EncodedRows) -> list[Event]:
+        window, hw = closed.window, closed.hw_position
+        line = DumpLine(
+            self._source_name,
+            self._db,
+            window.table,
+            window.dump_id,
+            window.window_id,
+            hw.commit,
+            chunk.schema_version,
+        )
+        first_seq = hw.seq + chunk.emitted_before + 1
+        changed = closed.changed_keys
+        if not changed:
+            return line.events(rows, first_seq)
+        spelled = self._spelled(changed, chunk.key_columns)
+        if spelled is not None:
+            return line.events(rows, first_seq, spelled)
+        # A key holding a list or an object: compare each row's key decoded, as a `Key`.
+        kept = [
+            (key, values)
+            for key, values in zip(rows.keys, rows.values, strict=True)
+            if key_of(json.loads(key), chunk.key_columns) not in changed
+        ]
+        return line.events(EncodedRows([k for k, _ in kept], [v for _, v in kept]), first_seq)
+
+    def _spelled(self, changed: frozenset[Key], key_columns: tuple[str, ...]) -> set[bytes] | None:
+        cached = self._changed_json
+        if cached is None or cached[0] is not changed or cached[1] != key_columns:
+            cached = self._changed_json = (
+                changed,
+                key_columns,
+                changed_key_json(changed, key_columns),
+            )
+        return cached[2]
 
     # -- introspection ----------------------------------------------------------------------
 

@@ -33,7 +33,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from airflow_provider_dblog.core.event import Event, decode, encode_lines
+from airflow_provider_dblog.core.encoded_rows import event_lines
+from airflow_provider_dblog.core.event import Event, decode
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.outputs.base import (
     Output,
@@ -289,7 +290,7 @@ class NdjsonOutput(Output):
             kept = drop_replayed(events, self.last_position)
             if len(kept) < len(events):
                 log.info("skipped %d replayed events", len(events) - len(kept))
-            lines = encode_lines(kept)
+            lines = event_lines(kept)
             start = 0
             while start < len(lines):
                 if self._size and self._size + len(lines[start]) > self.max_bytes:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import redis
 
+from airflow_provider_dblog.core.encoded_rows import EncodedEvent
 from airflow_provider_dblog.core.event import Event, encode
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.outputs.base import (
@@ -115,6 +116,11 @@ def stream_name(prefix: str, source: str, table: str | None = None) -> str:
     return key if table is None else f"{key}:{table}"
 
 
+def _encoded(event: Event) -> bytes | str:
+    """The event's JSON; a chunk row's as its reader encoded it."""
+    return event.line[:-1] if isinstance(event, EncodedEvent) else encode(event)
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -183,14 +189,14 @@ class RedisStreamOutput(Output):
             self._read_last([key for key in streams if key not in self._last])
             keys = list(streams)
             kept = {key: drop_replayed(streams[key], self._position(key)) for key in keys}
-            args: list[str | int] = [token, *self._trim()]
+            args: list[bytes | str | int] = [token, *self._trim()]
             for key in keys:
                 tail = self._last[key]
                 args += ["" if tail is None else tail.entry_id, len(kept[key])]
             for key in keys:
                 for event in kept[key]:
                     args += [
-                        encode(event),
+                        _encoded(event),
                         str(event.table),
                         event.op.value,
                         json.dumps(event.position.to_json()),

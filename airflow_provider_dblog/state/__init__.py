@@ -39,6 +39,7 @@ from airflow_provider_dblog.state.dumps import (
 from airflow_provider_dblog.state.errors import (
     AlreadyExists,
     FencedOut,
+    MissingRows,
     StateStoreError,
     StateStoreUnavailable,
     UnknownDump,
@@ -47,7 +48,13 @@ from airflow_provider_dblog.state.errors import (
 from airflow_provider_dblog.state.keys import SourceKeys
 from airflow_provider_dblog.state.store import StateStore
 from airflow_provider_dblog.state.tailer import TailerHealth, TailerStore
-from airflow_provider_dblog.state.windows import Mark, WindowState, WindowStatus, WindowStore
+from airflow_provider_dblog.state.windows import (
+    Mark,
+    StoredRows,
+    WindowState,
+    WindowStatus,
+    WindowStore,
+)
 
 __all__ = [
     "AlreadyExists",
@@ -59,11 +66,13 @@ __all__ = [
     "DumpStore",
     "FencedOut",
     "Mark",
+    "MissingRows",
     "SourceKeys",
     "StateStore",
     "StateStoreError",
     "StateStoreUnavailable",
     "StoredDump",
+    "StoredRows",
     "TailerHealth",
     "TailerStore",
     "UnknownDump",

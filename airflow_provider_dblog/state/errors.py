@@ -36,3 +36,8 @@ class UnknownDump(StateStoreError):
 
 class AlreadyExists(StateStoreError):
     """A window id, watermark value or dump id is already in use."""
+
+
+class MissingRows(StateStoreError):
+    """A window's chunk rows went away while the tailer read them (the window ended, or Redis
+    lost them): the window fails and its chunk is read again."""

@@ -9,10 +9,12 @@ every key of a source lives in one slot and every Lua script of the stores may t
 |                        |        | chunk (JSON), state, reason, registered_ms, updated_ms      |
 | P wm:<value>           | string | the window a watermark value belongs to: JSON {window_id,   |
 |                        |        | dump_id, table, mark: "lw" or "hw"}                         |
-| P window:<id>:rows     | list   | the chunk rows, one JSON array of up to 1000 rows each      |
-| P window:<id>:rowsmeta | hash   | key_columns, schema_version, invisible_txids (JSON), rows;  |
-|                        |        | appended rows add part:<n> (its row count) and              |
-|                        |        | invisible_txids:<n> (JSON) per part                         |
+| P window:<id>:rows     | list   | the chunk rows as readers encoded them, a page (up to 1000  |
+|                        |        | rows or ~1 MiB) in two elements: its rows' key JSON, then   |
+|                        |        | their values' JSON, each joined by newlines                 |
+| P window:<id>:rowsmeta | hash   | key_columns, invisible_txids (JSON), rows; columns:<n> (the |
+|                        |        | JSON column lists of part n's rows); appended rows add      |
+|                        |        | part:<n> (its row count) and invisible_txids:<n> (JSON)     |
 | P window:<id>:ended    | list   | one element once the window ended (waiters block on it)     |
 | P direct:pending       | hash   | window id -> its lw position (JSON), for each direct window |
 |                        |        | the tailer recorded whose rows are not yet committed        |

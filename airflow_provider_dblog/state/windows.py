@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -41,6 +41,7 @@ import redis
 from redis.typing import EncodableT, FieldT
 
 from airflow_provider_dblog.core.direct import DumpMode
+from airflow_provider_dblog.core.encoded_rows import EncodedRows, encode_rows, row_columns
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, Row, TableRef
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
@@ -54,12 +55,21 @@ from airflow_provider_dblog.state.base import (
     text,
     ttl_ms,
 )
-from airflow_provider_dblog.state.errors import AlreadyExists, FencedOut, UnknownWindow
+from airflow_provider_dblog.state.errors import (
+    AlreadyExists,
+    FencedOut,
+    MissingRows,
+    UnknownWindow,
+)
 
 Mark = Literal["lw", "hw"]
 
 _PAGE_ROWS = 1000
-"""Rows per list element of a chunk: one JSON array each, so 50k rows are 50 RPUSH arguments."""
+"""Rows per page of a chunk at most: a page is two list elements (keys, values), so 50k small
+rows are 100 RPUSH arguments."""
+_PAGE_BYTES = 1 << 20
+"""A page ends once its values pass this, so what the tailer holds of a chunk at once is about
+this much whatever the width of the rows."""
 _WAIT_SLICE_S = 1.0
 """The longest a blocking wait runs before the state is read again (below any socket timeout)."""
 
@@ -93,8 +103,35 @@ def _window(data: Mapping[str, str]) -> Window:
     return Window(data["window_id"], data["dump_id"], TableRef.parse(data["table"]), mode)
 
 
-def _pages(rows: Sequence[Row]) -> list[str]:
-    return [compact_json(list(rows[i : i + _PAGE_ROWS])) for i in range(0, len(rows), _PAGE_ROWS)]
+@dataclass(frozen=True, slots=True)
+class StoredRows:
+    """What the tailer reads of a window's chunk at hw before its rows: the rows come after,
+    a page at a time (`WindowStore.row_slices`)."""
+
+    window_id: str
+    key_columns: tuple[str, ...]
+    rows: int
+    pages: int
+    invisible_txids: frozenset[int]
+    columns: frozenset[tuple[str, ...]]
+    """Each column list the rows were read with: more than one when parts were read on both
+    sides of an ALTER."""
+
+
+def _pages(rows: EncodedRows) -> list[bytes]:
+    """Up to `_PAGE_ROWS` rows a page, fewer when they pass `_PAGE_BYTES`: two list elements a
+    page, its keys and its values, each joined by newlines."""
+    pages: list[bytes] = []
+    keys, values = rows.keys, rows.values
+    start = 0
+    while start < len(keys):
+        end, size = start + 1, len(values[start])
+        while end < len(keys) and end - start < _PAGE_ROWS and size < _PAGE_BYTES:
+            size += len(values[end])
+            end += 1
+        pages += [b"\n".join(keys[start:end]), b"\n".join(values[start:end])]
+        start = end
+    return pages
 
 
 class WindowStore(RedisStore):
@@ -167,21 +204,24 @@ return 1
 
     @reachable
     def put_rows(self, window_id: str, chunk: ChunkRows) -> bool:
-        """Store the chunk rows before the dump writes hw, replacing any earlier attempt. One
-        MULTI/EXEC, pipelined: the tailer sees all rows or none. False (nothing stored) if the
-        window is past open (the tailer met hw already, or it ended): the dump then retries the
-        chunk with a new window."""
+        """Encode the chunk rows (`encode_rows`) and store them before the dump writes hw,
+        replacing any earlier attempt. One MULTI/EXEC, pipelined: the tailer sees all rows or
+        none. False (nothing stored) if the window is past open (the tailer met hw already, or
+        it ended): the dump then retries the chunk with a new window."""
         if chunk.window_id != window_id:
             raise InvalidRequest(f"rows of window {chunk.window_id} put for window {window_id}")
+        if isinstance(chunk.rows, EncodedRows):
+            raise InvalidRequest("put_rows encodes the rows itself: give it the rows as read")
         window_key = self.keys.window(window_id)
         rows_key, meta_key = self.keys.window_rows(window_id), self.keys.window_rows_meta(window_id)
-        pages = _pages(chunk.rows)
+        pages = _pages(encode_rows(chunk.rows, chunk.key_columns))
         meta: dict[FieldT, EncodableT] = {
             "key_columns": compact_json(list(chunk.key_columns)),
-            "schema_version": chunk.schema_version,
             "invisible_txids": compact_json(sorted(chunk.invisible_txids)),
             "rows": len(chunk.rows),
         }
+        if chunk.rows:
+            meta["columns:0"] = compact_json(row_columns(chunk.rows))
         with self._r.pipeline() as pipe:
             while True:
                 try:
@@ -204,8 +244,9 @@ return 1
                     continue
 
     # KEYS: window, rows, rowsmeta. ARGV: part, row count, key_columns json, invisible_txids json,
-    # pages... Returns {1, rows stored for the part}, {0, 0} (window past open), {-1, 0} (unknown).
-    # A part is stored once: a Spark task run again (retry, speculation) appends nothing more.
+    # columns json ('' for no rows), pages... Returns {1, rows stored for the part}, {0, 0}
+    # (window past open), {-1, 0} (unknown). A part is stored once: a Spark task run again
+    # (retry, speculation) appends nothing more.
     _APPEND_ROWS = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {-1, 0} end
@@ -214,13 +255,13 @@ local stored = redis.call('HGET', KEYS[3], 'part:' .. ARGV[1])
 if stored then return {1, tonumber(stored)} end
 local ttl = redis.call('PTTL', KEYS[1])
 redis.call('HSETNX', KEYS[3], 'key_columns', ARGV[3])
-redis.call('HSETNX', KEYS[3], 'schema_version', 0)
 redis.call('HSETNX', KEYS[3], 'invisible_txids', '[]')
 redis.call('HSET', KEYS[3], 'part:' .. ARGV[1], ARGV[2], 'invisible_txids:' .. ARGV[1], ARGV[4])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], 'columns:' .. ARGV[1], ARGV[5]) end
 redis.call('HINCRBY', KEYS[3], 'rows', ARGV[2])
 redis.call('PEXPIRE', KEYS[3], ttl)
-if #ARGV > 4 then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, 5))
+if #ARGV > 5 then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 6))
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
 return {1, tonumber(ARGV[2])}
@@ -235,11 +276,12 @@ return {1, tonumber(ARGV[2])}
         key_columns: Sequence[str],
         invisible_txids: frozenset[int],
     ) -> int | None:
-        """Add one part of a window's chunk rows (a sub-range read by one Spark task) in one
-        atomic script, so rows reach Redis straight from the reader, never via the dump's driver.
-        The window's rows are the union of its parts and its invisible txids the union of theirs.
-        A part already stored is kept as it is (a task run twice appends once). Returns the rows
-        stored for the part, or None if the window is past open: the chunk is retried."""
+        """Encode one part of a window's chunk rows (a sub-range read by one Spark task) and add
+        it in one atomic script, so rows reach Redis straight from the reader, never via the
+        dump's driver. The window's rows are the union of its parts and its invisible txids the
+        union of theirs. A part already stored is kept as it is (a task run twice appends once).
+        Returns the rows stored for the part, or None if the window is past open: the chunk is
+        retried."""
         status, stored = self._eval(
             self._APPEND_ROWS,
             keys=[
@@ -252,7 +294,8 @@ return {1, tonumber(ARGV[2])}
                 len(rows),
                 compact_json(list(key_columns)),
                 compact_json(sorted(invisible_txids)),
-                *_pages(rows),
+                compact_json(row_columns(rows)) if rows else "",
+                *_pages(encode_rows(rows, key_columns)),
             ],
         )
         if status == -1:
@@ -260,30 +303,56 @@ return {1, tonumber(ARGV[2])}
         return int(stored) if status == 1 else None
 
     @reachable
-    def rows(self, window_id: str) -> ChunkRows | None:
-        """The rows the dump stored for a window; None if there are none (never stored, or the
-        window ended and they were deleted): the tailer then fails the window."""
+    def stored_rows(self, window_id: str) -> StoredRows | None:
+        """What the dump stored for a window, but the rows themselves (`row_slices` streams
+        those); None if nothing is stored (never stored, or the window ended and they were
+        deleted): the tailer then fails the window."""
         with self._r.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.window_rows_meta(window_id))
-            pipe.lrange(self.keys.window_rows(window_id), 0, -1)
-            raw_meta, pages = pipe.execute()
+            pipe.llen(self.keys.window_rows(window_id))
+            raw_meta, elements = pipe.execute()
         if not raw_meta:
             return None
         meta = decode_hash(raw_meta)
-        rows: list[Row] = [row for page in pages for row in json.loads(page)]
         txids = (
             txid
             for field, value in meta.items()
             if field == "invisible_txids" or field.startswith("invisible_txids:")
             for txid in json.loads(value)
         )
-        return ChunkRows(
+        columns = {
+            tuple(names)
+            for field, value in meta.items()
+            if field.startswith("columns:")
+            for names in json.loads(value)
+        }
+        return StoredRows(
             window_id=window_id,
             key_columns=tuple(json.loads(meta["key_columns"])),
-            rows=rows,
-            schema_version=int(meta["schema_version"]),
+            rows=int(meta["rows"]),
+            pages=int(elements) // 2,
             invisible_txids=frozenset(txids),
+            columns=frozenset(columns),
         )
+
+    def row_slices(self, stored: StoredRows) -> Iterator[EncodedRows]:
+        """The stored rows a page (up to `_PAGE_ROWS` rows, about `_PAGE_BYTES`) at a time, in
+        the order they were stored, so no more than a page is held at once. Raises
+        `MissingRows` if they are deleted meanwhile (the window ended, or Redis lost them)."""
+        rows_key = self.keys.window_rows(stored.window_id)
+        for page in range(stored.pages):
+            elements = self._range(rows_key, 2 * page, 2 * page + 1)
+            if len(elements) != 2:
+                raise MissingRows(
+                    f"the rows of window {stored.window_id} went away after page {page}"
+                )
+            keys, values = (e.encode() if isinstance(e, str) else e for e in elements)
+            yield EncodedRows(keys.split(b"\n"), values.split(b"\n"))
+
+    @reachable
+    def _range(self, key: str, start: int, end: int) -> list[bytes | str]:
+        elements: list[bytes | str] = self._r.lrange(key, start, end)
+        return elements
 
     def open(self, window_id: str, token: int) -> bool:
         """The tailer met lw: registered -> open. False if the window is not registered (ended,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from prometheus_client import Histogram
 
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
+from airflow_provider_dblog.core.encoded_rows import EncodedRows
 from airflow_provider_dblog.core.event import (
     Event,
     JsonValue,
@@ -54,12 +55,13 @@ from airflow_provider_dblog.core.reconciler import (
     Failed,
     FailureReason,
     Reconciler,
+    Window,
 )
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.core.schema_versions import SchemaTracker
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.sources.base import LogReader, StampsSchemaVersions
-from airflow_provider_dblog.state import FencedOut, StateStore
+from airflow_provider_dblog.state import FencedOut, MissingRows, StateStore, StoredRows
 from airflow_provider_dblog.tailer.settings import TailerSettings
 from airflow_provider_dblog.tailer.writer import SchemaDurable, WindowDurable, Writer
 
@@ -348,28 +350,37 @@ class Session:
         self._stats.caught_up = False
 
     def _emit_chunk(self, closed: Closed) -> None:
+        """Emit a closed window's surviving rows, a stored page at a time: the rows come
+        encoded by the reader, so each is dropped or stamped with its position and handed to
+        the writer as its line, and no more than a page of the chunk is held here at once."""
         window = closed.window
-        chunk = self._store.windows.rows(window.window_id)
+        stored = self._stored_rows(window, "chunk rows are not in the store")
+        if stored is None or not self._chunk_columns_known(closed, stored):
+            return
+        chunk = self._checked(closed, stored, self._schemas.version(window.table))
         if chunk is None:
-            missing = Failed(window, FailureReason.MISSING_CHUNK, "chunk rows are not in the store")
-            self._fail(missing)
-            return
-        if not self._chunk_columns_known(closed, chunk):
-            return
-        version = self._schemas.version(window.table)
-        events = self._reconciler.chunk_events(closed, replace(chunk, schema_version=version))
-        if isinstance(events, Failed):
-            self._fail(events)
             return
         if not self._store.windows.claim(window.window_id, self._token):
             return  # the dump abandoned it first: its rows are never emitted
+        emitted = 0
         step = max(1, self._settings.batch_events)
-        for start in range(0, len(events), step):
-            self._writer.put(events[start : start + step])
+        try:
+            for rows in self._store.windows.row_slices(stored):
+                page = replace(chunk, rows=rows, emitted_before=emitted)
+                events = self._reconciler.chunk_events(closed, page)
+                if isinstance(events, Failed):  # the checks passed above: not met in practice
+                    self._fail(events)
+                    return
+                for start in range(0, len(events), step):
+                    self._writer.put(events[start : start + step])
+                emitted += len(events)
+        except MissingRows as exc:
+            self._fail(Failed(window, FailureReason.MISSING_CHUNK, str(exc)))
+            return
         self._writer.put(WindowDurable(window.window_id))
-        self._stats.dump_rows += len(events)
+        self._stats.dump_rows += emitted
         self._stats.windows_closed += 1
-        self._count_chunk(window.table, len(events), len(chunk.rows) - len(events))
+        self._count_chunk(window.table, emitted, stored.rows - emitted)
 
     def _record_direct(self, closed: Closed) -> None:
         """hw of a direct window: no row to fetch or emit. The reads stored only their invisible
@@ -377,14 +388,8 @@ class Session:
         then the keys changed inside the window and hw's position are recorded and the window
         closed, in one move, without waiting for the output (`state/direct.py` says why)."""
         window = closed.window
-        chunk = self._store.windows.rows(window.window_id)
-        if chunk is None:
-            detail = "the reads' transactions are not in the store"
-            self._fail(Failed(window, FailureReason.MISSING_CHUNK, detail))
-            return
-        checked = self._reconciler.chunk_events(closed, replace(chunk, rows=()))
-        if isinstance(checked, Failed):
-            self._fail(checked)
+        stored = self._stored_rows(window, "the reads' transactions are not in the store")
+        if stored is None or self._checked(closed, stored, 0) is None:
             return
         record = DirectRecord(
             window.window_id, closed.lw_position, closed.hw_position, closed.changed_keys
@@ -392,27 +397,54 @@ class Session:
         if self._store.directs.record(record, self._token):
             self._stats.windows_closed += 1
 
+    def _stored_rows(self, window: Window, missing: str) -> StoredRows | None:
+        """What the reads stored for the window (rows aside); None when the window failed
+        instead, for `missing` (nothing stored) or rows stored in another format."""
+        try:
+            stored = self._store.windows.stored_rows(window.window_id)
+        except MissingRows as exc:
+            missing = str(exc)
+            stored = None
+        if stored is None:
+            self._fail(Failed(window, FailureReason.MISSING_CHUNK, missing))
+        return stored
+
+    def _checked(self, closed: Closed, stored: StoredRows, version: int) -> ChunkRows | None:
+        """The chunk without its rows once the reconciler's checks pass on it (a stale read,
+        rows of another window); None when the window failed instead."""
+        chunk = ChunkRows(
+            closed.window.window_id,
+            stored.key_columns,
+            EncodedRows((), ()),
+            version,
+            stored.invisible_txids,
+        )
+        checked = self._reconciler.chunk_events(closed, chunk)
+        if isinstance(checked, Failed):
+            self._fail(checked)
+            return None
+        return chunk
+
     def _count_chunk(self, table: TableRef, emitted: int, dropped: int) -> None:
         stats, counted = self._stats, (table.schema, table.name)
         stats.count(table.schema, table.name, Op.READ, emitted)
         stats.chunk_rows_emitted[counted] = stats.chunk_rows_emitted.get(counted, 0) + emitted
         stats.chunk_rows_dropped[counted] = stats.chunk_rows_dropped.get(counted, 0) + dropped
 
-    def _chunk_columns_known(self, closed: Closed, chunk: ChunkRows) -> bool:
+    def _chunk_columns_known(self, closed: Closed, stored: StoredRows) -> bool:
         """Whether the chunk's rows have the columns of the last schema event of their table,
         once the catalog has been asked about an ALTER the log has not shown yet; False when
         the window failed instead."""
         table = closed.window.table
         known = self._schemas.schema(table)
-        rows = chunk.rows
-        if not rows or known is None:
+        if not stored.columns or known is None:
             return True  # nothing to mix, or a table the log has not described yet
-        width = len(rows[0])
-        if any(len(row) != width for row in rows):  # parts read on both sides of an ALTER
+        if len(stored.columns) > 1:  # parts read on both sides of an ALTER
             detail = "the chunk's rows were read with different columns"
             self._fail(Failed(closed.window, FailureReason.SCHEMA_CHANGED, detail))
             return False
-        columns = set(rows[0])
+        (read_with,) = stored.columns
+        columns = set(read_with)
         if set(known.names) == columns:
             return True
         now = self._reader.describe(table)

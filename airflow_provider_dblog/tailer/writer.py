@@ -23,6 +23,7 @@ from typing import Final, Protocol
 
 from prometheus_client import Histogram
 
+from airflow_provider_dblog.core.encoded_rows import EncodedEvent
 from airflow_provider_dblog.core.event import Event
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.schema_versions import KnownSchema
@@ -67,7 +68,9 @@ class Buffer(queue.Queue[object]):
 
     A chunk's events go in as lists of up to `batch_events` (one lock round a list, not one an
     event); a list weighs its length, every other item one, so memory stays bounded as when
-    each event was an item of its own (a `put` blocks while the weight is at the bound).
+    each event was an item of its own (a `put` blocks while the weight is at the bound). A
+    list of encoded chunk rows weighs a unit per KiB of their lines if that is more, so wide
+    rows are bounded by their bytes, whatever the chunk size.
     """
 
     def _init(self, maxsize: int) -> None:
@@ -88,7 +91,11 @@ class Buffer(queue.Queue[object]):
 
 
 def _weight(item: object) -> int:
-    return max(1, len(item)) if isinstance(item, list) else 1
+    if not isinstance(item, list):
+        return 1
+    if item and type(item[0]) is EncodedEvent:
+        return max(len(item), sum(len(event.line) for event in item) >> 10)
+    return max(1, len(item))
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ def test_a_direct_window_is_recorded_and_closed_in_one_move(store: StateStore) -
     assert not store.windows.abandon(window.window_id), "recorded: too late to abandon"
     assert store.windows.wait(window.window_id, 5).state is WindowState.CLOSED
     assert store.directs.record_of(window.window_id) == record
-    assert store.windows.rows(window.window_id) is None, "the reads' metadata is gone"
+    assert store.windows.stored_rows(window.window_id) is None, "the reads' metadata is gone"
     assert store.directs.pending() == {window.window_id: Position(100, 0)}
 
     store.directs.committed(window.window_id)

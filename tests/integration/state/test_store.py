@@ -11,7 +11,7 @@ from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, TablePr
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import StateStore, StateStoreUnavailable
-from tests.integration.state.support import T, chunk_of, new_window
+from tests.integration.state.support import T, as_stored, chunk_of, new_window, stored_chunk
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def test_state_survives_a_redis_restart(redis_server: RedisInfo) -> None:
     with redis_server.client() as client:
         store = StateStore(client, source)  # Lua scripts are loaded again on first use
         assert store.windows.lookup_watermark(lw) == (window, "lw")
-        assert store.windows.rows(window.window_id) == rows
+        assert stored_chunk(store, window.window_id) == as_stored(rows)
         assert store.tailer.load_checkpoint() == 77
         stored = store.dumps.get("d")
         assert stored is not None and stored.request == request

@@ -13,7 +13,15 @@ from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import AlreadyExists, StateStore, UnknownWindow, WindowState
-from tests.integration.state.support import TTL_S, T, chunk_of, new_window, wait_for
+from tests.integration.state.support import (
+    TTL_S,
+    T,
+    as_stored,
+    chunk_of,
+    new_window,
+    stored_chunk,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +48,7 @@ def test_window_lifecycle(store: StateStore, client: redis.Redis) -> None:
     assert not store.windows.open(window.window_id, token), "lw is met once"
     assert store.windows.claim(window.window_id, token)
     assert not store.windows.abandon(window.window_id, "timeout"), "claimed: too late to abandon"
-    assert store.windows.rows(window.window_id) == rows
+    assert stored_chunk(store, window.window_id) == as_stored(rows)
     assert store.windows.wait(window.window_id, 0).state is WindowState.CLOSING
     assert store.windows.close(window.window_id, token)
     assert not store.windows.close(window.window_id, token)
@@ -48,7 +56,7 @@ def test_window_lifecycle(store: StateStore, client: redis.Redis) -> None:
     final = store.windows.wait(window.window_id, 5)
     assert final.state is WindowState.CLOSED
     assert final.updated_ms >= final.registered_ms
-    assert store.windows.rows(window.window_id) is None, "rows are deleted when it ends"
+    assert stored_chunk(store, window.window_id) is None, "rows are deleted when it ends"
     # What is left of the window expires; everything lives under the source's namespace.
     keys = [k if isinstance(k, str) else k.decode() for k in client.scan_iter(f"*{store.source}*")]
     assert keys and all(k.startswith(f"dblog:{{{store.source}}}:") for k in keys)
@@ -72,7 +80,7 @@ def test_windows_fail_and_are_abandoned(store: StateStore) -> None:
     assert store.windows.abandon(abandoned.window_id, "no hw within 60s")
     assert not store.windows.claim(abandoned.window_id, token), "an abandoned window is not emitted"
     assert not store.windows.put_rows(abandoned.window_id, chunk_of(abandoned, [{"id": 1}]))
-    assert store.windows.rows(abandoned.window_id) is None
+    assert stored_chunk(store, abandoned.window_id) is None
     status = store.windows.wait(abandoned.window_id, 5)
     assert (status.state, status.reason) == (WindowState.ABANDONED, "no hw within 60s")
 
@@ -188,12 +196,12 @@ def test_chunk_rows_round_trip_exactly(store: StateStore) -> None:
         window.window_id, ("id", "name"), rows, schema_version=7, invisible_txids=frozenset({5, 9})
     )
     assert store.windows.put_rows(window.window_id, chunk)
-    assert store.windows.rows(window.window_id) == chunk
+    assert stored_chunk(store, window.window_id) == as_stored(chunk)
 
     # A retried put replaces the rows; an empty chunk is a chunk.
     empty = ChunkRows(window.window_id, ("id",), [], schema_version=1)
     assert store.windows.put_rows(window.window_id, empty)
-    assert store.windows.rows(window.window_id) == empty
+    assert stored_chunk(store, window.window_id) == as_stored(empty)
     with pytest.raises(InvalidRequest):
         store.windows.put_rows(window.window_id, ChunkRows("other", ("id",), [], 1))
 
@@ -208,17 +216,35 @@ def test_appended_parts_make_one_chunk(store: StateStore) -> None:
     assert store.windows.append_rows(window.window_id, 0, first, ("id",), frozenset({5, 7})) == 1500
     assert store.windows.append_rows(window.window_id, 2, [], ("id",), frozenset()) == 0
     assert store.windows.append_rows(window.window_id, 1, second[:3], ("id",), frozenset()) == 100
-    back = store.windows.rows(window.window_id)
+    back = stored_chunk(store, window.window_id)
     assert back is not None
     assert back.key_columns == ("id",) and back.schema_version == 0
     assert sorted(r["id"] for r in back.rows) == list(range(1600))
     assert back.invisible_txids == {5, 7}
+    stored = store.windows.stored_rows(window.window_id)
+    assert stored is not None and stored.columns == {("id",)}, "one column list, empty part aside"
+    assert store.windows.append_rows(window.window_id, 4, [{"id": 0, "v": 1}], ("id",), frozenset())
+    stored = store.windows.stored_rows(window.window_id)
+    assert stored is not None and stored.columns == {("id",), ("id", "v")}, "read across an ALTER"
 
     assert store.windows.abandon(window.window_id)
     assert store.windows.append_rows(window.window_id, 3, first, ("id",), frozenset()) is None
-    assert store.windows.rows(window.window_id) is None
+    assert stored_chunk(store, window.window_id) is None
     with pytest.raises(UnknownWindow):
         store.windows.append_rows("never-registered", 0, [], ("id",), frozenset())
+
+
+def test_wide_rows_are_paged_by_their_bytes(store: StateStore) -> None:
+    """A page holds up to 1000 rows but ends once it passes about a MiB, so the tailer, which
+    holds a page at a time, holds about that much whatever the width of the rows."""
+    window, _, _ = new_window(store)
+    rows: list[dict[str, object]] = [{"id": i, "pad": "x" * 3000} for i in range(1200)]
+    assert store.windows.put_rows(window.window_id, chunk_of(window, rows))
+    stored = store.windows.stored_rows(window.window_id)
+    assert stored is not None and stored.rows == 1200
+    sizes = [len(page) for page in store.windows.row_slices(stored)]
+    assert sum(sizes) == 1200 and len(sizes) == stored.pages > 3
+    assert max(sizes) < 400, sizes
 
 
 def test_50k_rows_are_stored_and_read_fast(store: StateStore) -> None:
@@ -232,7 +258,7 @@ def test_50k_rows_are_stored_and_read_fast(store: StateStore) -> None:
     assert store.windows.put_rows(window.window_id, chunk)
     put_s = time.perf_counter() - began
     began = time.perf_counter()
-    back = store.windows.rows(window.window_id)
+    back = stored_chunk(store, window.window_id)
     get_s = time.perf_counter() - began
-    assert back == chunk
+    assert back == as_stored(chunk)
     print(f"50k rows: put {put_s:.3f}s, get {get_s:.3f}s")

@@ -1,0 +1,242 @@
+"""Chunk rows encoded ahead by the dump's reader, and the event that carries its encoded line.
+
+The tailer is the one thread every dump row passes through, so a chunk reader (the CLI dump
+process, or a Spark task: both have spare CPU) does the per-row JSON work: for each row it
+encodes the row's key and its values (`encode_rows`) exactly as `encode_lines` spells an
+event's `key` and `after`. At hw the tailer only drops the rows whose key JSON is among the
+window's changed keys (`changed_key_json`) and puts each remaining row into its line
+(`DumpLine`): the envelope around `key` and `after` is the same for every row of a window but
+for the position, so a line is one join of bytes. The same row gives the same bytes whichever
+path it came by (a property test compares them with `encode_lines`).
+
+`EncodedEvent` is an `Event` whose fields are read from its line on first use, so every output
+takes it as it takes any event; the NDJSON and Redis Stream outputs write its line as it is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_dblog.core.event import (
+    Event,
+    Key,
+    Op,
+    Origin,
+    Row,
+    SourceInfo,
+    TableRef,
+    encode_lines,
+)
+from airflow_provider_dblog.core.position import Position
+
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""`encode`'s options: a value spelled by it is spelled as inside an encoded event."""
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedRows:
+    """Rows as a reader encoded them: each row's key JSON (its key columns in key order) and
+    its values' JSON, one pair per row, in read order. Neither holds a raw newline (JSON
+    escapes control characters), so a page of them is stored joined by newlines."""
+
+    keys: Sequence[bytes]
+    values: Sequence[bytes]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def encode_rows(rows: Sequence[Row], key_columns: Sequence[str]) -> EncodedRows:
+    """Each row's key and values as an event's `key` and `after` spell them. Raises
+    ValueError for a row without a key column or with a value JSON cannot hold (NaN)."""
+    encode = _JSON.encode
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    for row in rows:
+        try:
+            key = {c: row[c] for c in key_columns}
+        except KeyError as missing:
+            raise ValueError(f"row has no primary-key column {missing}") from None
+        keys.append(encode(key).encode())
+        values.append(encode(row).encode())
+    return EncodedRows(keys, values)
+
+
+def row_columns(rows: Sequence[Row]) -> list[tuple[str, ...]]:
+    """The distinct column lists of `rows`, in first-seen order: one for the rows of one read."""
+    seen: dict[tuple[str, ...], None] = {}
+    for row in rows:
+        seen.setdefault(tuple(row), None)
+    return list(seen)
+
+
+def changed_key_json(keys: Iterable[Key], key_columns: Sequence[str]) -> set[bytes] | None:
+    """The changed keys as `encode_rows` spells a row's key, to compare bytes with bytes; None
+    if a key holds a list or an object (its frozen tuple does not say which): then each row's
+    key is decoded and compared as a `Key` instead."""
+    spelled: set[bytes] = set()
+    for key in keys:
+        if len(key) != len(key_columns) or any(isinstance(v, tuple) for v in key):
+            return None
+        spelled.add(_JSON.encode(dict(zip(key_columns, key, strict=True))).encode())
+    return spelled
+
+
+@dataclass(frozen=True, slots=True)
+class DumpLine:
+    """The envelope every row line of one window shares: a row's line is
+    `head + key + middle + values + source + seq + tail`."""
+
+    name: str
+    db: str
+    table: TableRef
+    dump_id: str
+    window_id: str
+    commit: int
+    schema_version: int
+    head: bytes = field(init=False)
+    middle: bytes = field(init=False)
+    source: bytes = field(init=False)
+    tail: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        spell = _JSON.encode
+        prefix = (
+            f',"source":{{"name":{spell(self.name)},"db":{spell(self.db)}'
+            f',"schema":{spell(self.table.schema)},"table":{spell(self.table.name)}'
+            f',"position":[{self.commit},'
+        )
+        suffix = (
+            f'],"origin":"dump","dump_id":{spell(self.dump_id)}'
+            f',"window_id":{spell(self.window_id)},"txid":null,"ts_ms":null}}'
+            f',"schema_version":{self.schema_version}}}\n'
+        )
+        object.__setattr__(self, "head", b'{"op":"r","key":')
+        object.__setattr__(self, "middle", b',"before":null,"after":')
+        object.__setattr__(self, "source", prefix.encode())
+        object.__setattr__(self, "tail", suffix.encode())
+
+    def events(
+        self, rows: EncodedRows, first_seq: int, drop: set[bytes] | None = None
+    ) -> list[Event]:
+        """The rows whose key is not in `drop`, positioned `[commit, first_seq]` on."""
+        head, middle, source, tail = self.head, self.middle, self.source, self.tail
+        join, new = b"".join, EncodedEvent
+        events: list[Event] = []
+        append = events.append
+        seq = first_seq - 1
+        for key, values in zip(rows.keys, rows.values, strict=True):
+            if drop and key in drop:
+                continue
+            seq += 1
+            append(new(join((head, key, middle, values, source, b"%d" % seq, tail)), self, seq))
+        return events
+
+
+class EncodedEvent(Event):
+    """A dump row's `r` event as its encoded line (with its newline). Its position and source
+    come from the window's `DumpLine`; `key` and `after` are decoded from the line on first
+    use. Equal to the `Event` it encodes."""
+
+    __slots__ = ("_decoded", "_seq", "_window", "line")
+
+    line: bytes
+    _window: DumpLine
+    _seq: int
+    _decoded: dict[str, Any] | None
+
+    def __init__(self, line: bytes, window: DumpLine, seq: int) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "line", line)
+        setattr_(self, "_window", window)
+        setattr_(self, "_seq", seq)
+        setattr_(self, "_decoded", None)
+
+    def _values(self) -> dict[str, Any]:
+        decoded = self._decoded
+        if decoded is None:
+            decoded = json.loads(self.line)
+            object.__setattr__(self, "_decoded", decoded)
+        return decoded
+
+    @property
+    def op(self) -> Op:
+        return Op.READ
+
+    @property
+    def key(self) -> Row:
+        key: Row = self._values()["key"]
+        return key
+
+    @property
+    def before(self) -> Row | None:
+        return None
+
+    @property
+    def after(self) -> Row | None:
+        after: Row = self._values()["after"]
+        return after
+
+    @property
+    def source(self) -> SourceInfo:
+        w = self._window
+        return SourceInfo(
+            w.name,
+            w.db,
+            w.table.schema,
+            w.table.name,
+            self.position,
+            Origin.DUMP,
+            w.dump_id,
+            w.window_id,
+        )
+
+    @property
+    def schema_version(self) -> int:
+        return self._window.schema_version
+
+    @property
+    def table_schema(self) -> None:
+        return None
+
+    @property
+    def position(self) -> Position:
+        return Position(self._window.commit, self._seq)
+
+    @property
+    def table(self) -> TableRef:
+        return self._window.table
+
+    def event(self) -> Event:
+        """The plain `Event` this line encodes."""
+        return Event(Op.READ, self.key, None, self.after, self.source, self.schema_version)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EncodedEvent):
+            return self.line == other.line
+        if isinstance(other, Event):
+            return self.event() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"EncodedEvent({self.line[:-1].decode()!r})"
+
+
+def event_lines(events: Sequence[Event]) -> list[bytes]:
+    """`encode_lines(events)`, taking an `EncodedEvent`'s line as it is."""
+    lines: list[bytes] = []
+    start = 0
+    for index, event in enumerate(events):
+        if type(event) is EncodedEvent:
+            if start < index:
+                lines += encode_lines(events[start:index])
+            lines.append(event.line)
+            start = index + 1
+    if start < len(events):
+        lines += encode_lines(events[start:])
+    return lines
