@@ -12,6 +12,10 @@ P1b the same on a private MariaDB: events/s from the binlog into NDJSON through 
 P3  log event latency, commit -> durable in the output, p50/p99, without and with a concurrent
     full dump (`dblog dump`, chunk size 5000, in its own process).
 P4  the peak RSS of a `dblog tail` process through one transaction of 1M inserted rows.
+P4b the peak RSS of a `dblog tail` process through a dump (`dblog dump`, its own process) of
+    100k rows of about 3 KB in 50k-row chunks.
+E   the sequencer's emission of a pre-read chunk alone: a `Session` meets the hw of a window
+    whose 50k rows are already in Redis, until they are durable in NDJSON (per 10k rows).
 
     .venv/bin/python bench/bench_pipeline.py [--quick] [--only P1,P4]
 
@@ -29,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,8 +43,11 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
 
-from airflow_provider_dblog.core.event import Event, Op
-from airflow_provider_dblog.core.position import parse_pg_lsn
+from airflow_provider_dblog.core.event import Event, Op, TableRef
+from airflow_provider_dblog.core.log import Idle, LogItem, TransactionEnd, WatermarkWrite
+from airflow_provider_dblog.core.position import Position, parse_pg_lsn
+from airflow_provider_dblog.core.reconciler import Window
+from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServer
 from airflow_provider_dblog.devservices.postgres import SYSTEM_BIN_DIR, PostgresInfo, PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisInfo, RedisServer
@@ -48,8 +55,9 @@ from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.sources.base import Source
 from airflow_provider_dblog.sources.factory import parse_source_config, source_for
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
-from airflow_provider_dblog.state import StateStore
+from airflow_provider_dblog.state import StateStore, WindowState
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
+from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
 
 PG_PASSWORD_ENV = "DBLOG_BENCH_PG_PASSWORD"
 MARIADB_PASSWORD_ENV = "DBLOG_BENCH_MARIADB_PASSWORD"
@@ -66,14 +74,20 @@ class Sizes:
     p3_dump_rows: int
     p3_chunk_size: int
     p4_rows: int
+    p4b_rows: int
+    p4b_chunk_size: int
+    emission_rows: int
+    emission_runs: int
 
     @classmethod
     def full(cls) -> Sizes:
-        return cls(200_000, 1000, 200.0, 10.0, 1_000_000, 5000, 1_000_000)
+        return cls(
+            200_000, 1000, 200.0, 10.0, 1_000_000, 5000, 1_000_000, 100_000, 50_000, 50_000, 3
+        )
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(20_000, 1000, 200.0, 3.0, 100_000, 5000, 100_000)
+        return cls(20_000, 1000, 200.0, 3.0, 100_000, 5000, 100_000, 20_000, 10_000, 10_000, 1)
 
 
 @dataclass
@@ -567,7 +581,171 @@ def bench_p4(env: Env, sizes: Sizes) -> P4Result:
     return P4Result(sizes.p4_rows, baseline_rss, baseline_hwm, peak_hwm, seconds)
 
 
+# -- P4b: tailer memory through a dump of wide rows ------------------------------------------
+
+
+@dataclass
+class P4bResult:
+    rows: int
+    chunk_size: int
+    row_bytes: int
+    baseline_rss_kib: int
+    baseline_hwm_kib: int
+    peak_hwm_kib: int
+    seconds: float
+
+
+def bench_p4b(env: Env, sizes: Sizes) -> P4bResult:
+    """A `dblog tail` process, then a `dblog dump` of a table of ~3 KB rows filled before the
+    tailer started (so only the dump's rows pass through it): the tailer's VmHWM after."""
+    name = "bench_p4b"
+    env.sql("CREATE TABLE public.p4b_wide (id bigint PRIMARY KEY, pad text)")
+    env.sql(
+        "INSERT INTO p4b_wide SELECT i, repeat(md5(i::text), 94)"
+        f" FROM generate_series(1, {sizes.p4b_rows}) AS i"
+    )
+    row_bytes = env.sql("SELECT avg(octet_length(pad))::int FROM p4b_wide")
+    toml = env.write_toml(name, ["public.p4b_wide"], env.base / "p4b-out")
+    tail_log = (env.base / "p4b-tail.log").open("wb")
+    tail = subprocess.Popen(
+        [*dblog_command(), "tail", "--config", str(toml), "--owner", "bench-p4b"],
+        stdout=tail_log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        store = env.store(name)
+        wait_until(lambda: store.tailer.health() is not None, 60, "the P4b tailer's heartbeat")
+        baseline_rss = proc_status_kib(tail.pid, "VmRSS")
+        baseline_hwm = proc_status_kib(tail.pid, "VmHWM")
+        say(
+            f"P4b: a dump of {sizes.p4b_rows} rows of ~{row_bytes} bytes in "
+            f"{sizes.p4b_chunk_size}-row chunks; tailer pid {tail.pid}"
+        )
+        started = time.monotonic()
+        dump_command = [*dblog_command(), "dump", "--config", str(toml), "--table"]
+        dump_command += ["public.p4b_wide", "--chunk-size", str(sizes.p4b_chunk_size)]
+        with (env.base / "p4b-dump.log").open("wb") as dump_log:
+            done = subprocess.run(
+                [*dump_command, "--dump-id", "p4b"],
+                stdout=dump_log,
+                stderr=subprocess.STDOUT,
+                timeout=900,
+            )
+        if done.returncode != 0:
+            raise RuntimeError(f"bench: the P4b dump failed, see {env.base / 'p4b-dump.log'}")
+        seconds = time.monotonic() - started
+        peak_hwm = proc_status_kib(tail.pid, "VmHWM")
+    finally:
+        tail.terminate()
+        tail.wait(60)
+        tail_log.close()
+    env.drop_slot(name)
+    return P4bResult(
+        sizes.p4b_rows,
+        sizes.p4b_chunk_size,
+        row_bytes,
+        baseline_rss,
+        baseline_hwm,
+        peak_hwm,
+        seconds,
+    )
+
+
+# -- E: the sequencer's emission of a pre-read chunk ------------------------------------------
+
+
+class WindowAtHw:
+    """A log of one window: its lw, then (timed from here) its hw, then `Idle` until the window
+    is closed in the store, i.e. until its rows are durable in the output."""
+
+    def __init__(self, store: StateStore, window: Window, lw: str, hw: str) -> None:
+        self._store, self._window, self._lw, self._hw = store, window, lw, hw
+        self.seconds = 0.0
+
+    def items(self) -> Iterator[LogItem]:
+        yield WatermarkWrite(self._lw, Position(10, 0))
+        yield TransactionEnd(10)
+        started = time.perf_counter()
+        yield WatermarkWrite(self._hw, Position(20, 0))
+        yield TransactionEnd(20)
+        while True:
+            status = self._store.windows.state(self._window.window_id)
+            if status is not None and status.state.ended:
+                break
+            yield Idle(20)
+            time.sleep(0.0002)
+        self.seconds = time.perf_counter() - started
+
+    def acknowledge(self, commit: int) -> None:
+        return None
+
+    def describe(self, table: TableRef) -> TableSchema:
+        raise AssertionError(f"{table} is never described here")
+
+    def close(self) -> None:
+        pass
+
+
+def emission_rows(count: int) -> list[dict[str, Any]]:
+    """Rows as the P2 table's reader gives them (about 150 bytes of JSON each)."""
+    return [
+        {
+            "id": i,
+            "name": f"name-{i}",
+            "n": i % 1000,
+            "amount": f"{i % 100000 / 100:.2f}",
+            "ts": "2026-01-01T00:00:00+00:00",
+            "pad": "x" * 40,
+        }
+        for i in range(1, count + 1)
+    ]
+
+
+def bench_emission(env: Env, sizes: Sizes) -> list[float]:
+    """Seconds per 10k rows of each run: a `Session` in this thread (the sequencer's thread)
+    meeting the hw of a window whose rows a reader already stored, until they are durable."""
+    rows = emission_rows(sizes.emission_rows)
+    table = TableRef("public", "emission")
+    results = []
+    for run in range(sizes.emission_runs):
+        store = env.store(f"bench_emission_{run}")
+        window = Window(f"emission-{run}", "emission", table)
+        lw, hw = f"lw-{run}", f"hw-{run}"
+        store.windows.register(window, lw, hw, {}, ttl_s=600)
+        stored = store.windows.append_rows(window.window_id, 0, rows, ("id",), frozenset())
+        assert stored == len(rows)
+        token = store.tailer.acquire_lease("bench", 60_000)
+        assert token is not None
+        reader = WindowAtHw(store, window, lw, hw)
+        output = NdjsonOutput(env.base / f"emission-{run}")
+        session = Session(
+            source_name=f"bench_emission_{run}",
+            db="bench",
+            reader=reader,
+            store=store,
+            output=output,
+            leadership=Leadership("bench", token),
+            settings=TailerSettings(),
+            stats=TailerStats(),
+        )
+        try:
+            session.run(threading.Event())
+        finally:
+            output.close()
+        status = store.windows.state(window.window_id)
+        if status is None or status.state is not WindowState.CLOSED:
+            raise RuntimeError(f"bench: the emission window ended {status}")
+        results.append(reader.seconds / len(rows) * 10_000)
+    return results
+
+
 # -- report -----------------------------------------------------------------------------------
+
+
+def p3_ratio(p3: list[LatencyResult]) -> float:
+    """p99 with a dump over p99 without."""
+    without, with_dump = p3
+    return with_dump.quantile(0.99) / max(without.quantile(0.99), 1e-9)
 
 
 def report(
@@ -575,6 +753,8 @@ def report(
     p1b: P1bResult | None,
     p3: list[LatencyResult] | None,
     p4: P4Result | None,
+    p4b: P4bResult | None,
+    emission: list[float] | None,
 ) -> str:
     """The table of every figure measured (those left out by `--only` are not shown)."""
     mib = 1024.0
@@ -606,6 +786,8 @@ def report(
             overlap = "whole run" if result.dump_overlapped else "ended early"
             extra += f", dump rows meanwhile={result.dump_rows_during:,} ({overlap})"
         lines.append(f"{'':<6}{extra}")
+    if p3 is not None:
+        lines.append(f"{'P3 ratio p99 with dump / without':<44} {p3_ratio(p3):>14.1f}")
     if p4 is not None:
         lines += [
             f"{'P4 transaction size (rows)':<44} {p4.rows:>14,}",
@@ -614,10 +796,24 @@ def report(
             f"{'':<6}peak before the transaction {p4.baseline_hwm_kib / mib:.1f} MiB; "
             f"caught up in {p4.seconds:.1f}s ({p4.rows / p4.seconds:,.0f} events/s)",
         ]
+    if p4b is not None:
+        lines += [
+            f"{'P4b dump rows (bytes each, chunk size)':<44} "
+            f"{f'{p4b.rows:,} ({p4b.row_bytes}, {p4b.chunk_size:,})':>14}",
+            f"{'P4b tailer baseline RSS (MiB)':<44} {p4b.baseline_rss_kib / mib:>14.1f}",
+            f"{'P4b tailer peak RSS, VmHWM (MiB)':<44} {p4b.peak_hwm_kib / mib:>14.1f}",
+            f"{'':<6}peak before the dump {p4b.baseline_hwm_kib / mib:.1f} MiB; "
+            f"dump done in {p4b.seconds:.1f}s ({p4b.rows / p4b.seconds:,.0f} rows/s)",
+        ]
+    if emission is not None:
+        lines.append(
+            f"{'E emission of a pre-read chunk (ms/10k rows)':<44} "
+            f"{' / '.join(f'{s * 1000:.1f}' for s in emission):>14}"
+        )
     return "\n".join(lines)
 
 
-FIGURES = ("P1", "P1b", "P3", "P4")
+FIGURES = ("P1", "P1b", "P3", "P4", "P4b", "E")
 
 
 def parse_only(text: str | None) -> frozenset[str]:
@@ -657,6 +853,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p1b: P1bResult | None = None
     p3: list[LatencyResult] | None = None
     p4: P4Result | None = None
+    p4b: P4bResult | None = None
+    emission: list[float] | None = None
     with tempfile.TemporaryDirectory(prefix="dblog-bench-") as tmp, contextlib.ExitStack() as stack:
         base = Path(tmp)
         say(f"starting PostgreSQL 15{', MariaDB' if 'P1b' in only else ''} and Redis in {base}")
@@ -690,6 +888,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"p99 {r.quantile(0.99):.1f} ms (n={len(r.samples)})",
                     flush=True,
                 )
+            print(f"P3 ratio p99 with dump / without {p3_ratio(p3):.1f}", flush=True)
         if "P4" in only:
             p4 = bench_p4(env, sizes)
             print(
@@ -698,7 +897,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"({p4.rows} rows in one transaction)",
                 flush=True,
             )
-    print(report(p1, p1b, p3, p4))
+        if "P4b" in only:
+            p4b = bench_p4b(env, sizes)
+            print(
+                f"P4b peak RSS {p4b.peak_hwm_kib / 1024:.1f} MiB, "
+                f"baseline RSS {p4b.baseline_rss_kib / 1024:.1f} MiB "
+                f"({p4b.rows} rows of ~{p4b.row_bytes} bytes dumped in "
+                f"{p4b.chunk_size}-row chunks)",
+                flush=True,
+            )
+        if "E" in only:
+            emission = bench_emission(env, sizes)
+            print(
+                f"E emission of a pre-read chunk {min(emission) * 1000:.1f} ms per 10k rows "
+                f"(best of {len(emission)}, {sizes.emission_rows} rows a chunk)",
+                flush=True,
+            )
+    print(report(p1, p1b, p3, p4, p4b, emission))
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     print(f"load average (1, 5, 15 min): {load_before} at the start, {load_average()} at the end")
     return 0

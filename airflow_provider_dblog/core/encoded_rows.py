@@ -16,8 +16,11 @@ takes it as it takes any event; the NDJSON and Redis Stream outputs write its li
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import operator
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, repeat
 from typing import Any
 
 from airflow_provider_dblog.core.event import (
@@ -122,18 +125,46 @@ class DumpLine:
     def events(
         self, rows: EncodedRows, first_seq: int, drop: set[bytes] | None = None
     ) -> list[Event]:
-        """The rows whose key is not in `drop`, positioned `[commit, first_seq]` on."""
-        head, middle, source, tail = self.head, self.middle, self.source, self.tail
-        join, new = b"".join, EncodedEvent
-        events: list[Event] = []
-        append = events.append
-        seq = first_seq - 1
-        for key, values in zip(rows.keys, rows.values, strict=True):
-            if drop and key in drop:
-                continue
-            seq += 1
-            append(new(join((head, key, middle, values, source, b"%d" % seq, tail)), self, seq))
+        """The rows whose key is not in `drop`, positioned `[commit, first_seq]` on. Every
+        step is one C-level pass over the page (`map`, `zip`, `compress`): this is the one
+        per-row loop of a chunk in the tailer's thread."""
+        keys, values = rows.keys, rows.values
+        if drop:
+            kept = list(map(operator.not_, map(drop.__contains__, keys)))
+            keys, values = list(compress(keys, kept)), list(compress(values, kept))
+        count = len(keys)
+        seqs = range(first_seq, first_seq + count)
+        page = EncodedPage(self, first_seq, first_seq + count - 1)
+        lines = map(
+            b"".join,
+            zip(
+                repeat(self.head),
+                keys,
+                repeat(self.middle),
+                values,
+                repeat(self.source),
+                map(b"%d".__mod__, seqs),
+                repeat(self.tail),
+            ),
+        )
+        # `EncodedEvent(line, page, seq)` for each row, its slots set by their descriptors in
+        # C-level passes rather than by a Python `__init__` call a row.
+        events: list[Event] = list(map(_new, repeat(EncodedEvent, count)))
+        deque(map(_SET_LINE, events, lines), 0)
+        deque(map(_SET_PAGE, events, repeat(page, count)), 0)
+        deque(map(_SET_SEQ, events, seqs), 0)
         return events
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedPage:
+    """The events one `DumpLine.events` call made: seqs `first` to `last` of a window,
+    handed over in order with nothing between them, so a run of them in a batch is in
+    position order by construction (`encoded_run_end`)."""
+
+    window: DumpLine
+    first: int
+    last: int
 
 
 class EncodedEvent(Event):
@@ -141,26 +172,25 @@ class EncodedEvent(Event):
     come from the window's `DumpLine`; `key` and `after` are decoded from the line on first
     use. Equal to the `Event` it encodes."""
 
-    __slots__ = ("_decoded", "_seq", "_window", "line")
+    __slots__ = ("_decoded", "_page", "_seq", "line")
 
     line: bytes
-    _window: DumpLine
+    _page: EncodedPage
     _seq: int
-    _decoded: dict[str, Any] | None
+    _decoded: dict[str, Any]
 
-    def __init__(self, line: bytes, window: DumpLine, seq: int) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "line", line)
-        setattr_(self, "_window", window)
-        setattr_(self, "_seq", seq)
-        setattr_(self, "_decoded", None)
+    def __init__(self, line: bytes, page: EncodedPage, seq: int) -> None:
+        _SET_LINE(self, line)
+        _SET_PAGE(self, page)
+        _SET_SEQ(self, seq)
 
     def _values(self) -> dict[str, Any]:
-        decoded = self._decoded
-        if decoded is None:
-            decoded = json.loads(self.line)
+        try:
+            return self._decoded
+        except AttributeError:  # not read yet: `_decoded` is set on first use
+            decoded: dict[str, Any] = json.loads(self.line)
             object.__setattr__(self, "_decoded", decoded)
-        return decoded
+            return decoded
 
     @property
     def op(self) -> Op:
@@ -182,7 +212,7 @@ class EncodedEvent(Event):
 
     @property
     def source(self) -> SourceInfo:
-        w = self._window
+        w = self._page.window
         return SourceInfo(
             w.name,
             w.db,
@@ -196,7 +226,7 @@ class EncodedEvent(Event):
 
     @property
     def schema_version(self) -> int:
-        return self._window.schema_version
+        return self._page.window.schema_version
 
     @property
     def table_schema(self) -> None:
@@ -204,11 +234,11 @@ class EncodedEvent(Event):
 
     @property
     def position(self) -> Position:
-        return Position(self._window.commit, self._seq)
+        return Position(self._page.window.commit, self._seq)
 
     @property
     def table(self) -> TableRef:
-        return self._window.table
+        return self._page.window.table
 
     def event(self) -> Event:
         """The plain `Event` this line encodes."""
@@ -225,6 +255,31 @@ class EncodedEvent(Event):
 
     def __repr__(self) -> str:
         return f"EncodedEvent({self.line[:-1].decode()!r})"
+
+
+_new = object.__new__
+_SET_LINE: Callable[[Event, bytes], None] = EncodedEvent.__dict__["line"].__set__
+_SET_PAGE: Callable[[Event, EncodedPage], None] = EncodedEvent.__dict__["_page"].__set__
+_SET_SEQ: Callable[[Event, int], None] = EncodedEvent.__dict__["_seq"].__set__
+
+
+def encoded_run_end(events: Sequence[Event], index: int) -> int:
+    """The end (exclusive) of the run of one page's events that starts at `index`, or `index`
+    if none does: their positions strictly increase by construction, so an output checks the
+    run's first and last position rather than each (a batch may hold part of a page)."""
+    event = events[index]
+    if type(event) is not EncodedEvent:
+        return index
+    page = event._page
+    end = min(len(events), index + page.last - event._seq + 1)
+    final = events[end - 1]
+    if (
+        type(final) is EncodedEvent
+        and final._page is page
+        and final._seq - event._seq == end - 1 - index
+    ):
+        return end
+    return index
 
 
 def event_lines(events: Sequence[Event]) -> list[bytes]:

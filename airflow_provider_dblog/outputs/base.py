@@ -29,10 +29,11 @@ backs off between attempts.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
 
+from airflow_provider_dblog.core.encoded_rows import encoded_run_end
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import Event
 from airflow_provider_dblog.core.position import Position
@@ -92,12 +93,22 @@ class Output(ABC):
         self.close()
 
 
-def drop_replayed(events: Iterable[Event], last: Position | None) -> list[Event]:
+def drop_replayed(events: Sequence[Event], last: Position | None) -> list[Event]:
     """The events after `last`, the position last written. A restarted tailer replays a prefix
     that is already there; a position going backwards after that prefix breaks the ordering
-    invariant, and is refused rather than silently dropped."""
+    invariant, and is refused rather than silently dropped. A run of a chunk page's encoded
+    events is in order by construction: only its ends are compared."""
     kept: list[Event] = []
-    for event in events:
+    index, count = 0, len(events)
+    while index < count:
+        event = events[index]
+        end = encoded_run_end(events, index)
+        if end > index and (last is None or event.position > last):
+            kept += events[index:end]
+            last = events[end - 1].position
+            index = end
+            continue
+        index += 1
         if last is not None and event.position <= last:
             if kept:
                 raise OutputError(

@@ -30,7 +30,9 @@ import logging
 import os
 import re
 import time
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from pathlib import Path
 
 from airflow_provider_dblog.core.encoded_rows import event_lines
@@ -291,15 +293,16 @@ class NdjsonOutput(Output):
             if len(kept) < len(events):
                 log.info("skipped %d replayed events", len(events) - len(kept))
             lines = event_lines(kept)
+            ends = list(accumulate(map(len, lines)))  # ends[i]: the bytes of lines[: i + 1]
             start = 0
             while start < len(lines):
                 if self._size and self._size + len(lines[start]) > self.max_bytes:
                     with self._unavailable(self.directory):
                         self._rotate()
-                end, size = start + 1, self._size + len(lines[start])
-                while end < len(lines) and size + len(lines[end]) <= self.max_bytes:
-                    size += len(lines[end])
-                    end += 1
+                # As many lines as fit in the file, at least one.
+                before = ends[start - 1] if start else 0
+                fit = bisect_right(ends, before + self.max_bytes - self._size, lo=start)
+                end = max(start + 1, fit)
                 with self._unavailable(self.current_file):
                     self._append(b"".join(lines[start:end]))
                 self.last_position = kept[end - 1].position

@@ -70,6 +70,8 @@ rows are 100 RPUSH arguments."""
 _PAGE_BYTES = 1 << 20
 """A page ends once its values pass this, so what the tailer holds of a chunk at once is about
 this much whatever the width of the rows."""
+_READ_PAGES = 4
+"""Pages the tailer reads a round trip."""
 _WAIT_SLICE_S = 1.0
 """The longest a blocking wait runs before the state is read again (below any socket timeout)."""
 
@@ -337,17 +339,21 @@ return {1, tonumber(ARGV[2])}
 
     def row_slices(self, stored: StoredRows) -> Iterator[EncodedRows]:
         """The stored rows a page (up to `_PAGE_ROWS` rows, about `_PAGE_BYTES`) at a time, in
-        the order they were stored, so no more than a page is held at once. Raises
-        `MissingRows` if they are deleted meanwhile (the window ended, or Redis lost them)."""
+        the order they were stored, `_READ_PAGES` pages a round trip, so no more than that is
+        held at once. Raises `MissingRows` if they are deleted meanwhile (the window ended, or
+        Redis lost them)."""
         rows_key = self.keys.window_rows(stored.window_id)
-        for page in range(stored.pages):
-            elements = self._range(rows_key, 2 * page, 2 * page + 1)
-            if len(elements) != 2:
+        for first in range(0, stored.pages, _READ_PAGES):
+            wanted = min(_READ_PAGES, stored.pages - first)
+            elements = self._range(rows_key, 2 * first, 2 * (first + wanted) - 1)
+            if len(elements) != 2 * wanted:
                 raise MissingRows(
-                    f"the rows of window {stored.window_id} went away after page {page}"
+                    f"the rows of window {stored.window_id} went away after page {first}"
                 )
-            keys, values = (e.encode() if isinstance(e, str) else e for e in elements)
-            yield EncodedRows(keys.split(b"\n"), values.split(b"\n"))
+            blobs = [e.encode() if isinstance(e, str) else e for e in elements]
+            for keys, values in zip(blobs[::2], blobs[1::2], strict=True):
+                yield EncodedRows(keys.split(b"\n"), values.split(b"\n"))
+            del elements, blobs
 
     @reachable
     def _range(self, key: str, start: int, end: int) -> list[bytes | str]:

@@ -14,9 +14,11 @@ in the session's thread, so the reader never blocks on a dead writer.
 
 from __future__ import annotations
 
+import operator
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -74,27 +76,31 @@ class Buffer(queue.Queue[object]):
     """
 
     def _init(self, maxsize: int) -> None:
-        super()._init(maxsize)
+        self.queue: deque[tuple[object, int]] = deque()
         self._weight = 0
 
     def _qsize(self) -> int:
         return self._weight
 
     def _put(self, item: object) -> None:
-        super()._put(item)
-        self._weight += _weight(item)
+        weight = _weight(item)  # once an item: a list of wide rows sums its lines' bytes
+        self.queue.append((item, weight))
+        self._weight += weight
 
     def _get(self) -> object:
-        item = super()._get()
-        self._weight -= _weight(item)
+        item, weight = self.queue.popleft()
+        self._weight -= weight
         return item
+
+
+_LINE = operator.attrgetter("line")
 
 
 def _weight(item: object) -> int:
     if not isinstance(item, list):
         return 1
     if item and type(item[0]) is EncodedEvent:
-        return max(len(item), sum(len(event.line) for event in item) >> 10)
+        return max(len(item), sum(map(len, map(_LINE, item))) >> 10)
     return max(1, len(item))
 
 
@@ -260,13 +266,19 @@ class Writer(threading.Thread):
             return None
 
     def _flush(self, items: list[object]) -> None:
-        events = [i for i in items if isinstance(i, Event)]
+        events: list[Event] = []
+        marks: list[object] = []
+        for item in items:
+            if isinstance(item, Event):
+                events.append(item)
+            else:
+                marks.append(item)
         if events:
             started = time.perf_counter()
             self._output.write(events, self._token)
             if self._batch_seconds is not None:
                 self._batch_seconds.observe(time.perf_counter() - started)
-        for item in items:
+        for item in marks:
             if isinstance(item, TransactionEnd):
                 self.durable_commit = max(self.durable_commit, item.commit)
             elif isinstance(item, WindowDurable):

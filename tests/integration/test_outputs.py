@@ -16,6 +16,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from airflow_provider_dblog.core.encoded_rows import EncodedEvent, encode_rows
 from airflow_provider_dblog.core.event import (
     Event,
     Op,
@@ -27,6 +28,7 @@ from airflow_provider_dblog.core.event import (
     table_event,
 )
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler, Window
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import free_port
@@ -594,3 +596,46 @@ def test_sql_apply_from_config(
         open_output({"type": "sql_apply"})
     with pytest.raises(OutputError, match="unknown option 'dsn'"):
         open_output({"type": "sql_apply", "dsn": postgres.dsn})
+
+
+# --- chunk rows encoded by their reader --------------------------------------------------------
+
+
+def encoded_chunk(
+    table: TableRef, rows: list[Row], commit: int, source: str = "src"
+) -> list[Event]:
+    """A closed window's rows as the tailer emits them: `EncodedEvent`s of their reader's JSON."""
+    window = Window("w-1", "d-1", table)
+    closed = Closed(window, Position(commit - 1, 0), Position(commit, 0), frozenset())
+    chunk = ChunkRows("w-1", ("id",), encode_rows(rows, ("id",)), 1)
+    events = Reconciler(source, "db").chunk_events(closed, chunk)
+    assert isinstance(events, list) and all(isinstance(e, EncodedEvent) for e in events)
+    return events
+
+
+def test_redis_stream_takes_encoded_chunk_rows(
+    redis_server: RedisInfo, stream_client: redis.Redis
+) -> None:
+    source = unique("s")
+    users = TableRef("app", "users")
+    chunk = encoded_chunk(users, [{"id": i, "name": f"ü{i}"} for i in range(3)], 20, source)
+    events = [ev(users, Op.CREATE, {"id": 9}, {"id": 9, "name": "x"}, 19, source=source), *chunk]
+    with RedisStreamOutput(redis_server.client(), per_table=True) as out:
+        out.write(events, 1)
+        out.write(chunk[1:], 1)  # replayed
+    got = entries(stream_client, f"dblog:{source}:events:app.users")
+    assert [decode(e["event"]) for e in got] == events
+    assert [e["event"].encode() + b"\n" for e in got[1:]] == [
+        e.line for e in chunk if isinstance(e, EncodedEvent)
+    ]
+    assert [(e["op"], e["position"]) for e in got[1:]] == [("r", f"[20, {i}]") for i in (1, 2, 3)]
+
+
+def test_sql_applies_encoded_chunk_rows(
+    postgres: PostgresInfo, target: psycopg.Connection[Any]
+) -> None:
+    t = create(target, "CREATE TABLE {t} (id int PRIMARY KEY, name text)")
+    chunk = encoded_chunk(t, [{"id": 1, "name": "a"}, {"id": 2, "name": "ü"}], 10)
+    with SqlApplyOutput(postgres.dsn, monotonic=True) as out:
+        out.write([*chunk, ev(t, Op.UPDATE, {"id": 2}, {"id": 2, "name": "b"}, 11)], 1)
+    assert rows(target, t) == [(1, "a"), (2, "b")]

@@ -14,8 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, encode, table_event
+from airflow_provider_dblog.core.encoded_rows import EncodedEvent, encode_rows
+from airflow_provider_dblog.core.event import (
+    Event,
+    Op,
+    Origin,
+    SourceInfo,
+    TableRef,
+    encode,
+    table_event,
+)
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler, Window
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.outputs import open_output
 from airflow_provider_dblog.outputs.base import OutputError, OutputFenced, OutputUnavailable
@@ -330,3 +340,38 @@ def test_factory_opens_ndjson(tmp_path: Path) -> None:
         open_output({"type": "kafka"})
     with pytest.raises(OutputError, match="ndjson output: unknown option 'dir'"):
         open_output({"type": "ndjson", "dir": str(tmp_path)})
+
+
+def encoded_chunk(commit: int, count: int, *, first_seq: int = 1) -> list[Event]:
+    """`count` dump rows of a window closed at `commit`, as the tailer emits them: encoded."""
+    rows = [{"id": i, "name": f"ü{i}", "doc": {"k": [i, None]}} for i in range(count)]
+    window = Window("w-1", "d-1", TableRef("app", "users"))
+    closed = Closed(window, Position(commit - 1, 0), Position(commit, first_seq - 1), frozenset())
+    chunk = ChunkRows("w-1", ("id",), encode_rows(rows, ("id",)), 1)
+    events = Reconciler("src", "db").chunk_events(closed, chunk)
+    assert isinstance(events, list) and all(isinstance(e, EncodedEvent) for e in events)
+    return events
+
+
+def test_encoded_chunk_rows_are_written_as_encoded(tmp_path: Path) -> None:
+    """A chunk's encoded lines go to the files as they are, between log events, across a
+    rotation and a batch that holds part of a page; a replayed part of a page is skipped."""
+    chunk = encoded_chunk(5, 40)
+    events = [event(4), *chunk, event(6)]
+    with NdjsonOutput(tmp_path, max_bytes=2000) as out:
+        out.write(events[:15], 1)
+        out.write(events[10:30], 1)  # a restart replays part of the page
+        out.write(events[30:], 1)
+    back = list(read_events(tmp_path))
+    assert back == events
+    raw = b"".join(path.read_bytes() for path in event_files(tmp_path))
+    assert raw == b"".join(encode(e).encode() + b"\n" for e in events)
+    assert len(event_files(tmp_path)) > 1
+
+
+def test_encoded_rows_going_backwards_fail(tmp_path: Path) -> None:
+    chunk = encoded_chunk(5, 3)
+    with NdjsonOutput(tmp_path) as out, pytest.raises(OutputError, match="strictly increase"):
+        out.write([*chunk, chunk[0]], 1)
+    with NdjsonOutput(tmp_path) as out, pytest.raises(OutputError, match="strictly increase"):
+        out.write([event(9), *chunk], 1)
