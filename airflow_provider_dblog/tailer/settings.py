@@ -13,7 +13,8 @@ class TailerSettings:
     batch_events: int = 2000
     """At most this many events per output write (each write made durable before its marks)."""
     buffer_items: int = 20_000
-    """The buffer between the reader and the writer holds about this many events and marks."""
+    """The buffer between the reader and the writer holds about this many events and marks (a
+    chunk row counts one per KiB of its line if that is more)."""
     lease_ttl_ms: int = 10_000
     heartbeat_s: float = 1.0
     reconnect_max_s: float = 30.0

@@ -20,12 +20,12 @@ SCRIPT = BENCH / "bench_pipeline.py"
 NUMBER = r"\d+(?:\.\d+)?"
 
 
-def test_bench_quick_prints_p1_p1b_p3_p4() -> None:
+def test_bench_quick_prints_p1_p1b_p3_p4_p4b_e() -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=420,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -42,7 +42,14 @@ def test_bench_quick_prints_p1_p1b_p3_p4() -> None:
         assert re.search(
             rf"^P3 latency {label}: p50 -?{NUMBER} ms, p99 -?{NUMBER} ms", out, re.M
         ), out
+    assert re.search(rf"^P3 ratio p99 with dump / without -?{NUMBER}$", out, re.M), out
     assert re.search(rf"^P4 peak RSS {NUMBER} MiB, baseline RSS {NUMBER} MiB", out, re.M), out
+    assert re.search(
+        rf"^P4b peak RSS {NUMBER} MiB, baseline RSS {NUMBER} MiB \(\d+ rows of ~\d+ bytes",
+        out,
+        re.M,
+    ), out
+    assert re.search(rf"^E emission of a pre-read chunk {NUMBER} ms per 10k rows", out, re.M), out
 
 
 def test_spark_dump_bench_quick_prints_p2_and_ratio() -> None:
