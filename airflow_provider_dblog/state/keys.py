@@ -12,8 +12,8 @@ every key of a source lives in one slot and every Lua script of the stores may t
 | P window:<id>:rows     | list   | the chunk rows as readers encoded them, a page (up to 1000  |
 |                        |        | rows or ~1 MiB) in two elements: its rows' key JSON, then   |
 |                        |        | their values' JSON, each joined by newlines                 |
-| P window:<id>:rowsmeta | hash   | key_columns, invisible_txids (JSON), rows; columns:<n> (the |
-|                        |        | JSON column lists of part n's rows); appended rows add      |
+| P window:<id>:rowsmeta | hash   | key_columns, invisible_txids (JSON), rows, format; the JSON |
+|                        |        | column lists of part n in columns:<n>; appended rows add    |
 |                        |        | part:<n> (its row count) and invisible_txids:<n> (JSON)     |
 | P window:<id>:ended    | list   | one element once the window ended (waiters block on it)     |
 | P direct:pending       | hash   | window id -> its lw position (JSON), for each direct window |

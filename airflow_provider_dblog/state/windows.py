@@ -72,6 +72,9 @@ _PAGE_BYTES = 1 << 20
 this much whatever the width of the rows."""
 _READ_PAGES = 4
 """Pages the tailer reads a round trip."""
+_ROWS_FORMAT = "encoded-pages-1"
+"""Stored in `rowsmeta` as `format` beside the rows: rows stored by a dump of a dblog version
+that spelled them otherwise are never read as these."""
 _WAIT_SLICE_S = 1.0
 """The longest a blocking wait runs before the state is read again (below any socket timeout)."""
 
@@ -221,6 +224,7 @@ return 1
             "key_columns": compact_json(list(chunk.key_columns)),
             "invisible_txids": compact_json(sorted(chunk.invisible_txids)),
             "rows": len(chunk.rows),
+            "format": _ROWS_FORMAT,
         }
         if chunk.rows:
             meta["columns:0"] = compact_json(row_columns(chunk.rows))
@@ -246,9 +250,9 @@ return 1
                     continue
 
     # KEYS: window, rows, rowsmeta. ARGV: part, row count, key_columns json, invisible_txids json,
-    # columns json ('' for no rows), pages... Returns {1, rows stored for the part}, {0, 0}
-    # (window past open), {-1, 0} (unknown). A part is stored once: a Spark task run again
-    # (retry, speculation) appends nothing more.
+    # columns json ('' for no rows), rows format, pages... Returns {1, rows stored for the
+    # part}, {0, 0} (window past open), {-1, 0} (unknown). A part is stored once: a Spark task
+    # run again (retry, speculation) appends nothing more.
     _APPEND_ROWS = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {-1, 0} end
@@ -258,12 +262,13 @@ if stored then return {1, tonumber(stored)} end
 local ttl = redis.call('PTTL', KEYS[1])
 redis.call('HSETNX', KEYS[3], 'key_columns', ARGV[3])
 redis.call('HSETNX', KEYS[3], 'invisible_txids', '[]')
+redis.call('HSETNX', KEYS[3], 'format', ARGV[6])
 redis.call('HSET', KEYS[3], 'part:' .. ARGV[1], ARGV[2], 'invisible_txids:' .. ARGV[1], ARGV[4])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], 'columns:' .. ARGV[1], ARGV[5]) end
 redis.call('HINCRBY', KEYS[3], 'rows', ARGV[2])
 redis.call('PEXPIRE', KEYS[3], ttl)
-if #ARGV > 5 then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, 6))
+if #ARGV > 6 then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 7))
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
 return {1, tonumber(ARGV[2])}
@@ -297,6 +302,7 @@ return {1, tonumber(ARGV[2])}
                 compact_json(list(key_columns)),
                 compact_json(sorted(invisible_txids)),
                 compact_json(row_columns(rows)) if rows else "",
+                _ROWS_FORMAT,
                 *_pages(encode_rows(rows, key_columns)),
             ],
         )
@@ -308,7 +314,8 @@ return {1, tonumber(ARGV[2])}
     def stored_rows(self, window_id: str) -> StoredRows | None:
         """What the dump stored for a window, but the rows themselves (`row_slices` streams
         those); None if nothing is stored (never stored, or the window ended and they were
-        deleted): the tailer then fails the window."""
+        deleted): the tailer then fails the window. Raises `MissingRows` for rows stored in
+        another format."""
         with self._r.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.window_rows_meta(window_id))
             pipe.llen(self.keys.window_rows(window_id))
@@ -316,6 +323,11 @@ return {1, tonumber(ARGV[2])}
         if not raw_meta:
             return None
         meta = decode_hash(raw_meta)
+        if meta.get("format") != _ROWS_FORMAT:
+            raise MissingRows(
+                f"the rows of window {window_id} were stored as {meta.get('format', 'JSON arrays')}"
+                f", not {_ROWS_FORMAT}: a dump of another dblog version stored them (upgrade it)"
+            )
         txids = (
             txid
             for field, value in meta.items()

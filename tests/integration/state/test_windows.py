@@ -12,7 +12,13 @@ import redis
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.devservices.redis import RedisInfo
-from airflow_provider_dblog.state import AlreadyExists, StateStore, UnknownWindow, WindowState
+from airflow_provider_dblog.state import (
+    AlreadyExists,
+    MissingRows,
+    StateStore,
+    UnknownWindow,
+    WindowState,
+)
 from tests.integration.state.support import (
     TTL_S,
     T,
@@ -262,3 +268,17 @@ def test_50k_rows_are_stored_and_read_fast(store: StateStore) -> None:
     get_s = time.perf_counter() - began
     assert back == as_stored(chunk)
     print(f"50k rows: put {put_s:.3f}s, get {get_s:.3f}s")
+
+
+def test_rows_stored_in_another_format_are_never_read(
+    store: StateStore, client: redis.Redis
+) -> None:
+    """Rows a dump of an earlier dblog stored (JSON arrays, no `format`) are refused, not read
+    as encoded pages: the tailer fails the window and the chunk is read again."""
+    window, _, _ = new_window(store)
+    keys = store.windows.keys
+    meta = keys.window_rows_meta(window.window_id)
+    client.hset(meta, mapping={"key_columns": '["id"]', "rows": 1, "invisible_txids": "[]"})
+    client.rpush(keys.window_rows(window.window_id), '[{"id":1}]')
+    with pytest.raises(MissingRows, match="another dblog version"):
+        store.windows.stored_rows(window.window_id)
