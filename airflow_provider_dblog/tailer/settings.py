@@ -11,7 +11,9 @@ class TailerSettings:
     window_ttl_s: float = 120.0
     """An open window whose hw has not come by then expires; the dump retries the chunk."""
     batch_events: int = 2000
-    """At most this many events per output write (each write made durable before its marks)."""
+    """At most this many events per output write (each write made durable before its marks);
+    a dump's chunk rows count one per KiB of their lines, so a chunk of small rows and the log
+    events behind it share a write."""
     buffer_items: int = 20_000
     """The buffer between the reader and the writer holds about this many events and marks (a
     chunk row counts one per KiB of its line if that is more)."""

@@ -18,9 +18,11 @@ import operator
 import queue
 import threading
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Final, Protocol
 
 from prometheus_client import Histogram
@@ -117,7 +119,8 @@ class Batch:
 def take_batch(first: object, next_item: Callable[[], object | None], limit: int) -> Batch:
     """Up to `limit` events and marks from `first` on, then from `next_item()` (None: nothing
     more to take now), as when each event of a list was an item of its own. A list that does
-    not fit is split; nothing after it is taken."""
+    not fit is split; nothing after it is taken. Encoded chunk rows take a unit per KiB of
+    their lines rather than one a row (`_fitting`)."""
     items: list[object] = []
     room = max(1, limit)
     item: object | None = first
@@ -125,11 +128,12 @@ def take_batch(first: object, next_item: Callable[[], object | None], limit: int
         if item is STOP:
             return Batch(items, None, True)
         if isinstance(item, list):
-            if len(item) > room:
-                items.extend(item[:room])
-                return Batch(items, item[room:], False)
+            count, taken = _fitting(item, room)
+            if count < len(item):
+                items.extend(item[:count])
+                return Batch(items, item[count:], False)
             items.extend(item)
-            room -= len(item)
+            room -= taken
         else:
             items.append(item)
             room -= 1
@@ -137,6 +141,17 @@ def take_batch(first: object, next_item: Callable[[], object | None], limit: int
             break
         item = next_item()
     return Batch(items, None, False)
+
+
+def _fitting(item: list[object], room: int) -> tuple[int, int]:
+    """How many of the list's events go into a batch with `room` left (at least one) and the
+    room the whole list takes if they all do: one an event, but a unit per KiB of lines for
+    encoded chunk rows (at least one), so that a chunk of small rows and the log events behind
+    it share one write (one fsync), and a batch of wide rows stays about `limit` KiB."""
+    if not item or type(item[0]) is not EncodedEvent:
+        return min(len(item), room), len(item)
+    ends = list(accumulate(map(len, map(_LINE, item))))
+    return max(1, bisect_right(ends, room << 10)), max(1, ends[-1] >> 10)
 
 
 class Writer(threading.Thread):

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_dblog.core.encoded_rows import EncodedEvent, encode_rows
 from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, TableRef
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler, Window
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.core.schema_versions import KnownSchema
 from airflow_provider_dblog.outputs.base import Output, OutputUnavailable
@@ -157,6 +159,38 @@ def test_take_batch_stops_at_stop_and_at_an_empty_queue() -> None:
     short = take_batch(event(1, 0), drain([]), 10)
     assert short.items == [event(1, 0)] and not short.stop
     assert take_batch([event(1, 0), event(1, 1)], drain([]), 0).items == [event(1, 0)]
+
+
+def encoded(count: int, width: int) -> list[Event]:
+    """A chunk's rows of about `width` bytes each as the tailer hands them over: encoded."""
+    rows = [{"id": i, "pad": "x" * width} for i in range(count)]
+    closed = Closed(
+        Window("w", "d", TableRef("app", "t")), Position(1, 0), Position(2, 0), frozenset()
+    )
+    events = Reconciler("src", "db").chunk_events(
+        closed, ChunkRows("w", ("id",), encode_rows(rows, ("id",)), 1)
+    )
+    assert isinstance(events, list)
+    return events
+
+
+def test_encoded_chunk_rows_take_a_batch_unit_per_kib() -> None:
+    """Small encoded rows and the log events behind them share one write (one fsync); wide
+    ones are cut at about `limit` KiB; a buffer holds wide rows by their bytes."""
+    small = encoded(1000, 50)  # ~300 bytes a line: ~300 KiB in all
+    batch = take_batch(small, drain([TransactionEnd(2), event(3, 0)]), 400)
+    assert batch.items == [*small, TransactionEnd(2), event(3, 0)] and batch.carried is None
+    wide = encoded(10, 3000)  # ~3 KiB a line
+    cut = take_batch(wide, drain([event(3, 0)]), 10)
+    assert cut.items == wide[:3] and cut.carried == wide[3:]
+    assert take_batch(wide, drain([]), 1).items == wide[:1], "at least one row a batch"
+    buffer = Buffer(100)
+    buffer.put(wide)
+    buffer.put(small[:10])
+    assert (
+        buffer.qsize() == sum(len(e.line) for e in wide if isinstance(e, EncodedEvent)) // 1024 + 10
+    )
+    assert buffer.qsize() > 20
 
 
 class Failing(Journal):
