@@ -18,9 +18,11 @@ from __future__ import annotations
 import json
 import operator
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
+from json.encoder import encode_basestring
+from operator import itemgetter
 from typing import Any
 
 from airflow_provider_dblog.core.event import (
@@ -52,20 +54,41 @@ class EncodedRows:
         return len(self.keys)
 
 
+def _chunks_encoder() -> Callable[[Any, int], Sequence[str]]:
+    """The C encoder behind `json.dumps` with `encode`'s options, called without building it
+    per value; no circular-reference markers, so threads may share it (rows are trees)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    try:
+        encoder: Callable[[Any, int], Sequence[str]] = make(  # type: ignore[misc]
+            None, _JSON.default, encode_basestring, None, ":", ",", False, False, False
+        )
+    except TypeError:  # no C accelerator, or another signature: the public path
+        return lambda value, _: (_JSON.encode(value),)
+    return encoder
+
+
+_CHUNKS = _chunks_encoder()
+
+
+def _spelled(values: Iterable[Any]) -> Iterator[bytes]:
+    """Each value as `encode` spells it inside an event, in C-level passes."""
+    return map(str.encode, map("".join, map(_CHUNKS, values, repeat(0))))
+
+
 def encode_rows(rows: Sequence[Row], key_columns: Sequence[str]) -> EncodedRows:
     """Each row's key and values as an event's `key` and `after` spell them. Raises
     ValueError for a row without a key column or with a value JSON cannot hold (NaN)."""
-    encode = _JSON.encode
-    keys: list[bytes] = []
-    values: list[bytes] = []
-    for row in rows:
-        try:
-            key = {c: row[c] for c in key_columns}
-        except KeyError as missing:
-            raise ValueError(f"row has no primary-key column {missing}") from None
-        keys.append(encode(key).encode())
-        values.append(encode(row).encode())
-    return EncodedRows(keys, values)
+    try:
+        key_values = [list(map(itemgetter(c), rows)) for c in key_columns]
+    except KeyError as missing:
+        raise ValueError(f"row has no primary-key column {missing}") from None
+    # A key is `{"c1":v1,"c2":v2}`: its column names spelled once, its values a pass each.
+    parts: list[Iterable[bytes]] = [] if key_columns else [repeat(b"{", len(rows))]
+    for index, (column, column_values) in enumerate(zip(key_columns, key_values, strict=True)):
+        name = (("{" if index == 0 else ",") + encode_basestring(column) + ":").encode()
+        parts += [repeat(name, len(rows)), _spelled(column_values)]
+    keys = list(map(b"".join, zip(*parts, repeat(b"}", len(rows)), strict=True)))
+    return EncodedRows(keys, list(_spelled(rows)))
 
 
 def row_columns(rows: Sequence[Row]) -> list[tuple[str, ...]]:
