@@ -647,7 +647,7 @@ def print_report(report: Report) -> None:
         add("  so Spark's own share of the job (ms/chunk)", job_ms - read_ms - append_ms)
         fetch_ms, reconcile_ms = b.fetch_s / n * 1000, b.reconcile_s / n * 1000
         output_ms = b.output_write_s / max(1, t.run.chunks) * 1000
-        add("  apart: Redis WindowStore.row_slices, the tailer's fetch (ms/chunk)", fetch_ms)
+        add("  apart: Redis row_slices, the tailer's fetch (ms/chunk)", fetch_ms)
         add("  apart: Reconciler.chunk_events, pages to lines (ms/chunk)", reconcile_ms)
         add("  tailer: output writes, NDJSON encode + fsync (ms/chunk)", output_ms)
         add(
