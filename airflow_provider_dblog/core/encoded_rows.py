@@ -216,25 +216,25 @@ class EncodedEvent(Event):
             return decoded
 
     @property
-    def op(self) -> Op:
+    def op(self) -> Op:  # type: ignore[override]
         return Op.READ
 
     @property
-    def key(self) -> Row:
+    def key(self) -> Row:  # type: ignore[override]
         key: Row = self._values()["key"]
         return key
 
     @property
-    def before(self) -> Row | None:
+    def before(self) -> Row | None:  # type: ignore[override]
         return None
 
     @property
-    def after(self) -> Row | None:
+    def after(self) -> Row | None:  # type: ignore[override]
         after: Row = self._values()["after"]
         return after
 
     @property
-    def source(self) -> SourceInfo:
+    def source(self) -> SourceInfo:  # type: ignore[override]
         w = self._page.window
         return SourceInfo(
             w.name,
@@ -248,11 +248,11 @@ class EncodedEvent(Event):
         )
 
     @property
-    def schema_version(self) -> int:
+    def schema_version(self) -> int:  # type: ignore[override]
         return self._page.window.schema_version
 
     @property
-    def table_schema(self) -> None:
+    def table_schema(self) -> None:  # type: ignore[override]
         return None
 
     @property
