@@ -25,7 +25,6 @@ from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import Row, TableRef
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.lake.direct import LakeDirectTarget
 from airflow_provider_dblog.outputs.sql_apply import SqlDirectTarget
 
 
@@ -76,6 +75,10 @@ def direct_target_for(config: Config) -> DirectTarget:
     """The deployment's direct target, connected with the secrets its configuration names."""
     check_direct_target(config)
     if _direct_target_kind(config) == "lake":
+        # Here, not at the top: pyarrow and deltalake (the `lake` extra) cost a process that
+        # never writes a lake, such as the tailer, about 80 MiB and a second of start-up.
+        from airflow_provider_dblog.lake.direct import LakeDirectTarget
+
         return LakeDirectTarget.from_config(config)
     return SqlDirectTarget.from_output_config(config.output, config.source.name)
 

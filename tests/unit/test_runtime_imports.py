@@ -57,3 +57,16 @@ def test_runtime_modules_and_the_cli_parser_import_no_devservices_and_no_demo() 
 
 def test_the_cli_offers_the_postgres_flavours_devservices_knows() -> None:
     assert dev_services.POSTGRES_FLAVOURS == stack.POSTGRES_FLAVOURS
+
+
+def test_the_cli_and_the_tailer_load_no_lake_library() -> None:
+    """pyarrow and deltalake (the `lake` extra) cost a process about 80 MiB: the tailer and
+    the `dblog` command load them only when a dump writes a lake."""
+    probe = (
+        "import sys, airflow_provider_dblog.cli, airflow_provider_dblog.tailer; "
+        "print(sorted(m for m in ('pyarrow', 'deltalake', 'pyspark') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
