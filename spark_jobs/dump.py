@@ -15,6 +15,11 @@ last completed chunk; a window the killed run left open expires in the tailer. A
 the source gone (a restart, a failover) says so instead of failing: the driver retries the chunk
 with new watermarks until the source is back, for up to `--source-patience` seconds.
 
+A direct dump (`mode = "direct"`) runs each chunk as two Spark jobs on the same sub-ranges: the
+tasks read and keep their rows in Spark's cache, only the read's transactions go to Redis; after
+hw and the tailer's record, the tasks drop the recorded keys and write the rest into the target
+themselves, and the driver commits the chunk (`airflow_provider_dblog/dump/spark_direct.py`).
+
 Credentials never travel in argv or Spark properties: each task reads the passwords from the
 environment variables the TOML names (`password_env`). Local executors inherit the driver's
 environment; on a cluster, set those variables on the workers (their spark-env.sh, or the
@@ -35,12 +40,10 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
-import math
 import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -49,11 +52,12 @@ from airflow_provider_dblog.config import Config, load_config
 from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, key_of
-from airflow_provider_dblog.dump.chunk import ChunkReadFailed, StoredChunk
-from airflow_provider_dblog.dump.direct import InProcessDirectReader
+from airflow_provider_dblog.dump.chunk import StoredChunk
 from airflow_provider_dblog.dump.direct_target import direct_target_for
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.dump.runner import DumpFailed, run_dump
+from airflow_provider_dblog.dump.spark_chunk import ChunkJobFailed, sub_ranges
+from airflow_provider_dblog.dump.spark_direct import SparkDirectReader
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.spark_package import ship_package
@@ -64,32 +68,6 @@ log = logging.getLogger("dblog.spark_dump")
 PartResult = tuple[int, int | None, Key | None, str | None]
 """What a task sends back: part index, rows stored (None: the window ended), last key read, and
 why the source could not be read (None: it was)."""
-
-
-class ChunkJobFailed(ChunkReadFailed):
-    """A chunk's Spark job failed (a task's Redis went away, an executor was lost, after Spark's
-    own task retries): the chunk is retried with new watermarks, as a failed window."""
-
-
-def sub_ranges(source: ChunkSource, chunk: Chunk, tasks: int, chunk_size: int) -> list[Chunk]:
-    """The chunk as up to `tasks` disjoint parts that together read exactly the chunk.
-
-    A range chunk `(after, upto]` is cut at every `chunk_size / tasks`-th key (asked of the
-    database); a key chunk's key list is sliced. A LIMIT chunk cannot be cut before it is read
-    (its end is unknown): it stays one part; `run_dump(bounded_chunks=True)` plans none.
-    """
-    if chunk.keys is not None:
-        step = math.ceil(len(chunk.keys) / tasks)
-        slices = [chunk.keys[i : i + step] for i in range(0, len(chunk.keys), step)]
-        return [Chunk(chunk.table, chunk.seq, keys=keys) for keys in slices] or [chunk]
-    if chunk.limit is not None or chunk.upto is None or tasks <= 1:
-        return [chunk]
-    step = max(1, math.ceil(chunk_size / tasks))
-    splits = source.split_keys(chunk.table, chunk.after, chunk.upto, step, tasks - 1)
-    if splits and splits[-1] == chunk.upto:
-        splits.pop()  # the last part would be (upto, upto]: empty
-    bounds: list[Key | None] = [chunk.after, *splits, chunk.upto]
-    return [Chunk(chunk.table, chunk.seq, after=a, upto=b) for a, b in pairwise(bounds)]
 
 
 def read_parts(
@@ -190,11 +168,16 @@ def run_spark_dump(
     reader = SparkChunkReader(
         sc, config, dump_id, tasks or sc.defaultParallelism, stored.request.chunk_size
     )
-    # A direct dump's chunks are read and written by the driver for now (dump/direct.py's
-    # in-process reader): its rows still never pass through Redis or the tailer.
     direct = None
-    if stored.request.mode is DumpMode.DIRECT:
-        direct = InProcessDirectReader(direct_target_for(config))
+    if stored.request.mode is DumpMode.DIRECT:  # rows written by the tasks: direct_dump.py
+        direct = SparkDirectReader(
+            sc,
+            config,
+            dump_id,
+            reader.tasks,
+            stored.request.chunk_size,
+            direct_target_for(config),
+        )
     try:
         return run_dump(
             store,

@@ -1,5 +1,6 @@
 """Shared pieces of the Spark tests: the dump pipeline (source, target, tailer; on PostgreSQL or
-MariaDB) and stopping a test's Spark for good.
+MariaDB), the Python workers of this process's Spark (to kill them) and stopping a test's Spark
+for good.
 
 Python workers inherit the environment the JVM was launched with; a JVM left over from an
 earlier module would not know the passwords a later module puts in the environment, so each
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+import psutil
 import redis
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -137,3 +139,26 @@ def running_mysql_pipeline(
         thread.join(30)
         output.close()
         drop_databases(dbs)
+
+
+def python_workers() -> list[psutil.Process]:
+    """The Python workers of this process's Spark: in local mode the JVM (a child of this
+    process) starts `python -m pyspark.daemon`, which forks one worker per running task, reused
+    for the next ones (without the daemon the JVM starts `python -m pyspark.worker` itself).
+    Not the daemon: it only forks, and it reaps what is killed."""
+    modules: dict[int, str] = {}
+    parents: dict[int, int] = {}
+    processes: dict[int, psutil.Process] = {}
+    for process in psutil.Process().children(recursive=True):
+        try:
+            argv, parent = process.cmdline(), process.ppid()
+        except psutil.Error:
+            continue  # ended meanwhile
+        if argv[1:3] in (["-m", "pyspark.daemon"], ["-m", "pyspark.worker"]):
+            modules[process.pid], parents[process.pid] = argv[2], parent
+            processes[process.pid] = process
+    return [
+        processes[pid]
+        for pid, module in modules.items()
+        if module == "pyspark.worker" or parents[pid] in modules
+    ]

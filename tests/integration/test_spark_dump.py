@@ -56,6 +56,7 @@ from tests.integration.e2e_support import (
 )
 from tests.integration.spark_support import (
     Pipeline,
+    python_workers,
     running_mysql_pipeline,
     running_pipeline,
     stop_spark,
@@ -304,29 +305,6 @@ def test_killed_application_resumes_without_rereading(
     # 600 rows per table in chunks of 100: 6 chunks each. A re-read chunk would count again.
     assert status.chunks == 18
     assert status.rows == ROWS * 3
-
-
-def python_workers() -> list[psutil.Process]:
-    """The Python workers of this process's Spark: in local mode the JVM (a child of this
-    process) starts `python -m pyspark.daemon`, which forks one worker per running task, reused
-    for the next ones (without the daemon the JVM starts `python -m pyspark.worker` itself).
-    Not the daemon: it only forks, and it reaps what is killed."""
-    modules: dict[int, str] = {}
-    parents: dict[int, int] = {}
-    processes: dict[int, psutil.Process] = {}
-    for process in psutil.Process().children(recursive=True):
-        try:
-            argv, parent = process.cmdline(), process.ppid()
-        except psutil.Error:
-            continue  # ended meanwhile
-        if argv[1:3] in (["-m", "pyspark.daemon"], ["-m", "pyspark.worker"]):
-            modules[process.pid], parents[process.pid] = argv[2], parent
-            processes[process.pid] = process
-    return [
-        processes[pid]
-        for pid, module in modules.items()
-        if module == "pyspark.worker" or parents[pid] in modules
-    ]
 
 
 def test_killed_python_workers_fail_the_chunk_job_and_the_chunk_is_retried(

@@ -1,0 +1,146 @@
+"""A direct dump through the Spark application (spark_jobs/dump.py, `mode = "direct"`) into a
+SQL target on real PostgreSQL and Redis, under concurrent writes, with every kind of kill: the
+tailer (`dblog tail`, SIGKILLed and started again), Spark's Python workers (a task dies; local
+mode `local[2,2]` runs it again, or its job fails and the chunk is retried) and the driver (the
+whole application SIGKILLed, then run again: it resumes from its stored progress). The target
+ends equal to the source, the dump wrote its rows itself and the tailer emitted none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from airflow_provider_dblog.core.direct import DumpMode
+from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
+from airflow_provider_dblog.demo import compare
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.state import DumpState, StateStore
+from tests.integration.e2e_support import (
+    REPO,
+    Databases,
+    TailProcess,
+    Writer,
+    cli_env,
+    drop_databases,
+    make_databases,
+    wait_caught_up,
+    wait_until,
+    write_config,
+)
+from tests.integration.spark_support import python_workers
+
+pytestmark = pytest.mark.integration
+ROWS = 1200
+CHUNK = 150
+TARGET_DSN_ENV = "E2E_TARGET_DSN"
+TASK_LOST = re.compile(r"Lost task|Python worker exited unexpectedly")
+
+
+@pytest.fixture
+def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
+    databases = make_databases(pg15, ROWS, target=True, seed_value=31)
+    yield databases
+    drop_databases(databases)
+
+
+def test_a_spark_direct_dump_survives_tailer_task_and_driver_kills(
+    dbs: Databases, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    output = {"type": "sql_apply", "dsn_env": TARGET_DSN_ENV, "monotonic": True}
+    tailer = {"heartbeat_s": 0.2, "window_ttl_s": 30}
+    config = write_config(tmp_path / "dblog.toml", dbs, redis_server, output, tailer)
+    env = cli_env(
+        dbs, redis_server, PYSPARK_PYTHON=sys.executable, **{TARGET_DSN_ENV: dbs.target_dsn}
+    )
+    store = StateStore(redis_server.client(), dbs.config.name)
+    request = DumpRequest(
+        "spark-direct", DumpKind.ALL, dbs.tables, chunk_size=CHUNK, parallelism=2,
+        mode=DumpMode.DIRECT,
+    )  # fmt: skip
+    store.dumps.create(request)
+    store.dumps.throttle("spark-direct", delay_ms=300)  # slow enough to kill things meanwhile
+    command = [
+        *(sys.executable, str(REPO / "spark_jobs" / "dump.py"), "--dump-id", "spark-direct"),
+        *("--config", str(config), "--master", "local[2,2]", "--window-timeout", "30"),
+    ]
+    log_path = tmp_path / "spark-dump.log"
+    tail = TailProcess(config, "direct-spark-tailer", env, tmp_path / "tail.log")
+    writer = Writer(dbs, tmp_path, seed_value=5)
+    first: subprocess.Popen[bytes] | None = None
+    try:
+        wait_until(lambda: store.tailer.health() is not None, 30, "the tailer beating")
+        writer.wait_for(10)
+        with log_path.open("ab") as log:
+            first = subprocess.Popen(
+                command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+        def chunks() -> int:
+            assert first is not None and first.poll() is None, log_path.read_text()[-3000:]
+            status = store.dumps.status("spark-direct")
+            return status.chunks if status is not None else 0
+
+        wait_until(lambda: chunks() >= 2, 300, "two chunks written (a Spark start)")
+        tail.kill()
+        tail.start()
+        wait_until(lambda: chunks() >= 4, 120, "chunks after the tailer's restart")
+
+        kills = 0
+
+        def a_task_lost() -> bool:
+            nonlocal kills
+            if TASK_LOST.search(log_path.read_text(errors="replace")):
+                return True
+            chunks()  # the application still runs
+            for worker in python_workers():
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    worker.kill()
+                    kills += 1
+            return False
+
+        wait_until(a_task_lost, 120, "a Spark task dying under the kills")
+        assert kills >= 1
+        at_kill = chunks()
+        wait_until(lambda: chunks() > at_kill, 120, "a chunk written after the task died")
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+        killed = store.dumps.status("spark-direct")
+        assert killed is not None and killed.state is DumpState.RUNNING
+        done_before = sum(p.chunks_done for p in store.dumps.load_progress("spark-direct").values())
+
+        store.dumps.throttle("spark-direct", delay_ms=0)
+        with log_path.open("ab") as log:
+            second = subprocess.run(
+                command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=600
+            )
+        assert second.returncode == 0, log_path.read_text()[-3000:]
+        writer.stop()
+        wait_caught_up(dbs)
+        assert compare(dbs.source_dsn, dbs.target_dsn) == []
+        status = store.dumps.status("spark-direct")
+        assert status is not None and status.state is DumpState.DONE
+        progress = store.dumps.load_progress("spark-direct")
+        chunks_in_all = sum(p.chunks_done for p in progress.values())
+        assert done_before < chunks_in_all, "the dump ended before its driver was killed"
+        assert status.chunks == chunks_in_all, "a chunk completed before the kill was read again"
+        assert all(p.done and 0 < p.rows_written <= p.rows_done for p in progress.values())
+        health = store.tailer.health()
+        assert health is not None and health.metrics["dump_rows"] == 0, health.metrics
+    finally:
+        writer.kill()
+        if first is not None and first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        if tail.alive():
+            tail.kill()
