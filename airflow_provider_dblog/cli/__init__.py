@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_dblog.cli import demo, dev_services, dump, status, tail, ui
+from airflow_provider_dblog.cli import demo, dev_services, dump, prune, status, tail, ui
 from airflow_provider_dblog.cli.common import one_line
 from airflow_provider_dblog.core.errors import DBLogError
 
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.register(subparsers)
     tail.register(subparsers)
     dump.register(subparsers)
+    prune.register(subparsers)
     status.register(subparsers)
     ui.register(subparsers)
     dev_services.register(subparsers)

@@ -184,6 +184,36 @@ def test_a_delete_after_hw_that_lands_first_keeps_the_dumped_row_out(
         target.close()
 
 
+def test_dblog_prune_forgets_the_tombstones_before_the_horizon(
+    dbs: Databases, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """Deletes keep leaving tombstones between dumps; `dblog prune` forgets those before the
+    horizon (here the checkpoint, 400: no direct window is pending) and keeps the newer one."""
+    store = StateStore(redis_server.client(), dbs.config.name)
+    token = store.tailer.acquire_lease("prune", 60_000)
+    assert token is not None
+    store.tailer.save_checkpoint(400, token)
+    name = dbs.config.name
+
+    def event(op: Op, key: int, commit: int) -> Event:
+        row = {"id": key, "owner": "o", "balance": "1.00", "active": True, "e2e_version": 0}
+        before, after = (row, None) if op is Op.DELETE else (None, row)
+        where = SourceInfo(name, "db", "public", "accounts", Position(commit, 1), Origin.LOG)
+        return Event(op, {"id": key}, before, after, where, 0)
+
+    with SqlApplyOutput(dbs.target_dsn, monotonic=True) as output:
+        events = [event(Op.CREATE, 1, 50), event(Op.CREATE, 2, 60)]
+        output.write([*events, event(Op.DELETE, 1, 300), event(Op.DELETE, 2, 500)], token)
+    assert tombstones(dbs) == [{"id": 1}, {"id": 2}]
+    output_config = {"type": "sql_apply", "dsn_env": TARGET_DSN_ENV, "monotonic": True}
+    config = write_config(tmp_path / "dblog.toml", dbs, redis_server, output_config)
+    env = cli_env(dbs, redis_server, **{TARGET_DSN_ENV: dbs.target_dsn})
+    done = run_cli("prune", "-c", str(config), env=env)
+    assert done.returncode == 0, done.stderr
+    assert "public.accounts: 1 tombstones before [400, 0] pruned" in done.stdout
+    assert tombstones(dbs) == [{"id": 2}]
+
+
 def accounts(dbs: Databases) -> list[int]:
     with psycopg.connect(dbs.target_dsn) as conn:
         return [r[0] for r in conn.execute("SELECT id FROM accounts ORDER BY id")]
