@@ -105,6 +105,9 @@ _DIRECT_ATTEMPTS = 10
 """Tries of a direct part that deadlocks with the tailer's batch on the same keys."""
 SCHEMAS_TABLE = "dblog_schemas"
 
+_SETUP_LOCK = sql.SQL("SELECT pg_advisory_xact_lock(431148003175)")
+"""Held while an output creates its bookkeeping tables (the number spells "dblog" in ASCII)."""
+
 _CREATE_FENCE = sql.SQL(
     "CREATE TABLE IF NOT EXISTS {table} (source text PRIMARY KEY, token bigint NOT NULL)"
 ).format(table=sql.Identifier(FENCE_TABLE))
@@ -389,7 +392,11 @@ class SqlApplyOutput(Output):
                 )
             except psycopg.OperationalError as exc:
                 raise OutputUnavailable(f"cannot connect to the SQL target: {exc}") from exc
-            with self._errors():
+            # Many writers may connect at once (the tailer, a direct dump's Spark tasks):
+            # concurrent CREATE TABLE IF NOT EXISTS of one table can fail on PostgreSQL's
+            # catalog (a unique violation), so the bookkeeping tables are made one at a time.
+            with self._errors(), self._conn.transaction():
+                self._conn.execute(_SETUP_LOCK)
                 self._conn.execute(_CREATE_FENCE)
                 self._conn.execute(_CREATE_SCHEMAS)
                 if self.monotonic:
