@@ -245,6 +245,21 @@ class RunningTailer:
         self._thread.join(30)
         self.output.close()
 
+    def cpu_s(self) -> float:
+        """CPU seconds the tailer's threads used so far: its session's thread and its output
+        writer's (`dblog-writer`), read from /proc/self/task (Linux)."""
+        threads = [self._thread, *(t for t in threading.enumerate() if t.name == "dblog-writer")]
+        return sum(thread_cpu_s(t.native_id) for t in threads if t.native_id is not None)
+
+
+def thread_cpu_s(native_id: int) -> float:
+    """User + system CPU seconds of one thread of this process; 0 once it has ended."""
+    try:
+        fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s

@@ -9,6 +9,14 @@ P2        dump rows/s through Spark (`spark_jobs.dump.run_spark_dump`: each chun
           10k and 50k, each at parallelism (windows in flight) 1 and 2, each a fresh dump
           request; against the ceiling `COPY t TO STDOUT` of the same table (psycopg, bytes
           drained), with the ratio ours/ceiling.
+P2 direct dump rows/s of direct dumps (`mode = "direct"`: the Spark tasks keep their rows, the
+          tailer records only the window's changed keys, the tasks write the survivors into
+          the target themselves) of the same table, chunk 50k, at parallelism 1 and 2, on
+          local[2] and then on a local[1] session; the target is the lake (`--target lake`,
+          the default) or SQL apply in monotonic mode (`--target sql`, a database of its own
+          on the same server). With the ratio to COPY, local[2] over local[1], and the
+          tailer's CPU seconds (its session and writer threads) per million dumped rows,
+          direct against the sequenced chunk 50k dump.
 overhead  the fixed cost of one chunk in ms: a smaller table dumped in many small chunks and
           in one chunk; the difference in time over the difference in chunks.
 breakdown one instrumented Spark dump (chunk 10k, one window, one task per chunk) split into
@@ -25,6 +33,7 @@ read path Spark's JDBC source reading the table into a DataFrame (all columns ma
           PostgreSQL JDBC driver (/usr/share/java/postgresql.jar) is missing.
 
     .venv/bin/python bench/bench_spark_dump.py [--quick] [--rows N]
+    .venv/bin/python bench/bench_spark_dump.py --only direct [--target lake|sql]
 
 No figure is checked against a threshold: this measures, it does not test.
 """
@@ -36,6 +45,7 @@ import dataclasses
 import functools
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -51,6 +61,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from airflow_provider_dblog.config import Config, load_config
+from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Event, Key, TableRef
 from airflow_provider_dblog.core.position import Position
@@ -58,12 +69,15 @@ from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler
 from airflow_provider_dblog.devservices.postgres import PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.dump.runner import run_dump
+from airflow_provider_dblog.outputs.sql_apply import POSITIONS_TABLE
 from airflow_provider_dblog.sources.base import ChunkSource, Source
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import DumpState, StateStore, WindowState
 from spark_jobs.dump import SparkChunkReader, run_spark_dump
 
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+DIRECT_TARGET_DB = "bench_direct_target"
+DIRECT_TARGET_ENV = "BENCH_DIRECT_TARGET_DSN"
 SOURCE = "bench_p2"
 TABLE = "public.p2_rows"
 OVERHEAD_TABLE = "public.p2_overhead"
@@ -85,6 +99,8 @@ class Sizes:
     read_partitions: tuple[int, ...]
     process_chunk_sizes: tuple[int, ...]
     """Chunk sizes of the in-process dumps (`dblog dump`)."""
+    direct_chunk: int = 50_000
+    """Chunk size of the direct dumps (P2 direct), at each parallelism."""
 
     @classmethod
     def full(cls, rows: int = 500_000) -> Sizes:
@@ -92,7 +108,9 @@ class Sizes:
 
     @classmethod
     def quick(cls, rows: int = 20_000) -> Sizes:
-        return cls(rows, (10_000, 50_000), (1, 2), 1_000, 250, 10_000, 1, (2,), PROCESS_CHUNKS)
+        return cls(
+            rows, (10_000, 50_000), (1, 2), 1_000, 250, 10_000, 1, (2,), PROCESS_CHUNKS, 5_000
+        )
 
 
 @dataclass
@@ -103,10 +121,17 @@ class DumpRun:
     rows: int
     chunks: int
     seconds: float
+    tailer_cpu_s: float = 0.0
+    """CPU seconds the tailer's threads used while the dump ran."""
+    master: str = "local[2]"
 
     @property
     def rate(self) -> float:
         return self.rows / self.seconds
+
+    @property
+    def tailer_cpu_per_million(self) -> float:
+        return self.tailer_cpu_s / max(1, self.rows) * 1_000_000
 
 
 @dataclass
@@ -214,6 +239,7 @@ class ReadPath:
 class Report:
     ceiling: Ceiling | None = None
     dumps: list[DumpRun] = field(default_factory=list)
+    direct: list[DumpRun] = field(default_factory=list)
     process_dumps: list[DumpRun] = field(default_factory=list)
     overhead: Overhead | None = None
     breakdown: Breakdown | None = None
@@ -259,12 +285,13 @@ class CountingNdjson(TimedNdjson):
         self.write_s += time.perf_counter() - started
 
 
-def start_spark(jdbc_jar: Path | None) -> SparkSession:
-    """One local[2] session for the whole run. Executors inherit this process's environment
-    (the passwords `Env` put there), so it is created after the servers."""
+def start_spark(jdbc_jar: Path | None, master: str = "local[2]") -> SparkSession:
+    """One local[2] session for the whole run (and a local[1] one for the last direct dumps).
+    Executors inherit this process's environment (the passwords `Env` put there), so it is
+    created after the servers."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(master)
         .appName("dblog-bench-spark-dump")
         .config("spark.ui.enabled", "false")
     )
@@ -272,7 +299,8 @@ def start_spark(jdbc_jar: Path | None) -> SparkSession:
         builder = builder.config("spark.jars", str(jdbc_jar))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    spark.sparkContext.parallelize(range(2), 2).count()  # start the Python workers
+    sc = spark.sparkContext
+    sc.parallelize(range(sc.defaultParallelism), sc.defaultParallelism).count()  # the workers
     return spark
 
 
@@ -302,9 +330,12 @@ def spark_dump(
     table: str,
     chunk_size: int,
     parallelism: int,
+    tailer: RunningTailer,
+    mode: DumpMode = DumpMode.SEQUENCED,
 ) -> DumpRun:
     """A fresh dump request of the whole table through `run_spark_dump`, timed from the call
-    until it returns (every window closed: the rows are durable in the output)."""
+    until it returns (sequenced: every window closed, the rows durable in the output; direct:
+    every chunk committed into the target), with the tailer's CPU time meanwhile."""
     dump_id = f"p2-{uuid.uuid4().hex[:8]}"
     request = DumpRequest(
         dump_id,
@@ -312,17 +343,108 @@ def spark_dump(
         (TableRef.parse(table),),
         chunk_size=chunk_size,
         parallelism=parallelism,
+        mode=mode,
     )
     store.dumps.create(request)
+    cpu = tailer.cpu_s()
     started = time.perf_counter()
     state = run_spark_dump(sc, config, dump_id)
     seconds = time.perf_counter() - started
+    cpu = tailer.cpu_s() - cpu
     status = store.dumps.status(dump_id)
     if state is not DumpState.DONE or status is None:
         raise RuntimeError(f"bench: dump {dump_id} ended {state}")
     return DumpRun(
-        chunk_size, parallelism, sc.defaultParallelism, status.rows, status.chunks, seconds
+        chunk_size,
+        parallelism,
+        sc.defaultParallelism,
+        status.rows,
+        status.chunks,
+        seconds,
+        cpu,
+        sc.master,
     )
+
+
+def make_direct_target(env: Env, table: str) -> str:
+    """An empty copy of `table` in a database of its own on the same server, for direct
+    dumps (SQL apply in monotonic mode); its DSN."""
+    with psycopg.connect(env.pg.admin_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {DIRECT_TARGET_DB} OWNER {env.pg.user}")
+    dsn = env.pg.dsn.rsplit("/", 1)[0] + "/" + DIRECT_TARGET_DB
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text, n int,"
+            " amount numeric(12, 2), ts timestamptz, pad text)"
+        )
+    return dsn
+
+
+def empty_direct_target(dsn: str, table: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {table}")
+        conn.execute(f"DROP TABLE IF EXISTS {POSITIONS_TABLE}")
+
+
+@dataclass(frozen=True)
+class DirectTarget:
+    """Where the bench's direct dumps write: the lake (Delta tables under `lake_root`) or SQL
+    apply in monotonic mode into the target database (its DSN in DIRECT_TARGET_ENV, which the
+    executors inherit)."""
+
+    config: Config
+    label: str
+    dsn: str | None = None
+    lake_root: Path | None = None
+
+    def empty(self) -> None:
+        """Each direct run starts from an empty target: inserts, not updates of older rows."""
+        if self.lake_root is not None:
+            shutil.rmtree(self.lake_root, ignore_errors=True)
+        if self.dsn is not None:
+            empty_direct_target(self.dsn, TABLE)
+
+
+def direct_target(env: Env, config: Config, kind: str, base: Path) -> DirectTarget:
+    if kind == "lake":
+        root = base / "lake"
+        lake = dataclasses.replace(config, lake_root=str(root))
+        return DirectTarget(lake, "the lake", None, root)
+    dsn = make_direct_target(env, TABLE)
+    os.environ[DIRECT_TARGET_ENV] = dsn  # before Spark: executors inherit it
+    output = {"type": "sql_apply", "dsn_env": DIRECT_TARGET_ENV, "monotonic": True}
+    return DirectTarget(dataclasses.replace(config, output=output), "SQL apply", dsn)
+
+
+def direct_dumps(
+    sc: SparkContext,
+    target: DirectTarget,
+    store: StateStore,
+    tailer: RunningTailer,
+    sizes: Sizes,
+) -> list[DumpRun]:
+    runs = []
+    for parallelism in sizes.parallelisms:
+        target.empty()
+        run = spark_dump(
+            sc,
+            target.config,
+            store,
+            TABLE,
+            sizes.direct_chunk,
+            parallelism,
+            tailer,
+            DumpMode.DIRECT,
+        )
+        runs.append(run)
+        print(
+            f"P2 direct {run.master} chunk {run.chunk_size} parallelism {parallelism}: ours "
+            f"{run.rate:.0f} rows/s ({run.rows} rows, {run.chunks} chunks, {run.tasks} tasks "
+            f"each, {run.seconds:.2f}s, into {target.label}), tailer CPU "
+            f"{run.tailer_cpu_per_million:.2f} s per million rows",
+            flush=True,
+        )
+    return runs
 
 
 def process_dump(config: Config, store: StateStore, table: str, chunk_size: int) -> DumpRun:
@@ -626,6 +748,18 @@ def print_report(report: Report) -> None:
             lines.append(f"{'':<6}ratio ours/ceiling {run.rate / ceiling.rate:.4f}")
     for run in report.process_dumps:
         add(f"dblog dump in process, chunk {run.chunk_size} (rows/s)", run.rate, True)
+    for run in report.direct:
+        label = f"P2 direct {run.master} chunk {run.chunk_size} parallelism {run.parallelism}"
+        add(f"{label} (rows/s)", run.rate, True)
+        if ceiling is not None:
+            lines.append(f"{'':<6}ratio ours/ceiling {run.rate / ceiling.rate:.4f}")
+        add(f"{label}: tailer CPU (s per million rows)", run.tailer_cpu_per_million)
+    for run in report.dumps:
+        add(
+            f"P2 chunk {run.chunk_size} parallelism {run.parallelism}: tailer CPU "
+            "(s per million rows)",
+            run.tailer_cpu_per_million,
+        )
     o = report.overhead
     if o is not None:
         add(f"overhead per chunk, {o.small.run.chunk_size} vs {o.rows} rows (ms)", o.per_chunk_ms)
@@ -665,10 +799,49 @@ def print_report(report: Report) -> None:
     print("\n".join(lines))
 
 
+def print_direct_summary(report: Report) -> None:
+    """The direct figures against COPY, local[2] against local[1], and the tailer's CPU per
+    million dumped rows direct against sequenced."""
+    ceiling = report.ceiling
+    by_master = {(run.master, run.parallelism): run for run in report.direct}
+    for (master, parallelism), run in sorted(by_master.items()):
+        if ceiling is not None:
+            print(
+                f"P2 direct {master} parallelism {parallelism}: ratio ours/ceiling "
+                f"{run.rate / ceiling.rate:.4f}"
+            )
+        one = by_master.get(("local[1]", parallelism))
+        if master == "local[2]" and one is not None:
+            print(
+                f"P2 direct local[2]/local[1] parallelism {parallelism}: {run.rate / one.rate:.2f}"
+            )
+    sequenced = max(report.dumps, key=lambda r: (r.chunk_size, r.parallelism), default=None)
+    direct = by_master.get(("local[2]", sequenced.parallelism)) if sequenced else None
+    if sequenced is not None and direct is not None:
+        print(
+            "P2 tailer CPU per million dumped rows: sequenced "
+            f"{sequenced.tailer_cpu_per_million:.2f} s (chunk {sequenced.chunk_size} parallelism "
+            f"{sequenced.parallelism}), direct {direct.tailer_cpu_per_million:.2f} s (chunk "
+            f"{direct.chunk_size} parallelism {direct.parallelism})"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (well under a minute)")
     parser.add_argument("--rows", type=int, help="rows in the dumped table")
+    parser.add_argument(
+        "--target",
+        choices=("lake", "sql"),
+        default="lake",
+        help="where the direct dumps write: the lake (default) or SQL apply",
+    )
+    parser.add_argument(
+        "--only",
+        choices=("all", "direct"),
+        default="all",
+        help="direct: only the ceiling, one sequenced dump and the direct dumps",
+    )
     args = parser.parse_args(argv)
     sizes = Sizes.quick() if args.quick else Sizes.full()
     if args.rows:
@@ -706,54 +879,74 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"({ceiling.bytes:,} bytes in {ceiling.seconds:.2f}s)",
                 flush=True,
             )
+            direct = direct_target(env, config, args.target, base)
             step("starting Spark (local[2])")
             spark = start_spark(jdbc_jar)
             sc = spark.sparkContext
             output = CountingNdjson(base / "out")
-            try:
-                with RunningTailer(env, bench_source, output):
-                    for chunk_size in sizes.chunk_sizes:
-                        for parallelism in sizes.parallelisms:
-                            run = spark_dump(sc, config, store, TABLE, chunk_size, parallelism)
-                            report.dumps.append(run)
-                            print(
-                                f"P2 chunk {chunk_size} parallelism {parallelism}: ours "
-                                f"{run.rate:.0f} rows/s ({run.rows} rows, {run.chunks} chunks, "
-                                f"{run.tasks} tasks each, {run.seconds:.2f}s), ceiling "
-                                f"{ceiling.rate:.0f} rows/s, ratio {run.rate / ceiling.rate:.4f}",
-                                flush=True,
-                            )
-                    for chunk_size in sizes.process_chunk_sizes:
-                        run = process_dump(config, store, TABLE, chunk_size)
-                        report.process_dumps.append(run)
+            with RunningTailer(env, bench_source, output) as tailer:
+                try:
+                    sequenced = [
+                        (chunk_size, parallelism)
+                        for chunk_size in sizes.chunk_sizes
+                        for parallelism in sizes.parallelisms
+                    ]
+                    if args.only == "direct":
+                        sequenced = [(sizes.direct_chunk, max(sizes.parallelisms))]
+                    for chunk_size, parallelism in sequenced:
+                        run = spark_dump(sc, config, store, TABLE, chunk_size, parallelism, tailer)
+                        report.dumps.append(run)
                         print(
-                            f"dblog dump in process, chunk {chunk_size}: {run.rate:.0f} rows/s "
-                            f"({run.rows} rows, {run.chunks} chunks, {run.seconds:.2f}s)",
+                            f"P2 chunk {chunk_size} parallelism {parallelism}: ours "
+                            f"{run.rate:.0f} rows/s ({run.rows} rows, {run.chunks} chunks, "
+                            f"{run.tasks} tasks each, {run.seconds:.2f}s), ceiling "
+                            f"{ceiling.rate:.0f} rows/s, ratio {run.rate / ceiling.rate:.4f}",
                             flush=True,
                         )
-                    step(
-                        f"overhead: {sizes.overhead_rows} rows in chunks of "
-                        f"{sizes.overhead_small_chunk} and in one chunk"
-                    )
-                    report.overhead = o = bench_overhead(sc, config, store, sizes)
-                    print(
-                        f"overhead per chunk {o.per_chunk_ms:.1f} ms ({o.small.run.chunks} "
-                        f"chunks in {o.small.run.seconds:.2f}s vs {o.large.run.chunks} in "
-                        f"{o.large.run.seconds:.2f}s, {o.rows} rows)",
-                        flush=True,
-                    )
-                    step("breakdown: one instrumented dump, then each step apart")
-                    report.breakdown = bench_breakdown(
-                        env, sc, config, bench_source, store, output, sizes
-                    )
-                step("read paths: psycopg in mapPartitions, Spark JDBC")
-                report.read_paths = bench_read_paths(
-                    env, spark, bench_source, sizes, jdbc=jdbc_jar is not None
-                )
-                for path in report.read_paths:
-                    print(f"read {path.label}: {path.rate:.0f} rows/s ({path.seconds:.2f}s)")
-            finally:
-                spark.stop()
+                    step(f"P2 direct on local[2]: the tasks write into {direct.label}")
+                    report.direct += direct_dumps(sc, direct, store, tailer, sizes)
+                    if args.only == "all":
+                        for chunk_size in sizes.process_chunk_sizes:
+                            run = process_dump(config, store, TABLE, chunk_size)
+                            report.process_dumps.append(run)
+                            print(
+                                f"dblog dump in process, chunk {chunk_size}: {run.rate:.0f} "
+                                f"rows/s ({run.rows} rows, {run.chunks} chunks, "
+                                f"{run.seconds:.2f}s)",
+                                flush=True,
+                            )
+                        step(
+                            f"overhead: {sizes.overhead_rows} rows in chunks of "
+                            f"{sizes.overhead_small_chunk} and in one chunk"
+                        )
+                        report.overhead = o = bench_overhead(sc, config, store, sizes)
+                        print(
+                            f"overhead per chunk {o.per_chunk_ms:.1f} ms ({o.small.run.chunks} "
+                            f"chunks in {o.small.run.seconds:.2f}s vs {o.large.run.chunks} in "
+                            f"{o.large.run.seconds:.2f}s, {o.rows} rows)",
+                            flush=True,
+                        )
+                        step("breakdown: one instrumented dump, then each step apart")
+                        report.breakdown = bench_breakdown(
+                            env, sc, config, bench_source, store, output, sizes
+                        )
+                        step("read paths: psycopg in mapPartitions, Spark JDBC")
+                        report.read_paths = bench_read_paths(
+                            env, spark, bench_source, sizes, jdbc=jdbc_jar is not None
+                        )
+                        for path in report.read_paths:
+                            print(
+                                f"read {path.label}: {path.rate:.0f} rows/s ({path.seconds:.2f}s)"
+                            )
+                finally:
+                    spark.stop()
+                step("P2 direct on local[1]: the same dumps on one core")
+                spark = start_spark(None, "local[1]")
+                try:
+                    report.direct += direct_dumps(spark.sparkContext, direct, store, tailer, sizes)
+                finally:
+                    spark.stop()
+            print_direct_summary(report)
     report.load_end = os.getloadavg()[0]
     print_report(report)
     print(f"\ntotal {time.monotonic() - started:.0f}s")

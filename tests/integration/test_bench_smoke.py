@@ -74,6 +74,18 @@ def test_spark_dump_bench_quick_prints_p2_and_ratio() -> None:
         assert re.search(
             rf"^dblog dump in process, chunk {chunk_size}: {NUMBER} rows/s", out, re.M
         ), out
+    for master in ("local[2]", "local[1]"):
+        for parallelism in (1, 2):
+            line = rf"^P2 direct {re.escape(master)} chunk 5000 parallelism {parallelism}: "
+            assert re.search(line + rf"ours {NUMBER} rows/s .*tailer CPU {NUMBER} s", out, re.M)
+            ratio = rf"^P2 direct {re.escape(master)} parallelism {parallelism}: ratio"
+            assert re.search(ratio + rf" ours/ceiling {NUMBER}$", out, re.M), out
+    assert re.search(rf"^P2 direct local\[2\]/local\[1\] parallelism 2: {NUMBER}$", out, re.M)
+    assert re.search(
+        rf"^P2 tailer CPU per million dumped rows: sequenced {NUMBER} s .*direct {NUMBER} s",
+        out,
+        re.M,
+    ), out
     assert re.search(rf"^overhead per chunk -?{NUMBER} ms", out, re.M), out
     assert re.search(
         rf"^read psycopg \+ converters, mapPartitions, 2 part: {NUMBER} rows/s", out, re.M
