@@ -1,14 +1,17 @@
-"""A direct dump through the Spark application (spark_jobs/dump.py, `mode = "direct"`) into a
-SQL target on real PostgreSQL and Redis, under concurrent writes, with every kind of kill: the
+"""A direct dump through the Spark application (spark_jobs/dump.py, `mode = "direct"`) into the
+lake or a SQL target on real PostgreSQL and Redis, under concurrent writes, with every kind of
+kill: the
 tailer (`dblog tail`, SIGKILLed and started again), Spark's Python workers (a task dies; local
 mode `local[2,2]` runs it again, or its job fails and the chunk is retried) and the driver (the
 whole application SIGKILLed, then run again: it resumes from its stored progress). The target
-ends equal to the source, the dump wrote its rows itself and the tailer emitted none.
+ends equal to the source (the lake once the compaction folded the tailer's NDJSON into it, as
+DuckDB reads it), the dump wrote its rows itself and the tailer emitted none.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -21,11 +24,15 @@ import psutil
 import pytest
 
 from airflow_provider_dblog.core.direct import DumpMode
-from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
-from airflow_provider_dblog.demo import compare
+from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
+from airflow_provider_dblog.demo import TABLES, compare
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.lake.catalog import source_lake_schema
+from airflow_provider_dblog.lake.schema import POSITION_COLUMNS, LakeRow
+from airflow_provider_dblog.outputs.ndjson import event_files
 from airflow_provider_dblog.state import DumpState, StateStore
+from spark_jobs.compact import compact
 from tests.integration.e2e_support import (
     REPO,
     Databases,
@@ -39,6 +46,7 @@ from tests.integration.e2e_support import (
     write_config,
 )
 from tests.integration.spark_support import python_workers
+from tests.integration.test_spark_compact import by_key, read_lake
 
 pytestmark = pytest.mark.integration
 ROWS = 1200
@@ -54,12 +62,18 @@ def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
     drop_databases(databases)
 
 
+@pytest.mark.parametrize("target", ["lake", "sql"])
 def test_a_spark_direct_dump_survives_tailer_task_and_driver_kills(
-    dbs: Databases, redis_server: RedisInfo, tmp_path: Path
+    dbs: Databases, redis_server: RedisInfo, tmp_path: Path, target: str
 ) -> None:
-    output = {"type": "sql_apply", "dsn_env": TARGET_DSN_ENV, "monotonic": True}
+    events, lake = tmp_path / "events", tmp_path / "lake"
+    output: dict[str, object] = {"type": "ndjson", "directory": str(events)}
+    if target == "sql":
+        output = {"type": "sql_apply", "dsn_env": TARGET_DSN_ENV, "monotonic": True}
     tailer = {"heartbeat_s": 0.2, "window_ttl_s": 30}
     config = write_config(tmp_path / "dblog.toml", dbs, redis_server, output, tailer)
+    if target == "lake":
+        config.write_text(config.read_text() + f'\n[lake]\nroot = "{lake}"\n')
     env = cli_env(
         dbs, redis_server, PYSPARK_PYTHON=sys.executable, **{TARGET_DSN_ENV: dbs.target_dsn}
     )
@@ -128,7 +142,10 @@ def test_a_spark_direct_dump_survives_tailer_task_and_driver_kills(
         assert second.returncode == 0, log_path.read_text()[-3000:]
         writer.stop()
         wait_caught_up(dbs)
-        assert compare(dbs.source_dsn, dbs.target_dsn) == []
+        if target == "sql":
+            assert compare(dbs.source_dsn, dbs.target_dsn) == []
+        else:
+            assert_lake_equals_source(dbs, store, events, lake)
         status = store.dumps.status("spark-direct")
         assert status is not None and status.state is DumpState.DONE
         progress = store.dumps.load_progress("spark-direct")
@@ -144,3 +161,29 @@ def test_a_spark_direct_dump_survives_tailer_task_and_driver_kills(
             os.killpg(first.pid, signal.SIGKILL)
         if tail.alive():
             tail.kill()
+
+
+def assert_lake_equals_source(dbs: Databases, store: StateStore, events: Path, lake: Path) -> None:
+    """The compaction folds the tailer's NDJSON (log events only) into the tables the dump
+    wrote; DuckDB then reads each equal to the source's rows now."""
+    lines = [json.loads(line) for f in event_files(events) for line in f.open()]
+    assert lines and all(e["op"] != "r" for e in lines), "a dump row went through the tailer"
+    schemas = {t: source_lake_schema(dbs.config, t) for t in TABLES}
+    source = dbs.source.chunk_source()
+    try:
+        wanted = {
+            t: schemas[t]
+            .to_arrow([LakeRow(r, 1, 0, "r") for r in source.read_chunk(Chunk(t, 0)).rows])
+            .drop_columns(list(POSITION_COLUMNS))
+            for t in TABLES
+        }
+    finally:
+        source.close()
+    horizon = store.directs.horizon()
+    report = compact(None, events, lake, describe=schemas.__getitem__, prune_before=horizon)
+    assert report.events == len(lines)
+    for table in TABLES:
+        read = read_lake(lake, str(table)).drop_columns(list(POSITION_COLUMNS))
+        key = schemas[table].key
+        assert read.num_rows == wanted[table].num_rows > 0
+        assert by_key(read, key) == by_key(wanted[table], key)
