@@ -101,8 +101,9 @@ from airflow_provider_dblog.outputs.base import (
 
 POSITIONS_TABLE = "dblog_positions"
 FENCE_TABLE = "dblog_fence"
-_DIRECT_ATTEMPTS = 10
-"""Tries of a direct part that deadlocks with the tailer's batch on the same keys."""
+_CONFLICT_ATTEMPTS = 10
+"""Tries of a transaction (the tailer's batch, a direct part) that deadlocks with another on
+the same keys: the tailer's batches and a direct dump's parts lock keys in different orders."""
 SCHEMAS_TABLE = "dblog_schemas"
 
 _SETUP_LOCK = sql.SQL("SELECT pg_advisory_xact_lock(431148003175)")
@@ -428,8 +429,21 @@ class SqlApplyOutput(Output):
             raise OutputError(f"the SQL target refused a batch: {exc}") from exc
 
     def write(self, events: Sequence[Event], token: int) -> None:
+        """Apply one batch in one transaction; a batch rolled back by a deadlock with a direct
+        dump's part on the same keys is tried again at once (not left to the caller's backoff,
+        which would stall the tailer)."""
         if not events:
             return
+        for attempt in itertools.count(1):
+            try:
+                self._write_once(events, token)
+                return
+            except OutputUnavailable as exc:
+                if not _rolled_back_by_conflict(exc) or attempt >= _CONFLICT_ATTEMPTS:
+                    raise
+                time.sleep(random.uniform(0.01, 0.05) * attempt)
+
+    def _write_once(self, events: Sequence[Event], token: int) -> None:
         conn = self._connection()
         try:
             with self._errors(), conn.transaction():
@@ -483,9 +497,7 @@ class SqlApplyOutput(Output):
                     ]
                     return self._apply_counted(conn, events)
             except OutputUnavailable as exc:
-                # SQLSTATE class 40: a deadlock or serialization failure, rolled back.
-                sqlstate = getattr(exc.__cause__, "sqlstate", None) or ""
-                if not sqlstate.startswith("40") or attempt >= _DIRECT_ATTEMPTS:
+                if not _rolled_back_by_conflict(exc) or attempt >= _CONFLICT_ATTEMPTS:
                     raise
                 time.sleep(random.uniform(0.01, 0.05) * attempt)
             finally:
@@ -718,6 +730,13 @@ class SqlApplyOutput(Output):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _rolled_back_by_conflict(exc: OutputUnavailable) -> bool:
+    """SQLSTATE class 40: a deadlock or a serialization failure; the transaction was rolled
+    back and may be tried again as it was."""
+    sqlstate = getattr(exc.__cause__, "sqlstate", None) or ""
+    return bool(sqlstate.startswith("40"))
 
 
 class SqlDirectTarget:
