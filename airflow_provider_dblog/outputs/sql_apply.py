@@ -142,6 +142,12 @@ _CREATE_POSITIONS = sql.SQL(
 _ADD_DELETED = sql.SQL(
     "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS deleted boolean NOT NULL DEFAULT false"
 ).format(table=sql.Identifier(POSITIONS_TABLE))
+# The ALTER takes an exclusive lock even when the column exists: behind a stopped leader's
+# open batch it would hang the new leader. So it runs only on a table made before the column.
+_HAS_DELETED = sql.SQL(
+    "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'deleted' "
+    "AND NOT attisdropped"
+)
 
 _PRUNE_TOMBSTONES = sql.SQL(
     """DELETE FROM {table} WHERE source = %s AND schema = %s AND tbl = %s AND deleted
@@ -402,7 +408,8 @@ class SqlApplyOutput(Output):
                 self._conn.execute(_CREATE_SCHEMAS)
                 if self.monotonic:
                     self._conn.execute(_CREATE_POSITIONS)
-                    self._conn.execute(_ADD_DELETED)
+                    if self._conn.execute(_HAS_DELETED, (POSITIONS_TABLE,)).fetchone() is None:
+                        self._conn.execute(_ADD_DELETED)
         return self._conn
 
     @contextlib.contextmanager
