@@ -9,8 +9,9 @@ abandons it; the tailer and the dump race on that transition in Redis and exactl
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.errors import DBLogError
@@ -36,6 +37,9 @@ class StoredChunk:
 
     rows: int
     last_key: Key | None
+
+
+ReadT = TypeVar("ReadT")
 
 
 class ChunkReader(Protocol):
@@ -104,13 +108,41 @@ def run_chunk(
     """Read one chunk between a fresh lw and hw (with `read`: in this process, or by Spark
     tasks) and wait until the tailer has emitted it."""
     window = Window(uuid.uuid4().hex, dump_id, chunk.table)
+    stored = between_watermarks(
+        store,
+        source,
+        window,
+        chunk,
+        lambda window_id: read(store, source, window_id, chunk, key_columns),
+        window_timeout_s=window_timeout_s,
+        ended="closed",
+    )
+    if isinstance(stored, ChunkOutcome):
+        return stored
+    return ChunkOutcome(True, stored.rows, stored.last_key)
+
+
+def between_watermarks(
+    store: StateStore,
+    source: ChunkSource,
+    window: Window,
+    chunk: Chunk,
+    read: Callable[[str], ReadT | None],
+    *,
+    window_timeout_s: float,
+    ended: str,
+) -> ReadT | ChunkOutcome:
+    """Steps 1-3 of the paper's Algorithm 1 for one window, sequenced or direct: register it,
+    write lw, `read` the chunk (None: the tailer already ended the window), write hw and wait
+    until the tailer has `ended` it. What `read` returned once the window closed, else the
+    outcome of a chunk to retry."""
     lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
     ttl_s = max(window_timeout_s * 10, WINDOW_KEYS_MIN_TTL_S)
     store.windows.register(window, lw, hw, chunk_to_json(chunk), ttl_s=ttl_s)
     try:
         source.write_watermark(lw)
-        stored = read(store, source, window.window_id, chunk, key_columns)
-        if stored is None:
+        result = read(window.window_id)
+        if result is None:
             # The tailer already ended this window (it expired, or hw came before lw):
             # writing hw would only be ignored.
             status = store.windows.state(window.window_id)
@@ -122,10 +154,10 @@ def run_chunk(
         raise
     status = store.windows.wait(window.window_id, window_timeout_s)
     if not status.state.ended:
-        if store.windows.abandon(window.window_id, f"not closed in {window_timeout_s}s"):
-            return ChunkOutcome(False, 0, None, f"window not closed in {window_timeout_s}s")
-        # The tailer claimed it first: its rows are being made durable.
+        if store.windows.abandon(window.window_id, f"not {ended} in {window_timeout_s}s"):
+            return ChunkOutcome(False, 0, None, f"window not {ended} in {window_timeout_s}s")
+        # The tailer claimed it first: it is finishing the window.
         status = store.windows.wait(window.window_id, window_timeout_s)
     if status.state is not WindowState.CLOSED:
         return ChunkOutcome(False, 0, None, status.reason or f"window {status.state}")
-    return ChunkOutcome(True, stored.rows, stored.last_key)
+    return result

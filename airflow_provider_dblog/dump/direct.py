@@ -26,15 +26,10 @@ from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, Row, TableRef, key_of
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
-from airflow_provider_dblog.dump.chunk import (
-    WINDOW_KEYS_MIN_TTL_S,
-    ChunkOutcome,
-    ChunkReadFailed,
-    chunk_to_json,
-)
+from airflow_provider_dblog.dump.chunk import ChunkOutcome, ChunkReadFailed, between_watermarks
 from airflow_provider_dblog.dump.direct_target import DirectTarget
 from airflow_provider_dblog.sources.base import ChunkSource
-from airflow_provider_dblog.state import StateStore, WindowState
+from airflow_provider_dblog.state import StateStore
 
 
 class KeptChunk(Protocol):
@@ -141,29 +136,26 @@ def run_direct_chunk(
     """Read one chunk between a fresh lw and hw, keep its rows, and once the tailer recorded the
     window write the survivors into the target (see the module docstring)."""
     window = Window(uuid.uuid4().hex, dump_id, chunk.table, DumpMode.DIRECT)
-    lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
-    ttl_s = max(window_timeout_s * 10, WINDOW_KEYS_MIN_TTL_S)
-    store.windows.register(window, lw, hw, chunk_to_json(chunk), ttl_s=ttl_s)
-    kept: KeptChunk | None = None
+    kept_parts: list[KeptChunk] = []
+
+    def read_kept(window_id: str) -> KeptChunk | None:
+        kept = read.read(store, source, window_id, chunk, key_columns)
+        if kept is not None:
+            kept_parts.append(kept)  # discarded below, whatever happens next
+        return kept
+
     try:
-        try:
-            source.write_watermark(lw)
-            kept = read.read(store, source, window.window_id, chunk, key_columns)
-            if kept is None:
-                status = store.windows.state(window.window_id)
-                reason = status.reason if status else "window vanished"
-                return ChunkOutcome(False, 0, None, reason)
-            source.write_watermark(hw)
-        except BaseException:
-            store.windows.abandon(window.window_id)
-            raise
-        status = store.windows.wait(window.window_id, window_timeout_s)
-        if not status.state.ended:
-            if store.windows.abandon(window.window_id, f"not recorded in {window_timeout_s}s"):
-                return ChunkOutcome(False, 0, None, f"window not recorded in {window_timeout_s}s")
-            status = store.windows.wait(window.window_id, window_timeout_s)
-        if status.state is not WindowState.CLOSED:
-            return ChunkOutcome(False, 0, None, status.reason or f"window {status.state}")
+        kept = between_watermarks(
+            store,
+            source,
+            window,
+            chunk,
+            read_kept,
+            window_timeout_s=window_timeout_s,
+            ended="recorded",
+        )
+        if isinstance(kept, ChunkOutcome):
+            return kept
         record = store.directs.record_of(window.window_id)
         if record is None:
             raise ChunkReadFailed(f"window {window.window_id} closed without its record")
@@ -173,5 +165,5 @@ def run_direct_chunk(
             store.directs.committed(window.window_id)
         return ChunkOutcome(True, kept.rows, kept.last_key, written=written)
     finally:
-        if kept is not None:
-            kept.discard()
+        for part in kept_parts:
+            part.discard()
