@@ -34,6 +34,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.event import (
     Event,
     Op,
@@ -152,13 +153,14 @@ def run_direct(lake: Path, rows: int) -> None:
     stream = Stream(rows, seed=9)
     values = [stream.row(table, k)[1] for k in range(rows)]
     hw = Position(stream.commit + 10**9, 0)
+    record = DirectRecord("bench", Position(hw.commit - 1, 0), hw, frozenset())
     start = time.perf_counter()
     handles = [
-        stage_rows(lake, schema.table, schema, values[: rows // 2], hw),
-        stage_rows(lake, schema.table, schema, values[rows // 2 :], hw),
+        stage_rows(lake, schema.table, schema, values[: rows // 2]),
+        stage_rows(lake, schema.table, schema, values[rows // 2 :]),
     ]
     staged = time.perf_counter() - start
-    written = commit_staged(lake, schema.table, handles, schema)
+    written = commit_staged(lake, schema.table, handles, schema, record, schema.key)
     elapsed = time.perf_counter() - start
     print(
         f"D1 direct {rows / elapsed:.0f} rows/s ({written} rows written; stage "

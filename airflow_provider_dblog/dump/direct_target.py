@@ -1,12 +1,14 @@
 """Where a direct dump writes its rows: a target keyed by primary key that keeps, per key, the row
 with the highest position (see `core/direct.py`).
 
-A chunk's surviving rows are written where they were read: each reader (a Spark task, or the
-`dblog dump` process) calls `stage` with its part of the chunk, and the dump's driver calls
-`commit` once with every part's handle. Only after `commit` returned does the dump move its
-progress. A handle is short text (it travels from a Spark executor back to the driver); what it
-holds is the target's business: SQL apply has already written the rows in `stage` and its
-handle is their count, a lake stages data files that `commit` adds to the table in one commit.
+A chunk's rows are staged where they were read, before the window closes: each reader (a Spark
+task, or the `dblog dump` process) calls `stage` with its part of the chunk as read, and once the
+tailer recorded the window the dump's driver calls `commit` once with every part's handle and
+the record: the target drops the keys that changed in the window and writes the rest at the
+record's rows position. Only after `commit` returned does the dump move its progress; a chunk
+given up is `discard`ed. A handle is text (it travels from a Spark executor back to the
+driver); what it holds is the target's business: a lake stages a data file and its handle is
+the path, SQL apply's handle carries the rows themselves (JSON), which the driver upserts.
 
 Which target a deployment has is its configuration's: the lake when it has a `[lake] root`
 (`lake/direct.py`, `LakeDirectTarget`), else the SQL-apply output in monotonic mode
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from airflow_provider_dblog.config import Config
-from airflow_provider_dblog.core.direct import DumpMode
+from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import Row, TableRef
 from airflow_provider_dblog.core.position import Position
@@ -32,15 +34,27 @@ class DirectTarget(Protocol):
     """A target direct dumps write into. Each method may be called from any process that has
     the deployment's configuration: build one with `direct_target_for` where it is needed."""
 
-    def stage(self, table: TableRef, rows: Sequence[Row], position: Position) -> str:
-        """Prepare `rows` of source table `table`, all positioned at `position`, for the
-        chunk's commit; returns the handle the driver passes to `commit`. A row that an
-        event at a higher position already reached (or deleted) must not overwrite it."""
+    def stage(self, table: TableRef, rows: Sequence[Row]) -> str:
+        """Keep `rows` of source table `table`, as read, for the chunk's commit; returns the
+        handle the driver passes to `commit` (or `discard`)."""
         ...
 
-    def commit(self, table: TableRef, handles: Sequence[str]) -> int:
-        """Make every staged part of one chunk of `table` visible; returns the rows written.
-        Called once per chunk, by the driver, after every part was staged."""
+    def commit(
+        self,
+        table: TableRef,
+        handles: Sequence[str],
+        record: DirectRecord,
+        key_columns: Sequence[str],
+    ) -> int:
+        """Write every staged part of one chunk of `table` but the rows whose key (the values
+        of `key_columns`) `record` lists as changed in the window, all positioned at
+        `record.rows_position`; returns the rows written. A row that an event at a higher
+        position already reached (or deleted) must not be overwritten. Called once per chunk,
+        by the driver, after every part was staged."""
+        ...
+
+    def discard(self, table: TableRef, handles: Sequence[str]) -> None:
+        """Forget staged parts of a chunk that will not be committed (it is retried)."""
         ...
 
     def prune_tombstones(self, table: TableRef, before: Position) -> int:

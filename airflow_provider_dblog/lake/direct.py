@@ -1,25 +1,33 @@
-"""The lake side of a direct dump: Spark tasks stage the rows of their key sub-range that
-survived the window (as Parquet files beside the lake), and the driver commits a chunk's staged
-files into the table with one merge. Tasks never commit: one commit per chunk, made by the one
-process that knows the window closed.
+"""The lake side of a direct dump: Spark tasks stage the rows of their key sub-range as they read
+them (Parquet files beside the lake), and the driver, once the tailer recorded the window,
+commits the chunk's staged files into the table with one merge. Tasks never commit: one commit
+per chunk, made by the one process that knows the window closed.
 
-Protocol, in order, for one chunk whose window closed at hw:
-1. each task: `stage_rows(root, table, schema, rows, hw)` -> a handle (a path, picklable), after
-   dropping the keys the tailer recorded in the window;
-2. the driver, with every task's handle: `commit_staged(root, table, handles, schema)` -> the
-   rows the merge wrote (inserted or updated). The staged files are removed after the commit.
+Protocol, in order, for one chunk:
+1. each task, right after its read (before hw): `stage_rows(root, table, schema, rows)` -> a
+   handle (a path, picklable): the rows as read, without a position;
+2. the driver, with every task's handle and the window's record:
+   `commit_staged(root, table, handles, schema, record, key_columns)` drops the keys the tailer
+   recorded in the window, positions the rest at the record's rows position and merges them;
+   the rows the merge wrote (inserted or updated). The staged files are removed after the
+   commit, or by `discard_staged` when the chunk is given up.
 
-Every row is positioned at hw (`_dblog_commit`, `_dblog_seq` = hw's), so a row the log changed
-after hw (a later position) is never overwritten by the dump's, and a delete after hw, folded
-first, leaves a tombstone the dump's row does not pass (`LakeTable`). Committing the same
-handles again is harmless (the merge is idempotent); a handle whose file is gone was committed
-and removed already and is skipped. The staging directory must be on storage every executor and
-the driver reach at the same path (a shared file system), like the lake root itself. Files of a
-chunk that was never committed (a driver killed between staging and commit) stay in
-`<root>/_dblog_staged/`; `remove_stale_staged` removes those older than a given age.
+Staging before the record costs nothing if the chunk is retried (its files are discarded) and
+lets a task end as soon as it read: no task waits for the tailer, and no row is kept in Spark.
+The key filter and the position are columnar work on the driver (an anti join, constant
+columns), next to the merge that reads the files anyway.
+
+Every row is positioned just after hw, so a row the log changed after hw (a later position) is
+never overwritten by the dump's, and a delete after hw, folded first, leaves a tombstone the
+dump's row does not pass (`LakeTable`). Committing the same handles again is harmless (the merge
+is idempotent); a handle whose file is gone was committed and removed already and is skipped.
+The staging directory must be on storage every executor and the driver reach at the same path
+(a shared file system), like the lake root itself. Files of a chunk that was never committed (a
+driver killed between staging and commit) stay in `<root>/_dblog_staged/`;
+`remove_stale_staged` removes those older than a given age.
 
 `LakeDirectTarget` is the same, shaped as the dump's `DirectTarget` (per table: stage, commit,
-prune), for a deployment whose `[lake] root` names the lake.
+discard, prune), for a deployment whose `[lake] root` names the lake.
 """
 
 from __future__ import annotations
@@ -34,10 +42,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_dblog.config import Config
+from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.event import Row, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.lake.catalog import source_lake_schema
-from airflow_provider_dblog.lake.schema import LakeRow, LakeSchema, LakeSchemaError
+from airflow_provider_dblog.lake.schema import LakeSchema, LakeSchemaError
 from airflow_provider_dblog.lake.table import LakeTable
 
 STAGED = "_dblog_staged"
@@ -47,12 +56,10 @@ def staging_dir(root: str | Path, table: TableRef) -> Path:
     return Path(root) / STAGED / str(table)
 
 
-def stage_rows(
-    root: str | Path, table: TableRef, schema: LakeSchema, rows: Sequence[Row], hw: Position
-) -> str:
-    """Write `rows` (JSON values, as `ChunkSource.read_chunk` returns them) positioned at `hw`
-    as one Parquet file under the lake's staging directory; its path is the handle."""
-    batch = schema.to_arrow([LakeRow(row, hw.commit, hw.seq, "r") for row in rows])
+def stage_rows(root: str | Path, table: TableRef, schema: LakeSchema, rows: Sequence[Row]) -> str:
+    """Write `rows` (JSON values, as `ChunkSource.read_chunk` returns them) as one Parquet file
+    of the source columns under the lake's staging directory; its path is the handle."""
+    batch = schema.values_to_arrow(rows)
     directory = staging_dir(root, table)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{uuid.uuid4().hex}.parquet"
@@ -66,24 +73,44 @@ def commit_staged(
     root: str | Path,
     table: TableRef,
     handles: Sequence[str],
-    schema: LakeSchema | None = None,
+    schema: LakeSchema,
+    record: DirectRecord,
+    key_columns: Sequence[str],
 ) -> int:
-    """Merge the staged files of one chunk into the table in one commit; the rows written
-    (inserted or updated). Creates the table from `schema` if it does not exist yet."""
+    """Merge the staged files of one chunk into the table in one commit, but the rows of the
+    keys `record` says changed in the window, all positioned at its rows position; the rows
+    written (inserted or updated). Creates the table from `schema` if it does not exist yet."""
     present = [h for h in handles if Path(h).exists()]
     if not present:
         return 0
-    batch = pa.concat_tables([pq.read_table(h) for h in present], promote_options="default")
-    if schema is not None:
-        lake = LakeTable.open_or_create(root, table, schema)
-    elif LakeTable.exists(root, table):
-        lake = LakeTable.open(root, table)
-    else:
-        raise LakeSchemaError(f"no lake table of {table} under {root}: pass its schema")
+    values = pa.concat_tables([pq.read_table(h) for h in present])
+    if record.changed_keys and values.num_rows:
+        values = _without_keys(values, schema.keys_to_arrow(record.changed_keys, key_columns))
+    position = record.rows_position
+    batch = schema.positioned(values, position.commit, position.seq, "r")
+    lake = LakeTable.open_or_create(root, table, schema)
     written = lake.merge(batch, metadata={"dblog.operation": "direct dump"})
-    for handle in present:
-        Path(handle).unlink(missing_ok=True)
+    discard_staged(present)
     return written.rows
+
+
+def _without_keys(values: pa.Table, keys: pa.Table) -> pa.Table:
+    """The rows of `values` whose key is not one of `keys`' rows: an anti join of the key
+    columns alone (Arrow joins no list column), then the survivors taken by row number."""
+    numbered = values.select(keys.column_names).append_column(
+        _ROW, pa.array(range(values.num_rows), pa.int64())
+    )
+    kept = numbered.join(keys, keys=keys.column_names, join_type="left anti")[_ROW]
+    return values.take(kept)
+
+
+_ROW = "_dblog_row"
+
+
+def discard_staged(handles: Sequence[str]) -> None:
+    """Remove staged files (committed, or of a chunk given up)."""
+    for handle in handles:
+        Path(handle).unlink(missing_ok=True)
 
 
 def remove_stale_staged(root: str | Path, older_than_s: float) -> int:
@@ -101,7 +128,8 @@ def remove_stale_staged(root: str | Path, older_than_s: float) -> int:
 class LakeDirectTarget:
     """The lake as a direct dump's target (the `DirectTarget` protocol of
     `dump/direct_target.py`): `stage` writes a task's part as a staged file, `commit` merges a
-    chunk's files in one commit, `prune_tombstones` prunes a table's tombstones. A table's lake
+    chunk's files in one commit (`discard` removes them instead), `prune_tombstones` prunes a
+    table's tombstones. A table's lake
     schema is the lake table's own once it exists, the source catalog's (`describe`) before."""
 
     def __init__(self, root: str | Path, describe: Callable[[TableRef], LakeSchema]) -> None:
@@ -127,11 +155,20 @@ class LakeDirectTarget:
             self._schemas[table] = found
         return found
 
-    def stage(self, table: TableRef, rows: Sequence[Row], position: Position) -> str:
-        return stage_rows(self._root, table, self.schema(table), rows, position)
+    def stage(self, table: TableRef, rows: Sequence[Row]) -> str:
+        return stage_rows(self._root, table, self.schema(table), rows)
 
-    def commit(self, table: TableRef, handles: Sequence[str]) -> int:
-        return commit_staged(self._root, table, handles, self.schema(table))
+    def commit(
+        self,
+        table: TableRef,
+        handles: Sequence[str],
+        record: DirectRecord,
+        key_columns: Sequence[str],
+    ) -> int:
+        return commit_staged(self._root, table, handles, self.schema(table), record, key_columns)
+
+    def discard(self, table: TableRef, handles: Sequence[str]) -> None:
+        discard_staged(handles)
 
     def prune_tombstones(self, table: TableRef, before: Position) -> int:
         if not LakeTable.exists(self._root, table):

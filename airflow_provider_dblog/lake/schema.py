@@ -138,6 +138,37 @@ class LakeSchema:
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([c.field for c in self.columns] + list(POSITION_FIELDS))
 
+    def values_to_arrow(self, rows: Sequence[Mapping[str, JsonValue]]) -> pa.Table:
+        """Rows of JSON values as an Arrow table of the source columns alone, no position:
+        a direct dump's rows as read, staged before the window says where they go."""
+        arrays = [column_array(c, [r.get(c.name) for r in rows], self.table) for c in self.columns]
+        return pa.Table.from_arrays(arrays, schema=pa.schema([c.field for c in self.columns]))
+
+    def keys_to_arrow(self, keys: Iterable[Sequence[JsonValue]], names: Sequence[str]) -> pa.Table:
+        """Key values (JSON, in the order of `names`) as an Arrow table of those columns, typed
+        as the rows' are, so rows can be joined against them."""
+        keys = list(keys)
+        arrays = []
+        for index, name in enumerate(names):
+            column = self.column(name)
+            if column is None:
+                raise LakeSchemaError(f"{self.table} has no key column {name!r} in the lake")
+            arrays.append(column_array(column, [k[index] for k in keys], self.table))
+        return pa.Table.from_arrays(arrays, names=list(names))
+
+    def positioned(self, values: pa.Table, commit: int, seq: int, op: str) -> pa.Table:
+        """`values` (`values_to_arrow`'s) all at one position, as rows the lake merges."""
+        count = values.num_rows
+        constants = (
+            pa.repeat(pa.scalar(_commit(commit), pa.int64()), count),
+            pa.repeat(pa.scalar(seq, pa.int64()), count),
+            pa.repeat(pa.scalar(False), count),
+            pa.repeat(pa.scalar(op), count),
+            pa.nulls(count, pa.int64()),
+        )
+        arrays = [*(values[c.name] for c in self.columns), *constants]
+        return pa.Table.from_arrays(arrays, schema=self.arrow_schema())
+
     def to_arrow(self, rows: Sequence[LakeRow]) -> pa.Table:
         """The rows as an Arrow table of this schema. A column a row lacks is null, unless
         the row lists it in `keep` (then a `_dblog_keep:<column>` flag says so)."""

@@ -79,6 +79,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Json, Jsonb
 
+from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.event import (
     Event,
     JsonValue,
@@ -747,11 +748,11 @@ def _rolled_back_by_conflict(exc: OutputUnavailable) -> bool:
 
 
 class SqlDirectTarget:
-    """The `DirectTarget` (dump/direct_target.py) of SQL apply in monotonic mode: `stage` upserts
-    its part in a transaction of its own, where it was read, and its handle is the count of rows
-    applied; `commit` adds the counts up. A chunk's rows are therefore visible part by part,
-    which the monotonic rule makes harmless: each is the key's state at hw, or older than what
-    the target holds and refused."""
+    """The `DirectTarget` (dump/direct_target.py) of SQL apply in monotonic mode: `stage` keeps
+    its part as the handle itself (the rows as JSON), and `commit` upserts the chunk's survivors
+    from the driver in one transaction, each refused where the target holds a higher position.
+    The rows pass through the driver (one chunk at a time), not through the tailer; one
+    database takes the writes however many tasks read."""
 
     def __init__(
         self,
@@ -797,12 +798,22 @@ class SqlDirectTarget:
             connect_timeout=output.get("connect_timeout", 10),
         )
 
-    def stage(self, table: TableRef, rows: Sequence[Row], position: Position) -> str:
-        applied = self._output.write_direct(self._source_name, table, rows, position)
-        return json.dumps({"rows": applied})
+    def stage(self, table: TableRef, rows: Sequence[Row]) -> str:
+        return json.dumps(rows, separators=(",", ":"))
 
-    def commit(self, table: TableRef, handles: Sequence[str]) -> int:
-        return sum(int(json.loads(handle)["rows"]) for handle in handles)
+    def commit(
+        self,
+        table: TableRef,
+        handles: Sequence[str],
+        record: DirectRecord,
+        key_columns: Sequence[str],
+    ) -> int:
+        rows = [row for handle in handles for row in json.loads(handle)]
+        survivors = record.survivors(rows, key_columns)
+        return self._output.write_direct(self._source_name, table, survivors, record.rows_position)
+
+    def discard(self, table: TableRef, handles: Sequence[str]) -> None:
+        """Nothing to forget: the rows were in the handles."""
 
     def prune_tombstones(self, table: TableRef, before: Position) -> int:
         return self._output.prune_tombstones(self._source_name, table, before)

@@ -162,8 +162,8 @@ def test_a_delete_after_hw_that_lands_first_keeps_the_dumped_row_out(
 
     target = SqlDirectTarget(dbs.target_dsn, name)
     try:
-        handle = target.stage(table, [row], record.rows_position)
-        assert target.commit(table, [handle]) == 0, "older than the delete: refused"
+        handle = target.stage(table, [row])
+        assert target.commit(table, [handle], record, ("id",)) == 0, "older than the delete"
         assert accounts(dbs) == []
         horizon = store.directs.horizon()
         assert horizon == Position(100, 0)
@@ -177,8 +177,8 @@ def test_a_delete_after_hw_that_lands_first_keeps_the_dumped_row_out(
         assert tombstones(dbs) == []
         # Pruned too early, the same row would have come back: the tombstone was all that
         # kept it out.
-        handle = target.stage(table, [row], record.rows_position)
-        assert target.commit(table, [handle]) == 1
+        handle = target.stage(table, [row])
+        assert target.commit(table, [handle], record, ("id",)) == 1
         assert accounts(dbs) == [1]
     finally:
         target.close()

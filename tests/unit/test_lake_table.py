@@ -11,7 +11,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.direct import DirectRecord
+from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.dump.direct_target import DirectTarget
@@ -51,6 +52,14 @@ def tombstone(key: int, commit: int) -> LakeRow:
     return LakeRow({"id": key}, commit, 0, "d", deleted=True)
 
 
+KEY = ("id",)
+
+
+def record(hw: Position, changed: frozenset[Key] = frozenset()) -> DirectRecord:
+    """The tailer's record of a direct window closed at `hw` (lw just before it)."""
+    return DirectRecord("w", Position(hw.commit - 1, 0), hw, changed)
+
+
 def current(lake: LakeTable) -> dict[int, str | None]:
     lake.refresh()
     return {r["id"]: r["name"] for r in lake.rows().to_pylist()}
@@ -78,8 +87,8 @@ def test_a_delete_folded_before_an_older_direct_row_keeps_the_key_deleted(
     positioned at hw; its tombstone refuses the row."""
     lake = LakeTable.open_or_create(tmp_path, TABLE, SCHEMA)
     merge(lake, tombstone(1, 20))
-    handle = stage_rows(tmp_path, TABLE, SCHEMA, [{"id": 1, "name": "dumped"}], Position(15, 4))
-    assert commit_staged(tmp_path, TABLE, [handle]) == 0
+    handle = stage_rows(tmp_path, TABLE, SCHEMA, [{"id": 1, "name": "dumped"}])
+    assert commit_staged(tmp_path, TABLE, [handle], SCHEMA, record(Position(15, 3)), KEY) == 0
     assert current(lake) == {}
     [stored] = lake.rows(include_tombstones=True).to_pylist()
     assert stored["_dblog_deleted"] and stored["_dblog_commit"] == 20
@@ -130,19 +139,57 @@ def test_a_writer_whose_commit_lost_the_race_runs_again(tmp_path: Path) -> None:
 
 
 def test_direct_commit_is_one_commit_per_chunk_and_a_retry_is_harmless(tmp_path: Path) -> None:
-    hw = Position(40, 2)
+    hw = record(Position(40, 1), frozenset({(2,), (9,)}))
     handles = [
-        stage_rows(tmp_path, TABLE, SCHEMA, [{"id": k, "name": f"n{k}"} for k in keys], hw)
+        stage_rows(tmp_path, TABLE, SCHEMA, [{"id": k, "name": f"n{k}"} for k in keys])
         for keys in ([1, 2], [3], [])
     ]
-    assert commit_staged(tmp_path, TABLE, handles, SCHEMA) == 3
+    assert commit_staged(tmp_path, TABLE, handles, SCHEMA, hw, KEY) == 2
     lake = LakeTable.open(tmp_path, TABLE)
     version = lake.version
-    assert commit_staged(tmp_path, TABLE, handles, SCHEMA) == 0  # committed and removed
+    assert commit_staged(tmp_path, TABLE, handles, SCHEMA, hw, KEY) == 0  # committed, removed
     lake.refresh()
     assert lake.version == version and not list(staging_dir(tmp_path, TABLE).iterdir())
+    assert current(lake) == {1: "n1", 3: "n3"}, "key 2 changed in the window: dropped"
     positions = {(r["_dblog_commit"], r["_dblog_seq"]) for r in lake.rows().to_pylist()}
-    assert positions == {(40, 2)}
+    assert positions == {(40, 2)}, "positioned just after hw"
+
+
+def test_the_changed_keys_are_dropped_whatever_the_key_types(tmp_path: Path) -> None:
+    """The anti join on the driver matches keys typed as the rows are: a composite key of
+    text, numeric and timestamptz values (JSON, as the converters give them), beside a list
+    column (which Arrow's join cannot carry)."""
+    table = TableRef("app", "events")
+    schema = lake_schema(
+        "postgres",
+        table,
+        TableSchema(
+            (
+                Column("tenant", "text", False, None),
+                Column("amount", "numeric(12,2)", False, None),
+                Column("at", "timestamp with time zone", False, None),
+                Column("note", "text", True, None),
+                Column("tags", "text[]", True, None),
+            ),
+            ("tenant", "amount", "at"),
+        ),
+    )
+    stamps = ("2026-01-01T00:00:00+00:00", "2026-01-01T00:00:01.5+00:00")
+    rows = [
+        {"tenant": t, "amount": a, "at": at, "note": f"{t} {a} {at}", "tags": [t, None]}
+        for t in ("a", "b")
+        for a in ("1.50", "2.00")
+        for at in stamps
+    ]
+    changed = frozenset({("a", "2.00", stamps[1]), ("b", "1.50", stamps[0])})
+    key = ("tenant", "amount", "at")
+    handle = stage_rows(tmp_path, table, schema, rows)
+    at_hw = record(Position(7, 0), changed)
+    assert commit_staged(tmp_path, table, [handle], schema, at_hw, key) == 6
+    notes = {r["note"] for r in LakeTable.open(tmp_path, table).rows().to_pylist()}
+    assert notes == {
+        f"{t} {a} {at}" for t, a, at in {tuple(r[k] for k in key) for r in rows} - changed
+    }
 
 
 def test_duckdb_reads_the_files_the_delta_log_lists(tmp_path: Path) -> None:
@@ -162,9 +209,11 @@ def test_the_lake_as_a_direct_dump_target(tmp_path: Path) -> None:
     """`LakeDirectTarget` is the dump's `DirectTarget`: parts staged where they were read,
     one commit per chunk (the table created with the source's schema), tombstones pruned."""
     target: DirectTarget = LakeDirectTarget(tmp_path, {TABLE: SCHEMA}.__getitem__)
-    hw = Position(50, 1)
-    parts = [target.stage(TABLE, [{"id": k, "name": f"n{k}"}], hw) for k in (1, 2)]
-    assert target.commit(TABLE, parts) == 2
+    parts = [target.stage(TABLE, [{"id": k, "name": f"n{k}"}]) for k in (1, 2)]
+    assert target.commit(TABLE, parts, record(Position(50, 1)), KEY) == 2
+    dropped = [target.stage(TABLE, [{"id": 3, "name": "n3"}])]
+    target.discard(TABLE, dropped)
+    assert not Path(dropped[0]).exists()
     lake = LakeTable.open(tmp_path, TABLE)
     merge(lake, tombstone(2, 60))
     assert target.prune_tombstones(TABLE, Position(55, 0)) == 0
@@ -175,8 +224,8 @@ def test_the_lake_as_a_direct_dump_target(tmp_path: Path) -> None:
 
 
 def test_staged_files_no_driver_committed_are_removed_once_old(tmp_path: Path) -> None:
-    fresh = stage_rows(tmp_path, TABLE, SCHEMA, [{"id": 1}], Position(5, 0))
-    old = Path(stage_rows(tmp_path, TABLE, SCHEMA, [{"id": 2}], Position(5, 0)))
+    fresh = stage_rows(tmp_path, TABLE, SCHEMA, [{"id": 1}])
+    old = Path(stage_rows(tmp_path, TABLE, SCHEMA, [{"id": 2}]))
     os.utime(old, (old.stat().st_atime - 7200, old.stat().st_mtime - 7200))
     assert remove_stale_staged(tmp_path, older_than_s=3600) == 1
     assert Path(fresh).exists() and not old.exists()
