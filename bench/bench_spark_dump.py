@@ -32,7 +32,7 @@ read path Spark's JDBC source reading the table into a DataFrame (all columns ma
           converters in mapPartitions, same partitions. Skipped, with the reason, when the
           PostgreSQL JDBC driver (/usr/share/java/postgresql.jar) is missing.
 
-    .venv/bin/python bench/bench_spark_dump.py [--quick] [--rows N]
+    .venv/bin/python bench/bench_spark_dump.py [--quick] [--rows N] [--direct-chunk N]
     .venv/bin/python bench/bench_spark_dump.py --only direct [--target lake|sql]
 
 No figure is checked against a threshold: this measures, it does not test.
@@ -830,6 +830,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (well under a minute)")
     parser.add_argument("--rows", type=int, help="rows in the dumped table")
+    parser.add_argument("--direct-chunk", type=int, help="chunk size of the direct dumps")
     parser.add_argument(
         "--target",
         choices=("lake", "sql"),
@@ -846,6 +847,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = Sizes.quick() if args.quick else Sizes.full()
     if args.rows:
         sizes = dataclasses.replace(sizes, rows=args.rows)
+    if args.direct_chunk:
+        sizes = dataclasses.replace(sizes, direct_chunk=args.direct_chunk)
     jdbc_jar = JDBC_JAR if JDBC_JAR.is_file() else None
     report = Report()
     if jdbc_jar is None:

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.core.event import Key, TableRef, key_of
+from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.dump.chunk import ChunkOutcome, ChunkReadFailed, between_watermarks
@@ -94,15 +94,15 @@ class InProcessDirectReader:
         chunk: Chunk,
         key_columns: tuple[str, ...],
     ) -> StagedChunk | None:
-        read = source.read_chunk(chunk)
+        read = self.target.stage_chunk(source, chunk, key_columns)
+        staged = StagedChunk(
+            self.target, chunk.table, key_columns, [read.handle], read.rows, read.last_key
+        )
         reads = ChunkRows(window_id, key_columns, (), 0, read.invisible_txids)
         if not store.windows.put_rows(window_id, reads):
+            staged.discard()
             return None
-        last_key = key_of(read.rows[-1], key_columns) if read.rows else None
-        handle = self.target.stage(chunk.table, read.rows)
-        return StagedChunk(
-            self.target, chunk.table, key_columns, [handle], len(read.rows), last_key
-        )
+        return staged
 
     def prune_tombstones(self, table: TableRef, before: Position) -> int:
         return self.target.prune_tombstones(table, before)

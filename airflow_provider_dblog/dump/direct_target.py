@@ -2,13 +2,15 @@
 with the highest position (see `core/direct.py`).
 
 A chunk's rows are staged where they were read, before the window closes: each reader (a Spark
-task, or the `dblog dump` process) calls `stage` with its part of the chunk as read, and once the
-tailer recorded the window the dump's driver calls `commit` once with every part's handle and
-the record: the target drops the keys that changed in the window and writes the rest at the
-record's rows position. Only after `commit` returned does the dump move its progress; a chunk
-given up is `discard`ed. A handle is text (it travels from a Spark executor back to the
-driver); what it holds is the target's business: a lake stages a data file and its handle is
-the path, SQL apply's handle carries the rows themselves (JSON), which the driver upserts.
+task, or the `dblog dump` process) calls `stage_chunk` with its part of the chunk, and the
+target reads it from the source (as it reads best: the lake takes PostgreSQL's rows as columns
+printed by COPY) and keeps the rows as read. Once the tailer recorded the window the dump's
+driver calls `commit` once with every part's handle and the record: the target drops the keys
+that changed in the window and writes the rest at the record's rows position. Only after
+`commit` returned does the dump move its progress; a chunk given up is `discard`ed. A handle is
+text (it travels from a Spark executor back to the driver); what it holds is the target's
+business: a lake stages a data file and its handle is the path, SQL apply's handle carries the
+rows themselves (JSON), which the driver upserts.
 
 Which target a deployment has is its configuration's: the lake when it has a `[lake] root`
 (`lake/direct.py`, `LakeDirectTarget`), else the SQL-apply output in monotonic mode
@@ -24,19 +26,25 @@ from typing import Protocol
 
 from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
+from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.errors import InvalidRequest
-from airflow_provider_dblog.core.event import Row, TableRef
+from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.dump.staging import StagedRead
 from airflow_provider_dblog.outputs.sql_apply import SqlDirectTarget
+from airflow_provider_dblog.sources.base import ChunkSource
 
 
 class DirectTarget(Protocol):
     """A target direct dumps write into. Each method may be called from any process that has
     the deployment's configuration: build one with `direct_target_for` where it is needed."""
 
-    def stage(self, table: TableRef, rows: Sequence[Row]) -> str:
-        """Keep `rows` of source table `table`, as read, for the chunk's commit; returns the
-        handle the driver passes to `commit` (or `discard`)."""
+    def stage_chunk(
+        self, source: ChunkSource, chunk: Chunk, key_columns: Sequence[str]
+    ) -> StagedRead:
+        """Read `chunk` from `source` (a non-stale read, as `ChunkSource.read_chunk`) and keep
+        its rows, as read, for the chunk's commit; the handle the driver passes to `commit`
+        (or `discard`), and what the dump needs of the read."""
         ...
 
     def commit(

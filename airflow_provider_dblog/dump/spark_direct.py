@@ -1,17 +1,17 @@
 """Direct dumps on Spark: a chunk's key sub-ranges read by Spark tasks, each of which stages its
 rows into the direct target as soon as it read them; once the tailer recorded the window the
 driver commits the chunk once (`direct.py` runs the window, `direct_target.py` says what a target
-is). No row passes through Redis or the tailer; into the lake, none through the driver either.
-The tasks' functions live in this package, not in `spark_jobs/`, because the package is what
-executors are sent.
+is). No row passes through Redis or the tailer. The tasks' functions live in this package, not
+in `spark_jobs/`, because the package is what executors are sent.
 
-A chunk is one Spark job of one task per sub-range: each task reads its sub-range on its own
-connection, stores only the read's invisible transactions for the window (`WindowStore.
-append_rows` with no row), stages the rows (`DirectTarget.stage`: unfiltered, unpositioned) and
-brings back its count, last key and handle. The driver writes hw, waits for the tailer's record
-and commits the handles with it (the recorded keys dropped there), and only then does the
-dump's progress move. A task never waits for the tailer or the driver, so a chunk needs no more
-task slots than the cluster has free, and nothing is kept in Spark between jobs.
+A chunk is one Spark job of one task per sub-range: each task reads and stages its sub-range on
+its own connection (`DirectTarget.stage_chunk`: the rows as read, unfiltered, unpositioned),
+stores only the read's invisible transactions for the window (`WindowStore.append_rows` with no
+row) and brings back its count, last key and handle. The driver writes hw, waits for the
+tailer's record and commits the handles with it (the recorded keys dropped there), and only
+then does the dump's progress move. A task never waits for the tailer or the driver, so a
+chunk needs no more task slots than the cluster has free, and nothing is kept in Spark between
+jobs.
 
 Failures. A task that dies is run again by Spark: the window is still open, so its read is
 still before hw (its part is stored once, and the handle of the run that finished is the one
@@ -32,7 +32,7 @@ from pyspark import SparkContext
 
 from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.core.event import Key, TableRef, key_of
+from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.dump.direct import StagedChunk
 from airflow_provider_dblog.dump.direct_target import DirectTarget, direct_target_for
@@ -71,17 +71,16 @@ def stage_parts(
     try:
         for index, part in parts:
             try:
-                read = source.read_chunk(part)
+                read = target.stage_chunk(source, part, key_columns)
             except SourceUnavailable as exc:
                 yield StagedPart(index, None, None, str(exc))
                 return
             stored = windows.append_rows(window_id, index, (), key_columns, read.invisible_txids)
             if stored is None:
+                target.discard(table, [read.handle])
                 yield StagedPart(index, None, None, None)
                 continue
-            last = key_of(read.rows[-1], key_columns) if read.rows else None
-            handle = target.stage(table, read.rows)
-            yield StagedPart(index, len(read.rows), last, None, handle)
+            yield StagedPart(index, read.rows, read.last_key, None, read.handle)
     finally:
         target.close()
         source.close()

@@ -33,6 +33,7 @@ discard, prune), for a deployment whose `[lake] root` names the lake.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -43,11 +44,15 @@ import pyarrow.parquet as pq
 
 from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.direct import DirectRecord
+from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Row, TableRef
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.dump.staging import StagedRead, stage_rows_read
 from airflow_provider_dblog.lake.catalog import source_lake_schema
 from airflow_provider_dblog.lake.schema import LakeSchema, LakeSchemaError
 from airflow_provider_dblog.lake.table import LakeTable
+from airflow_provider_dblog.sources.base import ChunkSource
+from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 
 STAGED = "_dblog_staged"
 
@@ -59,7 +64,12 @@ def staging_dir(root: str | Path, table: TableRef) -> Path:
 def stage_rows(root: str | Path, table: TableRef, schema: LakeSchema, rows: Sequence[Row]) -> str:
     """Write `rows` (JSON values, as `ChunkSource.read_chunk` returns them) as one Parquet file
     of the source columns under the lake's staging directory; its path is the handle."""
-    batch = schema.values_to_arrow(rows)
+    return stage_table(root, table, schema.values_to_arrow(rows))
+
+
+def stage_table(root: str | Path, table: TableRef, batch: pa.Table) -> str:
+    """Write `batch` (`LakeSchema.values_to_arrow`'s, or `values_from_text`'s) as one Parquet
+    file under the lake's staging directory; its path is the handle."""
     directory = staging_dir(root, table)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{uuid.uuid4().hex}.parquet"
@@ -136,6 +146,7 @@ class LakeDirectTarget:
         self._root = root
         self._describe = describe
         self._schemas: dict[TableRef, LakeSchema] = {}
+        self._committing = threading.Lock()
 
     @classmethod
     def from_config(cls, config: Config) -> LakeDirectTarget:
@@ -158,6 +169,18 @@ class LakeDirectTarget:
     def stage(self, table: TableRef, rows: Sequence[Row]) -> str:
         return stage_rows(self._root, table, self.schema(table), rows)
 
+    def stage_chunk(
+        self, source: ChunkSource, chunk: Chunk, key_columns: Sequence[str]
+    ) -> StagedRead:
+        """PostgreSQL's rows come as columns printed by COPY (`copy_chunks.py`), no Python
+        object per row; other sources' row by row."""
+        if not isinstance(source, PostgresChunkSource):
+            return stage_rows_read(self.stage, source, chunk, key_columns)
+        read = source.read_chunk_text(chunk)
+        batch = self.schema(chunk.table).values_from_text(read.columns)
+        handle = stage_table(self._root, chunk.table, batch)
+        return StagedRead(handle, read.rows, read.last_key, read.invisible_txids)
+
     def commit(
         self,
         table: TableRef,
@@ -165,7 +188,12 @@ class LakeDirectTarget:
         record: DirectRecord,
         key_columns: Sequence[str],
     ) -> int:
-        return commit_staged(self._root, table, handles, self.schema(table), record, key_columns)
+        # One commit at a time from this driver: chunks in flight together would otherwise
+        # race for the table's next version and merge again after losing.
+        with self._committing:
+            return commit_staged(
+                self._root, table, handles, self.schema(table), record, key_columns
+            )
 
     def discard(self, table: TableRef, handles: Sequence[str]) -> None:
         discard_staged(handles)

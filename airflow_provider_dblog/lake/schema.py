@@ -43,15 +43,18 @@ import base64
 import datetime
 import decimal
 import json
+import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.schema import TableSchema
+from airflow_provider_dblog.sources.postgres.copy_chunks import TextColumn, TextKind
 
 COMMIT = "_dblog_commit"
 SEQ = "_dblog_seq"
@@ -141,7 +144,22 @@ class LakeSchema:
     def values_to_arrow(self, rows: Sequence[Mapping[str, JsonValue]]) -> pa.Table:
         """Rows of JSON values as an Arrow table of the source columns alone, no position:
         a direct dump's rows as read, staged before the window says where they go."""
-        arrays = [column_array(c, [r.get(c.name) for r in rows], self.table) for c in self.columns]
+        arrays = [column_array(c, _values(rows, c.name), self.table) for c in self.columns]
+        return pa.Table.from_arrays(arrays, schema=pa.schema([c.field for c in self.columns]))
+
+    def values_from_text(self, columns: Sequence[TextColumn]) -> pa.Table:
+        """`values_to_arrow` of a chunk read as text columns (`copy_chunks.py`): each column
+        the same array its converters' values would give, cast by Arrow at once where the
+        values are the text itself, integers or booleans; the others value by value."""
+        by_name = {c.name: c for c in columns}
+        rows = len(columns[0].text) if columns else 0
+        arrays = []
+        for column in self.columns:
+            text = by_name.get(column.name)
+            if text is None:
+                arrays.append(pa.nulls(rows, column.arrow))
+            else:
+                arrays.append(_from_text(column, text, self.table))
         return pa.Table.from_arrays(arrays, schema=pa.schema([c.field for c in self.columns]))
 
     def keys_to_arrow(self, keys: Iterable[Sequence[JsonValue]], names: Sequence[str]) -> pa.Table:
@@ -187,6 +205,15 @@ class LakeSchema:
             arrays.append(pa.array([name in r.keep for r in rows], pa.bool_()))
             fields.append(pa.field(KEEP_PREFIX + name, pa.bool_(), nullable=False))
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _values(rows: Sequence[Mapping[str, JsonValue]], name: str) -> list[JsonValue]:
+    """Column `name` of `rows` (None where a row lacks it): one C-level pass when every row
+    has it, as rows read whole do."""
+    try:
+        return list(map(operator.itemgetter(name), rows))
+    except KeyError:
+        return [r.get(name) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,6 +464,24 @@ def _whole_array(column: LakeColumn, values: list[JsonValue]) -> pa.Array | None
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
         return None
     return None
+
+
+def _from_text(column: LakeColumn, text: TextColumn, table: TableRef) -> pa.Array:
+    """`column_array` of the converters' values of `text`, without them where Arrow gives the
+    same: a value that is its text goes through `_whole_array`'s cast as the converters' would,
+    an integer's text is cast, a boolean is `t`. Anything Arrow refuses takes the converters."""
+    try:
+        if text.kind is TextKind.TEXT and column.kind in _CAST_FROM_TEXT | {"string"}:
+            return text.text.cast(column.arrow)
+        if text.kind is TextKind.INT and column.kind == "int":
+            return text.text.cast(column.arrow)
+        if text.kind is TextKind.BOOL and column.kind == "bool":
+            return pc.equal(text.text, "t")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        pass
+    convert = text.convert
+    values = [None if v is None else convert(v) for v in text.text.to_pylist()]
+    return column_array(column, values, table)
 
 
 def _fits(arrow: pa.DataType, value: Any) -> bool:

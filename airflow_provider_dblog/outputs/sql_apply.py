@@ -80,6 +80,7 @@ from psycopg import sql
 from psycopg.types.json import Json, Jsonb
 
 from airflow_provider_dblog.core.direct import DirectRecord
+from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import (
     Event,
     JsonValue,
@@ -92,6 +93,7 @@ from airflow_provider_dblog.core.event import (
 )
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
+from airflow_provider_dblog.dump.staging import StagedRead, stage_rows_read
 from airflow_provider_dblog.outputs.base import (
     Output,
     OutputError,
@@ -99,6 +101,7 @@ from airflow_provider_dblog.outputs.base import (
     OutputUnavailable,
     TargetTableMissing,
 )
+from airflow_provider_dblog.sources.base import ChunkSource
 
 POSITIONS_TABLE = "dblog_positions"
 FENCE_TABLE = "dblog_fence"
@@ -799,7 +802,13 @@ class SqlDirectTarget:
         )
 
     def stage(self, table: TableRef, rows: Sequence[Row]) -> str:
+        """The handle of `rows`: the rows themselves, as JSON."""
         return json.dumps(rows, separators=(",", ":"))
+
+    def stage_chunk(
+        self, source: ChunkSource, chunk: Chunk, key_columns: Sequence[str]
+    ) -> StagedRead:
+        return stage_rows_read(self.stage, source, chunk, key_columns)
 
     def commit(
         self,

@@ -13,9 +13,9 @@ call met it, and the next call connects again: the dump retries the chunk with n
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
@@ -35,6 +35,9 @@ from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.converters import BYTEA, convert, to_text
 from airflow_provider_dblog.sources.postgres.loaders import load_rows
 
+if TYPE_CHECKING:
+    from airflow_provider_dblog.sources.postgres.copy_chunks import ChunkText
+
 # Every transaction the snapshot does not see, running or not: a commit waiting for a synchronous
 # standby is in the log but still "in progress" to pg_xact_status (which checks the ProcArray
 # first), so filtering on 'committed' would miss exactly the stale case. The reconciler fails a
@@ -42,6 +45,8 @@ from airflow_provider_dblog.sources.postgres.loaders import load_rows
 _INVISIBLE = "SELECT x::text FROM pg_snapshot_xip(%s::pg_snapshot) AS x"
 
 _XID_MASK = 0xFFFF_FFFF
+
+_Conn = psycopg.Connection[TupleRow]
 
 _LOST_STATES = ("08", "57P")
 """SQLSTATE classes of a lost server: connection exceptions, and operator intervention's
@@ -166,6 +171,38 @@ class PostgresChunkSource:
         read, and the snapshot is taken after both: no ALTER can come between the columns and
         the rows, so each chunk is read whole with the table's columns of that moment, and a
         chunk read again after an ALTER reads the new ones."""
+
+        def rows(conn: _Conn, query: sql.Composed, params: Any, shape: TableShape) -> Any:
+            return load_rows(conn.execute(query, params).pgresult, shape.columns)
+
+        _, read, invisible = self._read(chunk, rows)
+        return ChunkRead(read, invisible)
+
+    def read_chunk_text(self, chunk: Chunk) -> ChunkText:
+        """`read_chunk`, the rows as text columns printed by COPY and split by Arrow
+        (`copy_chunks.py`): for a target that takes columns."""
+        from airflow_provider_dblog.sources.postgres.copy_chunks import (
+            ChunkText,
+            last_key,
+            text_columns,
+        )
+
+        def copied(conn: _Conn, query: sql.Composed, params: Any, shape: TableShape) -> Any:
+            statement = sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(query)
+            with conn.cursor() as cur, cur.copy(statement, params) as copy:
+                data = b"".join(bytes(block) for block in copy)
+            return text_columns(data, shape.columns)
+
+        shape, columns, invisible = self._read(chunk, copied)
+        rows = len(columns[0].text) if columns else 0
+        return ChunkText(columns, rows, last_key(columns, shape.key_columns), invisible)
+
+    def _read(
+        self,
+        chunk: Chunk,
+        fetch: Callable[[_Conn, sql.Composed, Any, TableShape], Any],
+    ) -> tuple[TableShape, Any, frozenset[int]]:
+        """The chunk's query run by `fetch` in the read's transaction (see `read_chunk`)."""
         with self._session() as conn, conn.transaction():
             conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(_table(chunk.table)))
             shape = self._shapes[chunk.table] = table_shape(conn, chunk.table)
@@ -180,9 +217,9 @@ class PostgresChunkSource:
                 query = sql.SQL("{} LIMIT {}").format(query, chunk.limit)
             snapshot_row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
             assert snapshot_row is not None
-            rows = load_rows(conn.execute(query, params).pgresult, shape.columns)
+            read = fetch(conn, query, params, shape)
             invisible = conn.execute(_INVISIBLE, (snapshot_row[0],)).fetchall()
-        return ChunkRead(rows, frozenset(int(x) & _XID_MASK for (x,) in invisible))
+        return shape, read, frozenset(int(x) & _XID_MASK for (x,) in invisible)
 
     def write_watermark(self, value: str) -> None:
         query = sql.SQL("UPDATE {} SET value = %s").format(_table(self._config.watermark))
