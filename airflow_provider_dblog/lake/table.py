@@ -267,9 +267,12 @@ class LakeTable:
                     Transaction(PROGRESS_COMMIT, progress.commit),
                     Transaction(PROGRESS_SEQ, progress.seq),
                 ]
+            matched = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in self.key)
+            if truncate is None:  # a truncate's delete must see every stored row
+                matched += self._key_range(source)
             merger = self._delta.merge(
                 source,
-                " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in self.key),
+                matched,
                 source_alias="s",
                 target_alias="t",
                 commit_properties=CommitProperties(
@@ -300,6 +303,21 @@ class LakeTable:
             )
 
         return self._retried(run)
+
+    def _key_range(self, batch: pa.Table) -> str:
+        """` AND` the first key column between the batch's least and greatest value, as
+        literals delta-rs skips files by: without them it reads every file's statistics for
+        a merge, a cost that grows with the table. Integer and text keys only."""
+        column = self.schema.column(self.key[0])
+        if column is None or column.kind not in ("int", "string") or not batch.num_rows:
+            return ""
+        bounds = pc.min_max(batch[column.name])
+        least = _sql_literal(bounds["min"].as_py(), column)
+        greatest = _sql_literal(bounds["max"].as_py(), column)
+        if least is None or greatest is None:
+            return ""
+        name = quote(column.name)
+        return f" AND t.{name} >= {least} AND t.{name} <= {greatest}"
 
     def prune_tombstones(self, before: Position) -> int:
         """Remove the tombstones positioned before `before`, the caller's horizon: no row

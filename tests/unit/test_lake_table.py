@@ -229,3 +229,25 @@ def test_staged_files_no_driver_committed_are_removed_once_old(tmp_path: Path) -
     os.utime(old, (old.stat().st_atime - 7200, old.stat().st_mtime - 7200))
     assert remove_stale_staged(tmp_path, older_than_s=3600) == 1
     assert Path(fresh).exists() and not old.exists()
+
+
+def test_a_merge_on_a_key_range_leaves_the_keys_between_alone(tmp_path: Path) -> None:
+    """A merge names the batch's least and greatest first-key values so delta-rs skips the
+    files outside them; the stored keys inside the range that the batch lacks stay as they
+    are, and a text key with a quote is spelled as a literal."""
+    table = TableRef("app", "tags")
+    schema = lake_schema(
+        "postgres",
+        table,
+        TableSchema(
+            (Column("tag", "text", False, None), Column("n", "integer", True, None)), ("tag",)
+        ),
+    )
+    lake = LakeTable.open_or_create(tmp_path, table, schema)
+    stored = ["a", "b'c", "d", "z"]
+    lake.merge(schema.to_arrow([LakeRow({"tag": t, "n": 1}, 10, 0, "c") for t in stored]))
+    lake.merge(schema.to_arrow([LakeRow({"tag": t, "n": 2}, 11, 0, "u") for t in ("a", "d")]))
+    lake.merge(schema.to_arrow([LakeRow({"tag": "b'c", "n": 0}, 9, 0, "r")]))  # older: refused
+    lake.refresh()
+    found = {r["tag"]: r["n"] for r in lake.rows().to_pylist()}
+    assert found == {"a": 2, "b'c": 1, "d": 2, "z": 1}
