@@ -172,8 +172,8 @@ class LakeDirectTarget:
     def stage_chunk(
         self, source: ChunkSource, chunk: Chunk, key_columns: Sequence[str]
     ) -> StagedRead:
-        """PostgreSQL's rows come as columns printed by COPY (`copy_chunks.py`), no Python
-        object per row; other sources' row by row."""
+        """PostgreSQL's rows come as text columns (`text_chunks.py`), no Python object per
+        row; other sources' row by row."""
         if not isinstance(source, PostgresChunkSource):
             return stage_rows_read(self.stage, source, chunk, key_columns)
         read = source.read_chunk_text(chunk)

@@ -54,7 +54,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.schema import TableSchema
-from airflow_provider_dblog.sources.postgres.copy_chunks import TextColumn, TextKind
+from airflow_provider_dblog.sources.postgres.text_chunks import TextColumn, TextKind
 
 COMMIT = "_dblog_commit"
 SEQ = "_dblog_seq"
@@ -148,7 +148,7 @@ class LakeSchema:
         return pa.Table.from_arrays(arrays, schema=pa.schema([c.field for c in self.columns]))
 
     def values_from_text(self, columns: Sequence[TextColumn]) -> pa.Table:
-        """`values_to_arrow` of a chunk read as text columns (`copy_chunks.py`): each column
+        """`values_to_arrow` of a chunk read as text columns (`text_chunks.py`): each column
         the same array its converters' values would give, cast by Arrow at once where the
         values are the text itself, integers or booleans; the others value by value."""
         by_name = {c.name: c for c in columns}

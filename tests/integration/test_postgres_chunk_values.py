@@ -422,8 +422,8 @@ def test_every_type_reads_as_the_converters_and_the_log_give_it(all_types: AllTy
 def assert_same_lake_columns(
     source: PostgresChunkSource, config: PostgresSourceConfig, chunk: Chunk
 ) -> None:
-    """A chunk read as text columns by COPY (the lake's direct dumps) gives the lake the same
-    Arrow table as its rows read by the loaders, and the same last key."""
+    """A chunk read as text columns (the lake's direct dumps) gives the lake the same Arrow
+    table as its rows read by the loaders, and the same last key."""
     schema = source_lake_schema(config, chunk.table)
     rows = source.read_chunk(chunk).rows
     text = source.read_chunk_text(chunk)
@@ -435,7 +435,7 @@ def assert_same_lake_columns(
     assert text.last_key == (key_of(rows[-1], source.key_columns(chunk.table)) if rows else None)
 
 
-def test_every_type_reads_into_the_lake_alike_by_copy_and_by_rows(all_types: AllTypes) -> None:
+def test_every_type_reads_into_the_lake_alike_by_columns_and_by_rows(all_types: AllTypes) -> None:
     """The lake refuses the row of two-dimensional arrays (`("b", 2)`) whichever way it is read;
     every other row, TOAST-sized included, gives the same columns."""
     table = all_types.table

@@ -13,14 +13,12 @@ call met it, and the next call connects again: the dump retries the chunk with n
 from __future__ import annotations
 
 import base64
-import select
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import pq, sql
-from psycopg.pq.abc import PGconn, PGresult
+from psycopg import sql
 from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.dump_plan import Chunk
@@ -38,7 +36,7 @@ from airflow_provider_dblog.sources.postgres.converters import BYTEA, convert, t
 from airflow_provider_dblog.sources.postgres.loaders import load_rows
 
 if TYPE_CHECKING:
-    from airflow_provider_dblog.sources.postgres.copy_chunks import ChunkText
+    from airflow_provider_dblog.sources.postgres.text_chunks import ChunkText
 
 # Every transaction the snapshot does not see, running or not: a commit waiting for a synchronous
 # standby is in the log but still "in progress" to pg_xact_status (which checks the ProcArray
@@ -181,23 +179,20 @@ class PostgresChunkSource:
         return ChunkRead(read, invisible)
 
     def read_chunk_text(self, chunk: Chunk) -> ChunkText:
-        """`read_chunk`, the rows as text columns printed by COPY and split by Arrow
-        (`copy_chunks.py`): for a target that takes columns."""
-        from airflow_provider_dblog.sources.postgres.copy_chunks import (
+        """`read_chunk`, the rows as text columns in Arrow (`text_chunks.py`): for a target
+        that takes columns."""
+        from airflow_provider_dblog.sources.postgres.text_chunks import (
             ChunkText,
             last_key,
             text_columns,
         )
 
-        def copied(conn: _Conn, query: sql.Composed, params: Any, shape: TableShape) -> Any:
-            statement = sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(query)
-            with conn.cursor() as cur, cur.copy(statement, params):
-                data = _copied_out(conn.pgconn, conn.info.encoding)
-            return text_columns(data, shape.columns)
+        def columns(conn: _Conn, query: sql.Composed, params: Any, shape: TableShape) -> Any:
+            return text_columns(conn.execute(query, params).pgresult, shape.columns)
 
-        shape, columns, invisible = self._read(chunk, copied)
-        rows = len(columns[0].text) if columns else 0
-        return ChunkText(columns, rows, last_key(columns, shape.key_columns), invisible)
+        shape, read, invisible = self._read(chunk, columns)
+        rows = len(read[0].text) if read else 0
+        return ChunkText(read, rows, last_key(read, shape.key_columns), invisible)
 
     def _read(
         self,
@@ -332,36 +327,6 @@ def _in_keys(shape: TableShape, keys: Sequence[Key]) -> tuple[sql.Composable, li
         tuples.append(values)
         params += values_params
     return sql.SQL("({}) IN ({})").format(_names(shape.key), sql.SQL(", ").join(tuples)), params
-
-
-def _copied_out(pgconn: PGconn, encoding: str) -> bytes:
-    """The data of the COPY TO STDOUT under way, read from libpq directly: psycopg's iterator
-    costs a Python generator's round trip per row, here the bulk of a chunk read (the server
-    sends one message per row). Reads the COPY's final result too, raising its error."""
-    blocks = []
-    while True:
-        size, data = pgconn.get_copy_data(1)  # raises for a connection lost
-        if size > 0:
-            blocks.append(data)
-        elif size < 0:
-            break
-        else:
-            _wait_readable(pgconn)
-    while (result := _next_result(pgconn)) is not None:
-        if result.status != pq.ExecStatus.COMMAND_OK:
-            raise psycopg.errors.error_from_result(result, encoding=encoding)
-    return b"".join(blocks)
-
-
-def _next_result(pgconn: PGconn) -> PGresult | None:
-    while pgconn.is_busy():
-        _wait_readable(pgconn)
-    return pgconn.get_result()
-
-
-def _wait_readable(pgconn: PGconn) -> None:
-    select.select([pgconn.socket], [], [])
-    pgconn.consume_input()
 
 
 def _raw_rows(cursor: psycopg.Cursor[TupleRow]) -> list[list[str | None]]:

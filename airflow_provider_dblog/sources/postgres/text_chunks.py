@@ -1,24 +1,21 @@
-"""A chunk read as columns of text, for a target that takes columns (the lake): the server prints
-the chunk's rows as CSV (`COPY (chunk query) TO STDOUT`) and Arrow splits them, with no Python
-work per row. Each column comes with its type OID, what its text is to the converters
-(`TextKind`) and its converter, so the target turns it into its own type exactly as it turns
-the converters' values (`lake.schema.LakeSchema.values_from_text`).
+"""A chunk read as columns of text, for a target that takes columns (the lake): the text the
+server prints for each value, taken from the query's result column by column into Arrow
+arrays, with no Python object per row. Each column comes with its type OID, what its text is to
+the converters (`TextKind`) and its converter, so the target turns it into its own type exactly
+as it turns the converters' values (`lake.schema.LakeSchema.values_from_text`).
 
-CSV keeps what the rows need: PostgreSQL writes NULL as an empty unquoted field and the empty
-string quoted, which Arrow keeps apart, and quotes every field holding a comma, a quote or a
-line break. Imported only where a lake is written: pyarrow costs a process that never writes
-one about 80 MiB.
+Imported only where a lake is written: pyarrow costs a process that never writes one about
+80 MiB.
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
+from psycopg.pq.abc import PGresult
 
 from airflow_provider_dblog.core.event import JsonValue, Key, freeze
 from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo
@@ -78,25 +75,17 @@ class ChunkText:
     invisible_txids: frozenset[int]
 
 
-def text_columns(data: bytes, columns: Sequence[ColumnInfo]) -> tuple[TextColumn, ...]:
-    """The CSV `COPY ... TO STDOUT (FORMAT csv)` printed for `columns`, split by Arrow."""
-    if not data:
-        empty = pa.array([], pa.string())
-        return tuple(_column(info, empty) for info in columns)
-    names = [f"c{i}" for i in range(len(columns))]
-    table = pacsv.read_csv(
-        io.BytesIO(data),
-        read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24),
-        # A line may be empty: one column, NULL.
-        parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
-        convert_options=pacsv.ConvertOptions(
-            column_types=dict.fromkeys(names, pa.string()),
-            null_values=[""],
-            strings_can_be_null=True,
-            quoted_strings_can_be_null=False,
-        ),
+def text_columns(result: PGresult | None, columns: Sequence[ColumnInfo]) -> tuple[TextColumn, ...]:
+    """The text result of a query whose columns are `columns`, column by column: each value's
+    bytes straight into an Arrow string array (UTF-8, the client encoding the source's
+    connections set)."""
+    if result is None:
+        return tuple(_column(info, pa.array([], pa.string())) for info in columns)
+    get, rows = result.get_value, range(result.ntuples)
+    return tuple(
+        _column(info, pa.array([get(r, i) for r in rows], pa.string()))
+        for i, info in enumerate(columns)
     )
-    return tuple(_column(info, table.column(i).combine_chunks()) for i, info in enumerate(columns))
 
 
 def _column(info: ColumnInfo, text: pa.Array) -> TextColumn:
