@@ -84,6 +84,9 @@ class _Table:
     """The indexes of the replica identity columns: what a key-only ('K') tuple carries."""
     whole_row: Callable[[pgoutput.TupleData], Row]
     """A whole tuple without unchanged TOAST values as a row: `_compile_row`."""
+    insert_row: Callable[[bytes, int], tuple[Row, Row] | None] | None
+    """An Insert's new tuple read straight from the message bytes, as its row and its key:
+    `_compile_insert`; None for a table not captured (or whose key is not among its columns)."""
 
     @classmethod
     def of(
@@ -100,6 +103,10 @@ class _Table:
         parsers = tuple(
             None if keeps_text(c.type_oid) else column_converter(c.type_oid) for c in columns
         )
+        insert_row = None
+        if captured and not is_watermark and set(key_columns) <= set(names):
+            key_indexes = tuple(names.index(name) for name in key_columns)
+            insert_row = _compile_insert(names, parsers, key_indexes)
         return cls(
             relation,
             ref,
@@ -110,6 +117,7 @@ class _Table:
             parsers,
             tuple(i for i, c in enumerate(columns) if c.is_key),
             _compile_row(names, parsers),
+            insert_row,
         )
 
     def row(
@@ -161,6 +169,11 @@ class _Table:
         return key
 
 
+_new = object.__new__
+_SET_COMMIT: Callable[[Position, int], None] = Position.__dict__["commit"].__set__
+_SET_SEQ: Callable[[Position, int], None] = Position.__dict__["seq"].__set__
+
+
 @dataclass(slots=True)
 class _Transaction:
     begin: pgoutput.Begin
@@ -172,9 +185,14 @@ class _Transaction:
         self.ts_ms = self.begin.commit_ts_us // 1000
 
     def next_position(self) -> Position:
-        """The next change's position: seq 2n+1 for the n-th."""
-        self.changes += 1
-        return Position(self.begin.final_lsn, 2 * self.changes - 1)
+        """The next change's position: seq 2n+1 for the n-th. Built without `Position`'s
+        checks, which a commit LSN read as an unsigned 64-bit integer and a positive seq always
+        pass (a row change takes one, so this is most of an event's cost after its row)."""
+        self.changes = changes = self.changes + 1
+        position: Position = _new(Position)
+        _SET_COMMIT(position, self.begin.final_lsn)
+        _SET_SEQ(position, 2 * changes - 1)
+        return position
 
     def description_position(self) -> Position:
         """Just before the next change: its (even) seq minus one."""
@@ -208,7 +226,74 @@ def _compile_row(
     return function
 
 
+def _compile_insert(
+    names: tuple[str, ...],
+    parsers: tuple[Callable[[str], JsonValue] | None, ...],
+    key_indexes: tuple[int, ...],
+) -> Callable[[bytes, int], tuple[Row, Row] | None]:
+    """A function from an Insert message's bytes and the offset of its new tuple to the row
+    and the key `_Table.row` and `_Table.key` give, compiled once per Relation message: the
+    tuple's values are read, converted and put in the two dicts in one pass of straight-line
+    code, with no `Insert` or tuple of values in between (nearly every message is an insert).
+
+    It returns None for anything but a whole tuple of text and null values that fills the
+    message exactly (an unchanged TOAST value, a wrong column count, bytes left or missing, a
+    value its converter refuses): the caller then decodes the message the general way, which
+    gives the row or raises the error as always. Integer columns are converted from the bytes
+    (`int` reads ASCII digits from bytes as from text). As in `_compile_row`, columns and
+    converters are named only by their index."""
+    count = len(names)
+    namespace: dict[str, object] = {
+        "COUNT": count.to_bytes(2, "big"),
+        "U32": pgoutput.U32_AT,
+        "TEXT": pgoutput.TEXT_KIND,
+        "NULL": pgoutput.NULL_KIND,
+    }
+    lines = [
+        "def insert_row(d, p):",
+        "    try:",
+        "        if d[p : p + 2] != COUNT:",
+        "            return None",
+        "        p += 2",
+    ]
+    for i, (name, parse) in enumerate(zip(names, parsers, strict=True)):
+        namespace[f"n{i}"] = name
+        if parse is None:
+            value = "d[s:p].decode()"
+        elif parse is int:
+            value = "int(d[s:p])"
+        else:
+            namespace[f"p{i}"] = parse
+            value = f"p{i}(d[s:p].decode())"
+        lines += [
+            "        k = d[p]",
+            "        if k == TEXT:",
+            "            (n,) = U32(d, p + 1)",
+            "            s = p + 5",
+            "            p = s + n",
+            f"            v{i} = {value}",
+            "        elif k == NULL:",
+            f"            v{i} = None",
+            "            p += 1",
+            "        else:",
+            "            return None",
+        ]
+    row = ", ".join(f"n{i}: v{i}" for i in range(count))
+    key = ", ".join(f"n{i}: v{i}" for i in key_indexes)
+    lines += [
+        "        if p != len(d):",
+        "            return None",
+        "    except Exception:",
+        "        return None",
+        f"    return {{{row}}}, {{{key}}}",
+    ]
+    exec(compile("\n".join(lines) + "\n", "<pgoutput insert>", "exec"), namespace)
+    function: Callable[[bytes, int], tuple[Row, Row] | None] = namespace["insert_row"]  # type: ignore[assignment]
+    return function
+
+
 _ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
+_NEW_TUPLE = ord("N")
 
 
 class ChangeMapper:
@@ -265,6 +350,31 @@ class ChangeMapper:
             return self._truncate(self._open("a truncate"), message)
         # OriginMessage and Type need nothing: values arrive as text either way.
         return []
+
+    def map_bytes(self, data: bytes, start: int = 0) -> list[LogItem]:
+        """`map(pgoutput.decode(data[start:]))`: the items of the message at `start`. An
+        insert into a captured table is read straight from the bytes (`_compile_insert`);
+        any other message, or an insert that reader declines, is decoded the general way."""
+        if data[start : start + 1] == b"I":
+            items = self._insert(data, start)
+            if items is not None:
+                return items
+        return self.map(pgoutput.decode(data[start:] if start else data))
+
+    def _insert(self, data: bytes, start: int) -> list[LogItem] | None:
+        """An insert's event, or None when the general path must read it (see `map_bytes`)."""
+        transaction = self._transaction
+        tables = self._tables
+        if transaction is None or len(data) < start + 8:
+            return None
+        table = tables.get(int.from_bytes(data[start + 1 : start + 5], "big"))
+        if table is None or table.insert_row is None or data[start + 5] != _NEW_TUPLE:
+            return None
+        decoded = table.insert_row(data, start + 6)
+        if decoded is None:
+            return None
+        after, key = decoded
+        return [self._event(table, transaction, Op.CREATE, key, None, after)]
 
     def _open(self, what: str) -> _Transaction:
         if self._transaction is None:

@@ -129,6 +129,13 @@ _U64 = struct.Struct("!Q")
 _I64 = struct.Struct("!q")
 _TEXT, _NULL, _UNCHANGED = b"tnu"
 
+TEXT_KIND: Final = _TEXT
+"""The byte before a text value in a tuple (then its length, `U32_AT`, and its bytes)."""
+NULL_KIND: Final = _NULL
+"""The byte of a null value in a tuple."""
+U32_AT: Final = _U32.unpack_from
+"""`U32_AT(data, offset)`: the 1-tuple of the unsigned 32-bit big-endian integer there."""
+
 
 class _Reader:
     """A cursor over one message; reads past its end raise DecodeError (see `decode`)."""

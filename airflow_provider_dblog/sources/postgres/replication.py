@@ -35,6 +35,11 @@ from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 _XLOG_DATA_HEADER = struct.Struct("!QQq")  # after 'w': start LSN, server WAL end, send time
 _KEEPALIVE = struct.Struct("!QqB")  # after 'k': server WAL end, send time, reply requested
 _STATUS = struct.Struct("!cQQQqB")  # 'r', written, flushed, applied, client time, reply wanted
+_MESSAGE_AT = 1 + _XLOG_DATA_HEADER.size
+"""Where the pgoutput message starts in an XLogData frame."""
+_STATUS_CHECK_FRAMES = 1023
+"""`items` goes through `_next_frame` (which sends a status when one is due) at least once
+every 1024 frames even while frames keep coming."""
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +91,26 @@ class PostgresLogReader:
     def items(self) -> Iterator[LogItem]:
         try:
             stream = self._stream or self._connect()
+            get_copy_data = stream.conn.pgconn.get_copy_data
+            map_bytes = stream.mapper.map_bytes
+            frames = 0
             while True:
-                frame = self._next_frame(stream)
+                # The frames already received are read here, a call each; `_next_frame` waits
+                # for more (and sends the periodic status while the stream is busy).
+                size, data = get_copy_data(1)
+                frames += 1
+                frame: bytes | None
+                if size > 0 and frames & _STATUS_CHECK_FRAMES:
+                    frame = bytes(data)
+                else:
+                    frame = self._next_frame(stream, size, data)
                 if frame is None:
                     if stream.mapper.open_commit is None:
                         self._send_status(stream, reply_wanted=True)
                     continue
-                if frame[:1] == b"k":
+                if frame[_MESSAGE_AT : _MESSAGE_AT + 1] == b"I" and frame[:1] == b"w":
+                    yield from map_bytes(frame, _MESSAGE_AT)  # nearly every frame: an insert
+                elif frame[:1] == b"k":
                     wal_end, _, reply_wanted = _KEEPALIVE.unpack_from(frame, 1)
                     self._received = max(self._received, wal_end)
                     if reply_wanted:
@@ -102,7 +120,7 @@ class PostgresLogReader:
                 elif frame[:1] == b"w":
                     _, wal_end, _ = _XLOG_DATA_HEADER.unpack_from(frame, 1)
                     self._received = max(self._received, wal_end)
-                    message = pgoutput.decode(frame[1 + _XLOG_DATA_HEADER.size :])
+                    message = pgoutput.decode(frame[_MESSAGE_AT:])
                     if isinstance(message, pgoutput.Commit):
                         self._commit_ends.append((message.commit_lsn, message.end_lsn))
                     yield from stream.mapper.map(message)
@@ -277,15 +295,15 @@ class PostgresLogReader:
         columns = tuple((c.name, c.type_oid, c.type_modifier) for c in relation.columns)
         return describe_relation(self._catalog(), relation.relation_id, columns)
 
-    def _next_frame(self, stream: _Stream) -> bytes | None:
-        """The next CopyData payload, or None after `idle_after` seconds without one."""
+    def _next_frame(self, stream: _Stream, size: int, data: memoryview | bytes) -> bytes | None:
+        """The next CopyData payload, or None after `idle_after` seconds without one: the
+        frame `size, data` that `get_copy_data` gave last, or the next one received."""
         pgconn = stream.conn.pgconn
         deadline = time.monotonic() + self._idle_after
         while True:
             now = time.monotonic()
             if now - stream.last_status >= self._status_interval:
                 self._send_status(stream)
-            size, data = pgconn.get_copy_data(1)
             if size > 0:
                 return bytes(data)
             if size < 0:
@@ -296,6 +314,7 @@ class PostgresLogReader:
                 return None
             if _wait(pgconn.socket, select.POLLIN, deadline - now):
                 pgconn.consume_input()
+            size, data = pgconn.get_copy_data(1)
 
     def _send_status(self, stream: _Stream, *, reply_wanted: bool = False) -> None:
         now_pg = int(time.time() * 1_000_000) - pgoutput.PG_EPOCH_MICROS
