@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import json.encoder
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeAlias
 
@@ -151,6 +151,10 @@ class Event:
     def table(self) -> TableRef:
         return self.source.table_ref
 
+    @property
+    def txid(self) -> int | None:
+        return self.source.txid
+
     def key_value(self) -> Key:
         return tuple(freeze(v) for v in self.key.values())
 
@@ -199,6 +203,120 @@ class Event:
             raise ValueError(f"not a DBLog event: missing or malformed {exc}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class LogOrigin:
+    """What the row events of one table in one transaction share: their source but for the
+    position."""
+
+    name: str
+    db: str
+    table: TableRef
+    txid: int
+    ts_ms: int
+    schema: str = field(init=False)
+    """`table.schema` and `table.name`, read as a `SourceInfo`'s are (`Session.change`)."""
+    table_name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "schema", self.table.schema)
+        object.__setattr__(self, "table_name", self.table.name)
+
+
+class EncodedLogEvent(Event):
+    """A log row event that its reader built together with its line (with its newline), so
+    the writer thread does not encode it again: `encode_lines` takes the line as it is. Its
+    `source` is built from its `origin` and position when asked for (the tailer reads
+    `origin`, `position` and `txid` instead). Equal to the `Event`
+    it encodes; the reader that builds one makes its line `encode`'s (a property test pins
+    it)."""
+
+    __slots__ = ("_position", "line", "origin")
+
+    line: bytes
+    origin: LogOrigin
+    _position: Position
+    table_schema = None
+
+    def __init__(
+        self,
+        line: bytes,
+        op: Op,
+        key: Row,
+        before: Row | None,
+        after: Row | None,
+        position: Position,
+        origin: LogOrigin,
+        schema_version: int,
+    ) -> None:
+        self.line = line
+        self.op = op
+        self.key = key
+        self.before = before
+        self.after = after
+        self._position = position
+        self.origin = origin
+        self.schema_version = schema_version
+
+    @property
+    def source(self) -> SourceInfo:  # type: ignore[override]
+        o = self.origin
+        return SourceInfo(
+            o.name,
+            o.db,
+            o.table.schema,
+            o.table.name,
+            self._position,
+            Origin.LOG,
+            None,
+            None,
+            o.txid,
+            o.ts_ms,
+        )
+
+    @property
+    def position(self) -> Position:
+        return self._position
+
+    @property
+    def table(self) -> TableRef:
+        return self.origin.table
+
+    @property
+    def txid(self) -> int:
+        return self.origin.txid
+
+    def event(self) -> Event:
+        """The plain `Event` this line encodes."""
+        return Event(self.op, self.key, self.before, self.after, self.source, self.schema_version)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EncodedLogEvent):
+            return self.event() == other.event()
+        if isinstance(other, Event):
+            return self.event() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def log_line_format(op: Op, name: str, db: str, table: TableRef) -> bytes:
+    """The line `encode` gives a log row event `op` of `table` from source `name` and `db`, as
+    a `%` format of its key, before and after JSON (bytes), commit, seq, txid, ts_ms and
+    schema version: what a reader fills to build an `EncodedLogEvent`'s line."""
+    source = (
+        f'"source":{{"name":{_string(name)},"db":{_string(db)},"schema":{_string(table.schema)}'
+        f',"table":{_string(table.name)},"position":['
+    ).encode()
+    return (
+        b'{"op":'
+        + _OP_JSON[op]
+        + b',"key":%b,"before":%b,"after":%b,'
+        + source.replace(b"%", b"%%")
+        + b'%d,%d],"origin":"log","dump_id":null,"window_id":null,"txid":%d,"ts_ms":%d}'
+        b',"schema_version":%d}\n'
+    )
+
+
 def table_event(
     op: Op, source: SourceInfo, schema_version: int, table_schema: TableSchema | None = None
 ) -> Event:
@@ -223,8 +341,9 @@ def encode(event: Event) -> str:
 def encode_lines(events: Iterable[Event]) -> list[bytes]:
     """`(encode(event) + "\\n").encode()` for each event, byte for byte, at a fraction of the cost.
 
-    The envelope is spelled out directly, as bytes, and only `key`, `before` and `after` go
-    through a JSON encoder, one for the whole batch: msgspec for a row of plain values, the
+    An `EncodedLogEvent` comes with its line. Otherwise the envelope is spelled out directly,
+    as bytes, and only `key`, `before` and `after` go through a JSON encoder, one for the
+    whole batch: msgspec for a row of plain values, the
     standard library's for anything else. Anything unusual (a field of another type than its
     annotation, a value an encoder refuses) takes `encode` itself, which then gives the same
     bytes or raises the same error as before.
@@ -257,62 +376,66 @@ def _msgspec_encoder() -> Callable[[Any], bytes] | None:
     return msgspec.json.Encoder().encode
 
 
+def row_json_encoder() -> Callable[[JsonValue], bytes]:
+    """A JSON value (an event's `key`, `before` or `after`) as `json.dumps` with `encode`'s
+    options spells it inside an event, as bytes. Not thread-safe, and after it raised it
+    may refuse what it would take: make a new one then (`_LineEncoder.line`)."""
+    plain, keys = _PLAIN_TYPES.issuperset, _STR_TYPE.issuperset
+    fast = _msgspec_encoder()
+    options = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    make = getattr(json.encoder, "c_make_encoder", None)
+    try:
+        # What `JSONEncoder.encode` does for a non-string, minus building it per call.
+        encoder = make(  # type: ignore[misc]
+            {},
+            options.default,
+            _string,
+            None,
+            options.key_separator,
+            options.item_separator,
+            options.sort_keys,
+            options.skipkeys,
+            options.allow_nan,
+        )
+    except TypeError:  # no C accelerator, or another signature: the public path
+
+        def standard(obj: JsonValue) -> bytes:
+            return options.encode(obj).encode()
+
+    else:
+
+        def standard(obj: JsonValue) -> bytes:
+            return "".join(encoder(obj, 0)).encode()
+
+    if fast is None:
+        return standard
+
+    def value(obj: JsonValue) -> bytes:
+        if type(obj) is dict and keys(map(type, obj)) and plain(map(type, obj.values())):
+            return fast(obj)
+        return standard(obj)
+
+    return value
+
+
 class _LineEncoder:
     """Encodes events as `encode` does. Not thread-safe: one per batch (the JSON encoder's
     circular-reference markers are shared between its calls)."""
 
     def __init__(self) -> None:
-        self._value = self._value_encoder()
+        self._value = row_json_encoder()
         self._tables: dict[tuple[str, str, str, str], bytes] = {}
         """`{"name":..,"db":..,"schema":..,"table":..,"position":[` of each table met."""
 
-    @staticmethod
-    def _value_encoder() -> Callable[[JsonValue], bytes]:
-        """A JSON value as `json.dumps` with `encode`'s options spells it inside an event."""
-        plain, keys = _PLAIN_TYPES.issuperset, _STR_TYPE.issuperset
-        fast = _msgspec_encoder()
-        options = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        make = getattr(json.encoder, "c_make_encoder", None)
-        try:
-            # What `JSONEncoder.encode` does for a non-string, minus building it per call.
-            encoder = make(  # type: ignore[misc]
-                {},
-                options.default,
-                _string,
-                None,
-                options.key_separator,
-                options.item_separator,
-                options.sort_keys,
-                options.skipkeys,
-                options.allow_nan,
-            )
-        except TypeError:  # no C accelerator, or another signature: the public path
-
-            def standard(obj: JsonValue) -> bytes:
-                return options.encode(obj).encode()
-
-        else:
-
-            def standard(obj: JsonValue) -> bytes:
-                return "".join(encoder(obj, 0)).encode()
-
-        if fast is None:
-            return standard
-
-        def value(obj: JsonValue) -> bytes:
-            if type(obj) is dict and keys(map(type, obj)) and plain(map(type, obj.values())):
-                return fast(obj)
-            return standard(obj)
-
-        return value
-
     def line(self, event: Event) -> bytes:
+        if type(event) is EncodedLogEvent:
+            return event.line
         try:
             line = self._envelope(event)
         except Exception:
             # A value the encoder refused may leave its markers behind: start afresh, and let
             # `encode` give the result (or raise its own error).
-            self._value = self._value_encoder()
+            self._value = row_json_encoder()
             line = None
         if line is None:
             line = (encode(event) + "\n").encode()

@@ -165,9 +165,9 @@ class Reconciler:
 
     def change(self, event: Event) -> None:
         """A log event, which the caller emits at once. Its key leaves every open chunk of T."""
-        source = event.source
-        if source.txid is not None:
-            self._recent.add(source.txid, source.position.commit)
+        txid = event.txid
+        if txid is not None:
+            self._recent.add(txid, event.position.commit)
         # Most log events meet no open window: the table's name is looked up only if any is.
         windows = self._open_by_table.get(event.table) if self._open_by_table else None
         if windows:

@@ -31,6 +31,7 @@ from prometheus_client import Histogram
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.encoded_rows import EncodedRows
 from airflow_provider_dblog.core.event import (
+    EncodedLogEvent,
     Event,
     JsonValue,
     Op,
@@ -251,11 +252,20 @@ class Session:
                 event = Event(event.op, event.key, event.before, event.after, event.source, version)
         self._reconciler.change(event)
         self._writer.put_event(event)
-        self._stats.events += 1
-        counted = (event.source.schema, event.source.table, event.op)  # `count`, inlined:
-        self._stats.events_by_table[counted] = self._stats.events_by_table.get(counted, 0) + 1
-        self._stats.last_ts_ms = event.source.ts_ms or self._stats.last_ts_ms
-        self._stats.caught_up = False
+        stats = self._stats
+        stats.events += 1
+        if type(event) is EncodedLogEvent:  # what its source would say, without building it
+            origin = event.origin
+            counted = (origin.schema, origin.table_name, event.op)
+            ts_ms: int | None = origin.ts_ms
+        else:
+            source = event.source
+            counted = (source.schema, source.table, event.op)
+            ts_ms = source.ts_ms
+        # `count`, inlined:
+        stats.events_by_table[counted] = stats.events_by_table.get(counted, 0) + 1
+        stats.last_ts_ms = ts_ms or stats.last_ts_ms
+        stats.caught_up = False
 
     def truncate(self, item: Truncate) -> None:
         source = self._table_source(item.table, item.position, item.txid, item.ts_ms)

@@ -1,5 +1,6 @@
 """`ChangeMapper.map_bytes`, which reads inserts of captured tables straight from the message
-bytes, gives what `map(decode(...))` gives: the same items, or the same error."""
+bytes, gives what `map(decode(...))` gives: the same items, or the same error; and the line it
+builds with each insert's event is `encode`'s."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_dblog.core.event import TableRef
-from airflow_provider_dblog.core.log import LogItem
+from airflow_provider_dblog.core.event import EncodedLogEvent, TableRef, encode, encode_lines
+from airflow_provider_dblog.core.log import Change, LogItem
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.postgres.changes import ChangeMapper
 from airflow_provider_dblog.sources.postgres.pgoutput import Relation, decode
@@ -25,7 +26,7 @@ INT8, INT4, TEXT, BOOL, FLOAT8, JSONB, NUMERIC, TIMESTAMPTZ = 20, 23, 25, 16, 70
 VALUES: dict[int, st.SearchStrategy[str]] = {
     INT8: st.integers(-(2**63), 2**63 - 1).map(str),
     INT4: st.integers(-(2**31), 2**31 - 1).map(str),
-    TEXT: st.text(),
+    TEXT: st.text() | st.sampled_from(['a"b\\c', "\x00\x1f\x7f", "\u2028é😀", "%b %d %%"]),
     BOOL: st.sampled_from(["t", "f"]),
     FLOAT8: st.sampled_from(["1.5", "-0", "1e+16", "NaN", "Infinity", "3.141592653589793"]),
     JSONB: st.sampled_from(['{"a": [1, null]}', "[]", '"x"', "12.50"]),
@@ -44,8 +45,8 @@ def mapper_for(columns: list[tuple[str, int, bool]]) -> ChangeMapper:
         )
 
     return ChangeMapper(
-        source="pg-main",
-        db="shop",
+        source='pg-%d"main',
+        db="sh%bop",
         captured=[TableRef("app", "t")],
         watermark=TableRef("dblog", "watermark"),
         describe=describe,
@@ -67,7 +68,7 @@ def outcome(call: Callable[[], list[LogItem]]) -> tuple[str, object]:
 def inserts(draw: st.DrawFn) -> tuple[list[tuple[str, int, bool]], list[bytes]]:
     """A relation of the captured table, then a few inserts into it (and into others)."""
     oids = draw(st.lists(st.sampled_from(sorted(VALUES)), min_size=1, max_size=6))
-    columns = [(f"c{i}" if i else "id", oid, i == 0) for i, oid in enumerate(oids)]
+    columns = [(f'c{i} %b"' if i else "id", oid, i == 0) for i, oid in enumerate(oids)]
     messages = [begin(0x500, 9), relation(TABLE, "app", "t", columns)]
     messages.append(relation(OTHER, "app", "other", [("id", INT8, True)]))
     for _ in range(draw(st.integers(1, 4))):
@@ -106,6 +107,13 @@ def test_inserts_read_from_bytes_are_what_the_decoded_messages_give(
         assert got == expected
         if expected[0] == "error":
             return
+        assert isinstance(got[1], list) and isinstance(expected[1], list)
+        for read, decoded_item in zip(got[1], expected[1], strict=True):
+            if isinstance(read, Change) and isinstance(read.event, EncodedLogEvent):
+                assert isinstance(decoded_item, Change)
+                plain = decoded_item.event
+                assert read.event.line == (encode(plain) + "\n").encode()
+                assert encode_lines([plain, read.event]) == [read.event.line] * 2
 
 
 def test_an_insert_outside_a_transaction_is_refused_as_before() -> None:

@@ -37,13 +37,17 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from airflow_provider_dblog.core.event import (
+    EncodedLogEvent,
     Event,
     JsonValue,
+    LogOrigin,
     Op,
     Origin,
     Row,
     SourceInfo,
     TableRef,
+    log_line_format,
+    row_json_encoder,
 )
 from airflow_provider_dblog.core.log import (
     Change,
@@ -87,6 +91,8 @@ class _Table:
     insert_row: Callable[[bytes, int], tuple[Row, Row] | None] | None
     """An Insert's new tuple read straight from the message bytes, as its row and its key:
     `_compile_insert`; None for a table not captured (or whose key is not among its columns)."""
+    line: bytes
+    """`log_line_format` of the table's inserts."""
 
     @classmethod
     def of(
@@ -97,6 +103,8 @@ class _Table:
         captured: bool,
         is_watermark: bool,
         key_columns: tuple[str, ...],
+        source: str,
+        db: str,
     ) -> _Table:
         columns = relation.columns
         names = tuple(c.name for c in columns)
@@ -118,6 +126,7 @@ class _Table:
             tuple(i for i, c in enumerate(columns) if c.is_key),
             _compile_row(names, parsers),
             insert_row,
+            log_line_format(Op.CREATE, source, db, ref),
         )
 
     def row(
@@ -172,6 +181,8 @@ class _Table:
 _new = object.__new__
 _SET_COMMIT: Callable[[Position, int], None] = Position.__dict__["commit"].__set__
 _SET_SEQ: Callable[[Position, int], None] = Position.__dict__["seq"].__set__
+_SET_EVENT: Callable[[Change, Event], None] = Change.__dict__["event"].__set__
+"""`Change(event)` for the events read from bytes, without the frozen dataclass's `__init__`."""
 
 
 @dataclass(slots=True)
@@ -180,6 +191,8 @@ class _Transaction:
     changes: int = 0
     ts_ms: int = 0
     """The commit time in milliseconds, as events carry it."""
+    last_origin: LogOrigin | None = None
+    """The origin of the last row event built (`origin`)."""
 
     def __post_init__(self) -> None:
         self.ts_ms = self.begin.commit_ts_us // 1000
@@ -193,6 +206,14 @@ class _Transaction:
         _SET_COMMIT(position, self.begin.final_lsn)
         _SET_SEQ(position, 2 * changes - 1)
         return position
+
+    def origin(self, table: _Table, source: str, db: str) -> LogOrigin:
+        """The `LogOrigin` of `table`'s row events in this transaction, made once."""
+        last = self.last_origin
+        if last is not None and last.table is table.ref:
+            return last
+        self.last_origin = last = LogOrigin(source, db, table.ref, self.begin.xid, self.ts_ms)
+        return last
 
     def description_position(self) -> Position:
         """Just before the next change: its (even) seq minus one."""
@@ -325,6 +346,8 @@ class ChangeMapper:
         )
         self._tables: dict[int, _Table] = {}
         self._transaction: _Transaction | None = None
+        self._spell = row_json_encoder()
+        """Spells the rows of the inserts read from bytes (`_insert`) into their lines."""
 
     @property
     def open_commit(self) -> int | None:
@@ -374,7 +397,28 @@ class ChangeMapper:
         if decoded is None:
             return None
         after, key = decoded
-        return [self._event(table, transaction, Op.CREATE, key, None, after)]
+        try:
+            key_json, after_json = self._spell(key), self._spell(after)
+        except Exception:  # a value JSON cannot hold: the writer's encoding raises it
+            self._spell = row_json_encoder()
+            return None
+        position = transaction.next_position()
+        origin = transaction.origin(table, self._source, self._db)
+        version = self.schema_versions.get(table.ref, 0)
+        line = table.line % (
+            key_json,
+            b"null",
+            after_json,
+            position.commit,
+            position.seq,
+            origin.txid,
+            origin.ts_ms,
+            version,
+        )
+        event = EncodedLogEvent(line, Op.CREATE, key, None, after, position, origin, version)
+        change: Change = _new(Change)
+        _SET_EVENT(change, event)
+        return [change]
 
     def _open(self, what: str) -> _Transaction:
         if self._transaction is None:
@@ -406,6 +450,8 @@ class ChangeMapper:
             captured=captured,
             is_watermark=ref == self._watermark,
             key_columns=() if schema is None else schema.key,
+            source=self._source,
+            db=self._db,
         )
         return items
 
