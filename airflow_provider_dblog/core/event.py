@@ -366,9 +366,11 @@ _LINE = (
 )
 
 
-def _msgspec_encoder() -> Callable[[Any], bytes] | None:
-    """msgspec's JSON encoder; None where it is not installed (this module is imported without
-    site-packages too, from the package's zip on a Spark executor: `spark_package`)."""
+def plain_row_encoder() -> Callable[[Any], bytes] | None:
+    """msgspec's JSON encoder, which spells a dict of `str` keys and values of the exact types
+    str, int, bool and None as `encode` does (what `row_json_encoder` checks before it calls it);
+    None where it is not installed (this module is imported without site-packages too, from
+    the package's zip on a Spark executor: `spark_package`)."""
     try:
         import msgspec.json
     except ImportError:
@@ -381,7 +383,7 @@ def row_json_encoder() -> Callable[[JsonValue], bytes]:
     options spells it inside an event, as bytes. Not thread-safe, and after it raised it
     may refuse what it would take: make a new one then (`_LineEncoder.line`)."""
     plain, keys = _PLAIN_TYPES.issuperset, _STR_TYPE.issuperset
-    fast = _msgspec_encoder()
+    fast = plain_row_encoder()
     options = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     make = getattr(json.encoder, "c_make_encoder", None)
     try:

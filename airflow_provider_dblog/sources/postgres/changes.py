@@ -47,6 +47,7 @@ from airflow_provider_dblog.core.event import (
     SourceInfo,
     TableRef,
     log_line_format,
+    plain_row_encoder,
     row_json_encoder,
 )
 from airflow_provider_dblog.core.log import (
@@ -93,6 +94,9 @@ class _Table:
     `_compile_insert`; None for a table not captured (or whose key is not among its columns)."""
     line: bytes
     """`log_line_format` of the table's inserts."""
+    plain_json: Callable[[Row], bytes] | None
+    """Spells its rows and keys when every column is text or an integer (`plain_row_encoder`:
+    they hold str, int and None only); None otherwise, or without msgspec."""
 
     @classmethod
     def of(
@@ -127,6 +131,7 @@ class _Table:
             _compile_row(names, parsers),
             insert_row,
             log_line_format(Op.CREATE, source, db, ref),
+            plain_row_encoder() if all(p is None or p is int for p in parsers) else None,
         )
 
     def row(
@@ -208,7 +213,8 @@ class _Transaction:
         return position
 
     def origin(self, table: _Table, source: str, db: str) -> LogOrigin:
-        """The `LogOrigin` of `table`'s row events in this transaction, made once."""
+        """The `LogOrigin` of `table`'s row events in this transaction, made once a run of its
+        events (`last_origin`)."""
         last = self.last_origin
         if last is not None and last.table is table.ref:
             return last
@@ -387,23 +393,29 @@ class ChangeMapper:
     def _insert(self, data: bytes, start: int) -> list[LogItem] | None:
         """An insert's event, or None when the general path must read it (see `map_bytes`)."""
         transaction = self._transaction
-        tables = self._tables
         if transaction is None or len(data) < start + 8:
             return None
-        table = tables.get(int.from_bytes(data[start + 1 : start + 5], "big"))
+        (relation_id,) = pgoutput.U32_AT(data, start + 1)
+        table = self._tables.get(relation_id)
         if table is None or table.insert_row is None or data[start + 5] != _NEW_TUPLE:
             return None
         decoded = table.insert_row(data, start + 6)
         if decoded is None:
             return None
         after, key = decoded
-        try:
-            key_json, after_json = self._spell(key), self._spell(after)
-        except Exception:  # a value JSON cannot hold: the writer's encoding raises it
-            self._spell = row_json_encoder()
-            return None
+        spell = table.plain_json
+        if spell is not None:
+            key_json, after_json = spell(key), spell(after)
+        else:
+            try:
+                key_json, after_json = self._spell(key), self._spell(after)
+            except Exception:  # a value JSON cannot hold: the writer's encoding raises it
+                self._spell = row_json_encoder()
+                return None
         position = transaction.next_position()
-        origin = transaction.origin(table, self._source, self._db)
+        origin = transaction.last_origin
+        if origin is None or origin.table is not table.ref:
+            origin = transaction.origin(table, self._source, self._db)
         version = self.schema_versions.get(table.ref, 0)
         line = table.line % (
             key_json,
@@ -415,9 +427,10 @@ class ChangeMapper:
             origin.ts_ms,
             version,
         )
-        event = EncodedLogEvent(line, Op.CREATE, key, None, after, position, origin, version)
         change: Change = _new(Change)
-        _SET_EVENT(change, event)
+        _SET_EVENT(
+            change, EncodedLogEvent(line, Op.CREATE, key, None, after, position, origin, version)
+        )
         return [change]
 
     def _open(self, what: str) -> _Transaction:
