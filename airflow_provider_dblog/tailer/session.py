@@ -71,6 +71,10 @@ log = logging.getLogger(__name__)
 _BOUNDARIES = (TransactionEnd, Idle)
 """Where a session may stop."""
 
+_CHANGES_BETWEEN_CHECKS = 63
+"""`Session.run` looks at the writer, the durable commit and the clock after every 64th
+`Change` in a row (and after every other item)."""
+
 
 def _batch_histogram() -> Histogram:
     """Registered by `tailer.metrics` in the tailer's own registry (never the global one)."""
@@ -205,21 +209,21 @@ class Session:
         """Until `stop` (at a transaction boundary, everything handed over made durable and
         acknowledged), or until an error ends the session; the writer is stopped either way."""
         self._writer.start()
+        changes = 0
         try:
             for item in self._items(stop):
-                self._writer.check()
                 if isinstance(item, Change):
+                    # Nearly every item: the writer's health, the acknowledgement and the
+                    # heartbeat are looked at once every `_CHANGES_BETWEEN_CHECKS` in a row
+                    # (a hand-over to a failed writer raises its error at once anyway).
                     self.change(item)
-                elif isinstance(item, WatermarkWrite):
-                    self.watermark(item)
-                elif isinstance(item, TransactionEnd):
-                    self.transaction_end(item)
-                elif isinstance(item, Truncate):
-                    self.truncate(item)
-                elif isinstance(item, SchemaDescription):
-                    self.schema(item)
+                    changes += 1
+                    if changes & _CHANGES_BETWEEN_CHECKS:
+                        continue
+                    self._writer.check()
                 else:
-                    self.idle(item)
+                    self._writer.check()
+                    self._other(item)
                 self._acknowledge_durable()
                 now = time.monotonic()
                 if now >= self._next_beat:
@@ -235,6 +239,21 @@ class Session:
                     f"the output writer did not stop within {self._settings.writer_stop_s}s "
                     "(stuck in the output); stopping so that no second writer writes beside it"
                 )
+
+    def _other(
+        self, item: WatermarkWrite | TransactionEnd | Truncate | SchemaDescription | Idle
+    ) -> None:
+        """Any item but a `Change` (`run` hands those to `change` itself)."""
+        if isinstance(item, WatermarkWrite):
+            self.watermark(item)
+        elif isinstance(item, TransactionEnd):
+            self.transaction_end(item)
+        elif isinstance(item, Truncate):
+            self.truncate(item)
+        elif isinstance(item, SchemaDescription):
+            self.schema(item)
+        else:
+            self.idle(item)
 
     def _items(self, stop: threading.Event) -> Iterator[LogItem]:
         for item in self._reader.items():
