@@ -3,7 +3,9 @@
 No socket and no SQL: the one catalog question, what a Relation message's columns are (with
 the nullability, defaults and primary key pgoutput does not send), is asked through an injected
 `RelationLookup`, so the mapping is tested on bytes without a server (`replication.py` is the
-transport that feeds it).
+transport that feeds it). `map_bytes` takes a message's bytes: it reads an insert of a captured
+table straight from them, with its event's encoded line (`EncodedLogEvent`), and decodes any
+other message with `pgoutput.decode` for `map`.
 
 Positions are `[commit LSN of the transaction, seq]`; the commit LSN comes in Begin (final_lsn)
 before the first change. The n-th change, watermark write or truncated table of a transaction
