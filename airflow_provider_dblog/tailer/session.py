@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from prometheus_client import Histogram
@@ -43,7 +43,6 @@ from airflow_provider_dblog.core.event import (
 from airflow_provider_dblog.core.log import (
     Change,
     Idle,
-    LogItem,
     SchemaDescription,
     TransactionEnd,
     Truncate,
@@ -211,7 +210,7 @@ class Session:
         self._writer.start()
         changes = 0
         try:
-            for item in self._items(stop):
+            for item in self._reader.items():
                 if isinstance(item, Change):
                     # Nearly every item: the writer's health, the acknowledgement and the
                     # heartbeat are looked at once every `_CHANGES_BETWEEN_CHECKS` in a row
@@ -224,6 +223,8 @@ class Session:
                 else:
                     self._writer.check()
                     self._other(item)
+                    if isinstance(item, _BOUNDARIES) and stop.is_set():
+                        break
                 self._acknowledge_durable()
                 now = time.monotonic()
                 if now >= self._next_beat:
@@ -254,12 +255,6 @@ class Session:
             self.schema(item)
         else:
             self.idle(item)
-
-    def _items(self, stop: threading.Event) -> Iterator[LogItem]:
-        for item in self._reader.items():
-            yield item
-            if isinstance(item, _BOUNDARIES) and stop.is_set():
-                return
 
     # -- one method per kind of log item -------------------------------------------------------
 

@@ -387,13 +387,14 @@ class ChangeMapper:
         insert into a captured table is read straight from the bytes (`_compile_insert`);
         any other message, or an insert that reader declines, is decoded the general way."""
         if data[start : start + 1] == b"I":
-            items = self._insert(data, start)
-            if items is not None:
-                return items
+            change = self.read_insert(data, start)
+            if change is not None:
+                return [change]
         return self.map(pgoutput.decode(data[start:] if start else data))
 
-    def _insert(self, data: bytes, start: int) -> list[LogItem] | None:
-        """An insert's event, or None when the general path must read it (see `map_bytes`)."""
+    def read_insert(self, data: bytes, start: int) -> Change | None:
+        """The change of the Insert message at `start`, read straight from the bytes, or None
+        when the message must be decoded the general way (see `map_bytes`)."""
         transaction = self._transaction
         if transaction is None or len(data) < start + 8:
             return None
@@ -433,7 +434,7 @@ class ChangeMapper:
         _SET_EVENT(
             change, EncodedLogEvent(line, Op.CREATE, key, None, after, position, origin, version)
         )
-        return [change]
+        return change
 
     def _open(self, what: str) -> _Transaction:
         if self._transaction is None:

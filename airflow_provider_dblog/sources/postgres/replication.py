@@ -92,7 +92,7 @@ class PostgresLogReader:
         try:
             stream = self._stream or self._connect()
             get_copy_data = stream.conn.pgconn.get_copy_data
-            map_bytes = stream.mapper.map_bytes
+            read_insert = stream.mapper.read_insert
             frames = 0
             while True:
                 # The frames already received are read here, a call each; `_next_frame` waits
@@ -109,7 +109,11 @@ class PostgresLogReader:
                         self._send_status(stream, reply_wanted=True)
                     continue
                 if frame[_MESSAGE_AT : _MESSAGE_AT + 1] == b"I" and frame[:1] == b"w":
-                    yield from map_bytes(frame, _MESSAGE_AT)  # nearly every frame: an insert
+                    change = read_insert(frame, _MESSAGE_AT)  # nearly every frame: an insert
+                    if change is not None:
+                        yield change
+                    else:
+                        yield from stream.mapper.map(pgoutput.decode(frame[_MESSAGE_AT:]))
                 elif frame[:1] == b"k":
                     wal_end, _, reply_wanted = _KEEPALIVE.unpack_from(frame, 1)
                     self._received = max(self._received, wal_end)
