@@ -43,6 +43,7 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
 
+from airflow_provider_dblog.core.encoded_rows import PageLines
 from airflow_provider_dblog.core.event import Event, Op, TableRef
 from airflow_provider_dblog.core.log import Idle, LogItem, TransactionEnd, WatermarkWrite
 from airflow_provider_dblog.core.position import Position, parse_pg_lsn
@@ -210,12 +211,14 @@ class TimedNdjson(NdjsonOutput):
         self.timed_table = timed_table
         self.latency: dict[int, float] = {}
 
-    def write(self, events: Sequence[Event], token: int) -> None:
-        super().write(events, token)
+    def write_items(self, items: Sequence[Event | PageLines], token: int) -> None:
+        super().write_items(items, token)
         now = time.time()
-        self.durable_events += len(events)
+        self.durable_events += sum(len(i) if isinstance(i, PageLines) else 1 for i in items)
         if self.timed_table is not None:
-            for event in events:
+            for event in items:
+                if isinstance(event, PageLines):
+                    continue
                 if event.op is Op.CREATE and event.source.table == self.timed_table:
                     assert event.after is not None
                     self.latency[int(event.key["id"])] = now - float(event.after["created"])

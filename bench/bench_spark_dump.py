@@ -63,9 +63,10 @@ from pyspark.sql import SparkSession
 from airflow_provider_dblog.config import Config, load_config
 from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
+from airflow_provider_dblog.core.encoded_rows import PageLines
 from airflow_provider_dblog.core.event import Event, Key, TableRef
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler, Window
+from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Failed, Reconciler, Window
 from airflow_provider_dblog.devservices.postgres import PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.dump.runner import run_dump
@@ -279,9 +280,9 @@ class CountingNdjson(TimedNdjson):
         super().__init__(directory)
         self.write_s = 0.0
 
-    def write(self, events: Sequence[Event], token: int) -> None:
+    def write_items(self, items: Sequence[Event | PageLines], token: int) -> None:
         started = time.perf_counter()
-        super().write(events, token)
+        super().write_items(items, token)
         self.write_s += time.perf_counter() - started
 
 
@@ -608,8 +609,8 @@ def bench_breakdown(
             emitted = 0
             for page in pages:
                 rows = ChunkRows(window.window_id, key_columns, page, 1, emitted_before=emitted)
-                reconciled = reconciler.chunk_events(closed, rows)
-                if not isinstance(reconciled, list):
+                reconciled = reconciler.chunk_page(closed, rows)
+                if isinstance(reconciled, Failed):
                     raise RuntimeError(f"bench: reconciling the chunk gave {reconciled}")
                 emitted += len(reconciled)
             reconcile_s += time.perf_counter() - t0
@@ -782,7 +783,7 @@ def print_report(report: Report) -> None:
         fetch_ms, reconcile_ms = b.fetch_s / n * 1000, b.reconcile_s / n * 1000
         output_ms = b.output_write_s / max(1, t.run.chunks) * 1000
         add("  apart: Redis row_slices, the tailer's fetch (ms/chunk)", fetch_ms)
-        add("  apart: Reconciler.chunk_events, pages to lines (ms/chunk)", reconcile_ms)
+        add("  apart: Reconciler.chunk_page, pages to lines (ms/chunk)", reconcile_ms)
         add("  tailer: output writes, NDJSON encode + fsync (ms/chunk)", output_ms)
         add(
             "  so the rest of hw -> window closed (ms/chunk)",

@@ -20,7 +20,7 @@ import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from json.encoder import encode_basestring
 from operator import itemgetter
 from typing import Any
@@ -145,38 +145,93 @@ class DumpLine:
         object.__setattr__(self, "source", prefix.encode())
         object.__setattr__(self, "tail", suffix.encode())
 
-    def events(
-        self, rows: EncodedRows, first_seq: int, drop: set[bytes] | None = None
-    ) -> list[Event]:
-        """The rows whose key is not in `drop`, positioned `[commit, first_seq]` on. Every
-        step is one C-level pass over the page (`map`, `zip`, `compress`): this is the one
-        per-row loop of a chunk in the tailer's thread."""
+    def page(self, rows: EncodedRows, first_seq: int, drop: set[bytes] | None = None) -> PageLines:
+        """The rows whose key is not in `drop`, positioned `[commit, first_seq]` on, stamped
+        into their lines as one bytes: one join over the page, the rows' key and values JSON
+        between the envelope's parts, each row's seq spelled in a C-level pass. This is the
+        one per-row loop of a chunk in the tailer's thread, and it makes no object a row."""
         keys, values = rows.keys, rows.values
         if drop:
             kept = list(map(operator.not_, map(drop.__contains__, keys)))
             keys, values = list(compress(keys, kept)), list(compress(values, kept))
-        count = len(keys)
-        seqs = range(first_seq, first_seq + count)
-        page = EncodedPage(self, first_seq, first_seq + count - 1)
-        lines = map(
-            b"".join,
-            zip(
-                repeat(self.head),
-                keys,
-                repeat(self.middle),
-                values,
-                repeat(self.source),
-                map(b"%d".__mod__, seqs),
-                repeat(self.tail),
-            ),
+        seqs = map(b"%d".__mod__, range(first_seq, first_seq + len(keys)))
+        parts = zip(
+            repeat(self.head),
+            keys,
+            repeat(self.middle),
+            values,
+            repeat(self.source),
+            seqs,
+            repeat(self.tail),
         )
-        # `EncodedEvent(line, page, seq)` for each row, its slots set by their descriptors in
-        # C-level passes rather than by a Python `__init__` call a row.
+        data = b"".join(chain.from_iterable(parts))
+        return PageLines(self, first_seq, first_seq + len(keys) - 1, data)
+
+    def events(
+        self, rows: EncodedRows, first_seq: int, drop: set[bytes] | None = None
+    ) -> list[Event]:
+        """`page`'s rows as one `EncodedEvent` a row."""
+        return self.page(rows, first_seq, drop).events()
+
+
+@dataclass(frozen=True, slots=True)
+class PageLines:
+    """A page of a window's rows stamped into their lines (`DumpLine.page`): seqs `first` to
+    `last`, each line with its newline, in `data`. The tailer hands it to the writer as one
+    item and the NDJSON output writes it as it is; an output that takes events gets one
+    `EncodedEvent` a line (`events`)."""
+
+    window: DumpLine
+    first: int
+    last: int
+    data: bytes
+
+    def __len__(self) -> int:
+        return self.last - self.first + 1
+
+    @property
+    def first_position(self) -> Position:
+        return Position(self.window.commit, self.first)
+
+    @property
+    def last_position(self) -> Position:
+        return Position(self.window.commit, self.last)
+
+    def events(self) -> list[Event]:
+        """One `EncodedEvent` a line, their slots set by their descriptors in C-level passes
+        rather than by a Python `__init__` call a row."""
+        count = len(self)
+        lines = self.data.splitlines(keepends=True)  # JSON escapes every CR and LF it holds
+        page = EncodedPage(self.window, self.first, self.last)
         events: list[Event] = list(map(_new, repeat(EncodedEvent, count)))
         deque(map(_SET_LINE, events, lines), 0)
         deque(map(_SET_PAGE, events, repeat(page, count)), 0)
-        deque(map(_SET_SEQ, events, seqs), 0)
+        deque(map(_SET_SEQ, events, range(self.first, self.last + 1)), 0)
         return events
+
+    def after(self, position: Position) -> PageLines | None:
+        """The lines positioned after `position` (a replay's end), None if none is."""
+        if position >= self.last_position:
+            return None
+        if position < self.first_position:
+            return self
+        skipped = position.seq - self.first + 1
+        rest = self.data.split(b"\n", skipped)[-1]
+        return PageLines(self.window, position.seq + 1, self.last, rest)
+
+    def cut(self, size: int) -> tuple[PageLines, PageLines | None]:
+        """The first lines that fit in `size` bytes (at least one) and the rest (None if
+        every line fits)."""
+        if len(self.data) <= size:
+            return self, None
+        end = self.data.rfind(b"\n", 0, size) + 1 or self.data.find(b"\n") + 1
+        if end == len(self.data):
+            return self, None
+        split = self.first + self.data.count(b"\n", 0, end)
+        return (
+            PageLines(self.window, self.first, split - 1, self.data[:end]),
+            PageLines(self.window, split, self.last, self.data[end:]),
+        )
 
 
 @dataclass(frozen=True, slots=True)

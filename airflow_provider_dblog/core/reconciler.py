@@ -22,11 +22,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from airflow_provider_dblog.core.direct import DumpMode
-from airflow_provider_dblog.core.encoded_rows import DumpLine, EncodedRows, changed_key_json
+from airflow_provider_dblog.core.encoded_rows import (
+    DumpLine,
+    EncodedRows,
+    PageLines,
+    changed_key_json,
+)
 from airflow_provider_dblog.core.event import (
     Event,
     Key,
@@ -72,6 +77,14 @@ class ChunkRows:
     schema_version: int
     invisible_txids: frozenset[int] = frozenset()
     emitted_before: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _PageWanted(EncodedRows):
+    """Encoded rows `chunk_page` hands `chunk_events`: their page of lines comes back in
+    `pages` rather than as an event a row."""
+
+    pages: list[PageLines] = field(default_factory=list)
 
 
 class FailureReason(StrEnum):
@@ -160,6 +173,8 @@ class Reconciler:
         self._recent = _RecentCommits(recent_commits)
         self._changed_json: tuple[frozenset[Key], tuple[str, ...], set[bytes] | None] | None = None
         """The last window's changed keys spelled as JSON, kept across its slices."""
+        self._dump_line: DumpLine | None = None
+        """The envelope of the window whose pages were stamped last (a chunk has many)."""
 
     # -- log input --------------------------------------------------------------------------
 
@@ -224,24 +239,19 @@ class Reconciler:
         """The chunk rows that survive reconciliation, as `r` events positioned after hw (and
         after the `emitted_before` rows of the chunk's earlier slices). Encoded rows give
         `EncodedEvent`s."""
-        window = closed.window
-        if chunk.window_id != window.window_id:
-            return Failed(
-                window, FailureReason.WRONG_CHUNK, f"rows belong to window {chunk.window_id}"
-            )
-        for txid in sorted(chunk.invisible_txids):
-            commit = self._recent.get(txid)
-            if commit is not None and commit <= closed.lw_position.commit:
-                return Failed(
-                    window,
-                    FailureReason.STALE_READ,
-                    f"transaction {txid} committed before lw but was invisible to the read",
-                )
+        failed = self._chunk_failure(closed, chunk)
+        if failed is not None:
+            return failed
         if isinstance(chunk.rows, EncodedRows):
-            return self._encoded_events(closed, chunk, chunk.rows)
+            page = self._encoded_page(closed, chunk, chunk.rows)
+            if isinstance(chunk.rows, _PageWanted):
+                chunk.rows.pages.append(page)
+                return []
+            return page.events()
         # One row costs a few objects, so the loop keeps to locals and positional arguments.
         # Every row's key is checked (a missing key column raises), but only a window in
         # which keys changed needs the hashable key.
+        window = closed.window
         key_columns = chunk.key_columns
         changed = closed.changed_keys
         commit, seq = closed.hw_position.commit, closed.hw_position.seq + chunk.emitted_before
@@ -266,31 +276,68 @@ class Reconciler:
             append(Event(read, key_row, None, row, source, version))
         return events
 
-    def _encoded_events(self, closed: Closed, chunk: ChunkRows, rows: EncodedRows) -> list[Event]:
+    def chunk_page(self, closed: Closed, chunk: ChunkRows) -> PageLines | Failed:
+        """`chunk_events` of a slice of encoded rows as the lines of one page rather than an
+        event a row: what the tailer hands its writer. It goes through `chunk_events`, so the
+        page holds what `chunk_events` decides for the rows."""
+        if not isinstance(chunk.rows, EncodedRows):
+            raise TypeError("chunk_page takes the rows as their reader encoded them")
+        wanted = _PageWanted(chunk.rows.keys, chunk.rows.values)
+        decided = self.chunk_events(closed, replace(chunk, rows=wanted))
+        if isinstance(decided, Failed):
+            return decided
+        (page,) = wanted.pages
+        return page
+
+    def _chunk_failure(self, closed: Closed, chunk: ChunkRows) -> Failed | None:
+        """Why the chunk cannot be emitted (another window's rows, a stale read), if it can't."""
+        window = closed.window
+        if chunk.window_id != window.window_id:
+            return Failed(
+                window, FailureReason.WRONG_CHUNK, f"rows belong to window {chunk.window_id}"
+            )
+        for txid in sorted(chunk.invisible_txids):
+            commit = self._recent.get(txid)
+            if commit is not None and commit <= closed.lw_position.commit:
+                return Failed(
+                    window,
+                    FailureReason.STALE_READ,
+                    f"transaction {txid} committed before lw but was invisible to the read",
+                )
+        return None
+
+    def _encoded_page(self, closed: Closed, chunk: ChunkRows, rows: EncodedRows) -> PageLines:
         window, hw = closed.window, closed.hw_position
-        line = DumpLine(
-            self._source_name,
-            self._db,
-            window.table,
-            window.dump_id,
-            window.window_id,
-            hw.commit,
-            chunk.schema_version,
-        )
+        line = self._dump_line
+        if (
+            line is None
+            or line.window_id != window.window_id
+            or line.commit != hw.commit
+            or line.schema_version != chunk.schema_version
+        ):
+            line = self._dump_line = DumpLine(
+                self._source_name,
+                self._db,
+                window.table,
+                window.dump_id,
+                window.window_id,
+                hw.commit,
+                chunk.schema_version,
+            )
         first_seq = hw.seq + chunk.emitted_before + 1
         changed = closed.changed_keys
         if not changed:
-            return line.events(rows, first_seq)
+            return line.page(rows, first_seq)
         spelled = self._spelled(changed, chunk.key_columns)
         if spelled is not None:
-            return line.events(rows, first_seq, spelled)
+            return line.page(rows, first_seq, spelled)
         # A key holding a list or an object: compare each row's key decoded, as a `Key`.
         kept = [
             (key, values)
             for key, values in zip(rows.keys, rows.values, strict=True)
             if key_of(json.loads(key), chunk.key_columns) not in changed
         ]
-        return line.events(EncodedRows([k for k, _ in kept], [v for _, v in kept]), first_seq)
+        return line.page(EncodedRows([k for k, _ in kept], [v for _, v in kept]), first_seq)
 
     def _spelled(self, changed: frozenset[Key], key_columns: tuple[str, ...]) -> set[bytes] | None:
         cached = self._changed_json

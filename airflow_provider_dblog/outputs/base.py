@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
 
-from airflow_provider_dblog.core.encoded_rows import encoded_run_end
+from airflow_provider_dblog.core.encoded_rows import PageLines, encoded_run_end
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import Event
 from airflow_provider_dblog.core.position import Position
@@ -76,6 +76,18 @@ class Output(ABC):
         not available now (retry later with the same object). On any exception nothing may be
         assumed written: the tailer hands the events again. An empty batch does nothing, not
         even check the token."""
+
+    def write_items(self, items: Sequence[Event | PageLines], token: int) -> None:
+        """`write` of a batch in which each page of a dump chunk's rows comes as one item, its
+        lines stamped (`PageLines`), as the tailer's writer hands it over. An output that writes
+        lines as they are takes the pages whole (NDJSON); this one takes an event a line."""
+        events: list[Event] = []
+        for item in items:
+            if isinstance(item, PageLines):
+                events += item.events()
+            else:
+                events.append(item)
+        self.write(events, token)
 
     @abstractmethod
     def close(self) -> None:

@@ -34,8 +34,9 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
 from pathlib import Path
+from typing import cast
 
-from airflow_provider_dblog.core.encoded_rows import event_lines
+from airflow_provider_dblog.core.encoded_rows import PageLines, event_lines
 from airflow_provider_dblog.core.event import Event, decode
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.outputs.base import (
@@ -283,30 +284,100 @@ class NdjsonOutput(Output):
         self._token = token
 
     def write(self, events: Sequence[Event], token: int) -> None:
+        self.write_items(events, token)
+
+    def write_items(self, items: Sequence[Event | PageLines], token: int) -> None:
+        """Events as their lines, a chunk's page as its lines as they are: the whole page is
+        one piece of one write unless a file ends inside it."""
         if self._lock < 0:
             raise OutputError(f"ndjson output {self.directory} is closed")
-        if not events:
+        if not items:
             return
         with self._locked():
             self._take(token)
-            kept = drop_replayed(events, self.last_position)
-            if len(kept) < len(events):
-                log.info("skipped %d replayed events", len(events) - len(kept))
-            lines = event_lines(kept)
-            ends = list(accumulate(map(len, lines)))  # ends[i]: the bytes of lines[: i + 1]
+            kept = self._unreplayed(items)
+            pieces: list[bytes] = []
+            owners: list[Event | PageLines] = []
             start = 0
-            while start < len(lines):
-                if self._size and self._size + len(lines[start]) > self.max_bytes:
+            for index, item in enumerate(kept):
+                if isinstance(item, PageLines):
+                    events = cast(list[Event], kept[start:index])
+                    pieces += event_lines(events)
+                    owners += events
+                    pieces.append(item.data)
+                    owners.append(item)
+                    start = index + 1
+            events = cast(list[Event], kept[start:])
+            pieces += event_lines(events)
+            owners += events
+            self._append_pieces(pieces, owners)
+
+    def _unreplayed(self, items: Sequence[Event | PageLines]) -> list[Event | PageLines]:
+        """`drop_replayed` of events and pages: what comes after the last position written."""
+        kept: list[Event | PageLines] = []
+        last = self.last_position
+        offered = taken = start = 0
+        for index in range(len(items) + 1):
+            item = items[index] if index < len(items) else None
+            if item is not None and not isinstance(item, PageLines):
+                continue
+            run = cast(list[Event], items[start:index])
+            events = drop_replayed(run, last)
+            if kept and len(events) < len(run):
+                raise OutputError(
+                    f"event at {run[0].position} after {last} in one batch: positions must "
+                    "strictly increase in output order"
+                )
+            offered, taken = offered + len(run), taken + len(events)
+            kept += events
+            last = events[-1].position if events else last
+            start = index + 1
+            if item is None:
+                break
+            rest = item if last is None else item.after(last)
+            if kept and rest is not item:
+                raise OutputError(
+                    f"dump rows at {item.first_position} after {last} in one batch: positions "
+                    "must strictly increase in output order"
+                )
+            offered, taken = offered + len(item), taken + (len(rest) if rest else 0)
+            if rest is not None:
+                kept.append(rest)
+                last = rest.last_position
+        if taken < offered:
+            log.info("skipped %d replayed events", offered - taken)
+        return kept
+
+    def _append_pieces(self, pieces: list[bytes], owners: list[Event | PageLines]) -> None:
+        """Write the pieces (an event's line, a page's lines) in as few writes as the files
+        allow, each fsynced; a page is cut at a line where a file ends."""
+        ends = list(accumulate(map(len, pieces)))  # ends[i]: the bytes of pieces[: i + 1]
+        start = 0
+        while start < len(pieces):
+            room = self.max_bytes - self._size
+            before = ends[start - 1] if start else 0
+            end = bisect_right(ends, before + room, lo=start)
+            if end == start:  # the next piece does not fit in what is left of this file
+                owner = owners[start]
+                if isinstance(owner, PageLines):
+                    fits, rest = owner.cut(room)
+                    if rest is not None and (len(fits.data) <= room or not self._size):
+                        pieces[start : start + 1] = [fits.data, rest.data]
+                        owners[start : start + 1] = [fits, rest]
+                        ends = list(accumulate(map(len, pieces)))
+                        continue
+                if self._size:
                     with self._unavailable(self.directory):
                         self._rotate()
-                # As many lines as fit in the file, at least one.
-                before = ends[start - 1] if start else 0
-                fit = bisect_right(ends, before + self.max_bytes - self._size, lo=start)
-                end = max(start + 1, fit)
-                with self._unavailable(self.current_file):
-                    self._append(b"".join(lines[start:end]))
-                self.last_position = kept[end - 1].position
-                start = end
+                    continue
+                end = start + 1  # a single larger event still gets a file of its own
+            with self._unavailable(self.current_file):
+                self._append(b"".join(pieces[start:end]))
+            owner = owners[end - 1]
+            self.last_position = (
+                owner.last_position if isinstance(owner, PageLines) else owner.position
+            )
+            start = end
 
     def _append(self, data: bytes) -> None:
         """Write and fsync `data`; on failure cut the file back, so no torn line stays behind

@@ -375,8 +375,9 @@ class Session:
 
     def _emit_chunk(self, closed: Closed) -> None:
         """Emit a closed window's surviving rows, a stored page at a time: the rows come
-        encoded by the reader, so each is dropped or stamped with its position and handed to
-        the writer as its line, and no more than a page of the chunk is held here at once."""
+        encoded by the reader, so each is dropped or stamped with its position into the page's
+        lines, handed to the writer as one item, and no more than a page of the chunk is held
+        here at once."""
         window = closed.window
         stored = self._stored_rows(window, "chunk rows are not in the store")
         if stored is None or not self._chunk_columns_known(closed, stored):
@@ -387,17 +388,17 @@ class Session:
         if not self._store.windows.claim(window.window_id, self._token):
             return  # the dump abandoned it first: its rows are never emitted
         emitted = 0
-        step = max(1, self._settings.batch_events)
         try:
             for rows in self._store.windows.row_slices(stored):
-                page = replace(chunk, rows=rows, emitted_before=emitted)
-                events = self._reconciler.chunk_events(closed, page)
-                if isinstance(events, Failed):  # the checks passed above: not met in practice
-                    self._fail(events)
+                page = self._reconciler.chunk_page(
+                    closed, replace(chunk, rows=rows, emitted_before=emitted)
+                )
+                if isinstance(page, Failed):  # the checks passed above: not met in practice
+                    self._fail(page)
                     return
-                for start in range(0, len(events), step):
-                    self._writer.put(events[start : start + step])
-                emitted += len(events)
+                if len(page):
+                    self._writer.put(page)
+                emitted += len(page)
         except MissingRows as exc:
             self._fail(Failed(window, FailureReason.MISSING_CHUNK, str(exc)))
             return

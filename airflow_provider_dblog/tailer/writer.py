@@ -27,7 +27,7 @@ from typing import Final, Protocol
 
 from prometheus_client import Histogram
 
-from airflow_provider_dblog.core.encoded_rows import EncodedEvent
+from airflow_provider_dblog.core.encoded_rows import EncodedEvent, PageLines
 from airflow_provider_dblog.core.event import Event
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.schema_versions import KnownSchema
@@ -99,6 +99,8 @@ _LINE = operator.attrgetter("line")
 
 
 def _weight(item: object) -> int:
+    if isinstance(item, PageLines):
+        return max(len(item), len(item.data) >> 10)
     if not isinstance(item, list):
         return 1
     if item and type(item[0]) is EncodedEvent:
@@ -110,24 +112,33 @@ def _weight(item: object) -> int:
 class Batch:
     items: list[object]
     """Events and marks, in hand-over order."""
-    carried: list[object] | None
-    """The rest of a list that did not fit: the next batch's start."""
+    carried: object | None
+    """The rest of a list or a page that did not fit: the next batch's start."""
     stop: bool
     """`STOP` was met: write this batch, then end."""
 
 
 def take_batch(first: object, next_item: Callable[[], object | None], limit: int) -> Batch:
     """Up to `limit` events and marks from `first` on, then from `next_item()` (None: nothing
-    more to take now), as when each event of a list was an item of its own. A list that does
-    not fit is split; nothing after it is taken. Encoded chunk rows take a unit per KiB of
-    their lines rather than one a row (`_fitting`)."""
+    more to take now), as when each event of a list was an item of its own. A list or a page
+    that does not fit is split; nothing after it is taken. Encoded chunk rows take a unit per
+    KiB of their lines rather than one a row (`_fitting`); a page of them (`PageLines`) too."""
     items: list[object] = []
     room = max(1, limit)
     item: object | None = first
     while item is not None:
         if item is STOP:
             return Batch(items, None, True)
-        if isinstance(item, list):
+        if isinstance(item, PageLines):
+            taken = max(1, len(item.data) >> 10)
+            if taken > room:
+                fits, rest = item.cut(room << 10)
+                if rest is not None:
+                    items.append(fits)
+                    return Batch(items, rest, False)
+            items.append(item)
+            room -= taken
+        elif isinstance(item, list):
             count, taken = _fitting(item, room)
             if count < len(item):
                 items.extend(item[:count])
@@ -248,7 +259,7 @@ class Writer(threading.Thread):
     # -- the thread ---------------------------------------------------------------------------
 
     def run(self) -> None:
-        carried: list[object] | None = None
+        carried: object | None = None
         try:
             while not self._halted.is_set():
                 first: object | None = carried if carried is not None else self._next(_WAIT_S)
@@ -281,16 +292,16 @@ class Writer(threading.Thread):
             return None
 
     def _flush(self, items: list[object]) -> None:
-        events: list[Event] = []
+        events: list[Event | PageLines] = []
         marks: list[object] = []
         for item in items:
-            if isinstance(item, Event):
+            if isinstance(item, (Event, PageLines)):
                 events.append(item)
             else:
                 marks.append(item)
         if events:
             started = time.perf_counter()
-            self._output.write(events, self._token)
+            self._output.write_items(events, self._token)
             if self._batch_seconds is not None:
                 self._batch_seconds.observe(time.perf_counter() - started)
         for item in marks:

@@ -14,7 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_dblog.core.encoded_rows import EncodedEvent, encode_rows
+from airflow_provider_dblog.core.encoded_rows import (
+    EncodedEvent,
+    EncodedRows,
+    PageLines,
+    encode_rows,
+)
 from airflow_provider_dblog.core.event import (
     Event,
     Op,
@@ -375,3 +380,67 @@ def test_encoded_rows_going_backwards_fail(tmp_path: Path) -> None:
         out.write([*chunk, chunk[0]], 1)
     with NdjsonOutput(tmp_path) as out, pytest.raises(OutputError, match="strictly increase"):
         out.write([event(9), *chunk], 1)
+
+
+def chunk_pages(commit: int, count: int, page: int) -> list[PageLines]:
+    """`count` dump rows of a window closed at `commit` as the tailer hands them over: pages of
+    `page` rows stamped into their lines."""
+    rows = [{"id": i, "name": f"ü{i}", "doc": {"k": [i, None]}} for i in range(count)]
+    window = Window("w-1", "d-1", TableRef("app", "users"))
+    closed = Closed(window, Position(commit - 1, 0), Position(commit, 0), frozenset())
+    encoded = encode_rows(rows, ("id",))
+    reconciler = Reconciler("src", "db")
+    pages: list[PageLines] = []
+    for start in range(0, count, page):
+        part = EncodedRows(encoded.keys[start : start + page], encoded.values[start : start + page])
+        stamped = reconciler.chunk_page(
+            closed, ChunkRows("w-1", ("id",), part, 1, emitted_before=start)
+        )
+        assert isinstance(stamped, PageLines)
+        pages.append(stamped)
+    return pages
+
+
+def test_pages_of_chunk_lines_are_written_as_their_events_are(tmp_path: Path) -> None:
+    """A chunk's pages give the files the bytes its events give, across rotations that end a
+    file inside a page; a replay that ends inside a page keeps the rest of that page only."""
+    pages = chunk_pages(5, 40, 15)
+    events = [event(4), *(e for p in pages for e in p.events()), event(6)]
+    items: list[Event | PageLines] = [event(4), *pages, event(6)]
+    with NdjsonOutput(tmp_path / "pages", max_bytes=2000) as out:
+        out.write_items(items[:2], 1)
+        out.write_items(items[1:], 1)  # a restart replays the first page
+    with NdjsonOutput(tmp_path / "events", max_bytes=2000) as out:
+        out.write(events, 1)
+    assert list(read_events(tmp_path / "pages")) == events
+    files = event_files(tmp_path / "pages")
+    assert [p.read_bytes() for p in files] == [
+        p.read_bytes() for p in event_files(tmp_path / "events")
+    ]
+    assert len(files) > 1 and all(p.stat().st_size <= 2000 for p in files)
+
+    with NdjsonOutput(tmp_path / "part", max_bytes=10**6) as out:
+        out.write(events[:8], 1)
+        out.write_items(items[1:], 1)  # the replay ends inside the first page
+    assert list(read_events(tmp_path / "part")) == events
+
+
+def test_a_page_going_backwards_in_a_batch_is_refused(tmp_path: Path) -> None:
+    (page,) = chunk_pages(5, 3, 3)
+    with NdjsonOutput(tmp_path) as out, pytest.raises(OutputError, match="strictly increase"):
+        out.write_items([event(6), page], 1)
+    assert list(read_events(tmp_path)) == []
+
+
+def test_a_page_cut_and_replayed_keeps_its_lines_and_positions() -> None:
+    (page,) = chunk_pages(5, 10, 10)
+    lines = page.data.splitlines(keepends=True)
+    fits, rest = page.cut(len(lines[0]) + len(lines[1]) + 5)
+    assert rest is not None and (fits.first, fits.last, rest.first, rest.last) == (1, 2, 3, 10)
+    assert fits.data + rest.data == page.data and len(fits) + len(rest) == len(page)
+    assert page.cut(1)[0].data == lines[0], "at least one line"
+    assert page.cut(len(page.data)) == (page, None)
+    after = page.after(Position(5, 7))
+    assert after is not None and after.data == b"".join(lines[7:]) and after.first == 8
+    assert page.after(Position(5, 10)) is None and page.after(Position(4, 99)) is page
+    assert [e.position for e in page.events()] == [Position(5, s) for s in range(1, 11)]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_dblog.core.encoded_rows import EncodedEvent, encode_rows
+from airflow_provider_dblog.core.encoded_rows import EncodedEvent, PageLines, encode_rows
 from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, TableRef
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.position import Position
@@ -191,6 +191,48 @@ def test_encoded_chunk_rows_take_a_batch_unit_per_kib() -> None:
         buffer.qsize() == sum(len(e.line) for e in wide if isinstance(e, EncodedEvent)) // 1024 + 10
     )
     assert buffer.qsize() > 20
+
+
+def page(count: int, width: int) -> PageLines:
+    """A page of a chunk's rows of about `width` bytes each, stamped as the tailer hands it."""
+    rows = [{"id": i, "pad": "x" * width} for i in range(count)]
+    closed = Closed(
+        Window("w", "d", TableRef("app", "t")), Position(1, 0), Position(2, 0), frozenset()
+    )
+    stamped = Reconciler("src", "db").chunk_page(
+        closed, ChunkRows("w", ("id",), encode_rows(rows, ("id",)), 1)
+    )
+    assert isinstance(stamped, PageLines)
+    return stamped
+
+
+def test_a_page_takes_a_batch_unit_per_kib_and_is_cut_where_the_batch_ends() -> None:
+    """A page of small rows and the log events behind it share one write; a wide page is cut
+    at a line at about `limit` KiB, its rest the next batch's start; the buffer weighs it as
+    many rows or KiB, whichever is more."""
+    small = page(1000, 50)
+    batch = take_batch(small, drain([TransactionEnd(2), event(3, 0)]), 400)
+    assert batch.items == [small, TransactionEnd(2), event(3, 0)] and batch.carried is None
+    wide = page(10, 3000)
+    cut = take_batch(wide, drain([event(3, 0)]), 10)
+    (fits,) = cut.items
+    assert isinstance(fits, PageLines) and isinstance(cut.carried, PageLines)
+    assert (fits.first, fits.last, cut.carried.first, cut.carried.last) == (1, 3, 4, 10)
+    assert fits.data + cut.carried.data == wide.data
+    buffer = Buffer(100)
+    buffer.put(wide)
+    buffer.put(small)
+    assert buffer.qsize() == len(wide.data) // 1024 + 1000
+
+
+def test_pages_reach_an_output_that_takes_events_as_one_event_a_line() -> None:
+    stamped = page(5, 10)
+    entries, _ = run_writer([event(1, 0), stamped, WindowDurable("w"), event(3, 0)], 3)
+    assert entries == [
+        [Position(1, 0), *(Position(2, s) for s in range(1, 6))],
+        ("closed", "w"),
+        [Position(3, 0)],
+    ]
 
 
 class Failing(Journal):
