@@ -57,7 +57,7 @@ from airflow_provider_dblog.sources.base import Source
 from airflow_provider_dblog.sources.factory import parse_source_config, source_for
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.state import StateStore, WindowState
-from airflow_provider_dblog.tailer import Tailer, TailerSettings
+from airflow_provider_dblog.tailer import Tailer, TailerSettings, tune_gc
 from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
 
 PG_PASSWORD_ENV = "DBLOG_BENCH_PG_PASSWORD"
@@ -865,6 +865,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     only: frozenset[str] = args.only
     sizes = Sizes.quick() if args.quick else Sizes.full()
+    tune_gc()  # the tailer runs in this process: collect as `dblog tail` does
     started = time.monotonic()
     load_before = load_average()
     p1: P1Result | None = None

@@ -74,6 +74,7 @@ from airflow_provider_dblog.outputs.sql_apply import POSITIONS_TABLE
 from airflow_provider_dblog.sources.base import ChunkSource, Source
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import DumpState, StateStore, WindowState
+from airflow_provider_dblog.tailer import tune_gc
 from spark_jobs.dump import SparkChunkReader, run_spark_dump
 
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
@@ -846,6 +847,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     sizes = Sizes.quick() if args.quick else Sizes.full()
+    tune_gc()  # the tailer runs in this process: collect as `dblog tail` does
     if args.rows:
         sizes = dataclasses.replace(sizes, rows=args.rows)
     if args.direct_chunk:

@@ -8,7 +8,6 @@ through with backoff.
 from __future__ import annotations
 
 import argparse
-import gc
 import signal
 import sys
 import threading
@@ -16,7 +15,7 @@ from typing import Any
 
 from airflow_provider_dblog.cli.common import add_config_option, config_of, setup_logging
 from airflow_provider_dblog.sources.factory import source_for
-from airflow_provider_dblog.tailer import Tailer, TailerFailed
+from airflow_provider_dblog.tailer import Tailer, TailerFailed, tune_gc
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -34,22 +33,10 @@ def _tail(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     tailer = Tailer.from_config(config, owner=args.owner)
-    _tune_gc()
+    tune_gc()
     try:
         tailer.run(stop)
     except TailerFailed as exc:
         print(f"dblog: error: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-def _tune_gc() -> None:
-    """Collect the young generation every 10,000 container allocations instead of 700, and the
-    older ones every 20 collections of the one below instead of 10.
-
-    Each insert allocates a handful of short-lived objects that hold no cycles (refcounting
-    frees them), so the default threshold ran a collection every few dozen events for nothing:
-    about a fifth of the tailer thread's CPU per insert. The extra garbage it lets pile up is
-    bounded by the thresholds, so memory stays flat (P4).
-    """
-    gc.set_threshold(10_000, 20, 20)

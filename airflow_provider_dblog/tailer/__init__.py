@@ -4,13 +4,14 @@ It reads the source's log, feeds the core's `Reconciler`, and hands events in or
 thread through a bounded buffer, so a slow output slows the read but memory stays bounded. It
 never waits for a dump: chunk rows are in Redis before their hw is in the log.
 
-- `service.Tailer`: the lease loop, one per process; `Tailer.from_config` builds it from the TOML.
+- `service.Tailer`: the lease loop, one per process; `Tailer.from_config` builds it from the TOML;
+  `service.tune_gc` the process's garbage collection for it.
 - `session.Session`: one connected stretch of leadership, one method per kind of log item.
 - `writer.Writer`: the writer thread and its batching (`take_batch`, pure).
 - `settings.TailerSettings`: the `[tailer]` options.
 """
 
-from airflow_provider_dblog.tailer.service import Tailer, TailerFailed
+from airflow_provider_dblog.tailer.service import Tailer, TailerFailed, tune_gc
 from airflow_provider_dblog.tailer.settings import TailerSettings
 
-__all__ = ["Tailer", "TailerFailed", "TailerSettings"]
+__all__ = ["Tailer", "TailerFailed", "TailerSettings", "tune_gc"]
