@@ -1,7 +1,7 @@
 """One chunk of a direct dump: its rows go straight from the reader into the target.
 
 Register the window (mode direct), write lw, read the chunk and stage the rows where they were
-read (`DirectTarget.stage`: the `dblog dump` process, or Spark tasks), store only the read's
+read (`DirectTarget.stage_chunk`: the `dblog dump` process, or Spark tasks), store only the read's
 invisible transactions, write hw, and wait: the tailer meets hw and records the keys that
 changed inside the window and hw's position (`state/direct.py`). The driver then commits the
 chunk once (`DirectTarget.commit`: those keys dropped, the rest positioned just after hw), and

@@ -3,8 +3,8 @@ with the highest position (see `core/direct.py`).
 
 A chunk's rows are staged where they were read, before the window closes: each reader (a Spark
 task, or the `dblog dump` process) calls `stage_chunk` with its part of the chunk, and the
-target reads it from the source (as it reads best: the lake takes PostgreSQL's rows as columns
-printed by COPY) and keeps the rows as read. Once the tailer recorded the window the dump's
+target reads it from the source (as it reads best: the lake takes PostgreSQL's rows as text
+columns into Arrow) and keeps the rows as read. Once the tailer recorded the window the dump's
 driver calls `commit` once with every part's handle and the record: the target drops the keys
 that changed in the window and writes the rest at the record's rows position. Only after
 `commit` returned does the dump move its progress; a chunk given up is `discard`ed. A handle is
