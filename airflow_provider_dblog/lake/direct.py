@@ -93,7 +93,7 @@ def commit_staged(
     present = [h for h in handles if Path(h).exists()]
     if not present:
         return 0
-    values = pa.concat_tables([pq.read_table(h) for h in present])
+    values = pa.concat_tables([pq.read_table(h) for h in present], promote_options="default")
     if record.changed_keys and values.num_rows:
         values = _without_keys(values, schema.keys_to_arrow(record.changed_keys, key_columns))
     position = record.rows_position
