@@ -55,8 +55,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     dump.add_argument(
         "--mode",
         choices=[m.value for m in DumpMode],
-        help="direct: this process writes the rows into the target (an SQL-apply output in "
-        "monotonic mode); sequenced (the default): the tailer emits them into the ordered output",
+        help="direct: this process writes the rows into the target (the [lake] root, or an "
+        "SQL-apply output in monotonic mode; the default with a lake); sequenced (the default "
+        "otherwise): the tailer emits them into the ordered output",
     )
     dump.add_argument(
         "--max-rows-per-s", type=finite_number(0), help="rate limit (dblog throttle changes it)"
