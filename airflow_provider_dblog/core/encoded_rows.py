@@ -167,12 +167,6 @@ class DumpLine:
         data = b"".join(chain.from_iterable(parts))
         return PageLines(self, first_seq, first_seq + len(keys) - 1, data)
 
-    def events(
-        self, rows: EncodedRows, first_seq: int, drop: set[bytes] | None = None
-    ) -> list[Event]:
-        """`page`'s rows as one `EncodedEvent` a row."""
-        return self.page(rows, first_seq, drop).events()
-
 
 @dataclass(frozen=True, slots=True)
 class PageLines:
@@ -236,7 +230,7 @@ class PageLines:
 
 @dataclass(frozen=True, slots=True)
 class EncodedPage:
-    """The events one `DumpLine.events` call made: seqs `first` to `last` of a window,
+    """The events one `PageLines.events` call made: seqs `first` to `last` of a window,
     handed over in order with nothing between them, so a run of them in a batch is in
     position order by construction (`encoded_run_end`)."""
 

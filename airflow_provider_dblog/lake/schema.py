@@ -141,11 +141,15 @@ class LakeSchema:
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([c.field for c in self.columns] + list(POSITION_FIELDS))
 
+    def values_schema(self) -> pa.Schema:
+        """The source columns alone, as a direct dump stages them."""
+        return pa.schema([c.field for c in self.columns])
+
     def values_to_arrow(self, rows: Sequence[Mapping[str, JsonValue]]) -> pa.Table:
         """Rows of JSON values as an Arrow table of the source columns alone, no position:
         a direct dump's rows as read, staged before the window says where they go."""
         arrays = [column_array(c, _values(rows, c.name), self.table) for c in self.columns]
-        return pa.Table.from_arrays(arrays, schema=pa.schema([c.field for c in self.columns]))
+        return pa.Table.from_arrays(arrays, schema=self.values_schema())
 
     def values_from_text(self, columns: Sequence[TextColumn]) -> pa.Table:
         """`values_to_arrow` of a chunk read as text columns (`text_chunks.py`): each column
@@ -160,7 +164,7 @@ class LakeSchema:
                 arrays.append(pa.nulls(rows, column.arrow))
             else:
                 arrays.append(_from_text(column, text, self.table))
-        return pa.Table.from_arrays(arrays, schema=pa.schema([c.field for c in self.columns]))
+        return pa.Table.from_arrays(arrays, schema=self.values_schema())
 
     def keys_to_arrow(self, keys: Iterable[Sequence[JsonValue]], names: Sequence[str]) -> pa.Table:
         """Key values (JSON, in the order of `names`) as an Arrow table of those columns, typed
