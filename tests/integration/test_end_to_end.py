@@ -314,7 +314,7 @@ def test_dump_completes_through_tailer_kills_and_a_redis_restart(
     )
     tail = TailProcess(config, "tailer", cli_env(dbs, redis_server), tmp_path / "tail.log")
     writer: Writer | None = None
-    dump = DumpThread(store, dbs, "crashy", window_timeout_s=5)
+    dump = DumpThread(store, dbs, "crashy", window_timeout_s=5, tailer_log=tmp_path / "tail.log")
     try:
         wait_until(lambda: leading(store, redis_server, "tailer"), 30, "the tailer leading")
         writer = Writer(dbs, tmp_path, seed_value=rng.randrange(1000))
@@ -348,13 +348,20 @@ def test_dump_completes_through_tailer_kills_and_a_redis_restart(
 
 
 class DumpThread:
-    """`run_dump` in a thread of the test process; `join` re-raises what it raised."""
+    """`run_dump` in a thread of the test process; `join` fails with what it raised and the
+    end of the tailer's log (`tailer_log`), which says why windows did not close."""
 
     def __init__(
-        self, store: StateStore, dbs: SourceDatabases, dump_id: str, window_timeout_s: float
+        self,
+        store: StateStore,
+        dbs: SourceDatabases,
+        dump_id: str,
+        window_timeout_s: float,
+        tailer_log: Path,
     ):
         self._store, self._dbs, self._dump_id = store, dbs, dump_id
         self._timeout = window_timeout_s
+        self._tailer_log = tailer_log
         self.state: str | None = None
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -375,9 +382,15 @@ class DumpThread:
         except BaseException as exc:
             self.error = exc
 
+    def _failed(self) -> AssertionError:
+        log = self._tailer_log.read_text() if self._tailer_log.exists() else "(no log)"
+        return AssertionError(
+            f"the dump failed: {self.error!r}; the tailer log ends:\n{log[-6000:]}"
+        )
+
     def chunks(self) -> int:
         if self.error is not None:
-            raise AssertionError(f"the dump failed: {self.error!r}") from self.error
+            raise self._failed() from self.error
         status = self._store.dumps.status(self._dump_id)
         return 0 if status is None else status.chunks
 
@@ -388,7 +401,7 @@ class DumpThread:
         self._thread.join(timeout_s)
         assert not self._thread.is_alive(), f"the dump did not end within {timeout_s}s"
         if self.error is not None:
-            raise self.error
+            raise self._failed() from self.error
         assert self.state == "done", self.state
 
 
@@ -433,7 +446,7 @@ def test_truncate_and_alters_under_a_dump_and_a_tailer_kill_reach_every_output(
     ]
     steps.insert(rng.randrange(len(steps) + 1), kill_and_restart)
     writer: Writer | None = None
-    dump = DumpThread(store, dbs, "ddl", window_timeout_s=5)
+    dump = DumpThread(store, dbs, "ddl", window_timeout_s=5, tailer_log=log)
     try:
         wait_until(lambda: leading(store, redis_server, "tailer"), 30, "the tailer leading")
         writer = Writer(dbs, tmp_path, seed_value=rng.randrange(1000))
