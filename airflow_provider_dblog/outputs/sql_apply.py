@@ -47,6 +47,8 @@ replayed older version is skipped):
   (`OutputError`) saying what to alter in the target before the tailer is started again;
 - the defaults and NOT NULL of existing columns and the primary key are left as they are: they
   change no row. The first schema event of a table only adds missing columns.
+A replay that crosses a dropped column carries rows with it: that column is left out of the
+rows older than the schema applied (they are older images the replay goes past anyway).
 Types and defaults are the source's SQL text, run in the target: a target trusts its source's
 catalog, and must be PostgreSQL when the source is.
 
@@ -629,7 +631,7 @@ class SqlApplyOutput(Output):
 
     def _actions(self, conn: psycopg.Connection[Any], events: Sequence[Event]) -> Iterator[_Action]:
         for event in events:
-            target = self._target(conn, event)
+            target, dropped = self._target(conn, event)
             if event.op is Op.DELETE:
                 yield _Action(event, target, event.key, None)
                 continue
@@ -638,7 +640,10 @@ class SqlApplyOutput(Output):
             old_key = self._changed_key(event, target)
             if old_key is not None:
                 yield _Action(event, target, old_key, None)
-            yield _Action(event, target, event.key, {**event.after, **event.key})
+            values = {**event.after, **event.key}
+            if dropped:
+                values = {c: v for c, v in values.items() if c not in dropped}
+            yield _Action(event, target, event.key, values)
 
     @staticmethod
     def _changed_key(event: Event, target: _Target) -> Row | None:
@@ -651,15 +656,37 @@ class SqlApplyOutput(Output):
             return None
         return {c: event.before[c] for c in target.key}
 
-    def _target(self, conn: psycopg.Connection[Any], event: Event) -> _Target:
+    def _target(
+        self, conn: psycopg.Connection[Any], event: Event
+    ) -> tuple[_Target, frozenset[str]]:
+        """The event's target table, and the columns of the event to leave out (`_dropped`)."""
         columns = list(event.key) + list(event.after or ())
         target = self._targets.get(event.table)
         if target is None or any(c not in target.columns for c in columns):
             # New table, or the target may have been altered since it was read.
             target = self._targets[event.table] = self._describe(conn, event.table)
             self._statements.clear()
-        target.check(event.table, event.key, columns)
-        return target
+        dropped = self._dropped(conn, event, target, columns)
+        target.check(event.table, event.key, [c for c in columns if c not in dropped])
+        return target, dropped
+
+    @staticmethod
+    def _dropped(
+        conn: psycopg.Connection[Any], event: Event, target: _Target, columns: Sequence[str]
+    ) -> frozenset[str]:
+        """The event's columns the target lacks because a later schema event, already applied,
+        dropped them: a replay (a restarted tailer re-sends what came after its last
+        acknowledged position) carries the rows of before the DROP COLUMN. Any other missing
+        column is the target's fault, and `check` names it."""
+        missing = frozenset(c for c in columns if c not in target.columns) - set(event.key)
+        if not missing:
+            return missing
+        where = (event.source.name, event.table.schema, event.table.name)
+        applied = conn.execute(_APPLIED_SCHEMA, where).fetchone()
+        if applied is None or applied[0] <= event.schema_version:
+            return frozenset()
+        later = TableSchema.from_json(applied[1])
+        return frozenset(c for c in missing if later.column(c) is None)
 
     def _describe(self, conn: psycopg.Connection[Any], source: TableRef) -> _Target:
         ref = self.target_of(source)
