@@ -34,7 +34,7 @@ with DAG(
     **DAG_DEFAULTS,
     params={
         "tables": tables_param(captured_table_names(DBLOG_CONN_ID)),
-        "chunk_size": chunk_size_param(10_000),
+        "chunk_size": chunk_size_param(),
         "parallelism": parallelism_param(2),
         "mode": mode_param(),
     },

@@ -47,7 +47,7 @@ with DAG(
         ),
         "tables": tables_param(captured_table_names(DBLOG_CONN_ID)),
         "keys": keys_param(required=False),
-        "chunk_size": chunk_size_param(10_000),
+        "chunk_size": chunk_size_param(),
         "parallelism": parallelism_param(1),
         "mode": mode_param(),
     },

@@ -9,7 +9,8 @@ value is one its column's type accepts (`check_keys`, which also normalises the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Final
 
 from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.direct import DumpMode
@@ -42,6 +43,23 @@ def captured_tables(config: Config, tables: Sequence[str] | None) -> tuple[Table
     return tuple(refs)
 
 
+DEFAULT_CHUNK_SIZE: Final[Mapping[DumpMode, int]] = {
+    DumpMode.SEQUENCED: 10_000,
+    DumpMode.DIRECT: 100_000,
+}
+"""Rows a chunk of a dump on Spark when the request does not say. A sequenced chunk's rows all
+pass the tailer at its hw, where log events wait behind them; a Spark job costs about 135 ms
+whatever its size. A direct chunk adds a commit a chunk and never reaches the tailer: larger
+spreads those costs over more rows."""
+
+IN_PROCESS_CHUNK_SIZE: Final[Mapping[DumpMode, int]] = {
+    DumpMode.SEQUENCED: 1000,
+    DumpMode.DIRECT: 100_000,
+}
+"""The same for `dblog dump`, which reads in its own process: a sequenced chunk there costs a
+few watermark writes and Redis calls, so small chunks keep the log's wait at hw short."""
+
+
 def build_request(
     config: Config,
     source: ChunkSource,
@@ -49,16 +67,18 @@ def build_request(
     dump_id: str,
     tables: Sequence[str] | None,
     keys: str | Sequence[object] | None,
-    chunk_size: int,
+    chunk_size: int | None,
     parallelism: int,
     mode: str | None = None,
+    default_chunk_sizes: Mapping[DumpMode, int] = DEFAULT_CHUNK_SIZE,
 ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
     """A validated request and the tables' key columns. `keys` (text as `dblog dump --keys`
     takes it, or already-parsed JSON values) needs exactly one table. Unknown tables, tables
     without a primary key, malformed keys, key values their column's type refuses and a source
     no tailer has set up are refused here with a message naming them; the keys come back as
     the source normalised them (`"7"` on an integer key is 7). `mode` (None: the deployment's
-    default, see `dump/direct_target.py`) must be one the deployment's target takes."""
+    default, see `dump/direct_target.py`) must be one the deployment's target takes; a
+    `chunk_size` of None is the mode's in `default_chunk_sizes`."""
     dump_mode = default_mode(config) if mode is None else DumpMode.parse(mode)
     if dump_mode is DumpMode.DIRECT:
         check_direct_target(config)
@@ -82,5 +102,7 @@ def build_request(
         kind = DumpKind.ALL
     else:
         kind = DumpKind.TABLE if len(refs) == 1 else DumpKind.ALL
+    if chunk_size is None:
+        chunk_size = default_chunk_sizes[dump_mode]
     request = DumpRequest(dump_id, kind, refs, parsed, chunk_size, parallelism, dump_mode)
     return request, key_columns

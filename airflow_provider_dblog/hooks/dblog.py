@@ -210,7 +210,7 @@ class DBLogHook(BaseHook):
         *,
         tables: list[str] | None = None,
         keys: str | list[Any] | None = None,
-        chunk_size: int = 10_000,
+        chunk_size: int | None = None,
         parallelism: int = 1,
         mode: str | None = None,
     ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:

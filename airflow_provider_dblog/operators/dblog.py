@@ -47,8 +47,9 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
     :param tables: tables ("schema.table"); None or empty: every captured table.
     :param keys: primary keys of the one table given: a list of JSON values (a scalar, a list
         in key order, or an object by column), or text as `dblog dump --keys` takes it.
-    :param chunk_size: rows per chunk (default 10,000: a Spark job per chunk costs a fixed
-        ~135 ms, see docs/operations.md, Sizing).
+    :param chunk_size: rows per chunk; None: the mode's default, 10,000 sequenced (the log
+        waits behind a chunk's rows at its hw) and 100,000 direct (a Spark job per chunk costs
+        a fixed ~135 ms, see docs/operations.md, Sizing).
     :param parallelism: windows in flight at once, on disjoint key ranges.
     :param mode: "sequenced" or "direct" (see `core/direct.py`); None: the deployment's default.
     """
@@ -62,7 +63,7 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
         dblog_conn_id: str = DBLogHook.default_conn_name,
         tables: list[str] | str | None = None,
         keys: list[Any] | str | None = None,
-        chunk_size: int | str = 10_000,
+        chunk_size: int | str | None = None,
         parallelism: int | str = 1,
         mode: str | None = None,
         **kwargs: Any,
@@ -128,7 +129,7 @@ class DBLogDumpOperator(BaseOperator):
         dblog_conn_id: str = DBLogHook.default_conn_name,
         tables: list[str] | str | None = None,
         keys: list[Any] | str | None = None,
-        chunk_size: int | str = 10_000,
+        chunk_size: int | str | None = None,
         parallelism: int | str = 1,
         mode: str | None = None,
         spark_conn_id: str = "spark_default",

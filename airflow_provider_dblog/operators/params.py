@@ -100,13 +100,15 @@ def keys_param(*, required: bool) -> Param:
     )
 
 
-def chunk_size_param(default: int) -> Param:
+def chunk_size_param(default: int | None = None) -> Param:
     return Param(
         default,
-        type="integer",
+        type=["integer", "null"],
         description_md=(
             "Rows read per chunk, between one low and one high watermark: at least 1. Larger "
-            "chunks dump faster and hold more rows in Redis while a window is open."
+            "chunks dump faster; a sequenced chunk holds its rows in Redis while its window is "
+            "open and the log waits behind them at its hw. Empty: 10,000 sequenced, 100,000 "
+            "direct."
         ),
     )
 

@@ -98,7 +98,7 @@ def checked_request(
             dump_id,
             tables=tables_given,
             keys=keys_given,
-            chunk_size=positive_int("chunk_size", chunk_size),
+            chunk_size=None if chunk_size in (None, "") else positive_int("chunk_size", chunk_size),
             parallelism=positive_int("parallelism", parallelism),
             mode=None if mode in (None, "") else str(mode),
         )

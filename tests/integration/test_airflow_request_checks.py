@@ -111,6 +111,19 @@ def test_good_keys_are_checked_and_normalised_by_the_source(checks: Checks) -> N
     assert checks.store.dumps.ids() == []
 
 
+def test_a_request_without_a_chunk_size_gets_its_modes(checks: Checks, tmp_path: Path) -> None:
+    from airflow_provider_dblog.hooks.dblog import DBLogHook
+
+    hook = DBLogHook("dblog_checks")
+    assert hook.build_request("seq")[0].chunk_size == 10_000
+    assert hook.build_request("given", chunk_size=700)[0].chunk_size == 700
+    lake = tmp_path / "lake"
+    checks.toml.write_text(checks.toml.read_text() + f'\n[lake]\nroot = "{lake}"\n')
+    direct = DBLogHook("dblog_checks").build_request("direct")[0]
+    assert (direct.mode.value, direct.chunk_size) == ("direct", 100_000)
+    assert checks.store.dumps.ids() == []
+
+
 def test_a_source_no_tailer_set_up_fails_naming_what_to_run(checks: Checks) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
