@@ -310,7 +310,12 @@ def test_dump_completes_through_tailer_kills_and_a_redis_restart(
         dbs,
         redis_server,
         {"type": "ndjson", "directory": str(events_dir)},
-        {"lease_ttl_ms": LEASE_TTL_MS, "heartbeat_s": 0.2, "window_ttl_s": 10},
+        {
+            "lease_ttl_ms": LEASE_TTL_MS,
+            "heartbeat_s": 0.2,
+            "window_ttl_s": 10,
+            "reconnect_max_s": 2,
+        },
     )
     tail = TailProcess(config, "tailer", cli_env(dbs, redis_server), tmp_path / "tail.log")
     writer: Writer | None = None
@@ -424,7 +429,12 @@ def test_truncate_and_alters_under_a_dump_and_a_tailer_kill_reach_every_output(
         dbs,
         redis_server,
         {"type": "ndjson", "directory": str(events_dir)},
-        {"lease_ttl_ms": LEASE_TTL_MS, "heartbeat_s": 0.2, "window_ttl_s": 10},
+        {
+            "lease_ttl_ms": LEASE_TTL_MS,
+            "heartbeat_s": 0.2,
+            "window_ttl_s": 10,
+            "reconnect_max_s": 2,
+        },
     )
     env = cli_env(dbs, redis_server, E2E_TARGET_DSN=dbs.target_dsn)
     log = tmp_path / "tail.log"
