@@ -366,7 +366,7 @@ def spark_dump(
         status.chunks,
         seconds,
         cpu,
-        sc.master,
+        str(sc.master),
     )
 
 

@@ -31,6 +31,7 @@ import psutil
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.spark_package import package_zip
 
@@ -61,6 +62,8 @@ class SparkDumpLauncher:
     :param spark_conn_id: the Spark connection (master, deploy mode, spark-submit binary).
     :param dump_id: the stored dump request to run.
     :param window_timeout_s: how long a chunk waits for the tailer before it is retried.
+    :param source_patience_s: how long the dump waits for a source (or Redis) that went away,
+        per outage, before it fails.
     :param tasks_per_chunk: Spark tasks that read one chunk (default: Spark's parallelism).
     :param spark_conf: extra Spark properties (never secrets: the UI shows them).
     """
@@ -72,6 +75,7 @@ class SparkDumpLauncher:
         dump_id: str,
         *,
         window_timeout_s: float = 60.0,
+        source_patience_s: float = SOURCE_PATIENCE_S,
         tasks_per_chunk: int | None = None,
         spark_conf: dict[str, Any] | None = None,
     ) -> None:
@@ -79,6 +83,7 @@ class SparkDumpLauncher:
         self.spark_conn_id = spark_conn_id
         self.dump_id = dump_id
         self.window_timeout_s = window_timeout_s
+        self.source_patience_s = source_patience_s
         self.tasks_per_chunk = tasks_per_chunk
         self.spark_conf = dict(spark_conf or {})
         self._detached: subprocess.Popen[bytes] | None = None
@@ -92,6 +97,8 @@ class SparkDumpLauncher:
             self.hook.settings.config_path,
             "--window-timeout",
             str(self.window_timeout_s),
+            "--source-patience",
+            str(self.source_patience_s),
         ]
         if self.tasks_per_chunk:
             args += ["--tasks", str(self.tasks_per_chunk)]

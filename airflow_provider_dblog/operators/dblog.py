@@ -20,6 +20,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_dblog.assets import DUMPS, announce_dump
 from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.hooks.spark_launcher import SparkDumpLauncher, driver_log_path
 from airflow_provider_dblog.operators.lineage import dump_lineage
@@ -109,6 +110,8 @@ class DBLogDumpOperator(BaseOperator):
     :param dump_id: the dump's id; default: stable per task instance, so retries resume.
     :param tasks_per_chunk: Spark tasks that read one chunk (default: Spark's parallelism).
     :param window_timeout_s: how long a chunk waits for the tailer before it is retried.
+    :param source_patience_s: how long the dump waits for a source (or Redis) that went away
+        (a restart, a failover), per outage, before it fails naming what was away.
     :param spark_conf: extra Spark properties (never secrets: the UI shows them).
     :param deferrable: start the application detached and wait in the triggerer.
     :param poll_interval: seconds between polls of the dump's status when deferred.
@@ -136,6 +139,7 @@ class DBLogDumpOperator(BaseOperator):
         dump_id: str | None = None,
         tasks_per_chunk: int | None = None,
         window_timeout_s: float = 60.0,
+        source_patience_s: float = SOURCE_PATIENCE_S,
         spark_conf: dict[str, Any] | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 5.0,
@@ -154,6 +158,7 @@ class DBLogDumpOperator(BaseOperator):
         self.dump_id = dump_id
         self.tasks_per_chunk = tasks_per_chunk
         self.window_timeout_s = window_timeout_s
+        self.source_patience_s = source_patience_s
         self.spark_conf = spark_conf
         self.deferrable = deferrable
         self.poll_interval = poll_interval
@@ -172,6 +177,7 @@ class DBLogDumpOperator(BaseOperator):
             self.spark_conn_id,
             dump_id,
             window_timeout_s=self.window_timeout_s,
+            source_patience_s=self.source_patience_s,
             tasks_per_chunk=self.tasks_per_chunk,
             spark_conf=self.spark_conf,
         )

@@ -69,6 +69,7 @@ directory = "unused"
         "spark_unit",
         "d.1",
         window_timeout_s=2.5,
+        source_patience_s=40,
         tasks_per_chunk=4,
         spark_conf={"spark.ui.showConsoleProgress": "false"},
     )
@@ -91,6 +92,8 @@ def test_the_command_carries_no_secret_and_the_environment_carries_them(
         launcher.hook.settings.config_path,
         "--window-timeout",
         "2.5",
+        "--source-patience",
+        "40",
         "--tasks",
         "4",
     ]
