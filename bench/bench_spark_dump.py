@@ -16,7 +16,9 @@ P2 direct dump rows/s of direct dumps (`mode = "direct"`: the Spark tasks keep t
           the default) or SQL apply in monotonic mode (`--target sql`, a database of its own
           on the same server). With the ratio to COPY, local[2] over local[1], and the
           tailer's CPU seconds (its session and writer threads) per million dumped rows,
-          direct against the sequenced chunk 50k dump.
+          direct against the sequenced chunk 50k dump; and, per direct dump, where the CPU
+          went (Spark's JVM and Python workers, this process as the driver, the PostgreSQL
+          and Redis servers) and how busy that kept the machine's cores.
 overhead  the fixed cost of one chunk in ms: a smaller table dumped in many small chunks and
           in one chunk; the difference in time over the difference in chunks.
 breakdown one instrumented Spark dump (chunk 10k, one window, one task per chunk) split into
@@ -117,6 +119,78 @@ class Sizes:
         )
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_by_process() -> tuple[dict[int, int], dict[int, float]]:
+    """Each live process's parent and CPU seconds: its own and its reaped children's
+    (utime, stime, cutime, cstime from /proc/PID/stat, Linux)."""
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # it ended meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 (state) on
+        parents[int(entry.name)] = int(fields[1])
+        cpu[int(entry.name)] = sum(int(f) for f in fields[11:15]) / _TICKS
+    return parents, cpu
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds of process `root` and of every process under it, running or ended."""
+    parents, cpu = _cpu_by_process()
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo += children.get(pid, [])
+    return total
+
+
+@dataclass(frozen=True)
+class CpuSplit:
+    """CPU seconds each part of a dump used while it ran."""
+
+    tasks_s: float
+    """The Spark JVM and its Python workers: the tasks (and the JVM's scheduling)."""
+    driver_s: float
+    """This process but the tailer's threads: the dump's driver (commits included)."""
+    postgres_s: float
+    redis_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.tasks_s + self.driver_s + self.postgres_s + self.redis_s
+
+
+@dataclass(frozen=True)
+class CpuMeter:
+    """Where a dump's CPU goes: the PostgreSQL and Redis servers' process trees, Spark's JVM
+    tree (its Python workers run the tasks) and this process (the driver)."""
+
+    postgres_pid: int
+    redis_pid: int
+
+    def sample(self, sc: SparkContext) -> CpuSplit:
+        gateway = sc._gateway  # PySpark's JVM, started by this process (local master)
+        assert gateway is not None
+        jvm = gateway.proc.pid
+        own = os.times()
+        return CpuSplit(
+            tree_cpu_s(jvm),
+            own.user + own.system,
+            tree_cpu_s(self.postgres_pid),
+            tree_cpu_s(self.redis_pid),
+        )
+
+
 @dataclass
 class DumpRun:
     chunk_size: int
@@ -128,6 +202,8 @@ class DumpRun:
     tailer_cpu_s: float = 0.0
     """CPU seconds the tailer's threads used while the dump ran."""
     master: str = "local[2]"
+    cpu: CpuSplit | None = None
+    """Where the CPU went while the dump ran (direct dumps)."""
 
     @property
     def rate(self) -> float:
@@ -336,10 +412,12 @@ def spark_dump(
     parallelism: int,
     tailer: RunningTailer,
     mode: DumpMode = DumpMode.SEQUENCED,
+    meter: CpuMeter | None = None,
 ) -> DumpRun:
     """A fresh dump request of the whole table through `run_spark_dump`, timed from the call
     until it returns (sequenced: every window closed, the rows durable in the output; direct:
-    every chunk committed into the target), with the tailer's CPU time meanwhile."""
+    every chunk committed into the target), with the tailer's CPU time meanwhile and, given a
+    `meter`, where the rest of the CPU went."""
     dump_id = f"p2-{uuid.uuid4().hex[:8]}"
     request = DumpRequest(
         dump_id,
@@ -351,10 +429,20 @@ def spark_dump(
     )
     store.dumps.create(request)
     cpu = tailer.cpu_s()
+    before = meter.sample(sc) if meter else None
     started = time.perf_counter()
     state = run_spark_dump(sc, config, dump_id)
     seconds = time.perf_counter() - started
+    after = meter.sample(sc) if meter else None
     cpu = tailer.cpu_s() - cpu
+    split = None
+    if before and after:
+        split = CpuSplit(
+            after.tasks_s - before.tasks_s,
+            after.driver_s - before.driver_s - cpu,
+            after.postgres_s - before.postgres_s,
+            after.redis_s - before.redis_s,
+        )
     status = store.dumps.status(dump_id)
     if state is not DumpState.DONE or status is None:
         raise RuntimeError(f"bench: dump {dump_id} ended {state}")
@@ -367,6 +455,7 @@ def spark_dump(
         seconds,
         cpu,
         str(sc.master),
+        split,
     )
 
 
@@ -426,6 +515,7 @@ def direct_dumps(
     store: StateStore,
     tailer: RunningTailer,
     sizes: Sizes,
+    meter: CpuMeter,
 ) -> list[DumpRun]:
     runs = []
     for parallelism in sizes.parallelisms:
@@ -439,6 +529,7 @@ def direct_dumps(
             parallelism,
             tailer,
             DumpMode.DIRECT,
+            meter,
         )
         runs.append(run)
         print(
@@ -448,7 +539,21 @@ def direct_dumps(
             f"{run.tailer_cpu_per_million:.2f} s per million rows",
             flush=True,
         )
+        if run.cpu is not None:
+            print(f"    {cpu_line(run)}", flush=True)
     return runs
+
+
+def cpu_line(run: DumpRun) -> str:
+    """Where a dump's CPU went, and how busy it kept the machine's cores."""
+    assert run.cpu is not None
+    c, cores = run.cpu, os.cpu_count() or 1
+    return (
+        f"CPU s: Spark tasks {c.tasks_s:.2f}, driver {c.driver_s:.2f}, PostgreSQL "
+        f"{c.postgres_s:.2f}, Redis {c.redis_s:.2f}: {c.total_s:.2f} in {run.seconds:.2f} s, "
+        f"{c.total_s / run.seconds / cores:.0%} of {cores} cores; tasks "
+        f"{c.tasks_s / max(c.total_s, 1e-9):.0%} of it"
+    )
 
 
 def process_dump(config: Config, store: StateStore, table: str, chunk_size: int) -> DumpRun:
@@ -868,6 +973,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         step(f"starting PostgreSQL 15 and Redis in {base}")
         with PostgresServer(base / "pg") as pg, RedisServer(base / "redis") as rds:
             env = Env(base, pg.info, rds.info)
+            meter = CpuMeter(
+                int((pg.info.data_dir / "postmaster.pid").read_text().split()[0]),
+                int(rds.info.client().info("server")["process_id"]),
+            )
             step(
                 f"filling {TABLE} with {sizes.rows} rows, {OVERHEAD_TABLE} with "
                 f"{sizes.overhead_rows}"
@@ -912,7 +1021,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             flush=True,
                         )
                     step(f"P2 direct on local[2]: the tasks write into {direct.label}")
-                    report.direct += direct_dumps(sc, direct, store, tailer, sizes)
+                    report.direct += direct_dumps(sc, direct, store, tailer, sizes, meter)
                     if args.only == "all":
                         for chunk_size in sizes.process_chunk_sizes:
                             run = process_dump(config, store, TABLE, chunk_size)
@@ -951,7 +1060,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 step("P2 direct on local[1]: the same dumps on one core")
                 spark = start_spark(None, "local[1]")
                 try:
-                    report.direct += direct_dumps(spark.sparkContext, direct, store, tailer, sizes)
+                    report.direct += direct_dumps(
+                        spark.sparkContext, direct, store, tailer, sizes, meter
+                    )
                 finally:
                     spark.stop()
             print_direct_summary(report)
