@@ -70,6 +70,7 @@ from airflow_provider_dblog.config import Config, load_config
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.lake.catalog import source_lake_schema
+from airflow_provider_dblog.lake.direct import remove_stale_staged
 from airflow_provider_dblog.lake.schema import LakeSchema, LakeSchemaError, lake_column, lake_schema
 from airflow_provider_dblog.lake.table import LakeTable, Written
 from airflow_provider_dblog.spark_package import ship_package
@@ -81,6 +82,9 @@ EXIT_USAGE = 2
 DEFAULT_BATCH_ROWS = 200_000
 DEFAULT_LOCAL_BELOW = 64 * 1024 * 1024
 LEGACY_VERSIONS = ".versions"
+STALE_STAGED_S = 24 * 3600
+"""A direct dump's staged file older than this belongs to a chunk no driver will commit (a
+Spark task attempt that died after staging): a chunk commits or gives up within minutes."""
 
 Describe = Callable[[TableRef], LakeSchema]
 
@@ -113,12 +117,14 @@ class CompactReport:
     tables: dict[str, TableReport] = field(default_factory=dict)
     events: int = 0
     pruned: int = 0
+    stale_staged: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
             "position": self.state.position,
             "events": self.events,
             "pruned_tombstones": self.pruned,
+            "removed_stale_staged": self.stale_staged,
             "tables": {t: vars(r) for t, r in sorted(self.tables.items())},
         }
 
@@ -238,6 +244,7 @@ def _compact(
     if options.prune_before is not None:
         for lake in lake_tables(output).values():
             report.pruned += lake.prune_tombstones(options.prune_before)
+    report.stale_staged = remove_stale_staged(output, STALE_STAGED_S)
     return report
 
 

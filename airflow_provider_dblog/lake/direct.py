@@ -24,7 +24,7 @@ is idempotent); a handle whose file is gone was committed and removed already an
 The staging directory must be on storage every executor and the driver reach at the same path
 (a shared file system), like the lake root itself. Files of a chunk that was never committed (a
 driver killed between staging and commit) stay in `<root>/_dblog_staged/`;
-`remove_stale_staged` removes those older than a given age.
+`remove_stale_staged` removes those older than a given age (each compaction run does, at a day).
 
 `LakeDirectTarget` is the same, shaped as the dump's `DirectTarget` (per table: stage, commit,
 discard, prune), for a deployment whose `[lake] root` names the lake.

@@ -45,11 +45,12 @@ from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.lake.catalog import source_lake_schema
+from airflow_provider_dblog.lake.direct import STAGED
 from airflow_provider_dblog.lake.schema import COMMIT, DELETED, POSITION_COLUMNS, SEQ, LakeRow
 from airflow_provider_dblog.lake.table import LakeTable
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
 from airflow_provider_dblog.state import DumpState
-from spark_jobs.compact import EXIT_LOCKED, CompactionLocked, compact, main
+from spark_jobs.compact import EXIT_LOCKED, STALE_STAGED_S, CompactionLocked, compact, main
 from tests.integration.e2e_support import wait_caught_up
 from tests.integration.spark_support import running_pipeline, stop_spark
 
@@ -217,6 +218,21 @@ def test_an_added_column_reaches_the_lake_with_its_default(tmp_path: Path) -> No
     users = lake_state(output, "app.users")
     assert str(users.pop((99,))["score"]) == "7.0"
     assert users and {str(r["score"]) for r in users.values()} == {"2.5"}
+
+
+def test_a_run_removes_the_direct_dumps_stale_staged_files(tmp_path: Path) -> None:
+    stream, events_dir, output = Stream(12), tmp_path / "events", tmp_path / "lake"
+    write(events_dir, stream.batch(10), [])
+    staged = output / STAGED / "app.users"
+    staged.mkdir(parents=True)
+    fresh, stale = staged / "fresh.parquet", staged / "stale.parquet"
+    for path in (fresh, stale):
+        path.write_bytes(b"")
+    old = time.time() - STALE_STAGED_S - 60
+    os.utime(stale, (old, old))
+    report = compact(None, events_dir, output)
+    assert (report.stale_staged, fresh.exists(), stale.exists()) == (1, True, False)
+    assert report.to_json()["removed_stale_staged"] == 1
 
 
 def test_a_run_that_fails_between_tables_leaves_committed_versions_and_converges(
