@@ -58,10 +58,11 @@ from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.dump.runner import DumpFailed, run_dump
 from airflow_provider_dblog.dump.spark_chunk import ChunkJobFailed, sub_ranges
 from airflow_provider_dblog.dump.spark_direct import SparkDirectReader
+from airflow_provider_dblog.dump.task_connections import task_connections
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.spark_package import ship_package
-from airflow_provider_dblog.state import DumpState, StateStore, WindowStore
+from airflow_provider_dblog.state import DumpState, StateStore
 
 log = logging.getLogger("dblog.spark_dump")
 
@@ -76,30 +77,26 @@ def read_parts(
     key_columns: tuple[str, ...],
     parts: Iterable[tuple[int, Chunk]],
 ) -> list[PartResult]:
-    """One Spark task: read its parts on its own connection and append the rows to the window
-    in Redis. Runs on an executor; reads passwords from its environment. A source that went
-    away ends the task with that news rather than an error: Spark retrying the task at once
-    would only find it gone again, while the driver retries the chunk once it is back."""
-    source = source_for(config.source).chunk_source()
-    client = config.redis_client()
-    windows = WindowStore(client, config.source.name)
-    try:
-        results: list[PartResult] = []
+    """One Spark task: read its parts on the worker's connections (`task_connections`) and
+    append the rows to the window in Redis. Runs on an executor; reads passwords from its
+    environment. A source that went away ends the task with that news rather than an error:
+    Spark retrying the task at once would only find it gone again, while the driver retries the
+    chunk once it is back."""
+    results: list[PartResult] = []
+    with task_connections(config) as connections:
         for index, part in parts:
             try:
-                read = source.read_chunk(part)
+                read = connections.source.read_chunk(part)
             except SourceUnavailable as exc:
+                connections.healthy = False
                 results.append((index, None, None, str(exc)))
                 break
-            stored = windows.append_rows(
+            stored = connections.windows.append_rows(
                 window_id, index, read.rows, key_columns, read.invisible_txids
             )
             last = key_of(read.rows[-1], key_columns) if read.rows else None
             results.append((index, stored, last, None))
-        return results
-    finally:
-        source.close()
-        client.close()
+    return results
 
 
 @dataclass(frozen=True)
