@@ -1,8 +1,8 @@
 """The trigger forms as a person meets them, in headless Chromium against a running Airflow
 (api-server, scheduler, dag-processor, triggerer) with the provider, a tailer and Spark.
 
-In `dblog_dump`'s form the optional fields carry no "required" asterisk and a chunk size of 0
-stays 0 (no silent clamp to 1). From `dblog_repair`'s page, its docs; then from its form a
+In `dblog_dump`'s form the optional fields (the chunk size among them: empty is the mode's
+default) carry no "required" asterisk and a chunk size of 0 stays 0 (no silent clamp to 1). From `dblog_repair`'s page, its docs; then from its form a
 repair of composite keys typed as `dblog dump --keys` takes them, which succeeds and leaves
 exactly those rows in the target, with the rows, chunks and the Spark driver's log in the
 dump task's XCom; and a repair of a table that is not captured, which fails its first task
@@ -77,7 +77,7 @@ def test_a_person_repairs_composite_keys_from_the_trigger_form(
                 "source": True,
                 "tables": False,
                 "keys": False,
-                "chunk_size": True,
+                "chunk_size": False,  # empty: the mode's default
             }, required
             page.type_into("[name=element_chunk_size]", "0")
             page.evaluate("document.querySelector('#element_keys').focus()")  # leave the field
