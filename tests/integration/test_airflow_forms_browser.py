@@ -2,12 +2,12 @@
 (api-server, scheduler, dag-processor, triggerer) with the provider, a tailer and Spark.
 
 In `dblog_dump`'s form the optional fields (the chunk size among them: empty is the mode's
-default) carry no "required" asterisk and a chunk size of 0 stays 0 (no silent clamp to 1). From `dblog_repair`'s page, its docs; then from its form a
-repair of composite keys typed as `dblog dump --keys` takes them, which succeeds and leaves
-exactly those rows in the target, with the rows, chunks and the Spark driver's log in the
-dump task's XCom; and a repair of a table that is not captured, which fails its first task
-saying so. The connection test the Test button runs
-says "this connection", not the random id Airflow tests it under.
+default) carry no "required" asterisk and a chunk size of 0 stays 0 (no silent clamp to 1).
+From `dblog_repair`'s page, its docs; then from its form a repair of composite keys typed as
+`dblog dump --keys` takes them, which succeeds and leaves exactly those rows in the target,
+with the rows, chunks and the Spark driver's log in the dump task's XCom; and a repair of a
+table that is not captured, which fails its first task saying so. The connection test the
+Test button runs says "this connection", not the random id Airflow tests it under.
 
 Screenshots of each step are kept in a directory the test prints (`screenshots_dir`).
 """
