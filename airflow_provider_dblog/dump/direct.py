@@ -2,8 +2,10 @@
 
 Register the window (mode direct), write lw, read the chunk and stage the rows where they were
 read (`DirectTarget.stage_chunk`: the `dblog dump` process, or Spark tasks), store only the read's
-invisible transactions, write hw, and wait: the tailer meets hw and records the keys that
-changed inside the window and hw's position (`state/direct.py`). The driver then commits the
+invisible transactions and columns, write hw, and wait: the tailer meets hw, checks the read as
+a sequenced chunk's (stale, or read with other columns than the table has at hw: the window
+fails) and records the keys that changed inside the window and hw's position
+(`state/direct.py`). The driver then commits the
 chunk once (`DirectTarget.commit`: those keys dropped, the rest positioned just after hw), and
 only then does the runner move the dump's progress. No dump row passes through Redis or the
 tailer.
@@ -62,7 +64,8 @@ class StagedChunk:
 
 class DirectChunkReader(Protocol):
     """Reads a direct chunk after lw and stages its rows where they are read; stores the read's
-    invisible transactions for the window (`WindowStore.put_rows` or `append_rows`, no row).
+    invisible transactions and columns for the window (`WindowStore.put_rows` or `append_rows`,
+    no row).
     Returns None if the window is already past open: the chunk is retried."""
 
     def read(
@@ -99,7 +102,7 @@ class InProcessDirectReader:
             self.target, chunk.table, key_columns, [read.handle], read.rows, read.last_key
         )
         reads = ChunkRows(window_id, key_columns, (), 0, read.invisible_txids)
-        if not store.windows.put_rows(window_id, reads):
+        if not store.windows.put_rows(window_id, reads, read.columns):
             staged.discard()
             return None
         return staged

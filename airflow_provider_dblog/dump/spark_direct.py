@@ -6,12 +6,12 @@ in `spark_jobs/`, because the package is what executors are sent.
 
 A chunk is one Spark job of one task per sub-range: each task reads and stages its sub-range on
 its own connection (`DirectTarget.stage_chunk`: the rows as read, unfiltered, unpositioned),
-stores only the read's invisible transactions for the window (`WindowStore.append_rows` with no
-row) and brings back its count, last key and handle. The driver writes hw, waits for the
-tailer's record and commits the handles with it (the recorded keys dropped there), and only
-then does the dump's progress move. A task never waits for the tailer or the driver, so a
-chunk needs no more task slots than the cluster has free, and nothing is kept in Spark between
-jobs.
+stores only the read's invisible transactions and columns for the window
+(`WindowStore.append_rows` with no row) and brings back its count, last key and handle. The
+driver writes hw, waits for the tailer's record and commits the handles with it (the recorded
+keys dropped there), and only then does the dump's progress move. A task never waits for the
+tailer or the driver, so a chunk needs no more task slots than the cluster has free, and
+nothing is kept in Spark between jobs.
 
 Failures. A task that dies is run again by Spark: the window is still open, so its read is
 still before hw (its part is stored once, and the handle of the run that finished is the one
@@ -61,9 +61,9 @@ def stage_parts(
     key_columns: tuple[str, ...],
     parts: Iterable[tuple[int, Chunk]],
 ) -> Iterator[StagedPart]:
-    """A task: read its parts, store their invisible transactions for the window and stage
-    their rows into the target. Runs on an executor; reads passwords from its environment. A
-    source gone is news for the driver, not a task failure (as `read_parts`)."""
+    """A task: read its parts, store their invisible transactions and columns for the window
+    and stage their rows into the target. Runs on an executor; reads passwords from its
+    environment. A source gone is news for the driver, not a task failure (as `read_parts`)."""
     source = source_for(config.source).chunk_source()
     client = config.redis_client()
     windows = WindowStore(client, config.source.name)
@@ -75,7 +75,9 @@ def stage_parts(
             except SourceUnavailable as exc:
                 yield StagedPart(index, None, None, str(exc))
                 return
-            stored = windows.append_rows(window_id, index, (), key_columns, read.invisible_txids)
+            stored = windows.append_rows(
+                window_id, index, (), key_columns, read.invisible_txids, read.columns
+            )
             if stored is None:
                 target.discard(table, [read.handle])
                 yield StagedPart(index, None, None, None)

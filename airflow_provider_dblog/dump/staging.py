@@ -22,6 +22,9 @@ class StagedRead:
     """The key of the last row read (None if none was)."""
     invisible_txids: frozenset[int]
     """The transactions the read's snapshot did not see (`ChunkRead.invisible_txids`)."""
+    columns: tuple[str, ...]
+    """The columns the read had (the source table's then; empty when a row-by-row read found
+    no row): stored for the window, so the tailer checks them at hw as a sequenced chunk's."""
 
 
 def stage_rows_read(
@@ -33,5 +36,6 @@ def stage_rows_read(
     """`stage_chunk` of a target that stages rows: `source.read_chunk`, then `stage`."""
     read = source.read_chunk(chunk)
     last_key = key_of(read.rows[-1], key_columns) if read.rows else None
+    columns = tuple(read.rows[0]) if read.rows else ()
     handle = stage(chunk.table, read.rows)
-    return StagedRead(handle, len(read.rows), last_key, read.invisible_txids)
+    return StagedRead(handle, len(read.rows), last_key, read.invisible_txids, columns)

@@ -179,7 +179,8 @@ class LakeDirectTarget:
         read = source.read_chunk_text(chunk)
         batch = self.schema(chunk.table).values_from_text(read.columns)
         handle = stage_table(self._root, chunk.table, batch)
-        return StagedRead(handle, read.rows, read.last_key, read.invisible_txids)
+        columns = tuple(c.name for c in read.columns)
+        return StagedRead(handle, read.rows, read.last_key, read.invisible_txids, columns)
 
     def commit(
         self,

@@ -139,6 +139,14 @@ def _pages(rows: EncodedRows) -> list[bytes]:
     return pages
 
 
+def _read_with(rows: Sequence[Row], columns: Sequence[str]) -> str:
+    """The `columns:<part>` value of a read: the rows' column lists, or `columns` when no row
+    is stored (a direct read keeps its rows elsewhere); '' when neither says."""
+    if rows:
+        return compact_json(row_columns(rows))
+    return compact_json([list(columns)]) if columns else ""
+
+
 class WindowStore(RedisStore):
     """The watermark windows of one source and their chunk rows."""
 
@@ -208,11 +216,13 @@ return 1
         return _window(data), mark
 
     @reachable
-    def put_rows(self, window_id: str, chunk: ChunkRows) -> bool:
+    def put_rows(self, window_id: str, chunk: ChunkRows, columns: Sequence[str] = ()) -> bool:
         """Encode the chunk rows (`encode_rows`) and store them before the dump writes hw,
         replacing any earlier attempt. One MULTI/EXEC, pipelined: the tailer sees all rows or
         none. False (nothing stored) if the window is past open (the tailer met hw already, or
-        it ended): the dump then retries the chunk with a new window."""
+        it ended): the dump then retries the chunk with a new window. `columns` are the columns
+        read with when the rows are not stored (a direct read): the tailer checks them at hw as
+        it checks the rows' own."""
         if chunk.window_id != window_id:
             raise InvalidRequest(f"rows of window {chunk.window_id} put for window {window_id}")
         if isinstance(chunk.rows, EncodedRows):
@@ -226,8 +236,9 @@ return 1
             "rows": len(chunk.rows),
             "format": _ROWS_FORMAT,
         }
-        if chunk.rows:
-            meta["columns:0"] = compact_json(row_columns(chunk.rows))
+        read_with = _read_with(chunk.rows, columns)
+        if read_with:
+            meta["columns:0"] = read_with
         with self._r.pipeline() as pipe:
             while True:
                 try:
@@ -282,13 +293,14 @@ return {1, tonumber(ARGV[2])}
         rows: Sequence[Row],
         key_columns: Sequence[str],
         invisible_txids: frozenset[int],
+        columns: Sequence[str] = (),
     ) -> int | None:
         """Encode one part of a window's chunk rows (a sub-range read by one Spark task) and add
         it in one atomic script, so rows reach Redis straight from the reader, never via the
         dump's driver. The window's rows are the union of its parts and its invisible txids the
-        union of theirs. A part already stored is kept as it is (a task run twice appends once).
-        Returns the rows stored for the part, or None if the window is past open: the chunk is
-        retried."""
+        union of theirs; `columns` as for `put_rows`. A part already stored is kept as it is (a
+        task run twice appends once). Returns the rows stored for the part, or None if the
+        window is past open: the chunk is retried."""
         status, stored = self._eval(
             self._APPEND_ROWS,
             keys=[
@@ -301,7 +313,7 @@ return {1, tonumber(ARGV[2])}
                 len(rows),
                 compact_json(list(key_columns)),
                 compact_json(sorted(invisible_txids)),
-                compact_json(row_columns(rows)) if rows else "",
+                _read_with(rows, columns),
                 _ROWS_FORMAT,
                 *_pages(encode_rows(rows, key_columns)),
             ],

@@ -10,12 +10,13 @@ the writer made their events durable.
 Table-level events. A truncate and a schema change are emitted at their log position; each ends
 the open windows of its table (the reconciler fails them and their chunks are read again). A
 schema description becomes an `s` event only if it changes the table's columns (names, order,
-types: see `TableSchema.signature`). A chunk whose
-rows have other columns than the last schema event of its table says the log has not shown an
-ALTER yet (pgoutput describes a table only before its next change): the catalog is asked, and if
-it agrees with the rows its schema is emitted at hw, just before the rows; otherwise the window
-fails and the chunk is read again. (A table the log never described has no schema to compare
-with: its rows go out as read.)
+types: see `TableSchema.signature`). A chunk read
+with other columns than the last schema event of its table says the log has not shown an ALTER
+yet (pgoutput describes a table only before its next change): the catalog is asked, and if it
+agrees with the read its schema is emitted at hw, just before the rows (a direct dump's rows,
+written by the dump, are positioned after hw); otherwise the window fails and the chunk is read
+again. A chunk whose parts were read with different columns fails too. (A table the log never
+described has no schema to compare with: its rows go out as read.)
 """
 
 from __future__ import annotations
@@ -409,12 +410,18 @@ class Session:
 
     def _record_direct(self, closed: Closed) -> None:
         """hw of a direct window: no row to fetch or emit. The reads stored only their invisible
-        transactions before hw, checked here as for any chunk (a stale read fails the window);
+        transactions and columns before hw, checked here as for any chunk (a stale read, or one
+        with other columns than the table's at hw, fails the window; the catalog's schema that
+        agrees with the read is emitted at hw, before the dump's rows, positioned after it);
         then the keys changed inside the window and hw's position are recorded and the window
         closed, in one move, without waiting for the output (`state/direct.py` says why)."""
         window = closed.window
         stored = self._stored_rows(window, "the reads' transactions are not in the store")
-        if stored is None or self._checked(closed, stored, 0) is None:
+        if (
+            stored is None
+            or not self._chunk_columns_known(closed, stored)
+            or self._checked(closed, stored, 0) is None
+        ):
             return
         record = DirectRecord(
             window.window_id, closed.lw_position, closed.hw_position, closed.changed_keys
@@ -457,9 +464,10 @@ class Session:
         stats.chunk_rows_dropped[counted] = stats.chunk_rows_dropped.get(counted, 0) + dropped
 
     def _chunk_columns_known(self, closed: Closed, stored: StoredRows) -> bool:
-        """Whether the chunk's rows have the columns of the last schema event of their table,
+        """Whether the chunk was read with the columns of the last schema event of its table,
         once the catalog has been asked about an ALTER the log has not shown yet; False when
-        the window failed instead."""
+        the window failed instead. The same check for a sequenced chunk's rows and for a
+        direct read's columns (stored beside its invisible transactions)."""
         table = closed.window.table
         known = self._schemas.schema(table)
         if not stored.columns or known is None:

@@ -240,6 +240,28 @@ def test_appended_parts_make_one_chunk(store: StateStore) -> None:
         store.windows.append_rows("never-registered", 0, [], ("id",), frozenset())
 
 
+def test_a_direct_read_stores_its_columns_without_rows(store: StateStore) -> None:
+    """A direct read keeps its rows in the target and stores only its invisible transactions and
+    the columns it read with: the tailer checks those at hw as it checks a sequenced chunk's."""
+    window, _, _ = new_window(store)
+    reads = ChunkRows(window.window_id, ("id",), [], 0, frozenset({4}))
+    assert store.windows.put_rows(window.window_id, reads, ("id", "v"))
+    stored = store.windows.stored_rows(window.window_id)
+    assert stored is not None
+    assert (stored.rows, stored.pages, stored.invisible_txids) == (0, 0, {4})
+    assert stored.columns == {("id", "v")}
+
+    parts, _, _ = new_window(store)
+    for part, columns in enumerate([("id", "v"), ("id", "v", "w"), ()]):
+        stored_rows = store.windows.append_rows(
+            parts.window_id, part, [], ("id",), frozenset(), columns
+        )
+        assert stored_rows == 0
+    stored = store.windows.stored_rows(parts.window_id)
+    assert stored is not None and stored.rows == 0
+    assert stored.columns == {("id", "v"), ("id", "v", "w")}, "parts read across an ALTER"
+
+
 def test_wide_rows_are_paged_by_their_bytes(store: StateStore) -> None:
     """A page holds up to 1000 rows but ends once it passes about a MiB, so the tailer, which
     holds a page at a time, holds about that much whatever the width of the rows."""
