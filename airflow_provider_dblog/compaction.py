@@ -17,7 +17,9 @@ run's (`LakeTable.merge`), so a run applied twice changes nothing.
 Table-level events: a truncate (`t`) is the table's floor: the run's changes positioned before
 its last truncate are dropped, and the merge removes stored rows below it. A schema event (`s`)
 adds the columns the table lacks (ADD COLUMN; a constant default is written into the rows
-positioned before it, other defaults leave them null); a column the source dropped stays in
+positioned before it, other defaults leave them null); a column a direct dump added first (it
+read the column before this event was folded: `LakeTable.add_columns`, `unfolded`) counts as
+added by the event all the same; a column the source dropped stays in
 the lake, null in rows written whole after the drop (an update folded without an earlier image
 of its row keeps the stored value there, as it keeps an unchanged TOASTed one); a type change
 keeps the lake column's type (a value it cannot hold stops the run, saying to rebuild the

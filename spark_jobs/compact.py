@@ -395,13 +395,16 @@ class TableFold:
         source = lake.schema.source
         for position, described in schema_changes(changes):
             new = [lake_column(source, c.name, c.type) for c in described.columns]
-            for name in lake.add_columns(new):
+            unfolded = lake.unfolded  # added by a direct dump before this event was folded
+            for name in [*lake.add_columns(new), *(c.name for c in new if c.name in unfolded)]:
                 column = next(c for c in new if c.name == name)
                 described_column = described.column(name)
                 default = constant_default(described_column.default if described_column else None)
                 self.added[name] = AddedColumn((position.commit, position.seq), default)
                 if default is not None:
                     lake.fill(column, default, position)
+                if name in unfolded:
+                    lake.folded(name)
         self.schema = lake.schema
 
     def add(self, item: tuple[str, Folded]) -> None:

@@ -36,7 +36,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -89,7 +89,9 @@ def commit_staged(
 ) -> int:
     """Merge the staged files of one chunk into the table in one commit, but the rows of the
     keys `record` says changed in the window, all positioned at its rows position; the rows
-    written (inserted or updated). Creates the table from `schema` if it does not exist yet."""
+    written (inserted or updated). Creates the table from `schema` if it does not exist yet,
+    and adds the columns of `schema` it lacks (an ALTER the compaction has not folded yet),
+    marked unfolded (`LakeTable.add_columns`)."""
     present = [h for h in handles if Path(h).exists()]
     if not present:
         return 0
@@ -98,7 +100,7 @@ def commit_staged(
         values = _without_keys(values, schema.keys_to_arrow(record.changed_keys, key_columns))
     position = record.rows_position
     batch = schema.positioned(values, position.commit, position.seq, "r")
-    lake = LakeTable.open_or_create(root, table, schema)
+    lake = LakeTable.open_or_create(root, table, schema, unfolded=True)
     written = lake.merge(batch, metadata={"dblog.operation": "direct dump"})
     discard_staged(present)
     return written.rows
@@ -139,8 +141,10 @@ class LakeDirectTarget:
     """The lake as a direct dump's target (the `DirectTarget` protocol of
     `dump/direct_target.py`): `stage` writes a task's part as a staged file, `commit` merges a
     chunk's files in one commit (`discard` removes them instead), `prune_tombstones` prunes a
-    table's tombstones. A table's lake
-    schema is the lake table's own once it exists, the source catalog's (`describe`) before."""
+    table's tombstones. A table's lake schema is the lake table's own once it exists, the
+    source catalog's (`describe`) before; a column a read has and the lake table lacks (the
+    compaction has not folded its ALTER yet) is typed by the catalog and added by the commit,
+    so the rows positioned after hw carry every column the source had at hw (`schema`)."""
 
     def __init__(self, root: str | Path, describe: Callable[[TableRef], LakeSchema]) -> None:
         self._root = root
@@ -156,18 +160,26 @@ class LakeDirectTarget:
         source = config.source
         return cls(config.lake_root, lambda table: source_lake_schema(source, table))
 
-    def schema(self, table: TableRef) -> LakeSchema:
+    def schema(self, table: TableRef, columns: Iterable[str] = ()) -> LakeSchema:
+        """The schema rows read with `columns` are staged and committed with: the lake table's
+        own once it exists (the catalog's before), and the catalog's type for each of `columns`
+        the table lacks (an ALTER the compaction has not folded yet: the commit adds it). Kept
+        until a read has a column it lacks."""
+        wanted = set(columns)
         found = self._schemas.get(table)
-        if found is None:
+        if found is None or not wanted <= set(found.names):
             if LakeTable.exists(self._root, table):
                 found = LakeTable.open(self._root, table).schema
+                if not wanted <= set(found.names):
+                    found = found.extended(self._describe(table).columns)
             else:
                 found = self._describe(table)
             self._schemas[table] = found
         return found
 
     def stage(self, table: TableRef, rows: Sequence[Row]) -> str:
-        return stage_rows(self._root, table, self.schema(table), rows)
+        columns = rows[0].keys() if rows else ()
+        return stage_rows(self._root, table, self.schema(table, columns), rows)
 
     def stage_chunk(
         self, source: ChunkSource, chunk: Chunk, key_columns: Sequence[str]
@@ -177,9 +189,9 @@ class LakeDirectTarget:
         if not isinstance(source, PostgresChunkSource):
             return stage_rows_read(self.stage, source, chunk, key_columns)
         read = source.read_chunk_text(chunk)
-        batch = self.schema(chunk.table).values_from_text(read.columns)
-        handle = stage_table(self._root, chunk.table, batch)
         columns = tuple(c.name for c in read.columns)
+        batch = self.schema(chunk.table, columns).values_from_text(read.columns)
+        handle = stage_table(self._root, chunk.table, batch)
         return StagedRead(handle, read.rows, read.last_key, read.invisible_txids, columns)
 
     def commit(
@@ -191,10 +203,12 @@ class LakeDirectTarget:
     ) -> int:
         # One commit at a time from this driver: chunks in flight together would otherwise
         # race for the table's next version and merge again after losing.
+        # The staged files' columns (their Parquet footers): Spark tasks staged them with
+        # schemas of their own, which may have columns this driver's lacks.
+        staged = {n for h in handles if Path(h).exists() for n in pq.read_schema(h).names}
         with self._committing:
-            return commit_staged(
-                self._root, table, handles, self.schema(table), record, key_columns
-            )
+            schema = self.schema(table, staged)
+            return commit_staged(self._root, table, handles, schema, record, key_columns)
 
     def discard(self, table: TableRef, handles: Sequence[str]) -> None:
         discard_staged(handles)

@@ -138,6 +138,11 @@ class LakeSchema:
     def column(self, name: str) -> LakeColumn | None:
         return next((c for c in self.columns if c.name == name), None)
 
+    def extended(self, columns: Iterable[LakeColumn]) -> LakeSchema:
+        """This schema and, after its columns, those of `columns` it lacks."""
+        added = tuple(c for c in columns if self.column(c.name) is None)
+        return replace(self, columns=self.columns + added)
+
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([c.field for c in self.columns] + list(POSITION_FIELDS))
 
@@ -179,8 +184,11 @@ class LakeSchema:
         return pa.Table.from_arrays(arrays, names=list(names))
 
     def positioned(self, values: pa.Table, commit: int, seq: int, op: str) -> pa.Table:
-        """`values` (`values_to_arrow`'s) all at one position, as rows the lake merges."""
+        """`values` (`values_to_arrow`'s) all at one position, as rows the lake merges; a
+        column `values` lacks (read before the source had it, or after it dropped it) is
+        null."""
         count = values.num_rows
+        have = set(values.column_names)
         constants = (
             pa.repeat(pa.scalar(_commit(commit), pa.int64()), count),
             pa.repeat(pa.scalar(seq, pa.int64()), count),
@@ -188,7 +196,10 @@ class LakeSchema:
             pa.repeat(pa.scalar(op), count),
             pa.nulls(count, pa.int64()),
         )
-        arrays = [*(values[c.name] for c in self.columns), *constants]
+        arrays = [
+            *(values[c.name] if c.name in have else pa.nulls(count, c.arrow) for c in self.columns),
+            *constants,
+        ]
         return pa.Table.from_arrays(arrays, schema=self.arrow_schema())
 
     def to_arrow(self, rows: Sequence[LakeRow]) -> pa.Table:

@@ -46,6 +46,7 @@ from airflow_provider_dblog.lake.schema import (
     DELETED,
     KEEP_PREFIX,
     SEQ,
+    TYPE_METADATA,
     LakeColumn,
     LakeSchema,
     LakeSchemaError,
@@ -55,6 +56,9 @@ from airflow_provider_dblog.lake.schema import (
 KEY_PROPERTY = "dblog.key"
 SOURCE_PROPERTY = "dblog.source"
 FLOOR_PROPERTY = "dblog.floor"
+UNFOLDED_METADATA = "dblog.unfolded"
+"""A column's metadata, "true" while a direct dump added the column and the compaction has not
+folded the schema event that added it in the source (`add_columns`, `unfolded`)."""
 PROGRESS_COMMIT = "dblog.compaction.commit"
 PROGRESS_SEQ = "dblog.compaction.seq"
 ATTEMPTS = 30
@@ -109,9 +113,12 @@ class LakeTable:
         self._delta = delta
 
     @classmethod
-    def open_or_create(cls, root: str | Path, table: TableRef, schema: LakeSchema) -> LakeTable:
+    def open_or_create(
+        cls, root: str | Path, table: TableRef, schema: LakeSchema, *, unfolded: bool = False
+    ) -> LakeTable:
         """The table, created empty with `schema` if it does not exist yet; columns of
-        `schema` the table lacks are added (null in the rows it holds)."""
+        `schema` the table lacks are added (null in the rows it holds), marked `unfolded` if
+        asked (see `add_columns`)."""
         uri = table_uri(root, table)
         if not DeltaTable.is_deltatable(uri):
             Path(uri).mkdir(parents=True, exist_ok=True)
@@ -132,7 +139,7 @@ class LakeTable:
                 f"the lake table of {table} is keyed by {list(found.key)}, the source by "
                 f"{list(schema.key)}: rebuild it (remove {uri} and dump the table again)"
             )
-        found.add_columns(schema.columns)
+        found.add_columns(schema.columns, unfolded=unfolded)
         return found
 
     @classmethod
@@ -202,18 +209,42 @@ class LakeTable:
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def add_columns(self, columns: Sequence[LakeColumn]) -> list[str]:
-        """Add the `columns` the table lacks (nullable); the names added."""
+    def add_columns(self, columns: Sequence[LakeColumn], *, unfolded: bool = False) -> list[str]:
+        """Add the `columns` the table lacks (nullable); the names added. `unfolded`: a direct
+        dump adds the columns it read before the compaction folded the schema event that added
+        them in the source; they are marked so, in the same commit, so that the compaction
+        still takes them for new at that event (their default written into older rows), then
+        clears the mark (`folded`)."""
 
         def add() -> list[str]:
             have = set(self.arrow_schema.names)
             new = [c for c in columns if c.name not in have]
             if new:
-                fields = [Field.from_arrow(c.field.with_nullable(True)) for c in new]
+                marks = {UNFOLDED_METADATA: "true"} if unfolded else {}
+                fields = [
+                    Field.from_arrow(
+                        pa.field(c.name, c.arrow, metadata={TYPE_METADATA: c.source_type, **marks})
+                    )
+                    for c in new
+                ]
                 self._delta.alter.add_columns(fields)
             return [c.name for c in new]
 
         return self._retried(add)
+
+    @property
+    def unfolded(self) -> frozenset[str]:
+        """The columns a direct dump added whose schema event the compaction has not folded."""
+        mark = UNFOLDED_METADATA.encode()
+        return frozenset(
+            f.name for f in self.arrow_schema if (f.metadata or {}).get(mark) == b"true"
+        )
+
+    def folded(self, name: str) -> None:
+        """Clear the `unfolded` mark of column `name`: its schema event is folded."""
+        self._retried(
+            lambda: self._delta.alter.set_column_metadata(name, {UNFOLDED_METADATA: "false"})
+        )
 
     def fill(self, column: LakeColumn, value: JsonValue, before: Position) -> None:
         """Set `column` to `value` in the rows positioned before `before`: the default of a

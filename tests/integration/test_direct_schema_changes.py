@@ -12,20 +12,40 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
+import psycopg
 import pytest
 
 from airflow_provider_dblog.core.direct import DumpMode
+from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Event, Op, TableRef
 from airflow_provider_dblog.core.log import LogItem, SchemaDescription, WatermarkWrite
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import Window
 from airflow_provider_dblog.core.schema import Column, TableSchema
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.dump.direct import InProcessDirectReader, StagedChunk
+from airflow_provider_dblog.dump.runner import run_dump
+from airflow_provider_dblog.lake.catalog import source_lake_schema
+from airflow_provider_dblog.lake.direct import LakeDirectTarget
+from airflow_provider_dblog.lake.table import LakeTable
+from airflow_provider_dblog.outputs import NdjsonOutput, read_events
 from airflow_provider_dblog.outputs.base import Output
-from airflow_provider_dblog.state import StateStore, WindowState
+from airflow_provider_dblog.sources.base import ChunkSource
+from airflow_provider_dblog.state import DumpState, StateStore, WindowState
 from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
 from airflow_provider_dblog.tailer.settings import TailerSettings
+from spark_jobs.compact import compact
+from tests.integration.e2e_support import (
+    Databases,
+    drop_databases,
+    make_databases,
+    wait_caught_up,
+)
+from tests.integration.test_end_to_end import InProcessTailer
+from tests.integration.test_spark_compact import read_lake
 
 pytestmark = pytest.mark.integration
 
@@ -155,3 +175,119 @@ def test_a_direct_read_with_other_columns_than_the_table_at_hw_fails(
     assert status.reason.startswith("schema_changed") and why in status.reason, status.reason
     assert store.directs.record_of(window.window_id) is None
     assert [e.position for e in output.events if e.op is Op.SCHEMA] == [DESCRIBED]
+
+
+ACCOUNTS = TableRef("public", "accounts")
+ROWS = 40
+
+
+@pytest.fixture
+def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
+    databases = make_databases(pg15, ROWS, target=False, seed_value=31)
+    yield databases
+    drop_databases(databases)
+
+
+class AlterAtRead:
+    """The in-process direct reader, but at the `at`-th read (counting retries) `sql` runs in
+    the source once: `before` the read (after its lw) or after it (before its hw)."""
+
+    def __init__(self, target: LakeDirectTarget, dsn: str, at: int, when: str, sql: str) -> None:
+        self._inner = InProcessDirectReader(target)
+        self._dsn, self._at, self._when, self._sql = dsn, at, when, sql
+        self.windows: list[str] = []
+
+    def read(
+        self,
+        store: StateStore,
+        source: ChunkSource,
+        window_id: str,
+        chunk: Chunk,
+        key_columns: tuple[str, ...],
+    ) -> StagedChunk | None:
+        self.windows.append(window_id)
+        now = len(self.windows) == self._at
+        if now and self._when == "before":
+            self._alter()
+        staged = self._inner.read(store, source, window_id, chunk, key_columns)
+        if now and self._when == "after":
+            self._alter()
+        return staged
+
+    def _alter(self) -> None:
+        with psycopg.connect(self._dsn, autocommit=True) as conn:
+            conn.execute(self._sql)
+
+    def prune_tombstones(self, table: TableRef, before: Position) -> int:
+        return self._inner.prune_tombstones(table, before)
+
+
+@pytest.mark.parametrize(
+    ("when", "sql"),
+    [
+        (
+            "after",
+            "ALTER TABLE accounts ADD COLUMN flag int DEFAULT 7; "
+            "UPDATE accounts SET flag = 9 WHERE id = (SELECT max(id) FROM accounts)",
+        ),
+        ("before", "ALTER TABLE accounts ADD COLUMN flag int DEFAULT 7"),
+    ],
+    ids=["alter-and-write-before-hw", "alter-the-log-has-not-shown"],
+)
+def test_a_direct_chunk_read_across_an_add_column_reaches_the_lake_with_it(
+    dbs: Databases, redis_server: RedisInfo, tmp_path: Path, when: str, sql: str
+) -> None:
+    """A direct dump of `accounts` in two chunks into the lake; the first is committed before
+    the ALTER ADD COLUMN flag DEFAULT 7, which comes with the second chunk's read:
+    - after the read, with a write the log shows before hw: the window fails (schema changed)
+      and the retry, read with `flag`, commits it;
+    - after lw, before the read, with no write: the log has not shown it at hw, the catalog
+      agrees with the read, so its schema event is emitted at hw and the chunk is committed.
+    Either way the lake table gains `flag` with the chunk's values at once, and once the
+    compaction folded the log (the schema event among it), every row holds the source's
+    value, the first chunk's rows the default (as DuckDB reads the table)."""
+    store = StateStore(redis_server.client(), dbs.config.name)
+    events, lake = tmp_path / "events", tmp_path / "lake"
+    describe = lambda t: source_lake_schema(dbs.config, t)  # noqa: E731
+    reader = AlterAtRead(LakeDirectTarget(lake, describe), dbs.source_dsn, 2, when, sql)
+    tailer = InProcessTailer(dbs, store, NdjsonOutput(events))
+    try:
+        with psycopg.connect(dbs.source_dsn, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE accounts SET owner = owner WHERE id = (SELECT min(id) FROM accounts)"
+            )
+        wait_caught_up(dbs)  # the log has described accounts: the tailer knows its columns
+        request = DumpRequest(
+            "alter", DumpKind.TABLE, (ACCOUNTS,), chunk_size=ROWS // 2, mode=DumpMode.DIRECT
+        )
+        store.dumps.create(request)
+        done = run_dump(store, dbs.source.chunk_source, "alter", direct=reader, window_timeout_s=10)
+        assert done is DumpState.DONE
+        wait_caught_up(dbs)
+    finally:
+        tailer.stop()
+
+    states = [store.windows.state(w) for w in reader.windows]
+    reasons = [(s.state, s.reason.split(":")[0]) for s in states if s is not None]
+    closed = (WindowState.CLOSED, "")
+    if when == "after":
+        assert reasons[:3] == [closed, (WindowState.FAILED, "schema_changed"), closed], reasons
+    else:
+        assert reasons[:2] == [closed, closed], reasons
+        record = store.directs.record_of(reader.windows[1])
+        assert record is not None
+        schemas = [e for e in read_events(events) if e.op is Op.SCHEMA and e.table == ACCOUNTS]
+        assert schemas[-1].position == record.hw_position, "the catalog's schema, at hw"
+    with psycopg.connect(dbs.source_dsn) as conn:
+        source = dict(conn.execute("SELECT id, flag FROM accounts").fetchall())
+    assert len(source) == ROWS and set(source.values()) <= {7, 9}
+
+    dumped = LakeTable.open(lake, ACCOUNTS).rows().to_pylist()
+    assert "flag" in dumped[0], "the commit added the column the read had"
+    flags = {r["id"]: r["flag"] for r in dumped}
+    second = sorted(flags)[ROWS // 2 :]
+    assert [flags[i] for i in second] == [source[i] for i in second], "the second chunk's values"
+
+    compact(None, events, lake, describe=describe)
+    folded = read_lake(lake, str(ACCOUNTS)).to_pylist()
+    assert {r["id"]: r["flag"] for r in folded} == source

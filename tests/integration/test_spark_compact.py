@@ -141,12 +141,13 @@ class Stream:
 
 def read_lake(output: Path, table: str) -> pa.Table:
     """A lake table's current rows as DuckDB reads them: the Parquet files of the table's
-    latest Delta version (its log lists them), tombstones left out."""
+    latest Delta version (its log lists them), tombstones left out; a column a file lacks (added
+    after the file was written) is null there, as Delta reads it."""
     lake = LakeTable.open(output, TableRef.parse(table))
     files = lake.delta.file_uris()
     if not files:
         return pa.table({})
-    query = "SELECT * FROM read_parquet($files) WHERE NOT _dblog_deleted"
+    query = "SELECT * FROM read_parquet($files, union_by_name = true) WHERE NOT _dblog_deleted"
     return pa.table(duckdb.sql(query, params={"files": files}).arrow())
 
 
