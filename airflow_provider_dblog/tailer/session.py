@@ -64,7 +64,12 @@ from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.sources.base import LogReader, StampsSchemaVersions
 from airflow_provider_dblog.state import FencedOut, MissingRows, StateStore, StoredRows
 from airflow_provider_dblog.tailer.settings import TailerSettings
-from airflow_provider_dblog.tailer.writer import SchemaDurable, WindowDurable, Writer
+from airflow_provider_dblog.tailer.writer import (
+    DirectDurable,
+    SchemaDurable,
+    WindowDurable,
+    Writer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +194,7 @@ class Session:
             leadership.token,
             settings,
             schemas=store.tailer,
+            directs=store.directs,
             batch_seconds=stats.output_batch_seconds,
         )
         self._stamped = False
@@ -196,6 +202,8 @@ class Session:
         if isinstance(reader, StampsSchemaVersions):
             reader.use_schema_versions(self._schemas.versions)
             self._stamped = True
+        self._schema_at: dict[TableRef, Position] = {}
+        """Where each table's last schema event of this session is (`_record_direct`)."""
         self._opened_at: dict[str, float] = {}
         self._acknowledged = 0
         self._handed_commit = 0
@@ -363,6 +371,7 @@ class Session:
         # a chunk could have read; the check at hw (`_emit_chunk`) still compares them.
         self._table_event(event, ends_windows=known.version > 1 or after_ddl)
         self._writer.put(SchemaDurable(known))
+        self._schema_at[table] = position
 
     def _table_event(self, event: Event, *, ends_windows: bool = True) -> None:
         """Emit a table-level event at once; the windows of its table it ends are retried."""
@@ -414,7 +423,8 @@ class Session:
         with other columns than the table's at hw, fails the window; the catalog's schema that
         agrees with the read is emitted at hw, before the dump's rows, positioned after it);
         then the keys changed inside the window and hw's position are recorded and the window
-        closed, in one move, without waiting for the output (`state/direct.py` says why)."""
+        closed, in one move, without waiting for the output (`state/direct.py` says why), but
+        for a table whose schema event is not durable yet."""
         window = closed.window
         stored = self._stored_rows(window, "the reads' transactions are not in the store")
         if (
@@ -426,7 +436,14 @@ class Session:
         record = DirectRecord(
             window.window_id, closed.lw_position, closed.hw_position, closed.changed_keys
         )
-        if self._store.directs.record(record, self._token):
+        schema_at = self._schema_at.get(window.table)
+        if schema_at is not None and schema_at.commit > self._writer.durable_commit:
+            # The table's schema event is not durable yet (emitted at this hw, or a moment
+            # ago from the log): recorded once it is, so the target has the columns before
+            # the dump writes rows read with them, and a tailer that dies first records nothing.
+            self._writer.put(DirectDurable(record))
+            self._stats.windows_closed += 1
+        elif self._store.directs.record(record, self._token):
             self._stats.windows_closed += 1
 
     def _stored_rows(self, window: Window, missing: str) -> StoredRows | None:

@@ -6,7 +6,9 @@ over when the list is full or before the next other item, so order is kept. A
 mark takes effect only once everything handed over before it is durable: `TransactionEnd`
 moves the durable commit (what may be acknowledged to the source), `WindowDurable` closes the
 window in the store (what lets the dump move its progress), `SchemaDurable` saves a table's
-schema and version in the store (what a restarted tailer numbers from).
+schema and version in the store (what a restarted tailer numbers from), `DirectDurable` records a
+direct window whose table's schema event was not durable yet at its hw (what lets the dump write
+rows read with that schema's columns).
 
 A writer that fails keeps its error and stops taking items; `put` and `check` raise that error
 in the session's thread, so the reader never blocks on a dead writer.
@@ -27,6 +29,7 @@ from typing import Final, Protocol
 
 from prometheus_client import Histogram
 
+from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.encoded_rows import EncodedEvent, PageLines
 from airflow_provider_dblog.core.event import Event
 from airflow_provider_dblog.core.log import TransactionEnd
@@ -53,6 +56,18 @@ class SchemaDurable:
     """Save the schema once everything handed over before it (its event) is durable."""
 
     known: KnownSchema
+
+
+@dataclass(frozen=True, slots=True)
+class DirectDurable:
+    """Record a direct window (and close it) once everything handed over before it is
+    durable."""
+
+    record: DirectRecord
+
+
+class DirectRecorder(Protocol):
+    def record(self, record: DirectRecord, token: int) -> bool: ...
 
 
 class WindowCloser(Protocol):
@@ -177,6 +192,7 @@ class Writer(threading.Thread):
         settings: TailerSettings,
         *,
         schemas: SchemaSaver,
+        directs: DirectRecorder,
         batch_seconds: Histogram | None = None,
     ) -> None:
         super().__init__(name="dblog-writer", daemon=True)
@@ -185,6 +201,7 @@ class Writer(threading.Thread):
         """Observes how long each output write takes (once per batch)."""
         self._windows = windows
         self._schemas = schemas
+        self._directs = directs
         self._token = token
         self._limit = max(1, settings.batch_events)
         self._queue = Buffer(settings.buffer_items)
@@ -311,3 +328,5 @@ class Writer(threading.Thread):
                 self._windows.close(item.window_id, self._token)
             elif isinstance(item, SchemaDurable):
                 self._schemas.save_schema(item.known, self._token)
+            elif isinstance(item, DirectDurable):
+                self._directs.record(item.record, self._token)

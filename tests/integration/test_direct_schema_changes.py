@@ -12,12 +12,13 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from airflow_provider_dblog.core.direct import DumpMode
+from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Event, Op, TableRef
 from airflow_provider_dblog.core.log import LogItem, SchemaDescription, WatermarkWrite
@@ -52,17 +53,25 @@ pytestmark = pytest.mark.integration
 ORDERS = TableRef("public", "orders")
 DESCRIBED = Position(10, 0)
 LW, HW = Position(20, 0), Position(30, 0)
+WAIT_S = 30.0
 
 
 def schema(*names: str) -> TableSchema:
     return TableSchema(tuple(Column(n, "integer", n != "id", None) for n in names), ("id",))
 
 
-class ListOutput(Output):
+class HeldOutput(Output):
+    """Takes the events once `released`: until then a write waits, as an output slow to make
+    its batch durable."""
+
     def __init__(self) -> None:
         self.events: list[Event] = []
+        self.writing = threading.Event()
+        self.released = threading.Event()
 
     def write(self, events: Sequence[Event], token: int) -> None:
+        self.writing.set()
+        assert self.released.wait(WAIT_S), "the test never released the output"
         self.events.extend(events)
 
     def close(self) -> None:
@@ -70,14 +79,17 @@ class ListOutput(Output):
 
 
 class ScriptedReader:
-    """A `LogReader` of a few items; `describe` answers with the catalog's schema now."""
+    """A `LogReader` of a few items, then `read_all`; `describe` answers with the catalog's
+    schema now."""
 
     def __init__(self, items: list[LogItem], catalog: TableSchema) -> None:
         self._items, self._catalog = items, catalog
         self.described: list[TableRef] = []
+        self.read_all = threading.Event()
 
     def items(self) -> Iterator[LogItem]:
         yield from self._items
+        self.read_all.set()  # the session asked for more: it handled every item
 
     def acknowledge(self, commit: int) -> str | None:
         return None
@@ -96,11 +108,20 @@ def store(redis_server: RedisInfo) -> Iterator[StateStore]:
         yield StateStore(client, f"test-{uuid.uuid4().hex[:12]}")
 
 
-def direct_hw(
-    store: StateStore, parts: list[tuple[str, ...]], catalog: TableSchema
-) -> tuple[Window, ListOutput, ScriptedReader]:
+@dataclass(frozen=True)
+class Hw:
+    window: Window
+    events: list[Event]
+    described: list[TableRef]
+    """The tables whose catalog the session asked about."""
+    held: DirectRecord | None
+    """The window's record while the output held the batches handed over up to hw."""
+
+
+def direct_hw(store: StateStore, parts: list[tuple[str, ...]], catalog: TableSchema) -> Hw:
     """A session that knows `orders` as (id, note) meets lw and hw of a direct window whose
-    reads stored `parts` (one column list a part) and no row."""
+    reads stored `parts` (one column list a part) and no row; its output holds every write
+    until the session has handled hw."""
     window = Window(uuid.uuid4().hex, "dump", ORDERS, DumpMode.DIRECT)
     store.windows.register(window, "lw-" + window.window_id, "hw-" + window.window_id, {}, 60)
     for part, columns in enumerate(parts):
@@ -115,8 +136,8 @@ def direct_hw(
         ],
         catalog,
     )
-    output = ListOutput()
-    Session(
+    output = HeldOutput()
+    session = Session(
         source_name="test",
         db="db",
         reader=reader,
@@ -125,8 +146,23 @@ def direct_hw(
         leadership=Leadership("test", token),
         settings=TailerSettings(),
         stats=TailerStats(),
-    ).run(threading.Event())
-    return window, output, reader
+    )
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            session.run(threading.Event())
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert reader.read_all.wait(WAIT_S) and output.writing.wait(WAIT_S)
+    held = store.directs.record_of(window.window_id)
+    output.released.set()
+    thread.join(WAIT_S)
+    assert not thread.is_alive() and not failures, failures
+    return Hw(window, output.events, reader.described, held)
 
 
 def test_a_direct_read_the_catalog_agrees_with_is_recorded_after_its_schema_event(
@@ -134,18 +170,20 @@ def test_a_direct_read_the_catalog_agrees_with_is_recorded_after_its_schema_even
 ) -> None:
     """The read had a column the log has not shown yet (no write since the ALTER): the catalog
     agrees with it, so the schema is emitted at hw, before the dump's rows (positioned after
-    hw), and the window is recorded."""
+    hw), and the window is recorded once the schema event is durable (the output, or the lake
+    that takes the dump's rows, has the column before they come)."""
     read_with = ("id", "note", "flag")
-    window, output, reader = direct_hw(store, [read_with], schema(*read_with))
-    status = store.windows.state(window.window_id)
+    hw = direct_hw(store, [read_with], schema(*read_with))
+    status = store.windows.state(hw.window.window_id)
     assert status is not None and status.state is WindowState.CLOSED, status
-    record = store.directs.record_of(window.window_id)
+    record = store.directs.record_of(hw.window.window_id)
     assert record is not None and record.hw_position == HW
-    schemas = [e for e in output.events if e.op is Op.SCHEMA]
+    assert hw.held is None, "recorded only once the schema event at hw was durable"
+    schemas = [e for e in hw.events if e.op is Op.SCHEMA]
     assert [(e.position, e.schema_version) for e in schemas] == [(DESCRIBED, 1), (HW, 2)]
-    assert schemas[-1].table_schema == schema("id", "note", "flag")
+    assert schemas[-1].table_schema == schema(*read_with)
     assert record.rows_position > schemas[-1].position
-    assert reader.described == [ORDERS]
+    assert hw.described == [ORDERS]
 
 
 @pytest.mark.parametrize(
@@ -164,17 +202,17 @@ def test_a_direct_read_with_other_columns_than_the_table_at_hw_fails(
     ALTER, fail the window (the dump retries the chunk) and nothing is recorded. A read with the
     columns the log last showed passes: an ALTER after it that the log has not shown yet comes
     out at the table's next change, after hw, as it does for a sequenced chunk."""
-    window, output, _ = direct_hw(store, parts, catalog)
-    status = store.windows.state(window.window_id)
+    hw = direct_hw(store, parts, catalog)
+    status = store.windows.state(hw.window.window_id)
     assert status is not None
     if why is None:
         assert status.state is WindowState.CLOSED, status
-        assert store.directs.record_of(window.window_id) is not None
+        assert store.directs.record_of(hw.window.window_id) is not None
         return
     assert status.state is WindowState.FAILED, status
     assert status.reason.startswith("schema_changed") and why in status.reason, status.reason
-    assert store.directs.record_of(window.window_id) is None
-    assert [e.position for e in output.events if e.op is Op.SCHEMA] == [DESCRIBED]
+    assert store.directs.record_of(hw.window.window_id) is None
+    assert [e.position for e in hw.events if e.op is Op.SCHEMA] == [DESCRIBED]
 
 
 ACCOUNTS = TableRef("public", "accounts")

@@ -139,6 +139,7 @@ def test_the_writer_times_each_output_write_once() -> None:
         1,
         TailerSettings(batch_events=2, buffer_items=100),
         schemas=journal.windows,
+        directs=journal.windows,
         batch_seconds=stats.output_batch_seconds,
     )
     for item in [event(1, 0), event(1, 1), event(1, 2), TransactionEnd(1), STOP]:

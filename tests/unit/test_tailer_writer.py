@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.encoded_rows import EncodedEvent, PageLines, encode_rows
 from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, TableRef
 from airflow_provider_dblog.core.log import TransactionEnd
@@ -21,6 +22,7 @@ from airflow_provider_dblog.tailer import TailerSettings
 from airflow_provider_dblog.tailer.writer import (
     STOP,
     Buffer,
+    DirectDurable,
     SchemaDurable,
     WindowDurable,
     Writer,
@@ -65,12 +67,24 @@ class ClosedWindows:
         self.entries.append(("schema", known.table, known.version))
         return True
 
+    def record(self, record: DirectRecord, token: int) -> bool:
+        self.entries.append(("recorded", record.window_id))
+        return True
+
+
+def new_writer(output: Journal, settings: TailerSettings) -> Writer:
+    """A writer with token 1 whose store moves (windows closed, schemas saved, direct windows
+    recorded) go into the output's journal."""
+    return Writer(
+        output, output.windows, 1, settings, schemas=output.windows, directs=output.windows
+    )
+
 
 def run_writer(items: list[object], batch_events: int) -> tuple[list[Any], Writer]:
     """All items queued before the writer runs, so its batches do not depend on timing."""
     journal = Journal()
     settings = TailerSettings(batch_events=batch_events, buffer_items=1000)
-    writer = Writer(journal, journal.windows, 1, settings, schemas=journal.windows)
+    writer = new_writer(journal, settings)
     for item in [*items, STOP]:
         writer.put(item)
     writer.run()
@@ -119,6 +133,22 @@ def test_a_schema_is_saved_only_after_its_event_is_written_and_before_the_commit
     entries, writer = run_writer(items, 10)
     assert entries == [[Position(3, 0), Position(3, 1)], ("schema", TableRef("app", "t"), 2)]
     assert writer.durable_commit == 3
+
+
+def test_a_direct_window_held_back_is_recorded_only_after_its_schema_event_is_written() -> None:
+    """A direct window whose table's schema event was not durable at its hw: its record waits
+    for it, so the dump writes rows read with the new columns only into a target that has them."""
+    schema = TableSchema((Column("id", "integer", False, None),), ("id",))
+    known = KnownSchema(TableRef("app", "t"), 2, schema, Position(4, 0))
+    record = DirectRecord("w1", Position(3, 0), Position(4, 0), frozenset())
+    items = [event(4, 0), SchemaDurable(known), DirectDurable(record), event(4, 1)]
+    entries, _ = run_writer(items, 1)
+    assert entries == [
+        [Position(4, 0)],
+        ("schema", TableRef("app", "t"), 2),
+        ("recorded", "w1"),
+        [Position(4, 1)],
+    ]
 
 
 def test_the_buffer_is_bounded_by_events_not_items() -> None:
@@ -253,9 +283,7 @@ def test_a_failed_writer_raises_its_error_in_the_session_instead_of_blocking(
     """The reader keeps handing items over a buffer of two: once the writer has died on its
     first write, `put` raises the writer's own error rather than waiting on a full buffer."""
     output = Failing(error)
-    writer = Writer(
-        output, output.windows, 1, TailerSettings(buffer_items=2), schemas=output.windows
-    )
+    writer = new_writer(output, TailerSettings(buffer_items=2))
     writer.start()
     with pytest.raises(type(error), match=str(error)):
         for i in range(10_000):
@@ -268,9 +296,7 @@ def test_a_failed_writer_raises_its_error_in_the_session_instead_of_blocking(
 
 def test_finish_writes_everything_and_halt_drops_what_is_buffered() -> None:
     journal = Journal()
-    writer = Writer(
-        journal, journal.windows, 1, TailerSettings(batch_events=10), schemas=journal.windows
-    )
+    writer = new_writer(journal, TailerSettings(batch_events=10))
     writer.start()
     writer.put([event(1, 0), event(1, 1)])
     writer.put(TransactionEnd(1))
@@ -278,7 +304,7 @@ def test_finish_writes_everything_and_halt_drops_what_is_buffered() -> None:
     assert journal.entries == [[Position(1, 0), Position(1, 1)]]
     assert writer.durable_commit == 1
 
-    halted = Writer(journal, journal.windows, 1, TailerSettings(), schemas=journal.windows)
+    halted = new_writer(journal, TailerSettings())
     halted.put(event(2, 0))  # buffered before the thread runs: dropped by the halt
     assert halted.halt(1.0)
     halted.start()
@@ -293,9 +319,7 @@ def test_log_events_are_handed_over_in_lists_in_order_with_every_other_item() ->
     is handed over: the writer sees them in the order they were handed, and a list at most
     `batch_events` long."""
     journal = Journal()
-    writer = Writer(
-        journal, journal.windows, 1, TailerSettings(batch_events=3), schemas=journal.windows
-    )
+    writer = new_writer(journal, TailerSettings(batch_events=3))
     for seq in range(4):
         writer.put_event(event(1, seq))
     writer.put(TransactionEnd(1))
