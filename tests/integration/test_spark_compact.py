@@ -26,6 +26,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from airflow_provider_dblog.compaction import STATE_FILE, CompactState
+from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import (
     Event,
@@ -45,8 +46,15 @@ from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.lake.catalog import source_lake_schema
-from airflow_provider_dblog.lake.direct import STAGED
-from airflow_provider_dblog.lake.schema import COMMIT, DELETED, POSITION_COLUMNS, SEQ, LakeRow
+from airflow_provider_dblog.lake.direct import STAGED, LakeDirectTarget
+from airflow_provider_dblog.lake.schema import (
+    COMMIT,
+    DELETED,
+    POSITION_COLUMNS,
+    SEQ,
+    LakeRow,
+    lake_schema,
+)
 from airflow_provider_dblog.lake.table import LakeTable
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
 from airflow_provider_dblog.state import DumpState
@@ -219,6 +227,39 @@ def test_an_added_column_reaches_the_lake_with_its_default(tmp_path: Path) -> No
     users = lake_state(output, "app.users")
     assert str(users.pop((99,))["score"]) == "7.0"
     assert users and {str(r["score"]) for r in users.values()} == {"2.5"}
+
+
+def test_a_column_a_direct_dump_added_first_still_gets_its_default(tmp_path: Path) -> None:
+    """A direct chunk read after an ADD COLUMN commits before the compaction folds the ALTER:
+    the commit adds the column (marked unfolded), and the fold still writes the default into
+    the rows before the ALTER, not into the chunk's; a later schema event refills nothing."""
+    stream, events_dir, output = Stream(13), tmp_path / "events", tmp_path / "lake"
+    users = TableRef("app", "users")
+    write(events_dir, stream.batch(30), [])
+    compact(None, events_dir, output)
+    score = Column("score", "numeric(6,1)", True, "'2.5'::numeric")
+    added = stream.schema_event("users", described("users", [score]))
+    schema = lake_schema("postgres", users, described("users", [score]))
+    target = LakeDirectTarget(output, {users: schema}.__getitem__)
+    row = {"id": 99, "n": 1.0, "tags": [], "big": "x", "score": "7.0"}
+    hw = Position(stream.commit + 5, 0)
+    handles = [target.stage(users, [row])]
+    record = DirectRecord("w", Position(hw.commit - 1, 0), hw, frozenset())
+    assert target.commit(users, handles, record, ("id",)) == 1
+    assert LakeTable.open(output, users).unfolded == {"score"}
+
+    write(events_dir, [added], [])
+    compact(None, events_dir, output)
+    assert LakeTable.open(output, users).unfolded == frozenset()
+    scores = {k: str(r["score"]) for k, r in lake_state(output, "app.users").items()}
+    assert scores.pop((99,)) == "7.0" and set(scores.values()) == {"2.5"}
+
+    stream.commit += 10  # after the chunk's rows
+    note = Column("note", "text", True, "'n'::text")
+    write(events_dir, [stream.schema_event("users", described("users", [score, note]))], [])
+    compact(None, events_dir, output)
+    again = {k: str(r["score"]) for k, r in lake_state(output, "app.users").items()}
+    assert again.pop((99,)) == "7.0" and set(again.values()) == {"2.5"}
 
 
 def test_a_run_removes_the_direct_dumps_stale_staged_files(tmp_path: Path) -> None:
