@@ -19,7 +19,9 @@ its last truncate are dropped, and the merge removes stored rows below it. A sch
 adds the columns the table lacks (ADD COLUMN; a constant default is written into the rows
 positioned before it, other defaults leave them null); a column a direct dump added first (it
 read the column before this event was folded: `LakeTable.add_columns`, `unfolded`) counts as
-added by the event all the same; a column the source dropped stays in
+added by the event all the same, and each column added is recorded with the event's position
+and its constant default (`LakeTable.folded`: for a direct chunk read before the event and
+committed after the fold); a column the source dropped stays in
 the lake, null in rows written whole after the drop (an update folded without an earlier image
 of its row keeps the stored value there, as it keeps an unchanged TOASTed one); a type change
 keeps the lake column's type (a value it cannot hold stops the run, saying to rebuild the

@@ -403,8 +403,7 @@ class TableFold:
                 self.added[name] = AddedColumn((position.commit, position.seq), default)
                 if default is not None:
                     lake.fill(column, default, position)
-                if name in unfolded:
-                    lake.folded(name)
+                lake.folded(name, position, default)
         self.schema = lake.schema
 
     def add(self, item: tuple[str, Folded]) -> None:

@@ -21,6 +21,15 @@ Every row is positioned just after hw, so a row the log changed after hw (a late
 never overwritten by the dump's, and a delete after hw, folded first, leaves a tombstone the
 dump's row does not pass (`LakeTable`). Committing the same handles again is harmless (the merge
 is idempotent); a handle whose file is gone was committed and removed already and is skipped.
+
+Columns. The tailer checked at hw that the chunk was read with the table's columns then, so the
+rows carry exactly those: a staged file holds the columns its read had. A column the read has
+and the table lacks (an ADD COLUMN the compaction has not folded yet) is added by the commit,
+marked unfolded, so the fold still writes its default into the rows before the ALTER; a column
+the table has and the read lacks is null in the chunk's rows (dropped in the source since), or
+the constant default of an ADD COLUMN positioned after hw the compaction folded before this
+commit (`LakeTable.added_defaults`).
+
 The staging directory must be on storage every executor and the driver reach at the same path
 (a shared file system), like the lake root itself. Files of a chunk that was never committed (a
 driver killed between staging and commit) stay in `<root>/_dblog_staged/`;
@@ -99,8 +108,10 @@ def commit_staged(
     if record.changed_keys and values.num_rows:
         values = _without_keys(values, schema.keys_to_arrow(record.changed_keys, key_columns))
     position = record.rows_position
-    batch = schema.positioned(values, position.commit, position.seq, "r")
     lake = LakeTable.open_or_create(root, table, schema, unfolded=True)
+    schema = schema.extended(lake.schema.columns)  # the compaction may have added some since
+    defaults = lake.added_defaults(position)  # of an ALTER after hw the compaction folded
+    batch = schema.positioned(values, position.commit, position.seq, "r", defaults)
     written = lake.merge(batch, metadata={"dblog.operation": "direct dump"})
     discard_staged(present)
     return written.rows
@@ -178,8 +189,13 @@ class LakeDirectTarget:
         return found
 
     def stage(self, table: TableRef, rows: Sequence[Row]) -> str:
-        columns = rows[0].keys() if rows else ()
-        return stage_rows(self._root, table, self.schema(table, columns), rows)
+        """Stage `rows`: the columns they have alone (a column they lack is the commit's to
+        fill)."""
+        if not rows:
+            return stage_rows(self._root, table, self.schema(table), rows)
+        columns = rows[0].keys()
+        schema = self.schema(table, columns).restricted(columns)
+        return stage_rows(self._root, table, schema, rows)
 
     def stage_chunk(
         self, source: ChunkSource, chunk: Chunk, key_columns: Sequence[str]
@@ -190,7 +206,8 @@ class LakeDirectTarget:
             return stage_rows_read(self.stage, source, chunk, key_columns)
         read = source.read_chunk_text(chunk)
         columns = tuple(c.name for c in read.columns)
-        batch = self.schema(chunk.table, columns).values_from_text(read.columns)
+        schema = self.schema(chunk.table, columns).restricted(columns)
+        batch = schema.values_from_text(read.columns)
         handle = stage_table(self._root, chunk.table, batch)
         return StagedRead(handle, read.rows, read.last_key, read.invisible_txids, columns)
 

@@ -138,6 +138,11 @@ class LakeSchema:
     def column(self, name: str) -> LakeColumn | None:
         return next((c for c in self.columns if c.name == name), None)
 
+    def restricted(self, names: Iterable[str]) -> LakeSchema:
+        """This schema's columns among `names` alone."""
+        kept = set(names)
+        return replace(self, columns=tuple(c for c in self.columns if c.name in kept))
+
     def extended(self, columns: Iterable[LakeColumn]) -> LakeSchema:
         """This schema and, after its columns, those of `columns` it lacks."""
         added = tuple(c for c in columns if self.column(c.name) is None)
@@ -183,10 +188,17 @@ class LakeSchema:
             arrays.append(column_array(column, [k[index] for k in keys], self.table))
         return pa.Table.from_arrays(arrays, names=list(names))
 
-    def positioned(self, values: pa.Table, commit: int, seq: int, op: str) -> pa.Table:
+    def positioned(
+        self,
+        values: pa.Table,
+        commit: int,
+        seq: int,
+        op: str,
+        defaults: Mapping[str, JsonValue] | None = None,
+    ) -> pa.Table:
         """`values` (`values_to_arrow`'s) all at one position, as rows the lake merges; a
-        column `values` lacks (read before the source had it, or after it dropped it) is
-        null."""
+        column `values` lacks (read before the source had it, or after it dropped it) holds
+        its value in `defaults`, else null."""
         count = values.num_rows
         have = set(values.column_names)
         constants = (
@@ -196,8 +208,16 @@ class LakeSchema:
             pa.repeat(pa.scalar(op), count),
             pa.nulls(count, pa.int64()),
         )
+        defaults = defaults or {}
         arrays = [
-            *(values[c.name] if c.name in have else pa.nulls(count, c.arrow) for c in self.columns),
+            *(
+                values[c.name]
+                if c.name in have
+                else column_array(c, [defaults[c.name]] * count, self.table)
+                if c.name in defaults
+                else pa.nulls(count, c.arrow)
+                for c in self.columns
+            ),
             *constants,
         ]
         return pa.Table.from_arrays(arrays, schema=self.arrow_schema())

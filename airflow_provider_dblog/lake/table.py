@@ -59,6 +59,11 @@ FLOOR_PROPERTY = "dblog.floor"
 UNFOLDED_METADATA = "dblog.unfolded"
 """A column's metadata, "true" while a direct dump added the column and the compaction has not
 folded the schema event that added it in the source (`add_columns`, `unfolded`)."""
+ADDED_METADATA = "dblog.added"
+"""A column's metadata once the compaction folded the schema event that added it: JSON
+`{"at": [commit, seq], "default": value}`, where, and the constant default the rows positioned
+before it hold (null: none). A direct chunk read before that event whose commit comes after
+the fold gives its rows the default from here (`added_defaults`)."""
 PROGRESS_COMMIT = "dblog.compaction.commit"
 PROGRESS_SEQ = "dblog.compaction.seq"
 ATTEMPTS = 30
@@ -240,11 +245,25 @@ class LakeTable:
             f.name for f in self.arrow_schema if (f.metadata or {}).get(mark) == b"true"
         )
 
-    def folded(self, name: str) -> None:
-        """Clear the `unfolded` mark of column `name`: its schema event is folded."""
-        self._retried(
-            lambda: self._delta.alter.set_column_metadata(name, {UNFOLDED_METADATA: "false"})
-        )
+    def folded(self, name: str, at: Position, default: JsonValue) -> None:
+        """Record in column `name`'s metadata that the schema event at `at` that added it, with
+        the constant default `default`, is folded (and clear its `unfolded` mark)."""
+        added = json.dumps({"at": at.to_json(), "default": default})
+        metadata = {ADDED_METADATA: added, UNFOLDED_METADATA: "false"}
+        self._retried(lambda: self._delta.alter.set_column_metadata(name, metadata))
+
+    def added_defaults(self, before: Position) -> dict[str, JsonValue]:
+        """The constant defaults of the columns whose ADD the compaction folded at a position
+        after `before`: what a row positioned at `before`, read without them, holds."""
+        found: dict[str, JsonValue] = {}
+        for field in self.arrow_schema:
+            text = (field.metadata or {}).get(ADDED_METADATA.encode())
+            if text is None:
+                continue
+            added = json.loads(text)
+            if Position.from_json(added["at"]) > before and added["default"] is not None:
+                found[field.name] = added["default"]
+        return found
 
     def fill(self, column: LakeColumn, value: JsonValue, before: Position) -> None:
         """Set `column` to `value` in the rows positioned before `before`: the default of a

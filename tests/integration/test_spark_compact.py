@@ -232,7 +232,8 @@ def test_an_added_column_reaches_the_lake_with_its_default(tmp_path: Path) -> No
 def test_a_column_a_direct_dump_added_first_still_gets_its_default(tmp_path: Path) -> None:
     """A direct chunk read after an ADD COLUMN commits before the compaction folds the ALTER:
     the commit adds the column (marked unfolded), and the fold still writes the default into
-    the rows before the ALTER, not into the chunk's; a later schema event refills nothing."""
+    the rows before the ALTER, not into the chunk's; a chunk read before the ALTER and
+    committed after the fold gets the default too; a later schema event refills nothing."""
     stream, events_dir, output = Stream(13), tmp_path / "events", tmp_path / "lake"
     users = TableRef("app", "users")
     write(events_dir, stream.batch(30), [])
@@ -253,6 +254,15 @@ def test_a_column_a_direct_dump_added_first_still_gets_its_default(tmp_path: Pat
     assert LakeTable.open(output, users).unfolded == frozenset()
     scores = {k: str(r["score"]) for k, r in lake_state(output, "app.users").items()}
     assert scores.pop((99,)) == "7.0" and set(scores.values()) == {"2.5"}
+
+    # A chunk read before the ALTER (hw before it) whose commit comes after the fold: its
+    # rows hold the default the fold wrote into the others.
+    late = Position(added.position.commit - 1, 5)
+    old = {"id": 98, "n": 2.0, "tags": [], "big": "y"}
+    handles = [target.stage(users, [old])]
+    record = DirectRecord("w2", Position(late.commit - 1, 0), late, frozenset())
+    assert target.commit(users, handles, record, ("id",)) == 1
+    assert str(lake_state(output, "app.users")[(98,)]["score"]) == "2.5"
 
     stream.commit += 10  # after the chunk's rows
     note = Column("note", "text", True, "'n'::text")
