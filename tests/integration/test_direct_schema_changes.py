@@ -34,6 +34,7 @@ from airflow_provider_dblog.lake.direct import LakeDirectTarget
 from airflow_provider_dblog.lake.table import LakeTable
 from airflow_provider_dblog.outputs import NdjsonOutput, read_events
 from airflow_provider_dblog.outputs.base import Output
+from airflow_provider_dblog.outputs.sql_apply import SqlApplyOutput, SqlDirectTarget
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state import DumpState, StateStore, WindowState
 from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
@@ -329,3 +330,45 @@ def test_a_direct_chunk_read_across_an_add_column_reaches_the_lake_with_it(
     compact(None, events, lake, describe=describe)
     folded = read_lake(lake, str(ACCOUNTS)).to_pylist()
     assert {r["id"]: r["flag"] for r in folded} == source
+
+
+@pytest.fixture
+def with_target(pg15: PostgresInfo) -> Iterator[Databases]:
+    databases = make_databases(pg15, ROWS, target=True, seed_value=32)
+    yield databases
+    drop_databases(databases)
+
+
+def test_rows_read_with_a_column_sql_apply_adds_reach_it_after_the_column(
+    with_target: Databases, redis_server: RedisInfo
+) -> None:
+    """After an ALTER with a volatile default and no write (the README says: dump the table),
+    a direct dump into SQL apply: the first chunk's read shows the column, the tailer emits the
+    catalog's schema at hw and records the window only once SQL apply added the column (with
+    random values of its own; the order itself is shown by the scripted session above), so
+    the dump's rows bring the source's values over them."""
+    dbs = with_target
+    store = StateStore(redis_server.client(), dbs.config.name)
+    target = SqlDirectTarget(dbs.target_dsn, dbs.config.name)
+    tailer = InProcessTailer(dbs, store, SqlApplyOutput(dbs.target_dsn, monotonic=True))
+    try:
+        with psycopg.connect(dbs.source_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE accounts SET owner = owner WHERE id = 1")
+            wait_caught_up(dbs)  # the tailer knows accounts' columns, and so does the target
+            conn.execute("ALTER TABLE accounts ADD COLUMN flag int DEFAULT (random() * 1e6)::int")
+        request = DumpRequest(
+            "sql", DumpKind.TABLE, (ACCOUNTS,), chunk_size=ROWS // 2, mode=DumpMode.DIRECT
+        )
+        store.dumps.create(request)
+        reader = InProcessDirectReader(target)
+        done = run_dump(store, dbs.source.chunk_source, "sql", direct=reader, window_timeout_s=10)
+        assert done is DumpState.DONE
+        wait_caught_up(dbs)
+    finally:
+        tailer.stop()
+        target.close()
+    flags = []
+    for dsn in (dbs.source_dsn, dbs.target_dsn):
+        with psycopg.connect(dsn) as conn:
+            flags.append(dict(conn.execute("SELECT id, flag FROM accounts").fetchall()))
+    assert len(flags[0]) == ROWS and flags[1] == flags[0]
