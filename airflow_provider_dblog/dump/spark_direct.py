@@ -5,13 +5,13 @@ is). No row passes through Redis or the tailer. The tasks' functions live in thi
 in `spark_jobs/`, because the package is what executors are sent.
 
 A chunk is one Spark job of one task per sub-range: each task reads and stages its sub-range on
-its own connection (`DirectTarget.stage_chunk`: the rows as read, unfiltered, unpositioned),
-stores only the read's invisible transactions and columns for the window
-(`WindowStore.append_rows` with no row) and brings back its count, last key and handle. The
-driver writes hw, waits for the tailer's record and commits the handles with it (the recorded
-keys dropped there), and only then does the dump's progress move. A task never waits for the
-tailer or the driver, so a chunk needs no more task slots than the cluster has free, and
-nothing is kept in Spark between jobs.
+its worker's connections (`task_connections.py`; `DirectTarget.stage_chunk`: the rows as read,
+unfiltered, unpositioned), stores only the read's invisible transactions and columns for the
+window (`WindowStore.append_rows` with no row) and brings back its count, last key and handle.
+The driver writes hw, waits for the tailer's record and commits the handles with it (the
+recorded keys dropped there), and only then does the dump's progress move. A task never waits
+for the tailer or the driver, so a chunk needs no more task slots than the cluster has free,
+and no row is kept in Spark between jobs.
 
 Failures. A task that dies is run again by Spark: the window is still open, so its read is
 still before hw (its part is stored once, and the handle of the run that finished is the one
@@ -25,7 +25,7 @@ from the last completed chunk.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pyspark import SparkContext
@@ -35,11 +35,11 @@ from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.dump.direct import StagedChunk
-from airflow_provider_dblog.dump.direct_target import DirectTarget, direct_target_for
+from airflow_provider_dblog.dump.direct_target import DirectTarget
 from airflow_provider_dblog.dump.spark_chunk import ChunkJobFailed, sub_ranges
+from airflow_provider_dblog.dump.task_connections import task_connections
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
-from airflow_provider_dblog.sources.factory import source_for
-from airflow_provider_dblog.state import StateStore, WindowStore
+from airflow_provider_dblog.state import StateStore
 
 
 @dataclass(frozen=True)
@@ -60,33 +60,29 @@ def stage_parts(
     window_id: str,
     key_columns: tuple[str, ...],
     parts: Iterable[tuple[int, Chunk]],
-) -> Iterator[StagedPart]:
+) -> list[StagedPart]:
     """A task: read its parts, store their invisible transactions and columns for the window
     and stage their rows into the target. Runs on an executor; reads passwords from its
     environment. A source gone is news for the driver, not a task failure (as `read_parts`)."""
-    source = source_for(config.source).chunk_source()
-    client = config.redis_client()
-    windows = WindowStore(client, config.source.name)
-    target = direct_target_for(config)
-    try:
+    staged: list[StagedPart] = []
+    with task_connections(config) as connections:
+        target = connections.target()
         for index, part in parts:
             try:
-                read = target.stage_chunk(source, part, key_columns)
+                read = target.stage_chunk(connections.source, part, key_columns)
             except SourceUnavailable as exc:
-                yield StagedPart(index, None, None, str(exc))
-                return
-            stored = windows.append_rows(
+                connections.healthy = False
+                staged.append(StagedPart(index, None, None, str(exc)))
+                break
+            stored = connections.windows.append_rows(
                 window_id, index, (), key_columns, read.invisible_txids, read.columns
             )
             if stored is None:
                 target.discard(table, [read.handle])
-                yield StagedPart(index, None, None, None)
+                staged.append(StagedPart(index, None, None, None))
                 continue
-            yield StagedPart(index, read.rows, read.last_key, None, read.handle)
-    finally:
-        target.close()
-        source.close()
-        client.close()
+            staged.append(StagedPart(index, read.rows, read.last_key, None, read.handle))
+    return staged
 
 
 @dataclass(frozen=True)
