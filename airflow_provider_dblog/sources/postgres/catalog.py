@@ -10,7 +10,10 @@ columns describe alike either way.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 import psycopg
 from psycopg.rows import TupleRow
@@ -46,7 +49,7 @@ WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
 # since the message was sent has none: nullable, no default).
 _DESCRIBE_RELATION = """
 SELECT r.name, format_type(r.type_oid, r.type_modifier), coalesce(NOT a.attnotnull, true),
-       pg_get_expr(d.adbin, d.adrelid)
+       pg_get_expr(d.adbin, d.adrelid), a.attnum IS NOT NULL
 FROM unnest(%s::text[], %s::oid[], %s::int[]) WITH ORDINALITY AS r(name, type_oid, type_modifier, n)
 LEFT JOIN pg_attribute a
   ON a.attrelid = %s AND a.attname = r.name AND a.attnum > 0 AND NOT a.attisdropped
@@ -89,23 +92,37 @@ def primary_key(conn: psycopg.Connection[TupleRow], relation_oid: int) -> tuple[
     return tuple(name for (name,) in conn.execute(_PRIMARY_KEY, (relation_oid,)))
 
 
+VISIBLE_WAIT_S: Final = 1.0
+"""How long `describe_relation` asks again for a column the catalog does not show yet."""
+
+
 def describe_relation(
     conn: psycopg.Connection[TupleRow],
     relation_oid: int,
     columns: tuple[tuple[str, int, int], ...],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> TableSchema:
     """The schema of a Relation message's `columns` (name, type OID, type modifier): types as
-    the message gives them, nullability and defaults as the catalog has them now."""
-    rows = conn.execute(
-        _DESCRIBE_RELATION,
-        (
-            [c[0] for c in columns],
-            [c[1] for c in columns],
-            [c[2] for c in columns],
-            relation_oid,
-        ),
+    the message gives them, nullability and defaults as the catalog has them now.
+
+    The log can deliver a commit a moment before the server shows it to other sessions, so a
+    column an ALTER added in that transaction may be missing from the catalog: asked again
+    every 10 ms for up to `VISIBLE_WAIT_S`. A column still missing then (dropped since: a
+    replay of older log) is described as nullable, with no default."""
+    args = (
+        [c[0] for c in columns],
+        [c[1] for c in columns],
+        [c[2] for c in columns],
+        relation_oid,
     )
-    described = tuple(Column(*row) for row in rows)
+    deadline = time.monotonic() + VISIBLE_WAIT_S
+    while True:
+        rows = conn.execute(_DESCRIBE_RELATION, args).fetchall()
+        if all(found for *_, found in rows) or time.monotonic() >= deadline:
+            break
+        sleep(0.01)
+    described = tuple(Column(*row[:4]) for row in rows)
     return TableSchema(described, primary_key(conn, relation_oid))
 
 
