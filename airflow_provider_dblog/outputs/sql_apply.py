@@ -662,11 +662,12 @@ class SqlApplyOutput(Output):
         """The event's target table, and the columns of the event to leave out (`_dropped`)."""
         columns = list(event.key) + list(event.after or ())
         target = self._targets.get(event.table)
+        dropped: frozenset[str] = frozenset()
         if target is None or any(c not in target.columns for c in columns):
             # New table, or the target may have been altered since it was read.
             target = self._targets[event.table] = self._describe(conn, event.table)
             self._statements.clear()
-        dropped = self._dropped(conn, event, target, columns)
+            dropped = self._dropped(conn, event, target, columns)
         target.check(event.table, event.key, [c for c in columns if c not in dropped])
         return target, dropped
 
