@@ -10,7 +10,9 @@ P1b the same on a private MariaDB: events/s from the binlog into NDJSON through 
     --read-from-remote-server -v` decoding the same binlog (the C ceiling) and against the bare
     BinLogStreamReader loop decoding every row (the library alone).
 P3  log event latency, commit -> durable in the output, p50/p99, without and with a concurrent
-    full dump (`dblog dump`, chunk size 5000, in its own process).
+    full dump (`dblog dump`, chunk size 5000, in its own process); then with the same dump in
+    direct mode into a lake (its rows never pass through the tailer): the floor the machine
+    sets, two cores shared by the database, the dump and the tailer.
 P4  the peak RSS of a `dblog tail` process through one transaction of 1M inserted rows.
 P4b the peak RSS of a `dblog tail` process through a dump (`dblog dump`, its own process) of
     100k rows of about 3 KB in 50k-row chunks.
@@ -113,6 +115,7 @@ class LatencyResult:
     samples: list[float]
     missing: int
     dump_rows_during: int
+    seconds: float
     dump_overlapped: bool | None
 
     def quantile(self, q: float) -> float:
@@ -480,21 +483,37 @@ class PacedWriter:
                 self.committed.append(row[0])
 
 
+def settle(env: Env) -> None:
+    """Write what the server and the phase before left in the page cache out to disk: the
+    throwaway server runs without fsync, so the kernel would otherwise flush the filled table
+    (and the hint bits a dump sets) about 30 s later, in the middle of a measurement, and the
+    output's fsyncs would wait behind it (250 ms stalls seen)."""
+    with psycopg.connect(env.pg.admin_dsn, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+    os.sync()
+
+
 def measure_latency(
     env: Env, output: TimedNdjson, sizes: Sizes, label: str, during: Callable[[], int] | None
 ) -> LatencyResult:
     writer = PacedWriter(env.pg.dsn, sizes.p3_rate, sizes.p3_seconds)
     dump_before = during() if during else 0
+    started = time.monotonic()
     writer.run()
-    dump_rows = (during() - dump_before) if during else 0
+    seconds = time.monotonic() - started
+    rows_during = (during() - dump_before) if during else 0
     committed = writer.committed
     with contextlib.suppress(TimeoutError):  # what never arrives is reported as missing
         wait_until(lambda: all(k in output.latency for k in committed), 120, "P3 catch-up")
     samples = [output.latency[k] for k in committed if k in output.latency]
-    return LatencyResult(label, samples, len(committed) - len(samples), dump_rows, None)
+    return LatencyResult(label, samples, len(committed) - len(samples), rows_during, seconds, None)
 
 
 def bench_p3(env: Env, sizes: Sizes) -> list[LatencyResult]:
+    """Without a dump, with a sequenced dump (its rows pass through the tailer at each hw),
+    and with the same dump in direct mode (its rows go into a lake, the tailer only records
+    each window): the last is the machine's floor, the same reads and load without the
+    tailer's emission."""
     name = "bench_p3"
     say(f"P3: filling the dump table with {sizes.p3_dump_rows} rows")
     env.sql(
@@ -511,46 +530,63 @@ def bench_p3(env: Env, sizes: Sizes) -> list[LatencyResult]:
     source = env.source(name, tables)
     source.ensure_setup()
     toml = env.write_toml(name, tables, env.base / "p3-unused")
+    lake_toml = env.base / f"{name}-lake.toml"
+    lake_toml.write_text(toml.read_text() + f'\n[lake]\nroot = "{env.base / "p3-lake"}"\n')
     output = TimedNdjson(env.base / "p3-out", timed_table="p3_latency")
     results = []
-    with RunningTailer(env, source, output) as running:
+    with RunningTailer(env, source, output):
         store = env.store(name)
         wait_until(lambda: store.tailer.health() is not None, 30, "P3 tailer heartbeat")
         say(f"P3: {sizes.p3_rate:.0f} commits/s for {sizes.p3_seconds:.0f}s, no dump")
+        settle(env)
         results.append(measure_latency(env, output, sizes, "no dump", None))
+        for mode, config in (("sequenced", toml), ("direct", lake_toml)):
+            say(f"P3: the same with a full {mode} dump (chunk size {sizes.p3_chunk_size})")
+            settle(env)
+            results.append(latency_with_dump(env, output, store, sizes, mode, config))
+    env.drop_slot(name)
+    return results
 
-        say(f"P3: the same with a full dump of p3_dump (chunk size {sizes.p3_chunk_size})")
-        dump_log = (env.base / "p3-dump.log").open("wb")
+
+def latency_with_dump(
+    env: Env, output: TimedNdjson, store: Any, sizes: Sizes, mode: str, config: Path
+) -> LatencyResult:
+    dump_id = f"p3-{mode}"
+    with (env.base / f"{dump_id}.log").open("wb") as dump_log:
         dump = subprocess.Popen(
             [
                 *dblog_command(),
                 "dump",
                 "--config",
-                str(toml),
+                str(config),
                 "--table",
                 "public.p3_dump",
                 "--chunk-size",
                 str(sizes.p3_chunk_size),
+                "--mode",
+                mode,
                 "--dump-id",
-                "p3",
+                dump_id,
             ],
             stdout=dump_log,
             stderr=subprocess.STDOUT,
         )
-        try:
-            wait_until(lambda: running.tailer.stats.windows_closed >= 1, 60, "first dump chunk")
-            result = measure_latency(
-                env, output, sizes, "with dump", lambda: running.tailer.stats.dump_rows
-            )
-            result.dump_overlapped = dump.poll() is None
-            results.append(result)
-        finally:
-            if dump.poll() is None:
-                store.dumps.cancel("p3")
-            dump.wait(60)
-            dump_log.close()
-    env.drop_slot(name)
-    return results
+    try:
+        wait_until(lambda: dump_rows(store, dump_id) > 0, 60, f"first {mode} chunk")
+        label = "with dump" if mode == "sequenced" else "with direct dump"
+        result = measure_latency(env, output, sizes, label, lambda: dump_rows(store, dump_id))
+        result.dump_overlapped = dump.poll() is None
+        return result
+    finally:
+        if dump.poll() is None:
+            store.dumps.cancel(dump_id)
+        dump.wait(60)
+
+
+def dump_rows(store: Any, dump_id: str) -> int:
+    """The rows the dump has completed so far (its chunks' counters)."""
+    status = store.dumps.status(dump_id)
+    return 0 if status is None else int(status.rows)
 
 
 def dblog_command() -> list[str]:
@@ -760,10 +796,9 @@ def bench_emission(env: Env, sizes: Sizes) -> list[float]:
 # -- report -----------------------------------------------------------------------------------
 
 
-def p3_ratio(p3: list[LatencyResult]) -> float:
-    """p99 with a dump over p99 without."""
-    without, with_dump = p3
-    return with_dump.quantile(0.99) / max(without.quantile(0.99), 1e-9)
+def p3_ratio(p3: list[LatencyResult], index: int = 1) -> float:
+    """p99 with a dump (the sequenced one, or `index`) over p99 without."""
+    return p3[index].quantile(0.99) / max(p3[0].quantile(0.99), 1e-9)
 
 
 def report(
@@ -802,10 +837,14 @@ def report(
         extra += f", missing={result.missing}"
         if result.dump_overlapped is not None:
             overlap = "whole run" if result.dump_overlapped else "ended early"
-            extra += f", dump rows meanwhile={result.dump_rows_during:,} ({overlap})"
+            extra += (
+                f", dump rows meanwhile={result.dump_rows_during:,}"
+                f" ({result.dump_rows_during / result.seconds:,.0f}/s, {overlap})"
+            )
         lines.append(f"{'':<6}{extra}")
     if p3 is not None:
         lines.append(f"{'P3 ratio p99 with dump / without':<44} {p3_ratio(p3):>14.1f}")
+        lines.append(f"{'P3 floor: p99 with direct dump / without':<44} {p3_ratio(p3, 2):>14.1f}")
     if p4 is not None:
         lines += [
             f"{'P4 transaction size (rows)':<44} {p4.rows:>14,}",
@@ -907,7 +946,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"p99 {r.quantile(0.99):.1f} ms (n={len(r.samples)})",
                     flush=True,
                 )
-            print(f"P3 ratio p99 with dump / without {p3_ratio(p3):.1f}", flush=True)
+            print(
+                f"P3 ratio p99 with dump / without {p3_ratio(p3):.1f}; the floor, with the "
+                f"dump in direct mode: {p3_ratio(p3, 2):.1f}",
+                flush=True,
+            )
         if "P4" in only:
             p4 = bench_p4(env, sizes)
             print(
