@@ -229,8 +229,8 @@ def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
 
 class AlterAtRead:
     """The in-process direct reader, but at the `at`-th read (counting retries) `statements`
-    run in the source once, each in a transaction of its own: `before` the read (after its lw)
-    or after it (before its hw)."""
+    run in the source once, in one transaction: `before` the read (after its lw) or after it
+    (before its hw)."""
 
     def __init__(
         self, target: LakeDirectTarget, dsn: str, at: int, when: str, statements: Sequence[str]
@@ -257,7 +257,7 @@ class AlterAtRead:
         return staged
 
     def _alter(self) -> None:
-        with psycopg.connect(self._dsn, autocommit=True) as conn:
+        with psycopg.connect(self._dsn) as conn:  # one transaction, committed on exit
             for statement in self._statements:
                 conn.execute(statement)
 
@@ -271,8 +271,6 @@ ADD_FLAG = "ALTER TABLE accounts ADD COLUMN flag int DEFAULT 7"
 @pytest.mark.parametrize(
     ("when", "statements"),
     [
-        # Two transactions: the catalog, asked when the log shows the UPDATE, sees the ALTER
-        # (in one, the log can show it before the catalog does, and the default is lost).
         ("after", [ADD_FLAG, f"UPDATE accounts SET flag = 9 WHERE id = {ROWS}"]),
         ("before", [ADD_FLAG]),
     ],
