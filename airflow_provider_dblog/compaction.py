@@ -111,20 +111,20 @@ def fold(changes: Iterable[Change], floor: tuple[int, int] | None = None) -> Fol
 def lake_row(
     key: Row, folded: Folded, columns: Iterable[str], added: Mapping[str, AddedColumn]
 ) -> LakeRow:
-    """The lake row of a folded key. A tombstone holds the key alone; a partial row keeps the
-    stored value of every column it lacks; a whole row positioned before a column was added
-    holds that column's default."""
+    """The lake row of a folded key. A tombstone holds the key alone; a row positioned before
+    a column was added holds that column's default (a partial one too: the source gave its row
+    the default, whether or not the lake holds the row); a partial row keeps the stored value
+    of every other column it lacks."""
     if folded.row is None:
         return LakeRow(key, folded.commit, folded.seq, folded.op, deleted=True, ts_ms=folded.ts_ms)
     values = dict(folded.row)
+    position = (folded.commit, folded.seq)
+    for name, column in added.items():
+        if name not in values and position < column.position:
+            values[name] = column.default
     keep: frozenset[str] = frozenset()
     if folded.partial:
         keep = frozenset(c for c in columns if c not in values)
-    else:
-        position = (folded.commit, folded.seq)
-        for name, column in added.items():
-            if name not in values and position < column.position:
-                values[name] = column.default
     return LakeRow(values, folded.commit, folded.seq, folded.op, ts_ms=folded.ts_ms, keep=keep)
 
 

@@ -87,6 +87,10 @@ def test_a_tombstone_row_and_defaults_of_added_columns() -> None:
     before = lake_row({"id": 1}, Folded(4, 0, "r", {"id": 1}, False), ("id", "n"), added)
     after = lake_row({"id": 2}, Folded(6, 0, "c", {"id": 2}, False), ("id", "n"), added)
     assert before.values == {"id": 1, "n": 42} and after.values == {"id": 2}
+    # An update folded without its row's earlier image: the default, not the stored value
+    # (the lake may not hold the row at all).
+    partial = lake_row({"id": 1}, Folded(4, 0, "u", {"id": 1}, True), ("id", "n", "big"), added)
+    assert partial.values == {"id": 1, "n": 42} and partial.keep == {"big"}
 
 
 @pytest.mark.parametrize(
