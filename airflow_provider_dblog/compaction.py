@@ -16,16 +16,20 @@ run's (`LakeTable.merge`), so a run applied twice changes nothing.
 
 Table-level events: a truncate (`t`) is the table's floor: the run's changes positioned before
 its last truncate are dropped, and the merge removes stored rows below it. A schema event (`s`)
-adds the columns the table lacks (ADD COLUMN; a constant default is written into the rows
-positioned before it, other defaults leave them null); a column a direct dump added first (it
-read the column before this event was folded: `LakeTable.add_columns`, `unfolded`) counts as
-added by the event all the same, and each column added is recorded with the event's position
-and its constant default (`LakeTable.folded`: for a direct chunk read before the event and
-committed after the fold); a column the source dropped stays in
-the lake, null in rows written whole after the drop (an update folded without an earlier image
-of its row keeps the stored value there, as it keeps an unchanged TOASTed one); a type change
-keeps the lake column's type (a value it cannot hold stops the run, saying to rebuild the
-table).
+adds (ADD COLUMN) the columns the last schema event folded into the table did not list, even
+those the table has already (created from the source's catalog after the ALTER, by a direct
+dump or by the compaction); at the table's first, the columns the table lacks or holds
+unfolded (a direct dump gave the table rows without them: `LakeTable.unfolded`). A constant
+default is written into the rows positioned before the event (other defaults leave them null),
+and rows of the run positioned before it get it too, partial ones included; each column added
+is recorded with the event's position and its constant default (`LakeTable.folded`: for a
+direct chunk read before the event and committed after the fold, and for a run started again
+after one that died past the record), then the event itself (`LakeTable.fold_schema`). Every
+step can be done again, so a run that dies between them converges when started again. A column
+the source dropped stays in the lake, null in rows written whole after the drop (an update
+folded without an earlier image of its row keeps the stored value there, as it keeps an
+unchanged TOASTed one); a type change keeps the lake column's type (a value it cannot hold
+stops the run, saying to rebuild the table).
 """
 
 from __future__ import annotations

@@ -69,6 +69,7 @@ from airflow_provider_dblog.compaction import (
 from airflow_provider_dblog.config import Config, load_config
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.lake.catalog import source_lake_schema
 from airflow_provider_dblog.lake.direct import remove_stale_staged
 from airflow_provider_dblog.lake.schema import LakeSchema, LakeSchemaError, lake_column, lake_schema
@@ -391,20 +392,39 @@ class TableFold:
         self.report = TableReport(progress=end.to_json())
         self.truncate = floor
         self.pending: list[tuple[str, Folded]] = []
-        self.added: dict[str, AddedColumn] = {}
-        source = lake.schema.source
+        # Every ADD folded so far, this run's too if a run that died folded it: rows of the
+        # run positioned before it that lack the column hold its default.
+        self.added = {
+            name: AddedColumn((at.commit, at.seq), default)
+            for name, (at, default) in lake.added().items()
+        }
         for position, described in schema_changes(changes):
-            new = [lake_column(source, c.name, c.type) for c in described.columns]
-            unfolded = lake.unfolded  # added by a direct dump before this event was folded
-            for name in [*lake.add_columns(new), *(c.name for c in new if c.name in unfolded)]:
-                column = next(c for c in new if c.name == name)
-                described_column = described.column(name)
-                default = constant_default(described_column.default if described_column else None)
-                self.added[name] = AddedColumn((position.commit, position.seq), default)
-                if default is not None:
-                    lake.fill(column, default, position)
-                lake.folded(name, position, default)
+            self._fold_schema(position, described)
         self.schema = lake.schema
+
+    def _fold_schema(self, position: Position, described: TableSchema) -> None:
+        """Fold one schema event: the columns it adds get their constant default in the rows
+        positioned before it. It adds the columns the last schema event folded did not list,
+        and at the table's first the columns the table lacks or holds unfolded (the others
+        were there before the log first described the table). An event at or before the last
+        one folded was folded by a run that died before its rows' commit."""
+        lake = self.lake
+        last = lake.folded_schema
+        if last is not None and position <= last.at:
+            return
+        new = [lake_column(lake.schema.source, c.name, c.type) for c in described.columns]
+        lake.add_columns(new)
+        unfolded = lake.unfolded
+        for column in new:
+            if column.name not in unfolded and (last is None or column.name in last.columns):
+                continue
+            described_column = described.column(column.name)
+            default = constant_default(described_column.default if described_column else None)
+            self.added[column.name] = AddedColumn((position.commit, position.seq), default)
+            if default is not None:
+                lake.fill(column, default, position)
+            lake.folded(column.name, position, default)
+        lake.fold_schema(position, (c.name for c in new))
 
     def add(self, item: tuple[str, Folded]) -> None:
         self.pending.append(item)

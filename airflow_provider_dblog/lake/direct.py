@@ -25,10 +25,11 @@ is idempotent); a handle whose file is gone was committed and removed already an
 Columns. The tailer checked at hw that the chunk was read with the table's columns then, so the
 rows carry exactly those: a staged file holds the columns its read had. A column the read has
 and the table lacks (an ADD COLUMN the compaction has not folded yet) is added by the commit,
-marked unfolded, so the fold still writes its default into the rows before the ALTER; a column
-the table has and the read lacks is null in the chunk's rows (dropped in the source since), or
-the constant default of an ADD COLUMN positioned after hw the compaction folded before this
-commit (`LakeTable.added_defaults`).
+marked unfolded, so the fold still writes its default into the rows before the ALTER; a commit
+that creates the table (from the catalog, maybe after an ALTER the read came before) marks
+unfolded the columns its rows lack. A column the table has and the read lacks is null in the
+chunk's rows (dropped in the source since), or the constant default of an ADD COLUMN
+positioned after hw the compaction folded before this commit (`LakeTable.added_defaults`).
 
 The staging directory must be on storage every executor and the driver reach at the same path
 (a shared file system), like the lake root itself. Files of a chunk that was never committed (a
@@ -98,9 +99,10 @@ def commit_staged(
 ) -> int:
     """Merge the staged files of one chunk into the table in one commit, but the rows of the
     keys `record` says changed in the window, all positioned at its rows position; the rows
-    written (inserted or updated). Creates the table from `schema` if it does not exist yet,
-    and adds the columns of `schema` it lacks (an ALTER the compaction has not folded yet),
-    marked unfolded (`LakeTable.add_columns`)."""
+    written (inserted or updated). Creates the table from `schema` if it does not exist yet
+    (the columns the staged rows lack marked unfolded), and adds the columns of `schema` it
+    lacks (an ALTER the compaction has not folded yet), marked unfolded
+    (`LakeTable.add_columns`)."""
     present = [h for h in handles if Path(h).exists()]
     if not present:
         return 0
@@ -108,7 +110,8 @@ def commit_staged(
     if record.changed_keys and values.num_rows:
         values = _without_keys(values, schema.keys_to_arrow(record.changed_keys, key_columns))
     position = record.rows_position
-    lake = LakeTable.open_or_create(root, table, schema, unfolded=True)
+    unread = [n for n in schema.names if n not in values.column_names]
+    lake = LakeTable.open_or_create(root, table, schema, unread=unread)
     schema = schema.extended(lake.schema.columns)  # the compaction may have added some since
     defaults = lake.added_defaults(position)  # of an ALTER after hw the compaction folded
     batch = schema.positioned(values, position.commit, position.seq, "r", defaults)

@@ -22,6 +22,14 @@ another commit added, fails rather than committing a second row of a key.
 The compaction's progress (the position of the last event it folded into the table) rides in
 the same commit as the data, as Delta transaction identifiers (`txn` actions, the mechanism
 Spark's streaming sinks use), so data and progress commit together.
+
+Added columns. A column a table gains while it holds rows (`add_columns`), or is created with
+for rows read without it (`open_or_create(..., unread=)`), is marked unfolded: those rows lack
+its value until the compaction folds the schema event that added it in the source and writes
+its constant default into the rows positioned before it (`fill`), recording where (`folded`).
+The table remembers the last schema event the compaction folded (`folded_schema`): a later one
+adds every column it lists that that one did not, whether or not the table has it already (a
+table created from the source's catalog, ahead of the log, has it).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,7 +54,6 @@ from airflow_provider_dblog.lake.schema import (
     DELETED,
     KEEP_PREFIX,
     SEQ,
-    TYPE_METADATA,
     LakeColumn,
     LakeSchema,
     LakeSchemaError,
@@ -57,13 +64,17 @@ KEY_PROPERTY = "dblog.key"
 SOURCE_PROPERTY = "dblog.source"
 FLOOR_PROPERTY = "dblog.floor"
 UNFOLDED_METADATA = "dblog.unfolded"
-"""A column's metadata, "true" while a direct dump added the column and the compaction has not
-folded the schema event that added it in the source (`add_columns`, `unfolded`)."""
+"""A column's metadata, "true" while rows of the table may lack the column's value (it was
+added to the table, or created for rows read without it) and the compaction has not folded the
+schema event that added it in the source (`add_columns`, `unfolded`)."""
 ADDED_METADATA = "dblog.added"
 """A column's metadata once the compaction folded the schema event that added it: JSON
 `{"at": [commit, seq], "default": value}`, where, and the constant default the rows positioned
 before it hold (null: none). A direct chunk read before that event whose commit comes after
 the fold gives its rows the default from here (`added_defaults`)."""
+FOLDED_SCHEMA_PROPERTY = "dblog.compaction.schema"
+"""The last schema event the compaction folded into the table: JSON `{"at": [commit, seq],
+"columns": [name, ...]}` (`folded_schema`)."""
 PROGRESS_COMMIT = "dblog.compaction.commit"
 PROGRESS_SEQ = "dblog.compaction.seq"
 ATTEMPTS = 30
@@ -97,6 +108,14 @@ def below(position: Position, alias: str | None = None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class FoldedSchema:
+    """A schema event the compaction folded: its position and the columns it listed."""
+
+    at: Position
+    columns: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class Written:
     """What one merge did to the table's rows."""
 
@@ -119,17 +138,23 @@ class LakeTable:
 
     @classmethod
     def open_or_create(
-        cls, root: str | Path, table: TableRef, schema: LakeSchema, *, unfolded: bool = False
+        cls,
+        root: str | Path,
+        table: TableRef,
+        schema: LakeSchema,
+        *,
+        unread: Collection[str] = (),
     ) -> LakeTable:
-        """The table, created empty with `schema` if it does not exist yet; columns of
-        `schema` the table lacks are added (null in the rows it holds), marked `unfolded` if
-        asked (see `add_columns`)."""
+        """The table, created empty with `schema` if it does not exist yet, the columns
+        `unread` marked unfolded (the rows about to be written were read without them); columns
+        of `schema` the table lacks are added (`add_columns`)."""
         uri = table_uri(root, table)
         if not DeltaTable.is_deltatable(uri):
             Path(uri).mkdir(parents=True, exist_ok=True)
+            fields = [_unfolded(f) if f.name in unread else f for f in schema.arrow_schema()]
             DeltaTable.create(
                 uri,
-                schema=schema.arrow_schema(),
+                schema=pa.schema(fields),
                 mode="ignore",  # another writer created it first: use theirs
                 name=str(table),
                 configuration={
@@ -144,7 +169,7 @@ class LakeTable:
                 f"the lake table of {table} is keyed by {list(found.key)}, the source by "
                 f"{list(schema.key)}: rebuild it (remove {uri} and dump the table again)"
             )
-        found.add_columns(schema.columns, unfolded=unfolded)
+        found.add_columns(schema.columns)
         return found
 
     @classmethod
@@ -189,6 +214,15 @@ class LakeTable:
         return Position(int(commit), int(seq))
 
     @property
+    def folded_schema(self) -> FoldedSchema | None:
+        """The last schema event the compaction folded into the table, if any."""
+        text = self._properties().get(FOLDED_SCHEMA_PROPERTY)
+        if text is None:
+            return None
+        found = json.loads(text)
+        return FoldedSchema(Position.from_json(found["at"]), frozenset(found["columns"]))
+
+    @property
     def progress(self) -> Position | None:
         """The position of the last change event the compaction folded into the table."""
         commit = self._delta.transaction_version(PROGRESS_COMMIT)
@@ -214,32 +248,28 @@ class LakeTable:
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def add_columns(self, columns: Sequence[LakeColumn], *, unfolded: bool = False) -> list[str]:
-        """Add the `columns` the table lacks (nullable); the names added. `unfolded`: a direct
-        dump adds the columns it read before the compaction folded the schema event that added
-        them in the source; they are marked so, in the same commit, so that the compaction
-        still takes them for new at that event (their default written into older rows), then
-        clears the mark (`folded`)."""
+    def add_columns(self, columns: Sequence[LakeColumn]) -> list[str]:
+        """Add the `columns` the table lacks (nullable), marked unfolded in the same commit:
+        the rows the table holds lack them until the compaction folds the schema event that
+        added them in the source (a direct dump adds the columns it read before that; the
+        compaction, those of the event it folds, and a run that dies before `folded` leaves the
+        mark for the next one to fold the event again); the names added."""
 
         def add() -> list[str]:
             have = set(self.arrow_schema.names)
             new = [c for c in columns if c.name not in have]
             if new:
-                marks = {UNFOLDED_METADATA: "true"} if unfolded else {}
-                fields = [
-                    Field.from_arrow(
-                        pa.field(c.name, c.arrow, metadata={TYPE_METADATA: c.source_type, **marks})
-                    )
-                    for c in new
-                ]
-                self._delta.alter.add_columns(fields)
+                self._delta.alter.add_columns(
+                    [Field.from_arrow(_unfolded(c.field.with_nullable(True))) for c in new]
+                )
             return [c.name for c in new]
 
         return self._retried(add)
 
     @property
     def unfolded(self) -> frozenset[str]:
-        """The columns a direct dump added whose schema event the compaction has not folded."""
+        """The columns whose rows may lack their value and whose schema event the compaction
+        has not folded."""
         mark = UNFOLDED_METADATA.encode()
         return frozenset(
             f.name for f in self.arrow_schema if (f.metadata or {}).get(mark) == b"true"
@@ -252,18 +282,35 @@ class LakeTable:
         metadata = {ADDED_METADATA: added, UNFOLDED_METADATA: "false"}
         self._retried(lambda: self._delta.alter.set_column_metadata(name, metadata))
 
+    def fold_schema(self, at: Position, columns: Iterable[str]) -> None:
+        """Record the schema event at `at`, listing `columns`, as the last one the compaction
+        folded (after its columns' `folded`: a run that dies before folds it again)."""
+        text = json.dumps({"at": at.to_json(), "columns": sorted(columns)})
+        self._retried(
+            lambda: self._delta.alter.set_table_properties(
+                {FOLDED_SCHEMA_PROPERTY: text}, raise_if_not_exists=False
+            )
+        )
+
+    def added(self) -> dict[str, tuple[Position, JsonValue]]:
+        """The columns whose ADD the compaction folded: where, and the constant default the
+        rows positioned before it hold (None: null)."""
+        found: dict[str, tuple[Position, JsonValue]] = {}
+        for field in self.arrow_schema:
+            text = (field.metadata or {}).get(ADDED_METADATA.encode())
+            if text is not None:
+                added = json.loads(text)
+                found[field.name] = (Position.from_json(added["at"]), added["default"])
+        return found
+
     def added_defaults(self, before: Position) -> dict[str, JsonValue]:
         """The constant defaults of the columns whose ADD the compaction folded at a position
         after `before`: what a row positioned at `before`, read without them, holds."""
-        found: dict[str, JsonValue] = {}
-        for field in self.arrow_schema:
-            text = (field.metadata or {}).get(ADDED_METADATA.encode())
-            if text is None:
-                continue
-            added = json.loads(text)
-            if Position.from_json(added["at"]) > before and added["default"] is not None:
-                found[field.name] = added["default"]
-        return found
+        return {
+            name: default
+            for name, (at, default) in self.added().items()
+            if at > before and default is not None
+        }
 
     def fill(self, column: LakeColumn, value: JsonValue, before: Position) -> None:
         """Set `column` to `value` in the rows positioned before `before`: the default of a
@@ -413,6 +460,11 @@ class LakeTable:
                 time.sleep(random.uniform(0, min(2.0, 0.02 * 2**attempt)))
                 self._delta.update_incremental()
         raise AssertionError("unreachable")
+
+
+def _unfolded(field: pa.Field) -> pa.Field:
+    """`field` marked unfolded (`UNFOLDED_METADATA`)."""
+    return field.with_metadata({**(field.metadata or {}), UNFOLDED_METADATA.encode(): b"true"})
 
 
 def _latest_per_key(batch: pa.Table, key: Sequence[str]) -> pa.Table:

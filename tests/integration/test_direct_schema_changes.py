@@ -3,8 +3,9 @@ checks a sequenced chunk's rows, and a chunk retried after the ALTER reaches the
 new column.
 
 The first tests drive the production `Session` with a scripted log (a few items, a catalog that
-says what the table has now) on a real Redis; the last runs a direct dump into the lake on a real
-PostgreSQL, with an ALTER between a chunk's read and its hw.
+says what the table has now) on a real Redis; the others run on a real PostgreSQL: a direct dump
+into the lake with an ALTER between a chunk's read and its hw, a lake table created from the
+catalog after an ALTER the compaction folds later, and rows SQL apply receives after an ALTER.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from airflow_provider_dblog.dump.direct import InProcessDirectReader, StagedChun
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.lake.catalog import source_lake_schema
 from airflow_provider_dblog.lake.direct import LakeDirectTarget
+from airflow_provider_dblog.lake.schema import POSITION_COLUMNS, LakeRow
 from airflow_provider_dblog.lake.table import LakeTable
 from airflow_provider_dblog.outputs import NdjsonOutput, read_events
 from airflow_provider_dblog.outputs.base import Output
@@ -47,7 +49,7 @@ from tests.integration.e2e_support import (
     wait_caught_up,
 )
 from tests.integration.test_end_to_end import InProcessTailer
-from tests.integration.test_spark_compact import read_lake
+from tests.integration.test_spark_compact import by_key, read_lake
 
 pytestmark = pytest.mark.integration
 
@@ -333,6 +335,59 @@ def test_a_direct_chunk_read_across_an_add_column_reaches_the_lake_with_it(
     compact(None, events, lake, describe=describe)
     folded = read_lake(lake, str(ACCOUNTS)).to_pylist()
     assert {r["id"]: r["flag"] for r in folded} == source
+
+
+@pytest.mark.parametrize("created_by", ["a-direct-dump", "the-compaction"])
+def test_a_lake_table_created_after_an_add_column_holds_its_default_in_older_rows(
+    dbs: Databases, redis_server: RedisInfo, tmp_path: Path, created_by: str
+) -> None:
+    """The lake has no table of `accounts` yet: the log shows a write of the first row, then
+    ALTER ADD COLUMN flag DEFAULT 7 with a write of the last row (one transaction). The table
+    is then created from the catalog, with `flag`, before the compaction folds the ALTER: by a
+    direct dump of one key, or by the compaction itself. The first row, folded from a log event
+    before the ALTER, holds the default in the source, and in the lake too (as DuckDB reads
+    it): the compaction takes `flag` for added by the ALTER's schema event, not before."""
+    store = StateStore(redis_server.client(), dbs.config.name)
+    events, lake = tmp_path / "events", tmp_path / "lake"
+    describe = lambda t: source_lake_schema(dbs.config, t)  # noqa: E731
+    with psycopg.connect(dbs.source_dsn) as conn:
+        ids = [i for (i,) in conn.execute("SELECT id FROM accounts ORDER BY id")]
+    captured = [ids[0], ids[-1]]
+    tailer = InProcessTailer(dbs, store, NdjsonOutput(events))
+    try:
+        with psycopg.connect(dbs.source_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE accounts SET owner = owner WHERE id = %s", (ids[0],))
+        with psycopg.connect(dbs.source_dsn) as conn:  # one transaction, committed on exit
+            conn.execute(ADD_FLAG)
+            conn.execute("UPDATE accounts SET flag = 9 WHERE id = %s", (ids[-1],))
+        if created_by == "a-direct-dump":
+            captured.append(ids[1])
+            keys = ((ids[1],),)
+            request = DumpRequest("one", DumpKind.KEYS, (ACCOUNTS,), keys, mode=DumpMode.DIRECT)
+            store.dumps.create(request)
+            reader = InProcessDirectReader(LakeDirectTarget(lake, describe))
+            done = run_dump(store, dbs.source.chunk_source, "one", direct=reader)
+            assert done is DumpState.DONE
+            assert "flag" in LakeTable.open(lake, ACCOUNTS).arrow_schema.names
+        wait_caught_up(dbs)
+    finally:
+        tailer.stop()
+
+    compact(None, events, lake, describe=describe)
+    schema = describe(ACCOUNTS)
+    source = dbs.source.chunk_source()
+    try:
+        rows = [r for r in source.read_chunk(Chunk(ACCOUNTS, 0)).rows if r["id"] in captured]
+    finally:
+        source.close()
+    flags = {r["id"]: r["flag"] for r in rows}
+    assert flags == {ids[0]: 7, ids[-1]: 9} | {i: 7 for i in captured[2:]}
+    wanted = schema.to_arrow([LakeRow(r, 1, 0, "r") for r in rows])
+    read = read_lake(lake, str(ACCOUNTS))
+    assert read.num_rows == len(captured)
+    assert by_key(read.drop_columns(list(POSITION_COLUMNS)), schema.key) == by_key(
+        wanted.drop_columns(list(POSITION_COLUMNS)), schema.key
+    )
 
 
 @pytest.fixture

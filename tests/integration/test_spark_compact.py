@@ -1,10 +1,12 @@
 """The compaction into the Delta lake on Spark local[2]: random change streams for two tables
 (one with a composite key, both sometimes truncated) fold into the latest state, a second run
-reads only the new bytes, a column added at the source reaches the lake with its default, a run
-that fails between two tables' commits leaves each table at a committed version and the next
-run (folding in the driver, without Spark) converges, a second compaction of one lake is refused
-while the first holds it, and the real change stream of a dump under writes folds into tables
-equal to the source, typed, as DuckDB reads them (from the Parquet files the Delta log lists)."""
+reads only the new bytes, a column added at the source reaches the lake with its default (also
+when a direct dump added it first or created the table for rows read without it, and when a
+run dies between the steps of folding it), a run that fails between two tables' commits leaves
+each table at a committed version and the next run (folding in the driver, without Spark)
+converges, a second compaction of one lake is refused while the first holds it, and the real
+change stream of a dump under writes folds into tables equal to the source, typed, as DuckDB
+reads them (from the Parquet files the Delta log lists)."""
 
 from __future__ import annotations
 
@@ -272,6 +274,85 @@ def test_a_column_a_direct_dump_added_first_still_gets_its_default(tmp_path: Pat
     assert again.pop((99,)) == "7.0" and set(again.values()) == {"2.5"}
 
 
+def test_a_table_a_direct_dump_created_for_rows_read_without_a_column_gets_its_default(
+    tmp_path: Path,
+) -> None:
+    """A chunk read before ALTER ADD COLUMN score and committed after it creates the table
+    from the catalog, with `score`, before the log described the table at all: the column is
+    created unfolded (the rows lack it), so the log's first schema event of the table, which
+    lists it, still writes the default into the chunk's rows."""
+    stream, events_dir, output = Stream(17), tmp_path / "events", tmp_path / "lake"
+    users = TableRef("app", "users")
+    score = Column("score", "numeric(6,1)", True, "'2.5'::numeric")
+    schema = lake_schema("postgres", users, described("users", [score]))
+    target = LakeDirectTarget(output, {users: schema}.__getitem__)
+    handles = [target.stage(users, [{"id": 98, "n": 2.0, "tags": [], "big": "y"}])]
+    record = DirectRecord("w", Position(49, 0), Position(50, 0), frozenset())
+    assert target.commit(users, handles, record, ("id",)) == 1
+    assert LakeTable.open(output, users).unfolded == {"score"}
+
+    stream.opening = [
+        stream.schema_event("users", described("users", [score])),
+        stream.schema_event("items", described("items")),
+    ]
+    write(events_dir, stream.batch(10), [])
+    compact(None, events_dir, output)
+    assert LakeTable.open(output, users).unfolded == frozenset()
+    assert str(lake_state(output, "app.users")[(98,)]["score"]) == "2.5"
+
+
+@pytest.mark.parametrize("failing", ["fill", "folded", "fold_schema", "merge"])
+def test_a_run_that_dies_while_folding_an_added_column_converges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """A run folding ALTER ADD COLUMN score DEFAULT 2.5 dies after the commit that added the
+    column, at each later step: before its default is written into the older rows, before
+    the ADD is recorded, before the schema event is, before the rows' commit. The next run
+    (the table's progress has not moved, so it reads the same events) ends with every row
+    before the ALTER holding the default, the rows of the run that died's too."""
+    stream, events_dir, output = Stream(19), tmp_path / "events", tmp_path / "lake"
+    write(events_dir, stream.batch(30), [])
+    compact(None, events_dir, output)
+    stored = set(lake_state(output, "app.users"))
+    assert stored
+
+    def at(commit: int, seq: int) -> SourceInfo:
+        return SourceInfo("src", "db", "app", "users", Position(commit, seq), Origin.LOG)
+
+    base = stream.commit + 1
+    new = {"id": 97, "n": 1.0, "tags": [], "big": "x"}  # written whole before the ALTER
+    changed = {"id": min(stored)[0], "n": 3.0}  # an update, no earlier image in the run
+    stream.commit += 5
+    score = Column("score", "numeric(6,1)", True, "'2.5'::numeric")
+    added = stream.schema_event("users", described("users", [score]))
+    later = {"id": 99, "n": 1.0, "tags": [], "big": "x", "score": "7.0"}
+    events = [
+        Event(Op.CREATE, {"id": 97}, None, new, at(base, 1), 1),
+        Event(Op.UPDATE, {"id": changed["id"]}, None, changed, at(base + 1, 1), 1),
+        added,
+        Event(Op.CREATE, {"id": 99}, None, later, at(stream.commit + 1, 1), 2),
+    ]
+    write(events_dir, events, [])
+    step = getattr(LakeTable, failing)
+
+    def dying(self: LakeTable, *args: Any, **kwargs: Any) -> Any:
+        if self.table.name == "users":
+            raise OSError(f"the compaction died at {failing}")
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(LakeTable, failing, dying)
+    with pytest.raises(OSError, match="the compaction died"):
+        compact(None, events_dir, output)
+    monkeypatch.setattr(LakeTable, failing, step)
+    users = LakeTable.open(output, TableRef("app", "users"))
+    assert "score" in users.arrow_schema.names and users.progress < added.position
+
+    compact(None, events_dir, output)
+    scores = {k: str(r["score"]) for k, r in lake_state(output, "app.users").items()}
+    assert scores.pop((99,)) == "7.0"
+    assert set(scores) == stored | {(97,)} and set(scores.values()) == {"2.5"}
+
+
 def test_a_run_removes_the_direct_dumps_stale_staged_files(tmp_path: Path) -> None:
     stream, events_dir, output = Stream(12), tmp_path / "events", tmp_path / "lake"
     write(events_dir, stream.batch(10), [])
@@ -337,7 +418,7 @@ def test_a_compaction_killed_mid_run_leaves_committed_versions_and_converges(
     run = subprocess.Popen(command + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     log = output / "app.items" / "_delta_log"
     deadline = time.monotonic() + 120
-    while len(list(log.glob("*.json")) if log.exists() else []) < 4:
+    while len(list(log.glob("*.json")) if log.exists() else []) < 5:  # a few merges in
         assert run.poll() is None, run.communicate()[1][-3000:]
         assert time.monotonic() < deadline, "no commits within 2 minutes"
         time.sleep(0.005)
