@@ -1,7 +1,10 @@
 """Runs one stored dump request to the end: chunk after chunk, obeying its controls.
 
-Progress is saved after each chunk, so a dump killed at any moment resumes from its last
-completed chunk when run again. A source or Redis restart is ridden through: the chunk it broke
+Up to `parallelism` chunks are in flight, each on a source of its own; a chunk that ends frees
+its slot for the next at once (`ChunkSlots`), so a slow chunk (its window waiting for the tailer,
+its Spark job starting) holds no other back. Progress is saved after each chunk, but only past
+the chunks that ended in order, so a dump killed at any moment resumes from its last completed
+chunk when run again. A source or Redis restart is ridden through: the chunk it broke
 is retried with new watermarks, and the calls between chunks wait, for up to
 `source_patience_s` (see `retry.py`). Between chunks it reads the controls in Redis (pause, resume,
 cancel, chunk size, delay, rows/s), so they can be changed while it runs. Used by `dblog dump`
@@ -17,8 +20,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
 
@@ -109,66 +113,28 @@ def run_dump(
                 if planner.needs_max_key:
                     planner.begin(_patiently(partial(sources[0].max_key, table), source_patience_s))
                     store.dumps.save_progress(dump_id, planner.progress)
-                while not planner.done:
-                    controls = _patiently(partial(store.dumps.controls, dump_id))
-                    if stop is not None and stop.is_set():
-                        return DumpState.RUNNING
-                    if controls is None or controls.cancelled:
-                        store.dumps.mark(dump_id, DumpState.CANCELLED)
-                        return DumpState.CANCELLED
-                    if controls.paused:
-                        store.dumps.mark(dump_id, DumpState.PAUSED)
-                        (stop or threading.Event()).wait(PAUSE_POLL_S)
-                        continue
-                    _patiently(partial(store.dumps.mark, dump_id, DumpState.RUNNING))
-                    planner.chunk_size = controls.chunk_size
-                    chunks = _patiently(
-                        partial(_plan, planner, sources[0], parallelism), source_patience_s
-                    )
-                    started = time.monotonic()
-                    runs = [
-                        pool.submit(
-                            retry_chunk,
-                            (
-                                partial(
-                                    run_chunk,
-                                    store,
-                                    source,
-                                    dump_id,
-                                    chunk,
-                                    key_columns,
-                                    window_timeout_s=window_timeout_s,
-                                    read=read,
-                                )
-                                if direct is None
-                                else partial(
-                                    run_direct_chunk,
-                                    store,
-                                    source,
-                                    dump_id,
-                                    chunk,
-                                    key_columns,
-                                    window_timeout_s=window_timeout_s,
-                                    read=direct,
-                                )
-                            ),
-                            ChunkRetries(max_attempts, Patience(source_patience_s)),
-                            f"chunk {chunk.seq} of {chunk.table}",
-                            on_retry=partial(_count_retry, store, dump_id),
-                        )
-                        for chunk, source in zip(chunks, sources, strict=False)
-                    ]
-                    outcomes = [run.result() for run in runs]
-                    rows = 0
-                    for chunk, outcome in zip(chunks, outcomes, strict=True):
-                        planner.complete(chunk, outcome.rows, outcome.last_key)
-                        planner.progress.rows_written += outcome.written
-                        rows += outcome.rows
-                    _patiently(partial(store.dumps.save_progress, dump_id, planner.progress))
-                    _patiently(partial(store.dumps.count, dump_id, chunks=len(chunks), rows=rows))
-                    if on_progress is not None:
-                        on_progress(dump_id, planner.progress)
-                    _throttle(controls, rows, time.monotonic() - started, stop)
+
+                attempt = _ChunkAttempt(
+                    store,
+                    dump_id,
+                    key_columns,
+                    window_timeout_s,
+                    max_attempts,
+                    source_patience_s,
+                    read,
+                    direct,
+                )
+                ended = run_table(
+                    store,
+                    dump_id,
+                    planner,
+                    ChunkSlots(pool, sources, attempt),
+                    source_patience_s,
+                    on_progress,
+                    stop,
+                )
+                if ended is not None:
+                    return ended
                 if direct is not None:
                     _prune_tombstones(store, direct, table)
         store.dumps.mark(dump_id, DumpState.DONE)
@@ -184,6 +150,138 @@ def run_dump(
     finally:
         for source in sources:
             source.close()
+
+
+@dataclass(frozen=True)
+class _ChunkAttempt:
+    """Reads one chunk to its end on a source: windows retried with new watermarks
+    (`retry_chunk`), sequenced through Redis or direct into the target."""
+
+    store: StateStore
+    dump_id: str
+    key_columns: tuple[str, ...]
+    window_timeout_s: float
+    max_attempts: int
+    source_patience_s: float
+    read: ChunkReader
+    direct: DirectChunkReader | None
+
+    def __call__(self, chunk: Chunk, source: ChunkSource) -> ChunkOutcome:
+        args = (self.store, source, self.dump_id, chunk, self.key_columns)
+        timeout = self.window_timeout_s
+        run = (
+            partial(run_chunk, *args, window_timeout_s=timeout, read=self.read)
+            if self.direct is None
+            else partial(run_direct_chunk, *args, window_timeout_s=timeout, read=self.direct)
+        )
+        return retry_chunk(
+            run,
+            ChunkRetries(self.max_attempts, Patience(self.source_patience_s)),
+            f"chunk {chunk.seq} of {chunk.table}",
+            on_retry=partial(_count_retry, self.store, self.dump_id),
+        )
+
+
+class ChunkSlots:
+    """Up to one chunk in flight per source, each in a pool thread on its own source: a slot
+    freed by a chunk that ended takes the next one at once, rather than when the slowest chunk
+    of a round ends (its tailer's emission, its Spark job's start overlap the others' reads)."""
+
+    def __init__(
+        self,
+        pool: ThreadPoolExecutor,
+        sources: list[ChunkSource],
+        attempt: Callable[[Chunk, ChunkSource], ChunkOutcome],
+    ) -> None:
+        self._pool = pool
+        self.size = len(sources)
+        self._free = list(sources)
+        self._attempt = attempt
+        self._running: dict[Future[ChunkOutcome], tuple[Chunk, ChunkSource]] = {}
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._running)
+
+    @property
+    def free_source(self) -> ChunkSource | None:
+        """A source no chunk is reading with, to plan on; None when every slot is taken."""
+        return self._free[0] if self._free else None
+
+    def start(self, chunk: Chunk) -> None:
+        source = self._free.pop()
+        future = self._pool.submit(self._attempt, chunk, source)
+        self._running[future] = (chunk, source)
+
+    def ended(self) -> list[tuple[Chunk, ChunkOutcome]]:
+        """Wait for at least one chunk to end; each ended chunk and its outcome, in the order
+        they were started. A chunk that failed for good raises here."""
+        done, _ = wait(self._running, return_when=FIRST_COMPLETED)
+        ended = []
+        for future in sorted(done, key=lambda f: self._running[f][0].seq):
+            chunk, source = self._running.pop(future)
+            self._free.append(source)
+            ended.append((chunk, future.result()))
+        return ended
+
+
+def run_table(
+    store: StateStore,
+    dump_id: str,
+    planner: TablePlanner,
+    slots: ChunkSlots,
+    source_patience_s: float,
+    on_progress: ProgressCallback | None,
+    stop: threading.Event | None,
+) -> DumpState | None:
+    """Dump one table, chunks kept in flight in every slot; None once it is done, else the
+    state the dump ended in (cancelled, or running when `stop` is set). Between chunks the
+    controls are obeyed: a pause, a cancel or a stop starts no new chunk and lets those in
+    flight end (their rows count); the progress saved is the planner's, which moves only
+    past chunks that ended in order, so a dump killed at any moment resumes from there."""
+    ending: DumpState | None = None
+    controls: DumpControls | None = None
+    last_ended = time.monotonic()
+    while not planner.done or slots.busy:
+        if ending is None:
+            controls = _patiently(partial(store.dumps.controls, dump_id))
+            if stop is not None and stop.is_set():
+                ending = DumpState.RUNNING
+            elif controls is None or controls.cancelled:
+                ending = DumpState.CANCELLED
+        if ending is not None or controls is None:
+            if not slots.busy:
+                break
+        elif controls.paused:
+            if not slots.busy:
+                store.dumps.mark(dump_id, DumpState.PAUSED)
+                (stop or threading.Event()).wait(PAUSE_POLL_S)
+                continue
+        else:
+            source = slots.free_source
+            if source is not None and not planner.done:
+                _patiently(partial(store.dumps.mark, dump_id, DumpState.RUNNING))
+                planner.chunk_size = controls.chunk_size
+                for chunk in _patiently(
+                    partial(_plan, planner, source, slots.size), source_patience_s
+                ):
+                    slots.start(chunk)
+        if not slots.busy:
+            continue
+        for chunk, outcome in slots.ended():
+            planner.complete(chunk, outcome.rows, outcome.last_key)
+            planner.progress.rows_written += outcome.written
+            _patiently(partial(store.dumps.save_progress, dump_id, planner.progress))
+            _patiently(partial(store.dumps.count, dump_id, chunks=1, rows=outcome.rows))
+            if on_progress is not None:
+                on_progress(dump_id, planner.progress)
+            if controls is not None and ending is None:
+                # Each chunk's rows take at least their share of time since the one before.
+                _throttle(controls, outcome.rows, time.monotonic() - last_ended, stop)
+            last_ended = time.monotonic()
+    if ending is DumpState.CANCELLED:
+        store.dumps.mark(dump_id, DumpState.CANCELLED)
+    return ending
 
 
 @contextmanager
