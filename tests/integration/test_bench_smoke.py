@@ -38,11 +38,12 @@ def test_bench_quick_prints_p1_p1b_p3_p4_p4b_e() -> None:
         out,
         re.M,
     ), out
-    for label in ("no dump", "with dump"):
+    for label in ("no dump", "with dump", "with direct dump"):
         assert re.search(
             rf"^P3 latency {label}: p50 -?{NUMBER} ms, p99 -?{NUMBER} ms", out, re.M
         ), out
     assert re.search(rf"^P3 ratio p99 with dump / without -?{NUMBER}$", out, re.M), out
+    assert re.search(rf"^P3 floor: p99 with direct dump / without -?{NUMBER}$", out, re.M), out
     assert re.search(rf"^P4 peak RSS {NUMBER} MiB, baseline RSS {NUMBER} MiB", out, re.M), out
     assert re.search(
         rf"^P4b peak RSS {NUMBER} MiB, baseline RSS {NUMBER} MiB \(\d+ rows of ~\d+ bytes",
