@@ -259,6 +259,16 @@ def drop_databases(dbs: SourceDatabases) -> None:
         dbs.admin(*(f"DROP DATABASE IF EXISTS `{db}`" for db in (dbs.source_db, dbs.watermark_db)))
         return
     with psycopg.connect(dbs.pg.admin_dsn, autocommit=True) as conn:
+
+        def released() -> bool:
+            # A tailer that just closed its replication connection leaves the slot active
+            # until its walsender has exited, and an active slot keeps its database.
+            found = conn.execute(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (dbs.slot,)
+            ).fetchone()
+            return found is None or not found[0]
+
+        wait_until(released, 30, f"slot {dbs.slot} released by its walsender")
         conn.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
             "WHERE slot_name = %s AND NOT active",
