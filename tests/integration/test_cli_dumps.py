@@ -256,9 +256,9 @@ def most_at_once(windows: Sequence[WindowStatus]) -> int:
 
 
 def test_parallelism_and_max_rows_per_s(cli: Cli) -> None:
-    """`--parallelism 3` reads three chunks at a time (three windows in flight at most, and
-    three at once at the start) and `--max-rows-per-s` holds the dump to that rate over the
-    whole run."""
+    """`--parallelism 3` reads three chunks at a time (never more than three windows open at
+    once, and three at some moment) and `--max-rows-per-s` holds the dump to that rate over
+    the whole run."""
     dump = DumpProcess(cli, "wide", "--table", "public.accounts", "--chunk-size", "20",
                        "--parallelism", "3", "--max-rows-per-s", "300")  # fmt: skip
     try:
