@@ -549,7 +549,7 @@ def bench_p3(env: Env, sizes: Sizes) -> list[LatencyResult]:
 
 
 def latency_with_dump(
-    env: Env, output: TimedNdjson, store: Any, sizes: Sizes, mode: str, config: Path
+    env: Env, output: TimedNdjson, store: StateStore, sizes: Sizes, mode: str, config: Path
 ) -> LatencyResult:
     dump_id = f"p3-{mode}"
     with (env.base / f"{dump_id}.log").open("wb") as dump_log:
@@ -583,7 +583,7 @@ def latency_with_dump(
         dump.wait(60)
 
 
-def dump_rows(store: Any, dump_id: str) -> int:
+def dump_rows(store: StateStore, dump_id: str) -> int:
     """The rows the dump has completed so far (its chunks' counters)."""
     status = store.dumps.status(dump_id)
     return 0 if status is None else int(status.rows)

@@ -75,6 +75,8 @@ _READ_PAGES = 4
 _ROWS_FORMAT = "encoded-pages-1"
 """Stored in `rowsmeta` as `format` beside the rows: rows stored by a dump of a dblog version
 that spelled them otherwise are never read as these."""
+_SCAN_COUNT = 1000
+"""Keys a SCAN call looks at (`ids`)."""
 _WAIT_SLICE_S = 1.0
 """The longest a blocking wait runs before the state is read again (below any socket timeout)."""
 
@@ -475,6 +477,19 @@ return 1
         if result == -1:
             raise FencedOut.of(self.source, token, f"window {window_id} was not moved to {to}")
         return bool(result == 1)
+
+    @reachable
+    def ids(self) -> set[str]:
+        """The ids of every window still in Redis, open or ended (an ended one stays until its
+        keys expire): a scan, for views of all windows rather than the tailer's or a dump's
+        path."""
+        prefix = self.keys.window("")
+        found = set()
+        for key in self._r.scan_iter(match=prefix + "*", count=_SCAN_COUNT, _type="HASH"):
+            window_id = text(key)[len(prefix) :]
+            if ":" not in window_id:  # not window:<id>:rowsmeta
+                found.add(window_id)
+        return found
 
     @reachable
     def state(self, window_id: str) -> WindowStatus | None:

@@ -23,13 +23,11 @@ from airflow_provider_dblog.state import (
     TailerHealth,
     WindowStatus,
 )
-from airflow_provider_dblog.state.base import text
 
 WINDOW_HORIZON_MS = 120_000
 """Ended windows older than this (Redis clock) are left out of the snapshot."""
 MAX_WINDOWS = 300
 MAX_DUMPS = 20
-_SCAN_COUNT = 1000
 
 
 def table_rates(
@@ -113,17 +111,8 @@ class LiveView:
 
     # -- windows -------------------------------------------------------------------------------
 
-    def _window_ids(self) -> set[str]:
-        prefix = self.store.windows.keys.window("")
-        ids = set()
-        for key in self._r.scan_iter(match=prefix + "*", count=_SCAN_COUNT, _type="HASH"):
-            window_id = text(key)[len(prefix) :]
-            if ":" not in window_id:  # not window:<id>:rowsmeta
-                ids.add(window_id)
-        return ids
-
     def _window_list(self, now_ms: int) -> list[JsonValue]:
-        ids = self._window_ids()
+        ids = self.store.windows.ids()
         for gone in self._windows.keys() - ids:
             del self._windows[gone]
         for window_id in ids:

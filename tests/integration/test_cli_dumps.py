@@ -236,14 +236,8 @@ def test_status_pause_and_a_failed_dump_resumed_with_resume(cli: Cli) -> None:
 
 def dump_windows(cli: Cli, dump_id: str) -> list[WindowStatus]:
     """Every window of the dump still in Redis (they outlive the chunk by their TTL)."""
-    prefix = cli.store.windows.keys.window("")
-    found = []
-    for key in cli.redis.client().scan_iter(match=prefix + "*", count=1000):
-        window_id = key.decode()[len(prefix) :]
-        status = None if ":" in window_id else cli.store.windows.state(window_id)
-        if status is not None and status.window.dump_id == dump_id:
-            found.append(status)
-    return found
+    found = (cli.store.windows.state(w) for w in cli.store.windows.ids())
+    return [s for s in found if s is not None and s.window.dump_id == dump_id]
 
 
 def most_at_once(windows: Sequence[WindowStatus]) -> int:
