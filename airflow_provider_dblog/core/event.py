@@ -211,7 +211,7 @@ class LogOrigin:
     name: str
     db: str
     table: TableRef
-    txid: int
+    txid: int | None
     ts_ms: int
     schema: str = field(init=False)
     """`table.schema` and `table.name`, read as a `SourceInfo`'s are (`Session.change`)."""
@@ -282,7 +282,7 @@ class EncodedLogEvent(Event):
         return self.origin.table
 
     @property
-    def txid(self) -> int:
+    def txid(self) -> int | None:
         return self.origin.txid
 
     def event(self) -> Event:

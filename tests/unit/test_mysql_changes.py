@@ -1,5 +1,6 @@
-"""The binlog mapping on hand-built records: positions, transaction ends, watermarks, schema
-descriptions and truncates, and the resume points acknowledgements give."""
+"""The binlog mapping on hand-built records and rows events built as bytes: positions,
+transaction ends, watermarks, schema descriptions and truncates, the events' lines, and the
+resume points acknowledgements give."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from airflow_provider_dblog.core.event import JsonValue, Op, TableRef
+from airflow_provider_dblog.core.event import JsonValue, Op, TableRef, encode
 from airflow_provider_dblog.core.log import (
     Change,
     Idle,
@@ -20,6 +21,7 @@ from airflow_provider_dblog.core.log import (
 from airflow_provider_dblog.core.position import Position, mysql_commit
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError, UnknownTable
+from airflow_provider_dblog.sources.mysql.catalog import ColumnInfo
 from airflow_provider_dblog.sources.mysql.changes import (
     Begin,
     BinlogMapper,
@@ -27,21 +29,30 @@ from airflow_provider_dblog.sources.mysql.changes import (
     LogEnd,
     Query,
     RowKind,
-    Rows,
     TableColumns,
     Xid,
 )
+from airflow_provider_dblog.sources.mysql.events import TableMap
 from airflow_provider_dblog.sources.mysql.resume import (
     Acknowledgements,
     ResumePoint,
     advance_gtid_set,
     advance_gtid_state,
 )
+from tests.unit.binlog_bytes import INT, VARCHAR, rows, table_map
 
 ORDERS = TableRef("shop", "orders")
 OTHER = TableRef("shop", "audit")
 WATERMARK = TableRef("dblog", "watermark")
-SHAPE = (("id", 3), ("note", 15))
+COLUMNS = (("id", INT), ("note", VARCHAR))
+WIDER = (("id", INT), ("note", VARCHAR), ("extra", INT))
+WATERMARK_COLUMNS = (("id", INT), ("value", VARCHAR))
+ORDERS_ID, OTHER_ID, WATERMARK_ID = 7, 8, 9
+MAPS = [
+    table_map(ORDERS_ID, "shop", "orders", COLUMNS),
+    table_map(OTHER_ID, "shop", "audit", COLUMNS),
+    table_map(WATERMARK_ID, "dblog", "watermark", WATERMARK_COLUMNS),
+]
 
 
 def at(offset: int, file_number: int = 1) -> int:
@@ -52,41 +63,50 @@ def described(*names: str, key: tuple[str, ...] = ("id",)) -> TableSchema:
     return TableSchema(tuple(Column(n, "int", n not in key, None) for n in names), key)
 
 
+def infos(*names: str) -> tuple[ColumnInfo, ...]:
+    return tuple(
+        ColumnInfo(n, "varchar", "varchar(255)", "utf8mb4", "utf8mb4_bin", 255)
+        if n == "note"
+        else ColumnInfo(n, "int", "int(11)")
+        for n in names
+    )
+
+
 class Catalog:
-    """Tables as the catalog has them now; values pass through, upper-cased strings show the
-    converter ran."""
+    """Tables as the catalog has them now."""
 
     def __init__(self) -> None:
         self.asked: list[TableRef] = []
-        self.tables: dict[TableRef, TableSchema] = {ORDERS: described("id", "note")}
+        self.tables: dict[TableRef, tuple[str, ...]] = {ORDERS: ("id", "note")}
+        self.keys: dict[TableRef, tuple[str, ...]] = {}
 
     def __call__(self, table: TableRef) -> TableColumns:
         self.asked.append(table)
         if table not in self.tables:
             raise UnknownTable(f"table {table} does not exist")
-
-        def convert(name: str, value: object) -> JsonValue:
-            return value.upper() if isinstance(value, str) else value
-
-        return TableColumns(self.tables[table], convert)
+        names = self.tables[table]
+        return TableColumns(described(*names, key=self.keys.get(table, ("id",))), infos(*names))
 
 
 def mapper(catalog: Catalog | None = None) -> BinlogMapper:
-    return BinlogMapper(
+    m = BinlogMapper(
         source="shop",
         db="shop",
         captured=[ORDERS],
         watermark=WATERMARK,
         columns=catalog or Catalog(),
     )
+    for known in MAPS:
+        m.table_map(known)
+    return m
 
 
 def run(m: BinlogMapper, records: Iterable[BinlogRecord]) -> list[LogItem]:
     return [item for record in records for item in m.map(record)]
 
 
-def insert(*ids: int, table: TableRef = ORDERS, shape: tuple[object, ...] = SHAPE) -> Rows:
-    return Rows(table, RowKind.INSERT, [(None, {"id": i, "note": "n"}) for i in ids], shape)
+def insert(*ids: int, table_id: int = ORDERS_ID) -> BinlogRecord:
+    return rows(RowKind.INSERT, table_id, COLUMNS, [{"id": i, "note": "n"} for i in ids])
 
 
 def changes(items: list[LogItem]) -> list[tuple[Op, JsonValue, Position]]:
@@ -107,13 +127,8 @@ def test_a_transaction_is_positioned_at_its_first_event_and_ends_at_its_xid() ->
         [
             Begin(at(400), 1_700_000_000_000, "0-1-7", 7, standalone=False),
             insert(1, 2),
-            Rows(
-                ORDERS,
-                RowKind.UPDATE,
-                [({"id": 2, "note": "a"}, {"id": 2, "note": "b"})],
-                SHAPE,
-            ),
-            Rows(ORDERS, RowKind.DELETE, [({"id": 1, "note": "a"}, None)], SHAPE),
+            rows(RowKind.UPDATE, ORDERS_ID, COLUMNS, [({"id": 2, "note": "a"}, {"id": 2})]),
+            rows(RowKind.DELETE, ORDERS_ID, COLUMNS, [{"id": 1, "note": "a"}]),
             Xid(),
         ],
     )
@@ -124,11 +139,31 @@ def test_a_transaction_is_positioned_at_its_first_event_and_ends_at_its_xid() ->
         (Op.DELETE, {"id": 1}, Position(at(400), 3)),
     ]
     assert items[-1] == TransactionEnd(at(400))
-    first = items[0]
-    assert isinstance(first, Change)
-    assert first.event.after == {"id": 1, "note": "N"}, "values go through the converter"
+    first, update = items[0], items[2]
+    assert isinstance(first, Change) and isinstance(update, Change)
+    assert first.event.after == {"id": 1, "note": "n"}
+    assert (update.event.before, update.event.after) == (
+        {"id": 2, "note": "a"},
+        {"id": 2, "note": None},
+    )
     assert (first.event.source.txid, first.event.source.ts_ms) == (7, 1_700_000_000_000)
-    assert first.event.schema_version == 0, "the tailer stamps versions"
+    assert first.event.schema_version == 0, "no version known for the table yet"
+    for item in items:
+        if isinstance(item, Change):
+            line = item.event.line  # type: ignore[attr-defined]
+            assert line == (encode(item.event.event()) + "\n").encode(), "the line encodes it"
+
+
+def test_row_events_carry_the_tailers_schema_version_and_a_null_txid_without_one() -> None:
+    m = mapper()
+    m.schema_versions = {ORDERS: 3}
+    items = run(m, [Begin(at(10), 5, standalone=False), insert(1), Xid()])
+    change = items[0]
+    assert isinstance(change, Change)
+    assert change.event.schema_version == 3 and change.event.source.txid is None
+    line = change.event.line  # type: ignore[attr-defined]
+    assert line == (encode(change.event.event()) + "\n").encode()
+    assert b'"txid":null,"ts_ms":5},"schema_version":3}' in line
 
 
 def test_a_key_change_is_a_delete_then_a_create() -> None:
@@ -136,7 +171,7 @@ def test_a_key_change_is_a_delete_then_a_create() -> None:
         mapper(),
         [
             Begin(at(10), 0, standalone=False),
-            Rows(ORDERS, RowKind.UPDATE, [({"id": 1, "note": "a"}, {"id": 9, "note": "a"})], SHAPE),
+            rows(RowKind.UPDATE, ORDERS_ID, COLUMNS, [({"id": 1, "note": "a"}, {"id": 9})]),
             Xid(),
         ],
     )
@@ -152,8 +187,13 @@ def test_watermark_updates_take_a_position_and_other_tables_are_skipped() -> Non
         mapper(catalog),
         [
             Begin(at(100), 0, standalone=False),
-            insert(5, table=OTHER),
-            Rows(WATERMARK, RowKind.UPDATE, [({"value": "old"}, {"value": "lw-1"})], ()),
+            insert(5, table_id=OTHER_ID),
+            rows(
+                RowKind.UPDATE,
+                WATERMARK_ID,
+                WATERMARK_COLUMNS,
+                [({"id": 1, "value": "old"}, {"id": 1, "value": "lw-1"})],
+            ),
             insert(1),
             Xid(),
         ],
@@ -186,18 +226,19 @@ def test_ddl_is_a_transaction_of_its_own_describing_the_table_it_names(
 ) -> None:
     """MariaDB flags a DDL group standalone; MySQL's GTID says nothing, and a first query that
     is not BEGIN tells. The ALTER describes the table as the catalog has it, and its next rows
-    (a new shape) are converted with the new columns."""
+    (a new shape) are read with the new columns."""
     catalog = Catalog()
     m = mapper(catalog)
     run(m, [Begin(at(10), 0, standalone=False), insert(1), Xid()])
-    catalog.tables[ORDERS] = described("id", "note", "extra")
+    catalog.tables[ORDERS] = ("id", "note", "extra")
     items = run(
         m,
         [
             Begin(at(20), 0, standalone=standalone),
             Query(at(30), 0, "shop", "ALTER TABLE `orders` ADD COLUMN extra int"),
             Begin(at(40), 0, standalone=False),
-            Rows(ORDERS, RowKind.INSERT, [(None, {"id": 2, "note": "n", "extra": 3})], (1, 2, 3)),
+            table_map(ORDERS_ID + 10, "shop", "orders", WIDER),
+            rows(RowKind.INSERT, ORDERS_ID + 10, WIDER, [{"id": 2, "note": "n", "extra": 3}]),
             Xid(),
         ],
     )
@@ -206,9 +247,14 @@ def test_ddl_is_a_transaction_of_its_own_describing_the_table_it_names(
     ), "a DDL statement's description ends open windows even as the table's first"
     assert items[1] == TransactionEnd(at(20))
     assert changes(items) == [(Op.CREATE, {"id": 2}, Position(at(40), 0))]
+    created = items[2]
+    assert isinstance(created, Change) and created.event.after == {"id": 2, "note": "n", "extra": 3}
     assert items[-1] == TransactionEnd(at(40))
     assert catalog.asked == [ORDERS, ORDERS, ORDERS], "first rows, the ALTER, the new shape"
-    assert table_items(run(m, [Begin(at(50), 0, standalone=False), insert(3), Xid()])) == []
+    third = rows(RowKind.INSERT, ORDERS_ID + 10, WIDER, [{"id": 3}])
+    more = [Begin(at(50), 0, standalone=False), third, Xid()]
+    assert table_items(run(m, more)) == []
+    assert catalog.asked == [ORDERS, ORDERS, ORDERS], "the same shape: not asked again"
 
 
 def test_truncate_of_a_captured_table_and_ddl_of_others() -> None:
@@ -244,7 +290,12 @@ def test_positions_do_not_depend_on_where_the_reader_started() -> None:
     positions the first reader gave it, so replays repeat positions and are recognised."""
     second = [
         Begin(at(20), 0, standalone=False),
-        Rows(WATERMARK, RowKind.UPDATE, [({"value": "a"}, {"value": "hw-1"})], ()),
+        rows(
+            RowKind.UPDATE,
+            WATERMARK_ID,
+            WATERMARK_COLUMNS,
+            [({"id": 1, "value": "a"}, {"id": 1, "value": "hw-1"})],
+        ),
         insert(2),
         Xid(),
     ]
@@ -265,14 +316,36 @@ def test_idle_lies_below_a_transaction_that_starts_at_the_log_end() -> None:
 
 def test_a_captured_table_without_primary_key_is_refused() -> None:
     catalog = Catalog()
-    catalog.tables[ORDERS] = described("id", "note", key=())
+    catalog.keys[ORDERS] = ()
     with pytest.raises(NoPrimaryKey, match=r"shop\.orders"):
         run(mapper(catalog), [Begin(at(1), 0, standalone=False), insert(1)])
 
 
-def test_rows_outside_a_transaction_are_an_error() -> None:
+def test_rows_outside_a_transaction_or_before_their_table_map_are_an_error() -> None:
     with pytest.raises(SourceError, match="outside a transaction"):
         run(mapper(), [insert(1)])
+    with pytest.raises(SourceError, match="table id 99 before its table map"):
+        run(mapper(), [Begin(at(1), 0, standalone=False), insert(1, table_id=99)])
+
+
+def test_without_column_names_the_catalog_names_them_by_position() -> None:
+    """binlog_row_metadata = MINIMAL: the map carries no names; more columns than the catalog
+    knows is an error saying how to fix it."""
+    m = mapper()
+    m.table_map(table_map(ORDERS_ID, "shop", "orders", COLUMNS, names=False))
+    items = run(m, [Begin(at(1), 0, standalone=False), insert(4), Xid()])
+    change = items[0]
+    assert isinstance(change, Change) and change.event.after == {"id": 4, "note": "n"}
+    m.table_map(table_map(ORDERS_ID, "shop", "orders", WIDER, names=False))
+    wider = rows(RowKind.INSERT, ORDERS_ID, WIDER, [{"id": 5, "extra": 1}])
+    with pytest.raises(SourceError, match="binlog_row_metadata = 'FULL'"):
+        run(m, [Begin(at(2), 0, standalone=False), wider])
+
+
+def test_a_table_map_is_parsed_from_its_bytes() -> None:
+    assert MAPS[0] == TableMap(
+        7, "shop", "orders", bytes([INT, VARCHAR]), (0, 1020), ("id", "note")
+    )
 
 
 def test_acknowledging_gives_the_point_after_the_last_durable_transaction() -> None:

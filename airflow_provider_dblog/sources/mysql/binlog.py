@@ -1,8 +1,11 @@
-"""The MySQL/MariaDB log reader: mysql-replication's BinLogStreamReader as the transport.
+"""The MySQL/MariaDB log reader: connects, resumes, and turns binlog events into `changes`
+records.
 
-This module connects, resumes and turns the library's events into `changes` records; what the
-records mean (positions, transactions, watermarks) is `changes.BinlogMapper`'s work, and what
-is acknowledged becomes a `resume.ResumePoint`.
+The events come from `wire.BinlogStream` (the replication protocol on a PyMySQL connection);
+their headers and the bodies of non-row events are read here with `events`, and a rows event
+is handed over as its bytes, which `changes.BinlogMapper` decodes with the row reader compiled
+for its table map (`rows`). What the records mean (positions, transactions, watermarks) is the
+mapper's work, and what is acknowledged becomes a `resume.ResumePoint`.
 
 - The stream blocks and asks the server for a heartbeat every `heartbeat_s` of silence: a
   heartbeat is the reader's cue to yield `Idle` (a non-blocking dump would end at the log's
@@ -11,48 +14,27 @@ is acknowledged becomes a `resume.ResumePoint`.
 - It resumes from the saved point: MariaDB by GTID state (without one it ignores a file and
   offset and replays from the first binlog), MySQL by GTID set when gtid_mode is ON, else by
   file and offset.
-- The library reconnects by itself after a lost connection, from where it was first told to
-  start, and gives up after a server restart: this reader refuses that second connection and
-  raises `SourceUnavailable`, so the tailer backs off and a new reader resumes from the last
-  acknowledged point.
+- A lost connection raises `SourceUnavailable`: the tailer backs off and the reader connects
+  again from the last acknowledged point.
 - A binlog purged past the resume point is a `BinlogPurged` error naming it, never a skip.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
 import logging
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
 import pymysql
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.constants.NONE_SOURCE import EMPTY_SET
-from pymysqlreplication.event import (
-    GtidEvent,
-    HeartbeatLogEvent,
-    MariadbGtidEvent,
-    QueryEvent,
-    RotateEvent,
-    XAPrepareEvent,
-    XidEvent,
-)
-from pymysqlreplication.row_event import (
-    DeleteRowsEvent,
-    RowsEvent,
-    UpdateRowsEvent,
-    WriteRowsEvent,
-)
 
-from airflow_provider_dblog.core.event import JsonValue, TableRef
+from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.log import Idle, LogItem, TransactionEnd
 from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import LogBacklog, SourceError, SourceUnavailable
+from airflow_provider_dblog.sources.mysql import events as ev
 from airflow_provider_dblog.sources.mysql.catalog import table_schema, table_shape
 from airflow_provider_dblog.sources.mysql.changes import (
     Begin,
@@ -60,47 +42,36 @@ from airflow_provider_dblog.sources.mysql.changes import (
     BinlogRecord,
     LogEnd,
     Query,
-    RawRow,
     RowKind,
     Rows,
     TableColumns,
     Xid,
 )
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
-from airflow_provider_dblog.sources.mysql.converters import converter
 from airflow_provider_dblog.sources.mysql.resume import (
     Acknowledgements,
     ResumePoint,
     advance_gtid_set,
     advance_gtid_state,
 )
+from airflow_provider_dblog.sources.mysql.wire import BinlogStream
 
 log = logging.getLogger(__name__)
 
 _ER_MASTER_FATAL_READING_BINLOG = 1236
 _ER_UNKNOWN_SYSTEM_VARIABLE = 1193
-_MARIADB_STANDALONE = 0x01  # FL_STANDALONE: a group of one statement without BEGIN/COMMIT
-_EVENTS = [
-    MariadbGtidEvent,
-    GtidEvent,
-    QueryEvent,
-    XidEvent,
-    XAPrepareEvent,
-    WriteRowsEvent,
-    UpdateRowsEvent,
-    DeleteRowsEvent,
-    RotateEvent,
-    HeartbeatLogEvent,
-]
+_TABLE_MAPS_KEPT = 1024
+_ROW_KINDS = {
+    **dict.fromkeys(ev.WRITES, RowKind.INSERT),
+    **dict.fromkeys(ev.UPDATES, RowKind.UPDATE),
+    ev.DELETE_ROWS_V1: RowKind.DELETE,
+    ev.DELETE_ROWS: RowKind.DELETE,
+}
 
 
 class BinlogPurged(SourceError):
     """The binlog the reader must resume from is gone (purged, or the log reset): the changes
     since are lost to it."""
-
-
-class _SecondConnection(Exception):
-    """The library tried to reconnect its stream by itself (from a stale start)."""
 
 
 class MysqlLogReader:
@@ -122,7 +93,7 @@ class MysqlLogReader:
         self._saved = None if resume is None else ResumePoint.from_text(resume)
         self._acks: Acknowledgements | None = None
         self._mapper: BinlogMapper | None = None
-        self._stream: BinLogStreamReader | None = None
+        self._stream: BinlogStream | None = None
         self._catalog: pymysql.connections.Connection[Any] | None = None
         self._server_id = config.server_id + (
             secrets.randbelow(config.server_id_span) if config.server_id_span > 1 else 0
@@ -132,8 +103,10 @@ class MysqlLogReader:
         self._file = ""
         self._gtid_state: str | None = None
         self._open_gtid: str | None = None
-        # Columns met in the binlog that the catalog no longer has, warned about once.
-        self._warned_columns: dict[TableRef, set[str]] = {}
+        # How events are framed, from the connection and the format description event.
+        self._checksum = 0
+        self._post_headers: bytes = b""
+        self._schema_versions: Mapping[TableRef, int] = {}
 
     # -- LogReader ----------------------------------------------------------------------------
 
@@ -149,19 +122,45 @@ class MysqlLogReader:
                 # after an outage does not start at a later end and miss what came between.
                 start = acks.acknowledged
                 yield Idle(mysql_commit(binlog_file_number(start.file), start.offset) - 1)
-            for event in stream:
-                for record in self._records(event):
-                    for item in mapper.map(record):
+            row_kinds, records, mapping = _ROW_KINDS, self._records, mapper.map
+            rows, table_map, rows_head = mapper.rows, mapper.table_map, ev.rows_head
+            maps: dict[bytes, ev.TableMap] = {}
+            for event in stream.events():
+                type_code = event[4]
+                kind = row_kinds.get(type_code)
+                if kind is not None:  # nearly every other event: its rows, read from its bytes
+                    head = rows_head(event, type_code, self._post_header(type_code))
+                    yield from rows(Rows(kind, head, event, len(event) - self._checksum))
+                    continue
+                if type_code == ev.TABLE_MAP:  # before each rows event, mostly the same again
+                    end = len(event) - self._checksum
+                    body = event[ev.HEADER_SIZE : end]
+                    known = maps.get(body)
+                    if known is None:
+                        known = ev.table_map(event, end, self._post_header(type_code))
+                        if len(maps) >= _TABLE_MAPS_KEPT:
+                            maps.clear()
+                        maps[body] = known
+                    table_map(known)
+                    continue
+                for record in records(event):
+                    for item in mapping(record):
                         if isinstance(item, TransactionEnd):
                             acks.handed(item.commit, self._transaction_end(event))
                         yield item
-        except (pymysql.err.OperationalError, pymysql.err.InterfaceError, _SecondConnection) as exc:
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
             self._drop_stream()
             code = exc.args[0] if exc.args else None
             if code == _ER_MASTER_FATAL_READING_BINLOG:
                 raise self._purged(exc) from exc
             raise SourceUnavailable(f"binlog stream of {self._config.name} lost: {exc}") from exc
         raise SourceUnavailable(f"binlog stream of {self._config.name} ended")
+
+    def use_schema_versions(self, versions: Mapping[TableRef, int]) -> None:
+        """Row events carry the tailer's current schema versions (`StampsSchemaVersions`)."""
+        self._schema_versions = versions
+        if self._mapper is not None:
+            self._mapper.schema_versions = versions
 
     def acknowledge(self, commit: int) -> str | None:
         """Everything up to `commit` is durable: the point after the last transaction handed
@@ -213,13 +212,12 @@ class MysqlLogReader:
 
     # -- connection ---------------------------------------------------------------------------
 
-    def _connect(self) -> BinLogStreamReader:
+    def _connect(self) -> BinlogStream:
         config = self._config
         catalog = config.connect()
         try:
             mariadb, db, start = self._start_point(catalog)
             self._mariadb = mariadb
-            by_gtid = start.gtid_state is not None
             if self._mapper is None:
                 self._mapper = BinlogMapper(
                     source=config.name,
@@ -228,24 +226,23 @@ class MysqlLogReader:
                     watermark=config.watermark,
                     columns=self._columns,
                 )
+                self._mapper.schema_versions = self._schema_versions
             self._mapper.drop_transaction()
             self._acks = Acknowledgements(start)
             self._file, self._gtid_state, self._open_gtid = start.file, start.gtid_state, None
-            stream = BinLogStreamReader(
-                connection_settings=self._stream_settings(),
+            with catalog.cursor() as cursor:
+                cursor.execute("SELECT @@global.binlog_checksum")
+                row = cursor.fetchone()
+            self._checksum = 4 if row is not None and str(row[0]).upper() == "CRC32" else 0
+            self._post_headers = b""
+            stream = BinlogStream.open(
+                pymysql.connect(**self._stream_settings()),
                 server_id=self._server_id,
-                blocking=True,
-                slave_heartbeat=self._heartbeat_s,
-                resume_stream=True,
-                only_events=_EVENTS,
-                only_schemas=sorted({t.schema for t in (*config.tables, config.watermark)}),
-                only_tables=sorted({t.name for t in (*config.tables, config.watermark)}),
-                is_mariadb=mariadb,
-                auto_position=start.gtid_state if by_gtid else None,
-                log_file=None if by_gtid else start.file,
-                log_pos=None if by_gtid else start.offset,
-                pymysql_wrapper=_OneStreamConnection(),
-                enable_logging=False,
+                heartbeat_s=self._heartbeat_s,
+                mariadb=mariadb,
+                file=start.file,
+                offset=start.offset,
+                gtid_state=start.gtid_state,
             )
         except BaseException:
             catalog.close()
@@ -281,7 +278,7 @@ class MysqlLogReader:
 
     def _stream_settings(self) -> dict[str, Any]:
         settings = self._config.connect_kwargs()
-        settings.pop("database", None)  # the library's catalog connection names its own
+        settings.pop("database", None)  # a dump names no database
         # A read that waits longer than a few heartbeats means the server is gone.
         settings["read_timeout"] = max(10, int(self._heartbeat_s * 4) + 1)
         settings["connect_timeout"] = 10
@@ -315,68 +312,62 @@ class MysqlLogReader:
 
     # -- events to records --------------------------------------------------------------------
 
-    def _records(self, event: Any) -> Iterator[BinlogRecord]:
-        packet = event.packet
-        if isinstance(event, RowsEvent):
-            yield self._rows(event)
-        elif isinstance(event, MariadbGtidEvent | GtidEvent):
-            gtid = str(event.gtid)
-            self._open_gtid = gtid
-            standalone = (
-                bool(event.flags & _MARIADB_STANDALONE)
-                if isinstance(event, MariadbGtidEvent)
-                else None
+    def _records(self, event: bytes) -> Iterator[BinlogRecord]:
+        """The records of an event other than a rows event (`items` reads those itself)."""
+        kind, end = event[4], len(event) - self._checksum
+        if kind == ev.MARIADB_GTID or kind == ev.GTID:
+            gtid = (
+                ev.mariadb_gtid(event, ev.HEADER.unpack_from(event)[2])
+                if kind == ev.MARIADB_GTID
+                else ev.mysql_gtid(event)
             )
-            txid = int(event.gtid_seq_no) if isinstance(event, MariadbGtidEvent) else None
-            yield Begin(self._start_of(packet), event.timestamp * 1000, gtid, txid, standalone)
-        elif isinstance(event, QueryEvent):
-            schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
-            yield Query(self._start_of(packet), event.timestamp * 1000, str(schema), event.query)
-        elif isinstance(event, XidEvent | XAPrepareEvent):
+            self._open_gtid = gtid.gtid
+            yield Begin(self._start_of(event), _ts_ms(event), gtid.gtid, gtid.txid, gtid.standalone)
+        elif kind == ev.QUERY:
+            query = ev.query(event, end)
+            yield Query(self._start_of(event), _ts_ms(event), query.schema, query.sql)
+        elif kind == ev.XID or kind == ev.XA_PREPARE:
             # An XA transaction's group ends at its PREPARE; its XA COMMIT is a group of its
             # own. (Its rows are handed over at PREPARE, even if an XA ROLLBACK follows.)
             yield Xid()
-        elif isinstance(event, RotateEvent):
-            self._file = str(event.next_binlog)
-        elif isinstance(event, HeartbeatLogEvent):
-            self._file = event.ident.rstrip("\0")
-            yield LogEnd(self._commit(packet.log_pos))
+        elif kind == ev.ROTATE:
+            self._file = ev.rotate(event, end)
+        elif kind == ev.HEARTBEAT:
+            self._file = ev.heartbeat_file(event, end)
+            yield LogEnd(self._commit(ev.HEADER.unpack_from(event)[4]))
+        elif kind == ev.HEARTBEAT_V2:
+            self._file, offset = ev.heartbeat_v2(event, end)
+            yield LogEnd(self._commit(offset))
+        elif kind == ev.FORMAT_DESCRIPTION:
+            self._post_headers = ev.post_header_lengths(event)
+        elif kind == ev.PARTIAL_UPDATE_ROWS or kind in ev.MARIADB_COMPRESSED_ROWS:
+            raise SourceError(
+                f"the binlog of {self._config.name} holds {_UNSUPPORTED[kind]}, which the "
+                f"reader does not decode: {_UNSUPPORTED_FIX[kind]}"
+            )
 
-    def _start_of(self, packet: Any) -> int:
-        return self._commit(int(packet.log_pos) - int(packet.event_size))
+    def _post_header(self, kind: int) -> int:
+        """The post-header length of event type `kind` from the format description event."""
+        lengths = self._post_headers
+        if kind - 1 < len(lengths):
+            return lengths[kind - 1]
+        return 10 if kind in ev.ROWS_V2 else 8
+
+    def _start_of(self, event: bytes) -> int:
+        _, _, _, size, next_offset, _ = ev.HEADER.unpack_from(event)
+        return self._commit(next_offset - size)
 
     def _commit(self, offset: int) -> int:
         return mysql_commit(binlog_file_number(self._file), offset)
 
-    def _transaction_end(self, event: Any) -> ResumePoint:
+    def _transaction_end(self, event: bytes) -> ResumePoint:
         """The point after the transaction `event` ended: the next event's offset, and the
         GTID state with this transaction in it."""
         if self._open_gtid is not None and self._gtid_state is not None:
             advance = advance_gtid_state if self._mariadb else advance_gtid_set
             self._gtid_state = advance(self._gtid_state, self._open_gtid)
         self._open_gtid = None
-        return ResumePoint(self._file, int(event.packet.log_pos), self._gtid_state)
-
-    def _rows(self, event: RowsEvent) -> Rows:
-        table = TableRef(str(event.schema), str(event.table))
-        shape = tuple((c.name, c.type, getattr(c, "max_length", None)) for c in event.columns)
-        images: list[tuple[RawRow | None, RawRow | None]]
-        if isinstance(event, WriteRowsEvent):
-            kind = RowKind.INSERT
-            images = [(None, _values(r, "values", "none_sources")) for r in event.rows]
-        elif isinstance(event, DeleteRowsEvent):
-            kind = RowKind.DELETE
-            images = [(_values(r, "values", "none_sources"), None) for r in event.rows]
-        else:
-            kind = RowKind.UPDATE
-            images = [
-                (
-                    _values(r, "before_values", "before_none_sources"),
-                    _values(r, "after_values", "after_none_sources"),
-                )
-                for r in event.rows
-            ]
-        return Rows(table, kind, images, shape)
+        return ResumePoint(self._file, ev.HEADER.unpack_from(event)[4], self._gtid_state)
 
     def _columns(self, table: TableRef) -> TableColumns:
         """The mapper's one catalog question, asked on the catalog connection."""
@@ -384,51 +375,21 @@ class MysqlLogReader:
         if catalog is None:
             raise SourceUnavailable(f"no connection to {self._config.name} for its catalog")
         shape = table_shape(catalog, table)
-        converters = {column.name: converter(column) for column in shape.columns}
-
-        def convert(name: str, value: object) -> JsonValue:
-            found = converters.get(name)
-            if found is not None:
-                return found(value)
-            if name not in self._warned_columns.setdefault(table, set()):
-                self._warned_columns[table].add(name)
-                log.warning(
-                    "source %s: %s.%s is in the binlog but no longer in the catalog (dropped or "
-                    "renamed since); its values are converted without it",
-                    self._config.name,
-                    table,
-                    name,
-                )
-            return _uncatalogued(value)
-
-        return TableColumns(table_schema(catalog, shape), convert)
+        return TableColumns(table_schema(catalog, shape), shape.columns)
 
 
-def _uncatalogued(value: object) -> JsonValue:
-    """A value of a column the catalog no longer has (a reader behind a DROP or RENAME COLUMN):
-    without the column's type, plain JSON of what the library decoded, so reading goes on."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, decimal.Decimal):
-        return format(value, "f")
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, datetime.datetime):
-        return value.isoformat(sep=" ")
-    if isinstance(value, set | frozenset):
-        return ",".join(sorted(str(v) for v in value))
-    return str(value)
+def _ts_ms(event: bytes) -> int:
+    return int(ev.HEADER.unpack_from(event)[0]) * 1000
 
 
-def _values(row: dict[str, Any], values: str, none_sources: str) -> RawRow:
-    """A row image; the empty SET decodes as None, told from NULL by its none source."""
-    image: dict[str, object] = row[values]
-    empty_sets = [k for k, why in row.get(none_sources, {}).items() if why == EMPTY_SET]
-    if empty_sets:
-        image = dict(image)
-        for name in empty_sets:
-            image[name] = set()
-    return image
+_UNSUPPORTED = {
+    ev.PARTIAL_UPDATE_ROWS: "partial JSON updates (binlog_row_value_options = PARTIAL_JSON)",
+    **dict.fromkeys(ev.MARIADB_COMPRESSED_ROWS, "compressed row events (log_bin_compress)"),
+}
+_UNSUPPORTED_FIX = {
+    ev.PARTIAL_UPDATE_ROWS: "SET GLOBAL binlog_row_value_options = ''",
+    **dict.fromkeys(ev.MARIADB_COMPRESSED_ROWS, "SET GLOBAL log_bin_compress = OFF"),
+}
 
 
 def _log_end(cursor: Any, mariadb: bool) -> ResumePoint:
@@ -460,20 +421,3 @@ def _gtid_mode_on(cursor: Any) -> bool:
         raise
     row = cursor.fetchone()
     return row is not None and str(row[0]).upper() == "ON"
-
-
-class _OneStreamConnection:
-    """mysql-replication's connection maker, allowing one stream connection: the library's own
-    reconnection would restart from where the reader first started."""
-
-    def __init__(self) -> None:
-        self._streams = 0
-
-    def __call__(self, **kwargs: Any) -> pymysql.connections.Connection[Any]:
-        if "cursorclass" not in kwargs:  # the stream; the catalog connection sets one
-            self._streams += 1
-            if self._streams > 1:
-                raise _SecondConnection("the binlog stream was lost")
-        if "db" in kwargs:  # the library's spelling, deprecated by PyMySQL
-            kwargs["database"] = kwargs.pop("db")
-        return pymysql.connect(**kwargs)

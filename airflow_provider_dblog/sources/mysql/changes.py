@@ -31,18 +31,20 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 
 from airflow_provider_dblog.core.event import (
+    EncodedLogEvent,
     Event,
-    JsonValue,
+    LogOrigin,
     Op,
-    Origin,
     Row,
-    SourceInfo,
     TableRef,
+    log_line_format,
+    plain_row_encoder,
+    row_json_encoder,
 )
 from airflow_provider_dblog.core.log import (
     Change,
@@ -56,11 +58,11 @@ from airflow_provider_dblog.core.log import (
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError, UnknownTable
+from airflow_provider_dblog.sources.mysql.catalog import ColumnInfo
+from airflow_provider_dblog.sources.mysql.events import RowsHead, TableMap
+from airflow_provider_dblog.sources.mysql.rows import ImageReader, compile_image, plain_values
 
 log = logging.getLogger(__name__)
-
-RawRow = Mapping[str, object]
-"""A row image as mysql-replication decodes it: column name -> Python value."""
 
 
 class RowKind(Enum):
@@ -86,14 +88,13 @@ class Begin:
 
 @dataclass(frozen=True, slots=True)
 class Rows:
-    """One rows event: (before, after) images, before None for an insert, after None for a
-    delete. `shape` is the table's columns and types as its table map event gave them: the
-    catalog is asked again when it changes."""
+    """One rows event as its bytes: its row images lie in `data` from `head.start` to `end`
+    (before the checksum), each read by the reader compiled for its table map."""
 
-    table: TableRef
     kind: RowKind
-    images: Sequence[tuple[RawRow | None, RawRow | None]]
-    shape: tuple[object, ...]
+    head: RowsHead
+    data: bytes
+    end: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,17 +120,17 @@ class LogEnd:
     end: int
 
 
-BinlogRecord = Begin | Rows | Query | Xid | LogEnd
+BinlogRecord = Begin | TableMap | Rows | Query | Xid | LogEnd
 
 
 @dataclass(frozen=True, slots=True)
 class TableColumns:
     """A captured table as the catalog describes it now: its description for schema events
-    (columns, and primary-key columns in key order), and the converter of the column named
-    (the same converters a chunk read uses)."""
+    (columns, and primary-key columns in key order), and each column's `ColumnInfo` in table
+    order (what the row decoder needs beyond the binlog's own types)."""
 
     schema: TableSchema
-    convert: Callable[[str, object], JsonValue]
+    columns: tuple[ColumnInfo, ...]
 
 
 ColumnsLookup = Callable[[TableRef], TableColumns]
@@ -145,16 +146,81 @@ class _Transaction:
     statement."""
 
     def next_position(self) -> Position:
-        position = Position(self.begin.commit, self.seq)
+        """Built without `Position`'s checks, which a file number << 32 | offset and a
+        positive seq always pass (one is made per row: a visible share of a row's cost)."""
+        position: Position = _new(Position)
+        _SET_COMMIT(position, self.begin.commit)
+        _SET_SEQ(position, self.seq)
         self.seq += 1
         return position
 
 
 @dataclass(frozen=True, slots=True)
+class _Lines:
+    """What every row event of one table in one transaction shares: its origin, and its line
+    as a `%` format of key, before and after JSON, commit and seq for each operation (the
+    transaction's txid and time and the table's schema version spelled in once)."""
+
+    transaction: _Transaction
+    origin: LogOrigin
+    version: int
+    formats: dict[Op, bytes]
+
+    @classmethod
+    def of(cls, transaction: _Transaction, origin: LogOrigin, version: int) -> _Lines:
+        txid = b"null" if origin.txid is None else b"%d" % origin.txid
+        tail = b'],"origin":"log","dump_id":null,"window_id":null,"txid":%b,"ts_ms":%d}' % (
+            txid,
+            origin.ts_ms,
+        )
+        tail += b',"schema_version":%d}\n' % version
+        formats = {}
+        for op in (Op.CREATE, Op.UPDATE, Op.DELETE):
+            line = log_line_format(op, origin.name, origin.db, origin.table)
+            if not line.endswith(_LINE_END):
+                raise AssertionError("log_line_format no longer ends as the binlog mapper expects")
+            formats[op] = line[: -len(_LINE_END)] + tail.replace(b"%", b"%%")
+        return cls(transaction, origin, version, formats)
+
+
+_LINE_END = (
+    b'],"origin":"log","dump_id":null,"window_id":null,"txid":%d,"ts_ms":%d},"schema_version":%d}\n'
+)
+_new = object.__new__
+_SET_COMMIT: Callable[[Position, int], None] = Position.__dict__["commit"].__set__
+_SET_SEQ: Callable[[Position, int], None] = Position.__dict__["seq"].__set__
+_SET_EVENT: Callable[[Change, Event], None] = Change.__dict__["event"].__set__
+
+
+@dataclass(slots=True)
 class _Table:
+    """A captured table as its last table map logged it, and its image readers."""
+
+    ref: TableRef
     shape: tuple[object, ...]
     columns: TableColumns | None
     """None once a statement may have changed the table: asked of the catalog again."""
+    table_map: TableMap
+    key: tuple[str, ...] = ()
+    plain: bool = False
+    """Every value its images hold is a str, an int or None (`rows.plain_values`)."""
+    is_watermark: bool = False
+    readers: dict[bytes, ImageReader] = field(default_factory=dict)
+    """The compiled reader of each bitmap of present columns met (one, with FULL images)."""
+    lines: _Lines | None = None
+    """The line formats of the transaction that last changed it."""
+
+
+_UNMAPPED = TableRef("", "")
+"""A table id no table map has named yet."""
+_WATERMARK_COLUMNS = TableColumns(
+    TableSchema((), ()),
+    (
+        ColumnInfo("id", "int", "int"),
+        ColumnInfo("value", "varchar", "varchar(255)", "utf8mb4", "utf8mb4_bin", 255),
+    ),
+)
+"""The watermark table as `setup.ensure_setup` creates it: read without asking the catalog."""
 
 
 _BEGIN = re.compile(r"\s*BEGIN\s*;?\s*$", re.IGNORECASE)
@@ -191,7 +257,17 @@ class BinlogMapper:
         self._watermark = watermark
         self._columns = columns
         self._tables: dict[TableRef, _Table] = {}
+        self._maps: dict[int, TableRef | None] = {}
+        """Each table id met in a table map: its table if captured (or the watermark table)."""
         self._transaction: _Transaction | None = None
+        self._spell = row_json_encoder()
+        self._plain = plain_row_encoder()
+        """Spells the rows of a table whose values are all str, int or None (`_Table.plain`)."""
+        self._mapped: dict[int, TableMap] = {}
+        self._warned: set[tuple[TableRef, str]] = set()
+        self.schema_versions: Mapping[TableRef, int] = {}
+        """The tailer's current version of each table (`StampsSchemaVersions`), which row
+        events carry; 0 for a table not in it."""
 
     @property
     def open_commit(self) -> int | None:
@@ -202,19 +278,17 @@ class BinlogMapper:
         self._transaction = None
 
     def map(self, record: BinlogRecord) -> Iterator[LogItem]:
-        if isinstance(record, Begin):
+        if isinstance(record, Rows):
+            yield from self.rows(record)
+        elif isinstance(record, TableMap):
+            self.table_map(record)
+        elif isinstance(record, Begin):
             if self._transaction is not None:
                 raise SourceError(
                     f"binlog transaction at {self._transaction.begin.commit} did not end "
                     f"before the next one at {record.commit}"
                 )
             self._transaction = _Transaction(record)
-        elif isinstance(record, Rows):
-            transaction = self._transaction
-            if transaction is None:
-                raise SourceError(f"binlog rows of {record.table} outside a transaction")
-            transaction.began = True
-            yield from self._rows(transaction, record)
         elif isinstance(record, Query):
             yield from self._query(record)
         elif isinstance(record, Xid):
@@ -268,7 +342,8 @@ class BinlogMapper:
                 continue
             known = self._tables.get(table)
             if known is not None:
-                self._tables[table] = replace(known, columns=None)
+                known.columns = None
+                known.readers.clear()
             try:
                 schema = self._columns(table).schema
             except UnknownTable:
@@ -285,70 +360,209 @@ class BinlogMapper:
                 table, schema, position, begin.txid, begin.ts_ms, after_ddl=True
             )
 
-    def _columns_of(self, rows: Rows) -> TableColumns:
-        """The table's columns for `rows`: asked of the catalog for a new shape or after a
-        statement that named it."""
-        known = self._tables.get(rows.table)
-        if known is not None and known.shape == rows.shape and known.columns is not None:
-            return known.columns
-        columns = self._columns(rows.table)
-        if not columns.schema.key:
-            raise NoPrimaryKey(f"captured table {rows.table} has no primary key")
-        self._tables[rows.table] = _Table(rows.shape, columns)
-        return columns
-
-    def _rows(self, transaction: _Transaction, rows: Rows) -> Iterator[LogItem]:
-        if rows.table == self._watermark:
-            for _, after in rows.images:
-                value = None if after is None else after.get(_WATERMARK_VALUE)
-                if isinstance(value, str):
-                    yield WatermarkWrite(value, transaction.next_position())
+    def table_map(self, table_map: TableMap) -> None:
+        """Table ids stand for a table until mapped again (a server restart reuses them)."""
+        if self._mapped.get(table_map.table_id) is table_map:
+            return  # the same map again: the reader hands over one object per distinct map
+        self._mapped[table_map.table_id] = table_map
+        ref = TableRef(table_map.schema, table_map.table)
+        if ref not in self._captured and ref != self._watermark:
+            self._maps[table_map.table_id] = None
             return
-        if rows.table not in self._captured:
-            return
-        columns = self._columns_of(rows)
-        begin = transaction.begin
-
-        def event(op: Op, key: Row, before: Row | None, after: Row | None) -> Change:
-            source = SourceInfo(
-                name=self._source,
-                db=self._db,
-                schema=rows.table.schema,
-                table=rows.table.name,
-                position=transaction.next_position(),
-                origin=Origin.LOG,
-                txid=begin.txid,
-                ts_ms=begin.ts_ms,
+        self._maps[table_map.table_id] = ref
+        known = self._tables.get(ref)
+        if known is None or known.shape != table_map.shape:
+            self._tables[ref] = _Table(
+                ref, table_map.shape, None, table_map, is_watermark=ref == self._watermark
             )
-            return Change(Event(op, key, before, after, source, 0))
 
-        for raw_before, raw_after in rows.images:
-            before = None if raw_before is None else _row(columns, raw_before)
-            after = None if raw_after is None else _row(columns, raw_after)
-            if before is None and after is not None:
-                yield event(Op.CREATE, _key(rows.table, columns, after), None, after)
-            elif after is None and before is not None:
-                yield event(Op.DELETE, _key(rows.table, columns, before), before, None)
-            elif before is not None and after is not None:
-                old_key = _key(rows.table, columns, before)
-                new_key = _key(rows.table, columns, after)
-                if old_key != new_key:
-                    yield event(Op.DELETE, old_key, before, None)
-                    yield event(Op.CREATE, new_key, None, after)
-                else:
-                    yield event(Op.UPDATE, new_key, before, after)
+    def _described(self, table: _Table) -> None:
+        """Asks the catalog for `table`'s columns: for a new shape, or after a statement that
+        named it. The watermark table is known without asking."""
+        if table.ref == self._watermark:
+            table.columns = _WATERMARK_COLUMNS
+        else:
+            columns = self._columns(table.ref)
+            if not columns.schema.key:
+                raise NoPrimaryKey(f"captured table {table.ref} has no primary key")
+            table.columns, table.key = columns, columns.schema.key
+        table.readers.clear()
+        table.plain = plain_values(table.table_map, table.columns.columns)
+
+    def _reader(self, table: _Table, present: bytes) -> ImageReader:
+        reader = table.readers.get(present)
+        if reader is None:
+            if table.columns is None:
+                self._described(table)
+            columns = table.columns
+            assert columns is not None
+            names, infos = self._column_infos(table.ref, table.table_map, columns)
+            reader = compile_image(table.ref, table.table_map, names, infos, table.key, present)
+            table.readers[present] = reader
+        return reader
+
+    def _column_infos(
+        self, ref: TableRef, table_map: TableMap, columns: TableColumns
+    ) -> tuple[tuple[str, ...], tuple[ColumnInfo | None, ...]]:
+        """The map's columns' names and catalog descriptions: by name where the binlog names
+        them (binlog_row_metadata = FULL), else by position."""
+        count = len(table_map.types)
+        if table_map.names is None:
+            if count > len(columns.columns):
+                raise SourceError(
+                    f"binlog rows of {ref} have {count} columns, the catalog has "
+                    f"{len(columns.columns)}: without column names in the binlog the reader "
+                    "cannot tell which is which; SET GLOBAL binlog_row_metadata = 'FULL'"
+                )
+            infos = columns.columns[:count]
+            return tuple(c.name for c in infos), infos
+        by_name = {c.name: c for c in columns.columns}
+        for name in table_map.names:
+            if name not in by_name and (ref, name) not in self._warned:
+                self._warned.add((ref, name))
+                log.warning(
+                    "source %s: %s.%s is in the binlog but no longer in the catalog (dropped or "
+                    "renamed since); its values are read by their binlog type",
+                    self._source,
+                    ref,
+                    name,
+                )
+        return table_map.names, tuple(by_name.get(name) for name in table_map.names)
+
+    def rows(self, record: Rows) -> list[LogItem]:
+        """The changes of one rows event (nearly every event): each row image read by the
+        reader compiled for its table map, its event's line built at once."""
+        transaction = self._transaction
+        head = record.head
+        if transaction is None:
+            raise SourceError(f"binlog rows of table id {head.table_id} outside a transaction")
+        transaction.began = True
+        ref = self._maps.get(head.table_id, _UNMAPPED)
+        if ref is None:
+            return []
+        if ref is _UNMAPPED:
+            raise SourceError(f"binlog rows of table id {head.table_id} before its table map")
+        assert isinstance(ref, TableRef)
+        table = self._tables[ref]
+        read = table.readers.get(head.present) or self._reader(table, head.present)
+        if table.is_watermark:
+            return self._watermarks(transaction, table, record)
+        data, end, pos = record.data, record.end, head.start
+        version = self.schema_versions.get(ref, 0)
+        lines = table.lines
+        if lines is None or lines.transaction is not transaction or lines.version != version:
+            begin = transaction.begin
+            origin = LogOrigin(self._source, self._db, ref, begin.txid, begin.ts_ms)
+            lines = table.lines = _Lines.of(transaction, origin, version)
+        origin, formats = lines.origin, lines.formats
+        spell = self._plain if table.plain and self._plain is not None else self._spell
+        position = transaction.next_position
+        items: list[LogItem] = []
+        add = items.append
+        if record.kind is RowKind.INSERT:
+            create = formats[Op.CREATE]
+            while pos < end:
+                after, key, pos = read(data, pos)
+                if key is None:
+                    raise _keyless(ref, table.key)
+                at = position()
+                line = create % (spell(key), b"null", spell(after), at.commit, at.seq)
+                add(_change(line, Op.CREATE, key, None, after, at, origin, version))
+        elif record.kind is RowKind.DELETE:
+            delete = formats[Op.DELETE]
+            while pos < end:
+                before, key, pos = read(data, pos)
+                if key is None:
+                    raise _keyless(ref, table.key)
+                at = position()
+                line = delete % (spell(key), spell(before), b"null", at.commit, at.seq)
+                add(_change(line, Op.DELETE, key, before, None, at, origin, version))
+        else:
+            read_after = table.readers.get(head.present_after) or self._reader(
+                table, head.present_after
+            )
+            update = formats[Op.UPDATE]
+            while pos < end:
+                before, old_key, pos = read(data, pos)
+                after, key, pos = read_after(data, pos)
+                if key is None or old_key is None:
+                    raise _keyless(ref, table.key)
+                if old_key != key:
+                    items += self._key_change(
+                        transaction, lines, spell, old_key, before, key, after
+                    )
+                    continue
+                at = position()
+                line = update % (spell(key), spell(before), spell(after), at.commit, at.seq)
+                add(_change(line, Op.UPDATE, key, before, after, at, origin, version))
+        return items
+
+    def _watermarks(self, transaction: _Transaction, table: _Table, record: Rows) -> list[LogItem]:
+        """The watermark values written (inserted or updated) by a rows event."""
+        head, data, end, pos = record.head, record.data, record.end, record.head.start
+        read = self._reader(table, head.present)
+        read_after = self._reader(table, head.present_after)
+        items: list[LogItem] = []
+        while pos < end:
+            if record.kind is RowKind.UPDATE:
+                _, _, pos = read(data, pos)
+                image, _, pos = read_after(data, pos)
+            else:
+                image, _, pos = read(data, pos)
+            value = image.get(_WATERMARK_VALUE)
+            if record.kind is not RowKind.DELETE and isinstance(value, str):
+                items.append(WatermarkWrite(value, transaction.next_position()))
+        return items
+
+    @staticmethod
+    def _key_change(
+        transaction: _Transaction,
+        lines: _Lines,
+        spell: Callable[[Row], bytes],
+        old_key: Row,
+        before: Row,
+        key: Row,
+        after: Row,
+    ) -> Iterator[Change]:
+        """An update of the key: a delete of the old key, then a create of the new one."""
+        origin, version = lines.origin, lines.version
+        position = transaction.next_position()
+        line = lines.formats[Op.DELETE] % (
+            spell(old_key),
+            spell(before),
+            b"null",
+            position.commit,
+            position.seq,
+        )
+        yield _change(line, Op.DELETE, old_key, before, None, position, origin, version)
+        position = transaction.next_position()
+        line = lines.formats[Op.CREATE] % (
+            spell(key),
+            b"null",
+            spell(after),
+            position.commit,
+            position.seq,
+        )
+        yield _change(line, Op.CREATE, key, None, after, position, origin, version)
 
 
-def _row(columns: TableColumns, raw: RawRow) -> Row:
-    convert = columns.convert
-    return {name: convert(name, value) for name, value in raw.items()}
+def _change(
+    line: bytes,
+    op: Op,
+    key: Row,
+    before: Row | None,
+    after: Row | None,
+    position: Position,
+    origin: LogOrigin,
+    version: int,
+) -> Change:
+    change: Change = _new(Change)
+    _SET_EVENT(change, EncodedLogEvent(line, op, key, before, after, position, origin, version))
+    return change
 
 
-def _key(ref: TableRef, columns: TableColumns, row: Row) -> Row:
-    try:
-        return {name: row[name] for name in columns.schema.key}
-    except KeyError as missing:
-        raise SourceError(f"{ref}: a change without primary-key column {missing}") from None
+def _keyless(ref: TableRef, key: tuple[str, ...]) -> SourceError:
+    return SourceError(f"{ref}: a binlog row image without its primary-key columns {key}")
 
 
 def _unquote(name: str) -> str:

@@ -78,7 +78,7 @@ def converter(column: ColumnInfo) -> Converter:
     if kind == "decimal":
         return _nullable(_decimal)
     if kind == "float":
-        return _nullable(_float32)
+        return _nullable(float32)
     if kind == "double":
         return _nullable(float)
     if kind == "binary":
@@ -102,7 +102,7 @@ def converter(column: ColumnInfo) -> Converter:
     if kind == "bit":
         return _nullable(_bit)
     if kind in _TEXT_TYPES:
-        return _nullable(_text(_encoding(column.charset)))
+        return _nullable(_text(encoding(column.charset)))
     return _nullable(_other)
 
 
@@ -184,7 +184,7 @@ def _decimal(value: Any) -> JsonValue:
     return format(decimal.Decimal(value), "f")
 
 
-def _float32(value: Any) -> JsonValue:
+def float32(value: Any) -> JsonValue:
     """The shortest decimal that reads back as the same 32-bit float (1.1, not 1.100000023...)."""
     (stored,) = _FLOAT32.unpack(_FLOAT32.pack(float(value)))
     for digits in range(1, 10):
@@ -317,7 +317,7 @@ def _text(encoding: str) -> Callable[[Any], JsonValue]:
     return convert
 
 
-def _encoding(charset: str | None) -> str:
+def encoding(charset: str | None) -> str:
     """The Python codec of a MySQL character set (latin1 is cp1252 in MySQL)."""
     found = charset_by_name(charset) if charset else None
     return found.encoding if found is not None else "utf-8"
