@@ -68,6 +68,7 @@ _TEXT_TYPES = frozenset(("char", "varchar", "tinytext", "text", "mediumtext", "l
 _BINARY_TYPES = frozenset(("varbinary", "tinyblob", "blob", "mediumblob", "longblob"))
 _EPOCH = datetime.datetime(1970, 1, 1)
 _FLOAT32 = struct.Struct("<f")
+_FLOAT32_MAX = 3.4028234663852886e38
 
 
 def converter(column: ColumnInfo) -> Converter:
@@ -185,11 +186,12 @@ def _decimal(value: Any) -> JsonValue:
 
 
 def float32(value: Any) -> JsonValue:
-    """The shortest decimal that reads back as the same 32-bit float (1.1, not 1.100000023...)."""
+    """The shortest decimal that reads back as the same 32-bit float (1.1, not 1.100000023...).
+    Near the largest float a shorter decimal may round past it: not a candidate."""
     (stored,) = _FLOAT32.unpack(_FLOAT32.pack(float(value)))
     for digits in range(1, 10):
         shortest = float(f"{stored:.{digits}g}")
-        if _FLOAT32.unpack(_FLOAT32.pack(shortest))[0] == stored:
+        if abs(shortest) <= _FLOAT32_MAX and _FLOAT32.unpack(_FLOAT32.pack(shortest))[0] == stored:
             return shortest
     return float(stored)
 

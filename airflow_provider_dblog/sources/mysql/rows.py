@@ -155,9 +155,8 @@ def column_read(
     if kind == ev.TYPE_DOUBLE:
         return ColumnRead("{v} = {f}(d, p)[0]\np += 8", struct.Struct("<d").unpack_from)
     if kind == ev.TYPE_NEWDECIMAL:
-        precision, scale = metadata >> 8, metadata & 0xFF
-        reader = _decimal_reader(precision, scale)
-        return ColumnRead(f"{{v}} = {{f}}(d, p)\np += {reader.size}", reader)
+        reader, size = _decimal_reader(metadata >> 8, metadata & 0xFF)
+        return ColumnRead(f"{{v}} = {{f}}(d, p)\np += {size}", reader)
     if kind == ev.TYPE_DATE:
         return ColumnRead("{v} = {f}(d, p)\np += 3", _date_at)
     if kind == ev.TYPE_DATETIME2:
@@ -228,7 +227,7 @@ def _spelling(column: ColumnInfo | None, *, text: bool) -> Callable[[bytes], Jso
         return _lenient_text if text else _base64
     kind = column.data_type
     if kind == "json":
-        return json.loads
+        return _json_text
     if kind == "binary":
         return _padded(column.length or 0)
     if kind not in _TEXT_TYPES:
@@ -283,6 +282,15 @@ def _base64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+_parse_json = json.JSONDecoder().decode
+
+
+def _json_text(data: bytes) -> JsonValue:
+    """MariaDB's JSON, a utf8mb4 longtext: parsed as `json.loads` parses the chunk's text."""
+    parsed: JsonValue = _parse_json(data.decode("utf-8"))
+    return parsed
+
+
 def _lenient_text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
@@ -320,53 +328,47 @@ def _float_at(data: bytes, pos: int) -> JsonValue:
     return float32(_FLOAT(data, pos)[0])
 
 
-@dataclass(frozen=True, slots=True)
-class _DecimalReader:
-    """MySQL's binary DECIMAL(precision, scale): groups of nine digits in four big-endian
-    bytes, the leftover digits of each side in fewer, the first bit flipped for the sign and
-    every bit inverted for a negative value. Spelled with the scale kept, as
-    `converters.converter` spells the Decimal a chunk query gives."""
-
-    precision: int
-    scale: int
-    size: int
-    shifts: tuple[tuple[int, int], ...]
-    """(bits, decimal digits) of each group from the last to the first."""
-    fraction_groups: int
-
-    def __call__(self, data: bytes, pos: int) -> JsonValue:
-        size = self.size
-        raw = int.from_bytes(data[pos : pos + size], "big")
-        top = 1 << (size * 8 - 1)
-        negative = not raw & top
-        raw ^= top
-        if negative:
-            raw ^= (1 << size * 8) - 1
-        digits = [0, 0]  # integer part, fraction part
-        scales = [1, 1]
-        for index, (bits, width) in enumerate(self.shifts):
-            group = raw & ((1 << bits) - 1)
-            raw >>= bits
-            side = 1 if index < self.fraction_groups else 0
-            digits[side] += group * scales[side]
-            scales[side] *= 10**width
-        text = str(digits[0])
-        if self.scale:
-            text += "." + str(digits[1]).rjust(self.scale, "0")
-        return "-" + text if negative else text
-
-
-def _decimal_reader(precision: int, scale: int) -> _DecimalReader:
+def _decimal_reader(precision: int, scale: int) -> tuple[Callable[[bytes, int], str], int]:
+    """MySQL's binary DECIMAL(precision, scale) and its size: groups of nine digits in four
+    big-endian bytes, the leftover digits of each side in fewer, the first bit flipped for the
+    sign and every bit inverted for a negative value. Spelled with the scale kept, as
+    `converters.converter` spells the Decimal a chunk query gives. Compiled per type: the
+    groups' shifts and powers of ten are constants of straight-line code."""
     if not 0 <= scale <= precision or precision == 0:
         raise SourceError(f"binlog: decimal({precision},{scale}) is not a valid column type")
-    groups: list[tuple[int, int]] = []
     whole, rest = divmod(scale, 9)
     fraction = [(32, 9)] * whole + ([(_DIGIT_BYTES[rest] * 8, rest)] if rest else [])
     whole, rest = divmod(precision - scale, 9)
     integer = ([(_DIGIT_BYTES[rest] * 8, rest)] if rest else []) + [(32, 9)] * whole
-    groups = list(reversed(fraction)) + list(reversed(integer))
+    groups = list(reversed(integer + fraction))  # the last group first: the lowest bits
     size = sum(bits for bits, _ in groups) // 8
-    return _DecimalReader(precision, scale, size, tuple(groups), len(fraction))
+    terms, shift, digits = [], 0, 0
+    for bits, width in groups:
+        terms.append(f"(raw >> {shift} & {(1 << bits) - 1}) * {10**digits}")
+        shift, digits = shift + bits, digits + width
+    top = 1 << (size * 8 - 1)
+    lines = [
+        "def decimal(d, p):",
+        f"    raw = int.from_bytes(d[p : p + {size}], 'big')",
+        f"    if raw & {top}:",
+        f"        raw ^= {top}",
+        "        sign = ''",
+        "    else:",
+        f"        raw ^= {(1 << size * 8) - 1 - top}",
+        "        sign = '-'",
+        f"    text = str({' + '.join(terms)})",
+    ]
+    if scale:
+        lines += [
+            f"    text = text.rjust({scale + 1}, '0')",
+            f"    return sign + text[:-{scale}] + '.' + text[-{scale}:]",
+        ]
+    else:
+        lines.append("    return sign + text")
+    namespace: dict[str, object] = {}
+    exec(compile("\n".join(lines) + "\n", "<binlog decimal>", "exec"), namespace)
+    function: Callable[[bytes, int], str] = namespace["decimal"]  # type: ignore[assignment]
+    return function, size
 
 
 def _day(year: int, month: int, day: int) -> str | None:
