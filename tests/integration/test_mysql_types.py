@@ -19,12 +19,15 @@ from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Row, TableRef
 from airflow_provider_dblog.core.log import Change, Idle
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
+from airflow_provider_dblog.lake.catalog import source_lake_schema
+from airflow_provider_dblog.sources.keyset import TableShape
 from airflow_provider_dblog.sources.mysql.binlog import MysqlLogReader
-from airflow_provider_dblog.sources.mysql.catalog import TableShape, table_shape
+from airflow_provider_dblog.sources.mysql.catalog import ColumnInfo, table_shape
 from airflow_provider_dblog.sources.mysql.chunks import MysqlChunkSource
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.sources.mysql.converters import converter, read_expression
 from airflow_provider_dblog.sources.mysql.setup import ensure_setup
+from airflow_provider_dblog.sources.text_chunks import TextKind
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +68,29 @@ def conn(mariadb: MariaDBInfo) -> Iterator[pymysql.connections.Connection[Any]]:
         yield connection
 
 
-def dumped(conn: pymysql.connections.Connection[Any], shape: TableShape) -> list[Row]:
+@pytest.fixture
+def types_config(
+    mariadb: MariaDBInfo,
+    conn: pymysql.connections.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> MysqlSourceConfig:
+    """A source capturing a new, empty table of every type; `conn` writes in a lax sql_mode
+    (zero dates, as old applications write them)."""
+    table = TableRef(mariadb.dbname, f"types_{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("DBLOG_TEST_TYPES_PASSWORD", mariadb.password)
+    with conn.cursor() as cursor:
+        cursor.execute("SET SESSION sql_mode = ''")
+        cursor.execute(f"CREATE TABLE `{table.name}` ({COLUMNS})")
+    return MysqlSourceConfig(
+        name="types",
+        dsn=f"mysql://{mariadb.user}@{mariadb.host}:{mariadb.port}/{mariadb.dbname}",
+        tables=(table,),
+        password_env="DBLOG_TEST_TYPES_PASSWORD",
+        watermark_table=f"watermark_{uuid.uuid4().hex[:8]}",
+    )
+
+
+def dumped(conn: pymysql.connections.Connection[Any], shape: TableShape[ColumnInfo]) -> list[Row]:
     converters = [converter(c) for c in shape.columns]
     select = ", ".join(read_expression(c) for c in shape.columns)
     with conn.cursor() as cursor:
@@ -79,7 +104,7 @@ def dumped(conn: pymysql.connections.Connection[Any], shape: TableShape) -> list
     ]
 
 
-def logged(mariadb: MariaDBInfo, shape: TableShape) -> list[Row]:
+def logged(mariadb: MariaDBInfo, shape: TableShape[ColumnInfo]) -> list[Row]:
     """The after-images of the table's inserts and updates, last one per key, as the log
     reader decodes them (the contract in converters.py's docstring)."""
     converters = {c.name: converter(c) for c in shape.columns}
@@ -156,24 +181,12 @@ def test_dump_and_log_give_the_same_json_for_every_type(
 
 
 def test_the_log_reader_and_a_chunk_read_give_the_same_bytes(
-    mariadb: MariaDBInfo,
-    conn: pymysql.connections.Connection[Any],
-    monkeypatch: pytest.MonkeyPatch,
+    types_config: MysqlSourceConfig, conn: pymysql.connections.Connection[Any]
 ) -> None:
     """The same rows through the source's own two paths: `MysqlLogReader`'s events and
     `MysqlChunkSource`'s chunk read, each row encoded as events encode it."""
-    table = TableRef(mariadb.dbname, f"types_{uuid.uuid4().hex[:8]}")
-    monkeypatch.setenv("DBLOG_TEST_TYPES_PASSWORD", mariadb.password)
-    config = MysqlSourceConfig(
-        name="types",
-        dsn=f"mysql://{mariadb.user}@{mariadb.host}:{mariadb.port}/{mariadb.dbname}",
-        tables=(table,),
-        password_env="DBLOG_TEST_TYPES_PASSWORD",
-        watermark_table=f"watermark_{uuid.uuid4().hex[:8]}",
-    )
-    with conn.cursor() as cursor:
-        cursor.execute("SET SESSION sql_mode = ''")
-        cursor.execute(f"CREATE TABLE `{table.name}` ({COLUMNS})")
+    config = types_config
+    (table,) = config.tables
     ensure_setup(config)
     reader = MysqlLogReader(config, None, heartbeat_s=0.2)
     chunks = MysqlChunkSource(config)
@@ -200,3 +213,48 @@ def test_the_log_reader_and_a_chunk_read_give_the_same_bytes(
 
     assert [encoded(logged[k]) for k in sorted(logged)] == [encoded(r) for r in dumped]
     assert dumped[0]["bu"] == 2**64 - 1 and dumped[2]["s"] == "b"
+
+
+def test_the_lake_takes_a_chunk_as_text_columns_as_it_takes_its_rows(
+    types_config: MysqlSourceConfig, conn: pymysql.connections.Connection[Any]
+) -> None:
+    """A direct dump into the lake reads a chunk as the server's text in columns
+    (`read_chunk_text`): each column's kind says truly when its JSON is the text itself or its
+    integer, and the lake gets the same Arrow table and last key as from the rows."""
+    config = types_config
+    (table,) = config.tables
+    with conn.cursor() as cursor:
+        for values in ROWS:
+            cursor.execute(f"INSERT INTO `{table.name}` VALUES {values}")
+    schema = source_lake_schema(config, table)
+    chunks = MysqlChunkSource(config)
+    try:
+        for chunk in (
+            Chunk(table, 0),
+            Chunk(table, 1, after=(1,), limit=1),
+            Chunk(table, 2, after=(3,)),
+        ):
+            rows = chunks.read_chunk(chunk).rows
+            text = chunks.read_chunk_text(chunk)
+            assert text.rows == len(rows) and text.invisible_txids == frozenset()
+            assert text.last_key == ((rows[-1]["id"],) if rows else None)
+            for column in text.columns:
+                for value, row in zip(column.text.to_pylist(), rows, strict=True):
+                    if value is not None and column.kind is TextKind.TEXT:
+                        assert column.convert(value) == value, column.name
+                    if value is not None and column.kind is TextKind.INT:
+                        assert column.convert(value) == int(value), column.name
+                    assert (None if value is None else column.convert(value)) == row[column.name]
+            by_rows, by_text = schema.values_to_arrow(rows), schema.values_from_text(text.columns)
+            assert by_text.schema == by_rows.schema
+            for name in by_rows.column_names:  # repr: 1 differs from 1.0 and True
+                assert repr(by_text[name].to_pylist()) == repr(by_rows[name].to_pylist()), name
+        kinds = {c.name: c.kind for c in text.columns}
+        assert (kinds["bu"], kinds["vc"], kinds["s"], kinds["d"]) == (
+            TextKind.INT,
+            TextKind.TEXT,
+            TextKind.TEXT,
+            TextKind.OTHER,
+        )
+    finally:
+        chunks.close()
