@@ -39,7 +39,8 @@ COLUMNS = """
  c char(5), vc varchar(20), tx text, lat varchar(10) CHARACTER SET latin1,
  bn binary(6), vb varbinary(10), bl blob,
  dt date, dtm datetime(6), dtm0 datetime, ts timestamp(6) NULL, tm time, tm3 time(3), y year,
- j json, e enum('x','y','it''s'), s set('a','b','c'), bt bit(10), bt64 bit(64)
+ j json, e enum('x','y','it''s'), s set('a','b','c'), bt bit(10), bt64 bit(64),
+ dz decimal(6,2) zerofill, iz int(5) zerofill
 """
 
 ROWS = [
@@ -49,11 +50,12 @@ ROWS = [
      x'000102', '2024-02-29', '2024-02-29 23:59:59.123456', '1000-01-01 00:00:00',
      '2038-01-19 03:14:07.999999', '-838:59:59', '12:34:56.001', 2155,
      '{"a": [1, 2.5, "x"], "b": null, "c": 12345678901234567890}', 'it''s', 'a,c',
-     b'1010101010', b'1111111111111111111111111111111111111111111111111111111111111111')""",
-    "(2, " + ", ".join(["NULL"] * 34) + ")",
+     b'1010101010', b'1111111111111111111111111111111111111111111111111111111111111111',
+     1.5, 42)""",
+    "(2, " + ", ".join(["NULL"] * 36) + ")",
     """(3, 0, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1.1, 0.30000000000000004, '', '', '', '',
      x'000000000000', x'', x'', '0000-00-00', '0000-00-00 00:00:00', '9999-12-31 23:59:59',
-     '0000-00-00 00:00:00', '00:00:00', '-00:00:00.5', 0, '[]', 'x', '', b'0', b'0')""",
+     '0000-00-00 00:00:00', '00:00:00', '-00:00:00.5', 0, '[]', 'x', '', b'0', b'0', 0, 0)""",
 ]
 
 
@@ -176,6 +178,7 @@ def test_dump_and_log_give_the_same_json_for_every_type(
     assert first["j"] == {"a": [1, 2.5, "x"], "b": None, "c": 12345678901234567890}
     assert (first["e"], first["s"], zero["s"]) == ("it's", "a,c", "b")
     assert (first["bt"], first["bt64"]) == (0b1010101010, 2**64 - 1)
+    assert (first["dz"], first["iz"], zero["dz"]) == ("1.50", 42, "0.00")
     assert (zero["dt"], zero["dtm"], zero["ts"]) == (None, None, None)
     assert all(v is None for k, v in null.items() if k != "id")
 
@@ -250,8 +253,10 @@ def test_the_lake_takes_a_chunk_as_text_columns_as_it_takes_its_rows(
             for name in by_rows.column_names:  # repr: 1 differs from 1.0 and True
                 assert repr(by_text[name].to_pylist()) == repr(by_rows[name].to_pylist()), name
         kinds = {c.name: c.kind for c in text.columns}
-        assert (kinds["bu"], kinds["vc"], kinds["s"], kinds["d"]) == (
+        assert (kinds["bu"], kinds["iz"], kinds["vc"], kinds["s"], kinds["d"], kinds["dz"]) == (
             TextKind.INT,
+            TextKind.INT,
+            TextKind.TEXT,
             TextKind.TEXT,
             TextKind.TEXT,
             TextKind.OTHER,

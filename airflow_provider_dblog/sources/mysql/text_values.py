@@ -5,10 +5,12 @@ expression per datetime) and the converters then turn that object into JSON: two
 value, and a dict built in Python a row. A chunk's query is read with no PyMySQL decoder
 instead (`undecoded`): each value is the server's text (the bytes of a binary column). Each
 column is then read in one pass (`load_rows`, or Arrow arrays for the lake: `text_chunks.py`):
-kept as it is where the converters' JSON is the text itself (text, enum and set columns),
-`int` of it for integer columns, and for every other column the decoder PyMySQL would have
-applied followed by the column's converter: the same functions on the same text, so the same
-JSON as the log's (`tests/integration/test_mysql_types.py` compares them byte for byte).
+kept as it is where the converters' JSON is the text itself (text, enum and set columns, and
+decimals: the server prints their digits with the column's scale as the converters spell
+them, but for ZEROFILL's leading zeros), `int` of it for integer columns, and for every other
+column the decoder PyMySQL would have applied followed by the column's converter: the same
+functions on the same text, so the same JSON as the log's
+(`tests/integration/test_mysql_types.py` compares them byte for byte).
 """
 
 from __future__ import annotations
@@ -49,7 +51,11 @@ class TextReader:
 def text_kind(column: ColumnInfo) -> TextKind:
     if column.data_type in _INTEGERS:
         return TextKind.INT
-    return TextKind.TEXT if column.data_type in _TEXTS else TextKind.OTHER
+    if column.data_type in _TEXTS:
+        return TextKind.TEXT
+    if column.data_type == "decimal" and "zerofill" not in column.column_type.lower():
+        return TextKind.TEXT
+    return TextKind.OTHER
 
 
 def text_reader(column: ColumnInfo, at: int, type_code: int) -> TextReader:
