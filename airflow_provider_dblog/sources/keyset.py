@@ -103,7 +103,8 @@ class KeysetSql(ABC, Generic[Q, C]):
     def split_probe(
         self, shape: TableShape[C], after: Key | None, upto: Key, chunk_size: int
     ) -> tuple[Q, list[Any]]:
-        """The key `chunk_size` rows after `after` (none beyond `upto`) and its parameters."""
+        """The query of the key of the `chunk_size`-th row after `after` (none beyond `upto`),
+        and its parameters."""
         where, params = self.range(shape, after, upto)
         query = self.compose(
             "SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT 1 OFFSET {}",
