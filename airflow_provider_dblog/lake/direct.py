@@ -57,12 +57,11 @@ from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Row, TableRef
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.dump.staging import StagedRead, stage_rows_read
+from airflow_provider_dblog.dump.staging import StagedRead
 from airflow_provider_dblog.lake.catalog import source_lake_schema
 from airflow_provider_dblog.lake.schema import LakeSchema, LakeSchemaError
 from airflow_provider_dblog.lake.table import LakeTable
 from airflow_provider_dblog.sources.base import ChunkSource
-from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 
 STAGED = "_dblog_staged"
 
@@ -203,10 +202,8 @@ class LakeDirectTarget:
     def stage_chunk(
         self, source: ChunkSource, chunk: Chunk, key_columns: Sequence[str]
     ) -> StagedRead:
-        """PostgreSQL's rows come as text columns (`text_chunks.py`), no Python object per
-        row; other sources' row by row."""
-        if not isinstance(source, PostgresChunkSource):
-            return stage_rows_read(self.stage, source, chunk, key_columns)
+        """The rows come as the server's text in columns (`ChunkSource.read_chunk_text`), no
+        Python object per row."""
         read = source.read_chunk_text(chunk)
         columns = tuple(c.name for c in read.columns)
         schema = self.schema(chunk.table, columns).restricted(columns)

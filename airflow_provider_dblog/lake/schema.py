@@ -3,8 +3,10 @@ catalog's description (`core.schema.TableSchema`), plus the position columns eve
 carries. `LakeSchema.to_arrow` turns rows of JSON values (as the converters make them, for the
 log and the dump alike) into an Arrow table of that schema.
 
-Types, from the catalog's spelling (PostgreSQL `format_type`, MySQL `COLUMN_TYPE`). Delta Lake
-has no unsigned, time-of-day or interval types, so those widen or become text:
+Types, from the catalog's spelling (PostgreSQL `format_type`, MySQL `COLUMN_TYPE`), each
+source's dialect mapping its own (`Dialect.lake_type`: `sources/postgres/lake_types.py`,
+`sources/mysql/lake_types.py`). Delta Lake has no unsigned, time-of-day or interval types, so
+those widen or become text:
 
 | source | Arrow (Delta) |
 |---|---|
@@ -44,7 +46,6 @@ import datetime
 import decimal
 import json
 import operator
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -54,7 +55,9 @@ import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.schema import TableSchema
-from airflow_provider_dblog.sources.postgres.text_chunks import TextColumn, TextKind
+from airflow_provider_dblog.sources.base import SourceError
+from airflow_provider_dblog.sources.factory import dialect
+from airflow_provider_dblog.sources.text_chunks import TextColumn, TextKind
 
 COMMIT = "_dblog_commit"
 SEQ = "_dblog_seq"
@@ -75,7 +78,6 @@ not carry the column (PostgreSQL leaves out an unchanged TOASTed value), so the 
 stays."""
 
 TYPE_METADATA = "dblog.type"
-MAX_DECIMAL_PRECISION = 38
 _I63 = 1 << 63
 
 
@@ -283,103 +285,11 @@ def lake_schema(source_type: str, table: TableRef, described: TableSchema) -> La
 
 def lake_column(source_type: str, name: str, sql_type: str) -> LakeColumn:
     """One nullable column, as an ALTER TABLE ... ADD COLUMN brings it."""
-    mapper = _MAPPERS.get(source_type)
-    if mapper is None:
-        raise LakeSchemaError(f"no lake type mapping for source type {source_type!r}")
-    return LakeColumn(name, sql_type, *mapper(sql_type))
-
-
-# -- type mapping -------------------------------------------------------------------------------
-
-_PG_SCALARS: dict[str, tuple[pa.DataType, str]] = {
-    "smallint": (pa.int16(), "int"),
-    "integer": (pa.int32(), "int"),
-    "bigint": (pa.int64(), "int"),
-    "oid": (pa.int64(), "int"),
-    "boolean": (pa.bool_(), "bool"),
-    "real": (pa.float32(), "float"),
-    "double precision": (pa.float64(), "float"),
-    "bytea": (pa.binary(), "binary"),
-    "json": (pa.string(), "json"),
-    "jsonb": (pa.string(), "json"),
-    "date": (pa.date32(), "date"),
-}
-_PG_NUMERIC = re.compile(r"numeric\((\d+)(?:,(\d+))?\)")
-_PG_TIMESTAMP = re.compile(r"timestamp(?:\(\d\))? with(out)? time zone")
-
-
-def _postgres(sql_type: str) -> tuple[pa.DataType, str]:
-    text = sql_type.strip()
-    if text.endswith("[]"):
-        element, kind = _postgres(text[:-2])
-        return pa.list_(element), "list:" + kind
-    if text in _PG_SCALARS:
-        return _PG_SCALARS[text]
-    numeric = _PG_NUMERIC.fullmatch(text)
-    if numeric:
-        return _decimal(int(numeric.group(1)), int(numeric.group(2) or 0))
-    timestamp = _PG_TIMESTAMP.fullmatch(text)
-    if timestamp:
-        return (pa.timestamp("us"), "timestamp") if timestamp.group(1) else _TIMESTAMPTZ
-    return pa.string(), "string"
-
-
-_TIMESTAMPTZ = (pa.timestamp("us", tz="UTC"), "timestamptz")
-_MYSQL_INTS = {
-    "tinyint": (pa.int8(), pa.int16()),
-    "smallint": (pa.int16(), pa.int32()),
-    "mediumint": (pa.int32(), pa.int32()),
-    "int": (pa.int32(), pa.int64()),
-    "integer": (pa.int32(), pa.int64()),
-}
-_MYSQL_BINARY = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")
-_MYSQL_TYPE = re.compile(r"([a-z]+)(?:\(([^)]*)\))?(.*)")
-
-
-def _mysql(sql_type: str) -> tuple[pa.DataType, str]:
-    match = _MYSQL_TYPE.fullmatch(sql_type.strip().lower())
-    if match is None:
-        return pa.string(), "string"
-    base, args, rest = match.group(1), match.group(2) or "", match.group(3)
-    unsigned = "unsigned" in rest
-    if base in _MYSQL_INTS:
-        return _MYSQL_INTS[base][unsigned], "int"
-    if base == "bigint":
-        return (pa.decimal128(20, 0), "decimal") if unsigned else (pa.int64(), "int")
-    if base in ("decimal", "numeric"):
-        precision, _, scale = args.partition(",")
-        return _decimal(int(precision or 10), int(scale or 0))
-    if base == "float":
-        return pa.float32(), "float"
-    if base in ("double", "real"):
-        return pa.float64(), "float"
-    if base in _MYSQL_BINARY:
-        return pa.binary(), "binary"
-    if base == "date":
-        return pa.date32(), "date"
-    if base == "datetime":
-        return pa.timestamp("us"), "timestamp"
-    if base == "timestamp":
-        return _TIMESTAMPTZ
-    if base == "year":
-        return pa.int16(), "int"
-    if base == "bit":
-        return (pa.decimal128(20, 0), "decimal") if args == "64" else (pa.int64(), "int")
-    if base == "json":
-        return pa.string(), "json"
-    return pa.string(), "string"
-
-
-def _decimal(precision: int, scale: int) -> tuple[pa.DataType, str]:
-    if precision > MAX_DECIMAL_PRECISION:
-        return pa.string(), "string"
-    return pa.decimal128(precision, scale), "decimal"
-
-
-_MAPPERS: dict[str, Callable[[str], tuple[pa.DataType, str]]] = {
-    "postgres": _postgres,
-    "mysql": _mysql,
-}
+    try:
+        found = dialect(source_type)
+    except SourceError:
+        raise LakeSchemaError(f"no lake type mapping for source type {source_type!r}") from None
+    return LakeColumn(name, sql_type, *found.lake_type(sql_type))
 
 
 # -- JSON values to Arrow -----------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """What every source implements: its configuration, reading the log, and reading chunks.
 
-A source type (PostgreSQL today) provides a `SourceConfig` parsed from `[source]` and a `Source`
-built from it; `sources.factory` picks them by `[source] type`, so no caller names a type.
+A source type (PostgreSQL, MySQL/MariaDB) provides a `SourceConfig` parsed from `[source]` and a
+`Source` built from it, through its `Dialect` (`sources/dialect.py`); `sources.factory` picks it
+by `[source] type`, so no caller names a type.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
 from airflow_provider_dblog.core.event import Key, Row, TableRef
 from airflow_provider_dblog.core.log import LogItem
 from airflow_provider_dblog.core.schema import TableSchema
+from airflow_provider_dblog.sources.text_chunks import ChunkText
 
 
 class SourceError(DBLogError):
@@ -158,6 +160,12 @@ class ChunkSource(Protocol):
         """A non-stale read: sees every transaction committed before it started."""
         ...
 
+    def read_chunk_text(self, chunk: Chunk) -> ChunkText:
+        """`read_chunk`, the rows as the server's text in Arrow columns
+        (`sources/text_chunks.py`), no Python object per row: for a target that takes
+        columns (the lake). Loads pyarrow."""
+        ...
+
     def write_watermark(self, value: str) -> None:
         """Update the watermark row to `value` and commit."""
         ...
@@ -218,6 +226,12 @@ class Source(Protocol):
 
     def database(self) -> str:
         """The database name events carry in `source.db`, as the server reports it."""
+        ...
+
+    def describe(self, table: TableRef) -> TableSchema:
+        """`table`'s columns and key as the catalog has them now, spelled as the log's schema
+        events spell them (`LogReader.describe`), on a connection of its own; `UnknownTable`
+        if it does not exist."""
         ...
 
     def lineage_name(self, table: TableRef) -> tuple[str, str]:

@@ -1,56 +1,53 @@
 """Sources chosen by `[source] type`: the one place that knows which types exist.
 
-Each type registers how to parse its `[source]` section into its configuration and how to
-build its `Source` from that; everything that differs between databases stays in the type's
-package (as Airflow's common.sql keeps each database's dialect apart). Callers ask here and
-never name a type's classes.
+Each type's package has one `Dialect` (`sources/<db>/dialect.py`): how to parse its `[source]`
+section, how to build its `Source`, how its types map into the lake. The registry names each
+dialect's module and loads it when the type is first asked for (as SQLAlchemy's dialect
+registry does), so a deployment loads only its own database's driver, and nothing outside
+`sources/<db>/` imports a database package (`tests/unit/test_source_dialects.py` checks).
+Callers ask here and never name a type's classes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+import importlib
+from collections.abc import Mapping
+from typing import Any
 
 from airflow_provider_dblog.sources.base import Source, SourceConfig, SourceError
-from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
-from airflow_provider_dblog.sources.mysql.source import MysqlSource
-from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
-from airflow_provider_dblog.sources.postgres.source import PostgresSource
+from airflow_provider_dblog.sources.dialect import Dialect
 
-C = TypeVar("C", bound=SourceConfig)
-
-
-@dataclass(frozen=True, slots=True)
-class SourceType(Generic[C]):
-    """One kind of database: its configuration's parser, and its `Source` built from that."""
-
-    parse: Callable[[Mapping[str, Any]], C]
-    open: Callable[[C], Source]
-
-
-SOURCE_TYPES: Mapping[str, SourceType[Any]] = {
-    "postgres": SourceType(PostgresSourceConfig.from_section, PostgresSource),
-    "mysql": SourceType(MysqlSourceConfig.from_section, MysqlSource),
+DIALECTS: Mapping[str, str] = {
+    "postgres": "airflow_provider_dblog.sources.postgres.dialect",
+    "mysql": "airflow_provider_dblog.sources.mysql.dialect",
 }
+"""Each source type's dialect module, which defines `DIALECT`."""
 DEFAULT_TYPE = "postgres"
+
+
+def dialect(source_type: object) -> Dialect[Any]:
+    """The dialect of a source type (`[source] type`, or the one a lake table recorded);
+    `SourceError` naming the known types for another."""
+    module = DIALECTS.get(source_type) if isinstance(source_type, str) else None
+    if module is None:
+        known = ", ".join(DIALECTS)
+        raise SourceError(f"source type {source_type!r} is unknown; known types: {known}")
+    found: Dialect[Any] = importlib.import_module(module).DIALECT
+    return found
+
+
+def dialect_of(config: SourceConfig) -> Dialect[Any]:
+    """The dialect that parsed `config`."""
+    return dialect(config.type)
 
 
 def parse_source_config(section: Mapping[str, Any]) -> SourceConfig:
     """The `[source]` section as its type's configuration (`type` defaults to postgres).
     Raises SourceError naming what is wrong."""
-    config: SourceConfig = _source_type(section.get("type", DEFAULT_TYPE)).parse(section)
+    config: SourceConfig = dialect(section.get("type", DEFAULT_TYPE)).parse(section)
     return config
 
 
 def source_for(config: SourceConfig) -> Source:
     """The `Source` of a parsed configuration; connects to nothing."""
-    return _source_type(config.type).open(config)
-
-
-def _source_type(name: object) -> SourceType[Any]:
-    kind = SOURCE_TYPES.get(name) if isinstance(name, str) else None
-    if kind is None:
-        known = ", ".join(SOURCE_TYPES)
-        raise SourceError(f"source type {name!r} is unknown; known types: {known}")
-    return kind
+    return dialect_of(config).open(config)

@@ -19,12 +19,15 @@ from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Row, TableRef
 from airflow_provider_dblog.core.log import Change, Idle
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
+from airflow_provider_dblog.lake.catalog import source_lake_schema
+from airflow_provider_dblog.sources.keyset import TableShape
 from airflow_provider_dblog.sources.mysql.binlog import MysqlLogReader
-from airflow_provider_dblog.sources.mysql.catalog import TableShape, table_shape
+from airflow_provider_dblog.sources.mysql.catalog import ColumnInfo, table_shape
 from airflow_provider_dblog.sources.mysql.chunks import MysqlChunkSource
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.sources.mysql.converters import converter, read_expression
 from airflow_provider_dblog.sources.mysql.setup import ensure_setup
+from airflow_provider_dblog.sources.text_chunks import TextKind
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +39,8 @@ COLUMNS = """
  c char(5), vc varchar(20), tx text, lat varchar(10) CHARACTER SET latin1,
  bn binary(6), vb varbinary(10), bl blob,
  dt date, dtm datetime(6), dtm0 datetime, ts timestamp(6) NULL, tm time, tm3 time(3), y year,
- j json, e enum('x','y','it''s'), s set('a','b','c'), bt bit(10), bt64 bit(64)
+ j json, e enum('x','y','it''s'), s set('a','b','c'), bt bit(10), bt64 bit(64),
+ dz decimal(6,2) zerofill, iz int(5) zerofill
 """
 
 ROWS = [
@@ -46,11 +50,12 @@ ROWS = [
      x'000102', '2024-02-29', '2024-02-29 23:59:59.123456', '1000-01-01 00:00:00',
      '2038-01-19 03:14:07.999999', '-838:59:59', '12:34:56.001', 2155,
      '{"a": [1, 2.5, "x"], "b": null, "c": 12345678901234567890}', 'it''s', 'a,c',
-     b'1010101010', b'1111111111111111111111111111111111111111111111111111111111111111')""",
-    "(2, " + ", ".join(["NULL"] * 34) + ")",
+     b'1010101010', b'1111111111111111111111111111111111111111111111111111111111111111',
+     1.5, 42)""",
+    "(2, " + ", ".join(["NULL"] * 36) + ")",
     """(3, 0, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1.1, 0.30000000000000004, '', '', '', '',
      x'000000000000', x'', x'', '0000-00-00', '0000-00-00 00:00:00', '9999-12-31 23:59:59',
-     '0000-00-00 00:00:00', '00:00:00', '-00:00:00.5', 0, '[]', 'x', '', b'0', b'0')""",
+     '0000-00-00 00:00:00', '00:00:00', '-00:00:00.5', 0, '[]', 'x', '', b'0', b'0', 0, 0)""",
 ]
 
 
@@ -65,7 +70,29 @@ def conn(mariadb: MariaDBInfo) -> Iterator[pymysql.connections.Connection[Any]]:
         yield connection
 
 
-def dumped(conn: pymysql.connections.Connection[Any], shape: TableShape) -> list[Row]:
+@pytest.fixture
+def types_config(
+    mariadb: MariaDBInfo,
+    conn: pymysql.connections.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> MysqlSourceConfig:
+    """A source capturing a new, empty table of every type; `conn` writes in a lax sql_mode
+    (zero dates, as old applications write them)."""
+    table = TableRef(mariadb.dbname, f"types_{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("DBLOG_TEST_TYPES_PASSWORD", mariadb.password)
+    with conn.cursor() as cursor:
+        cursor.execute("SET SESSION sql_mode = ''")
+        cursor.execute(f"CREATE TABLE `{table.name}` ({COLUMNS})")
+    return MysqlSourceConfig(
+        name="types",
+        dsn=f"mysql://{mariadb.user}@{mariadb.host}:{mariadb.port}/{mariadb.dbname}",
+        tables=(table,),
+        password_env="DBLOG_TEST_TYPES_PASSWORD",
+        watermark_table=f"watermark_{uuid.uuid4().hex[:8]}",
+    )
+
+
+def dumped(conn: pymysql.connections.Connection[Any], shape: TableShape[ColumnInfo]) -> list[Row]:
     converters = [converter(c) for c in shape.columns]
     select = ", ".join(read_expression(c) for c in shape.columns)
     with conn.cursor() as cursor:
@@ -79,7 +106,7 @@ def dumped(conn: pymysql.connections.Connection[Any], shape: TableShape) -> list
     ]
 
 
-def logged(mariadb: MariaDBInfo, shape: TableShape) -> list[Row]:
+def logged(mariadb: MariaDBInfo, shape: TableShape[ColumnInfo]) -> list[Row]:
     """The after-images of the table's inserts and updates, last one per key, as the log
     reader decodes them (the contract in converters.py's docstring)."""
     converters = {c.name: converter(c) for c in shape.columns}
@@ -151,29 +178,18 @@ def test_dump_and_log_give_the_same_json_for_every_type(
     assert first["j"] == {"a": [1, 2.5, "x"], "b": None, "c": 12345678901234567890}
     assert (first["e"], first["s"], zero["s"]) == ("it's", "a,c", "b")
     assert (first["bt"], first["bt64"]) == (0b1010101010, 2**64 - 1)
+    assert (first["dz"], first["iz"], zero["dz"]) == ("1.50", 42, "0.00")
     assert (zero["dt"], zero["dtm"], zero["ts"]) == (None, None, None)
     assert all(v is None for k, v in null.items() if k != "id")
 
 
 def test_the_log_reader_and_a_chunk_read_give_the_same_bytes(
-    mariadb: MariaDBInfo,
-    conn: pymysql.connections.Connection[Any],
-    monkeypatch: pytest.MonkeyPatch,
+    types_config: MysqlSourceConfig, conn: pymysql.connections.Connection[Any]
 ) -> None:
     """The same rows through the source's own two paths: `MysqlLogReader`'s events and
     `MysqlChunkSource`'s chunk read, each row encoded as events encode it."""
-    table = TableRef(mariadb.dbname, f"types_{uuid.uuid4().hex[:8]}")
-    monkeypatch.setenv("DBLOG_TEST_TYPES_PASSWORD", mariadb.password)
-    config = MysqlSourceConfig(
-        name="types",
-        dsn=f"mysql://{mariadb.user}@{mariadb.host}:{mariadb.port}/{mariadb.dbname}",
-        tables=(table,),
-        password_env="DBLOG_TEST_TYPES_PASSWORD",
-        watermark_table=f"watermark_{uuid.uuid4().hex[:8]}",
-    )
-    with conn.cursor() as cursor:
-        cursor.execute("SET SESSION sql_mode = ''")
-        cursor.execute(f"CREATE TABLE `{table.name}` ({COLUMNS})")
+    config = types_config
+    (table,) = config.tables
     ensure_setup(config)
     reader = MysqlLogReader(config, None, heartbeat_s=0.2)
     chunks = MysqlChunkSource(config)
@@ -200,3 +216,50 @@ def test_the_log_reader_and_a_chunk_read_give_the_same_bytes(
 
     assert [encoded(logged[k]) for k in sorted(logged)] == [encoded(r) for r in dumped]
     assert dumped[0]["bu"] == 2**64 - 1 and dumped[2]["s"] == "b"
+
+
+def test_the_lake_takes_a_chunk_as_text_columns_as_it_takes_its_rows(
+    types_config: MysqlSourceConfig, conn: pymysql.connections.Connection[Any]
+) -> None:
+    """A direct dump into the lake reads a chunk as the server's text in columns
+    (`read_chunk_text`): each column's kind says truly when its JSON is the text itself or its
+    integer, and the lake gets the same Arrow table and last key as from the rows."""
+    config = types_config
+    (table,) = config.tables
+    with conn.cursor() as cursor:
+        for values in ROWS:
+            cursor.execute(f"INSERT INTO `{table.name}` VALUES {values}")
+    schema = source_lake_schema(config, table)
+    chunks = MysqlChunkSource(config)
+    try:
+        for chunk in (
+            Chunk(table, 0),
+            Chunk(table, 1, after=(1,), limit=1),
+            Chunk(table, 2, after=(3,)),
+        ):
+            rows = chunks.read_chunk(chunk).rows
+            text = chunks.read_chunk_text(chunk)
+            assert text.rows == len(rows) and text.invisible_txids == frozenset()
+            assert text.last_key == ((rows[-1]["id"],) if rows else None)
+            for column in text.columns:
+                for value, row in zip(column.text.to_pylist(), rows, strict=True):
+                    if value is not None and column.kind is TextKind.TEXT:
+                        assert column.convert(value) == value, column.name
+                    if value is not None and column.kind is TextKind.INT:
+                        assert column.convert(value) == int(value), column.name
+                    assert (None if value is None else column.convert(value)) == row[column.name]
+            by_rows, by_text = schema.values_to_arrow(rows), schema.values_from_text(text.columns)
+            assert by_text.schema == by_rows.schema
+            for name in by_rows.column_names:  # repr: 1 differs from 1.0 and True
+                assert repr(by_text[name].to_pylist()) == repr(by_rows[name].to_pylist()), name
+        kinds = {c.name: c.kind for c in text.columns}
+        assert (kinds["bu"], kinds["iz"], kinds["vc"], kinds["s"], kinds["d"], kinds["dz"]) == (
+            TextKind.INT,
+            TextKind.INT,
+            TextKind.TEXT,
+            TextKind.TEXT,
+            TextKind.TEXT,
+            TextKind.OTHER,
+        )
+    finally:
+        chunks.close()

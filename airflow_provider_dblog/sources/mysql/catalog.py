@@ -20,6 +20,7 @@ import pymysql
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, UnknownTable
+from airflow_provider_dblog.sources.keyset import TableShape
 
 _TABLE = """
 SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s
@@ -79,20 +80,9 @@ class ColumnInfo:
         return tuple(_unquote(m) for m in _MEMBER.findall(inner))
 
 
-@dataclass(frozen=True, slots=True)
-class TableShape:
-    table: TableRef
-    columns: tuple[ColumnInfo, ...]
-    """Every column in table order, as the binlog's row images list them."""
-    key: tuple[ColumnInfo, ...]
-    """The primary-key columns in key order."""
-
-    @property
-    def key_columns(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.key)
-
-
-def table_shape(conn: pymysql.connections.Connection[Any], table: TableRef) -> TableShape:
+def table_shape(
+    conn: pymysql.connections.Connection[Any], table: TableRef
+) -> TableShape[ColumnInfo]:
     """Columns and primary key of `table`; UnknownTable or NoPrimaryKey otherwise."""
     with conn.cursor() as cursor:
         cursor.execute(_TABLE, (table.schema, table.name))
@@ -148,7 +138,9 @@ ORDER BY ORDINAL_POSITION
 """
 
 
-def table_schema(conn: pymysql.connections.Connection[Any], shape: TableShape) -> TableSchema:
+def table_schema(
+    conn: pymysql.connections.Connection[Any], shape: TableShape[ColumnInfo]
+) -> TableSchema:
     """The description schema events carry (`core.schema`): COLUMN_TYPE, IS_NULLABLE and
     COLUMN_DEFAULT's text for each column of `shape`'s table, and its key. MariaDB spells no
     default or a NULL one as the text NULL; both are None here."""

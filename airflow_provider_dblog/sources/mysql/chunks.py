@@ -1,12 +1,10 @@
 """The dump's queries on MySQL/MariaDB: keyset chunks, split keys and the watermark write.
 
-Keys are compared by the server, as row values in the key columns' own collations (a
-case- and accent-insensitive varchar key finds 'A' where 'a' was asked), walked through the
-primary-key index, never by OFFSET over the rows. Each range bound also bounds the key's first
-column alone (`a >= x AND (a, b) > (x, y)`): the same rows, but one the range optimizer can use
-(neither MySQL nor MariaDB does for a row comparison). Key values travel as typed parameters
-(`converters.to_param`): integers (unsigned bigint above 2^63 included), Decimals, bytes for
-binary keys (binary(16) UUIDs), text for the rest.
+The keyset queries are `sources/keyset.py`'s, spelled for MySQL by `keyset.py`: keys are
+compared by the server, as row values in the key columns' own collations (a case- and
+accent-insensitive varchar key finds 'A' where 'a' was asked). A chunk's rows are read as the
+server's text and converted a column at a time (`text_values.py`), or handed as text columns
+to a target that takes columns (`text_chunks.py`).
 
 Why a chunk read needs no `invisible_txids` (unlike PostgreSQL's): the read runs in a
 consistent snapshot started after lw's commit returned, and a transaction written to the binlog
@@ -31,13 +29,13 @@ import dataclasses
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pymysql
 from pymysql.cursors import Cursor
 
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.core.event import JsonValue, Key, Row, TableRef, freeze
+from airflow_provider_dblog.core.event import JsonValue, Key, TableRef, freeze
 from airflow_provider_dblog.sources.base import (
     ChunkRead,
     InvalidKey,
@@ -45,12 +43,8 @@ from airflow_provider_dblog.sources.base import (
     SourceError,
     SourceUnavailable,
 )
-from airflow_provider_dblog.sources.mysql.catalog import (
-    ColumnInfo,
-    TableShape,
-    primary_key,
-    table_shape,
-)
+from airflow_provider_dblog.sources.keyset import TableShape, split_keys
+from airflow_provider_dblog.sources.mysql.catalog import ColumnInfo, primary_key, table_shape
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.sources.mysql.converters import (
     converter,
@@ -58,6 +52,20 @@ from airflow_provider_dblog.sources.mysql.converters import (
     read_expression,
     to_param,
 )
+from airflow_provider_dblog.sources.mysql.keyset import KEYSET
+from airflow_provider_dblog.sources.mysql.text_values import (
+    TextReader,
+    load_rows,
+    text_reader,
+    undecoded,
+)
+
+if TYPE_CHECKING:
+    from airflow_provider_dblog.sources.text_chunks import ChunkText
+
+_Shape = TableShape[ColumnInfo]
+_Text = tuple[_Shape, tuple[tuple[Any, ...], ...], tuple[TextReader, ...]]
+"""A chunk read: the shape it was read with, its undecoded rows, and how to read each column."""
 
 LOST_SERVER_CODES = frozenset((1053, 1927, 2003, 2006, 2013, 4031))
 """Error codes of a lost server: shutdown in progress, connection killed (MariaDB), can't
@@ -75,17 +83,15 @@ class MysqlChunkSource:
     def __init__(self, config: MysqlSourceConfig) -> None:
         self._config = config
         self._conn: pymysql.connections.Connection[Any] | None = None
-        self._shapes: dict[TableRef, TableShape] = {}
+        self._shapes: dict[TableRef, _Shape] = {}
 
     def key_columns(self, table: TableRef) -> tuple[str, ...]:
         return self._shape(table).key_columns
 
     def max_key(self, table: TableRef) -> Key | None:
         shape = self._shape(table)
-        descending = ", ".join(f"{quote_name(c.name)} DESC" for c in shape.key)
-        query = f"SELECT {_reads(shape.key)} FROM {_table(table)} ORDER BY {descending} LIMIT 1"
         with self._session() as cursor:
-            cursor.execute(query)
+            cursor.execute(KEYSET.max_key(shape))
             row = cursor.fetchone()
         return None if row is None else _key(shape.key, row)
 
@@ -93,31 +99,39 @@ class MysqlChunkSource:
         self, table: TableRef, after: Key | None, upto: Key, chunk_size: int, count: int
     ) -> list[Key]:
         shape = self._shape(table)
-        keys: list[Key] = []
-        lower = after
         with self._session() as cursor:
-            for _ in range(count):
-                where, params = _range(shape, lower, upto)
-                cursor.execute(
-                    f"SELECT {_reads(shape.key)} FROM {_table(table)} WHERE {where}"
-                    f" ORDER BY {_names(shape.key)} LIMIT {int(chunk_size) - 1}, 1",
-                    params,
-                )
+
+            def probe(query: str, params: list[Any]) -> Key | None:
+                cursor.execute(query, params)
                 row = cursor.fetchone()
-                if row is None:
-                    break
-                lower = _key(shape.key, row)
-                keys.append(lower)
-        return keys
+                return None if row is None else _key(shape.key, row)
+
+            return split_keys(KEYSET, shape, after, upto, chunk_size, count, probe)
 
     def read_chunk(self, chunk: Chunk) -> ChunkRead:
         """Read the chunk in a consistent snapshot (no invisible transactions: see the module
         docstring), with the table's current columns."""
+        _, raw, readers = self._read_text(chunk)
+        return ChunkRead(load_rows(raw, readers))
+
+    def read_chunk_text(self, chunk: Chunk) -> ChunkText:
+        """`read_chunk`, the rows as text columns in Arrow (`text_chunks.py`): for a target
+        that takes columns."""
+        from airflow_provider_dblog.sources.mysql.text_chunks import text_columns
+        from airflow_provider_dblog.sources.text_chunks import ChunkText, last_key
+
+        shape, raw, readers = self._read_text(chunk)
+        columns = text_columns(raw, readers)
+        return ChunkText(columns, len(raw), last_key(columns, shape.key_columns), frozenset())
+
+    def _read_text(self, chunk: Chunk) -> _Text:
+        """The chunk's undecoded rows, read with the table's current columns (read again with
+        its new ones when they changed)."""
         for _ in range(_SCHEMA_RETRIES):
             shape = self._shape(chunk.table)
-            rows = self._read(shape, chunk)
-            if rows is not None:
-                return ChunkRead(rows)
+            read = self._read(shape, chunk)
+            if read is not None:
+                return read
             fresh = self._reshape(chunk.table)
             if fresh.key_columns != shape.key_columns:
                 was, now = ", ".join(shape.key_columns), ", ".join(fresh.key_columns)
@@ -133,7 +147,7 @@ class MysqlChunkSource:
     def write_watermark(self, value: str) -> None:
         """An UPDATE that sets the value the row holds logs nothing, so a repeated value is
         refused rather than silently lost (the dump writes a new UUID each time)."""
-        table = _table(self._config.watermark)
+        table = KEYSET.table(self._config.watermark)
         with self._session() as cursor:
             changed = cursor.execute(f"UPDATE {table} SET value = %s WHERE id = 1", (value,))
             if changed == 1:
@@ -151,7 +165,7 @@ class MysqlChunkSource:
         )
 
     def check_ready(self) -> None:
-        table = _table(self._config.watermark)
+        table = KEYSET.table(self._config.watermark)
         with self._session() as cursor:
             try:
                 cursor.execute(f"SELECT count(*) FROM {table}")
@@ -205,26 +219,19 @@ class MysqlChunkSource:
         if conn is not None and conn.open:
             conn.close()
 
-    def _read(self, shape: TableShape, chunk: Chunk) -> list[Row] | None:
-        """The chunk's rows, or None if the table's columns are no longer `shape`'s."""
-        if chunk.keys is not None:
-            where, params = _in_keys(shape, chunk.keys)
-        else:
-            where, params = _range(shape, chunk.after, chunk.upto)
+    def _read(self, shape: _Shape, chunk: Chunk) -> _Text | None:
+        """The chunk's undecoded rows (`text_values.py`), or None if the table's columns are
+        no longer `shape`'s."""
         floats = [c for c in shape.columns if read_expression(c) != quote_name(c.name)]
-        extra = "".join(f", {read_expression(c)}" for c in floats)
-        query = (
-            f"SELECT t.*{extra} FROM {_table(chunk.table)} AS t WHERE {where}"
-            f" ORDER BY {_names(shape.key)}"
-        )
-        if chunk.limit is not None:
-            query += f" LIMIT {int(chunk.limit)}"
+        every = KEYSET.join([f"{KEYSET.table(chunk.table)}.*", *map(read_expression, floats)])
+        query, params = KEYSET.chunk(shape, chunk, every)
         with self._session() as cursor:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
             try:
-                cursor.execute(query, params)
-                raw = cursor.fetchall()
+                with undecoded(cursor.connection):
+                    cursor.execute(query, params)
+                raw: tuple[tuple[Any, ...], ...] = cursor.fetchall()
                 description = cursor.description or ()
                 # The SELECT holds the table's metadata lock until the transaction ends.
                 key_columns = primary_key(cursor.connection, chunk.table)
@@ -237,16 +244,13 @@ class MysqlChunkSource:
         names = [d[0] for d in description[: len(description) - len(floats)]]
         if names != [c.name for c in shape.columns] or key_columns != shape.key_columns:
             return None
-        converters = [converter(c) for c in shape.columns]
         float_at = {c.name: len(names) + i for i, c in enumerate(floats)}
         positions = [float_at.get(c.name, i) for i, c in enumerate(shape.columns)]
-        return [
-            {
-                c.name: convert(row[at])
-                for c, convert, at in zip(shape.columns, converters, positions, strict=True)
-            }
-            for row in raw
-        ]
+        readers = tuple(
+            text_reader(c, at, description[at][1])
+            for c, at in zip(shape.columns, positions, strict=True)
+        )
+        return shape, raw, readers
 
     def _cast(self, table: TableRef, column: ColumnInfo, values: list[JsonValue]) -> list[Any]:
         """`values` stored into a temporary one-column table of `column`'s type and read back
@@ -255,7 +259,7 @@ class MysqlChunkSource:
         charset = ""
         if column.charset is not None and column.collation is not None:
             charset = f" CHARACTER SET {column.charset} COLLATE {column.collation}"
-        probe = _table(TableRef(self._config.watermark_database, "dblog_key_check"))
+        probe = KEYSET.table(TableRef(self._config.watermark_database, "dblog_key_check"))
         create = f"CREATE TEMPORARY TABLE {probe} (n int PRIMARY KEY, v {column.column_type}"
         with self._session() as cursor:
             cursor.execute(f"DROP TEMPORARY TABLE IF EXISTS {probe}")
@@ -323,64 +327,14 @@ class MysqlChunkSource:
             with contextlib.suppress(pymysql.Error):  # already gone: nothing to tell it
                 conn.close()
 
-    def _shape(self, table: TableRef) -> TableShape:
+    def _shape(self, table: TableRef) -> _Shape:
         shape = self._shapes.get(table)
         return shape if shape is not None else self._reshape(table)
 
-    def _reshape(self, table: TableRef) -> TableShape:
+    def _reshape(self, table: TableRef) -> _Shape:
         with self._session() as cursor:
             shape = self._shapes[table] = table_shape(cursor.connection, table)
         return shape
-
-
-def _table(table: TableRef) -> str:
-    return f"{quote_name(table.schema)}.{quote_name(table.name)}"
-
-
-def _names(columns: Sequence[ColumnInfo]) -> str:
-    return ", ".join(quote_name(c.name) for c in columns)
-
-
-def _reads(columns: Sequence[ColumnInfo]) -> str:
-    return ", ".join(read_expression(c) for c in columns)
-
-
-def _params(columns: Sequence[ColumnInfo], key: Key) -> list[Any]:
-    if len(key) != len(columns):
-        raise SourceError(f"key {key!r} has {len(key)} values, the primary key {len(columns)}")
-    return [to_param(c, v) for c, v in zip(columns, key, strict=True)]
-
-
-def _row_value(columns: Sequence[ColumnInfo]) -> str:
-    return f"({', '.join(['%s'] * len(columns))})"
-
-
-def _range(shape: TableShape, after: Key | None, upto: Key | None) -> tuple[str, list[Any]]:
-    """`key > after AND key <= upto` as row comparisons, each with the same bound on the first
-    key column alone for the range optimizer."""
-    conditions: list[str] = []
-    params: list[Any] = []
-    first = quote_name(shape.key[0].name)
-    for op, loose, bound in ((">", ">=", after), ("<=", "<=", upto)):
-        if bound is None:
-            continue
-        values = _params(shape.key, bound)
-        if len(shape.key) > 1:
-            conditions.append(f"{first} {loose} %s")
-            params.append(values[0])
-        conditions.append(f"({_names(shape.key)}) {op} {_row_value(shape.key)}")
-        params += values
-    return (" AND ".join(conditions) or "TRUE"), params
-
-
-def _in_keys(shape: TableShape, keys: Sequence[Key]) -> tuple[str, list[Any]]:
-    if not keys:
-        return "FALSE", []
-    params: list[Any] = []
-    for key in keys:
-        params += _params(shape.key, key)
-    tuples = ", ".join([_row_value(shape.key)] * len(keys))
-    return f"({_names(shape.key)}) IN ({tuples})", params
 
 
 def _key(columns: Sequence[ColumnInfo], row: Sequence[Any]) -> Key:

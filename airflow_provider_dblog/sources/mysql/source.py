@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from contextlib import closing
+
 from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.mysql import setup
 from airflow_provider_dblog.sources.mysql.binlog import MysqlLogReader
+from airflow_provider_dblog.sources.mysql.catalog import table_schema, table_shape
 from airflow_provider_dblog.sources.mysql.chunks import MysqlChunkSource
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 
@@ -45,6 +49,10 @@ class MysqlSource:
             cursor.execute("SELECT DATABASE()")
             row = cursor.fetchone()
         return "" if row is None or row[0] is None else str(row[0])
+
+    def describe(self, table: TableRef) -> TableSchema:
+        with closing(self.config.connect()) as conn:
+            return table_schema(conn, table_shape(conn, table))
 
     def lineage_name(self, table: TableRef) -> tuple[str, str]:
         """`mysql://host:port` and `database.table` (OpenLineage's MySQL naming): a MySQL

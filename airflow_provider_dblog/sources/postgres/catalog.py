@@ -21,6 +21,7 @@ from psycopg.rows import TupleRow
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, UnknownTable
+from airflow_provider_dblog.sources.keyset import TableShape
 
 _PRIMARY_KEY = """
 SELECT a.attname
@@ -76,18 +77,6 @@ class ColumnInfo:
     """The type as SQL spells it (format_type), for casting key parameters."""
 
 
-@dataclass(frozen=True, slots=True)
-class TableShape:
-    table: TableRef
-    columns: tuple[ColumnInfo, ...]
-    key: tuple[ColumnInfo, ...]
-    """The primary-key columns in key order."""
-
-    @property
-    def key_columns(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.key)
-
-
 def primary_key(conn: psycopg.Connection[TupleRow], relation_oid: int) -> tuple[str, ...]:
     return tuple(name for (name,) in conn.execute(_PRIMARY_KEY, (relation_oid,)))
 
@@ -136,7 +125,7 @@ def describe_table(conn: psycopg.Connection[TupleRow], table: TableRef) -> Table
     return TableSchema(columns, primary_key(conn, oid))
 
 
-def table_shape(conn: psycopg.Connection[TupleRow], table: TableRef) -> TableShape:
+def table_shape(conn: psycopg.Connection[TupleRow], table: TableRef) -> TableShape[ColumnInfo]:
     """Columns and primary key of `table`; UnknownTable or NoPrimaryKey otherwise."""
     row = conn.execute(_TABLE_OID, (table.schema, table.name)).fetchone()
     if row is None:

@@ -1,10 +1,9 @@
 """The dump's queries on PostgreSQL: keyset chunks, split keys and the watermark write.
 
-Keys are compared by PostgreSQL (row-value comparison, in the columns' collation) and walked
-through the primary-key index, never by OFFSET over the rows. Key values travel as text cast to
-the column's type, so any key type the converters print can come back as a bound. Rows are read
-as the text the server prints and converted like the log's values, column by column by psycopg's
-loaders (`loaders.py`).
+The keyset queries are `sources/keyset.py`'s, spelled for PostgreSQL by `keyset.py` (key values
+travel as text cast to the column's type). Rows are read as the text the server prints and
+converted like the log's values, column by column by psycopg's loaders (`loaders.py`), or handed
+as text columns to a target that takes columns (`text_chunks.py`).
 
 A server that goes away (a restart, a failover) surfaces as `SourceUnavailable` from whichever
 call met it, and the next call connects again: the dump retries the chunk with new watermarks.
@@ -30,13 +29,17 @@ from airflow_provider_dblog.sources.base import (
     SourceError,
     SourceUnavailable,
 )
-from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo, TableShape, table_shape
+from airflow_provider_dblog.sources.keyset import TableShape, split_keys
+from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo, table_shape
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.converters import BYTEA, convert, to_text
+from airflow_provider_dblog.sources.postgres.keyset import KEYSET
 from airflow_provider_dblog.sources.postgres.loaders import load_rows
 
 if TYPE_CHECKING:
-    from airflow_provider_dblog.sources.postgres.text_chunks import ChunkText
+    from airflow_provider_dblog.sources.text_chunks import ChunkText
+
+_Shape = TableShape[ColumnInfo]
 
 # Every transaction the snapshot does not see, running or not: a commit waiting for a synchronous
 # standby is in the log but still "in progress" to pg_xact_status (which checks the ProcArray
@@ -59,7 +62,7 @@ class PostgresChunkSource:
     def __init__(self, config: PostgresSourceConfig) -> None:
         self._config = config
         self._conn: psycopg.Connection[TupleRow] | None = None
-        self._shapes: dict[TableRef, TableShape] = {}
+        self._shapes: dict[TableRef, _Shape] = {}
 
     def key_columns(self, table: TableRef) -> tuple[str, ...]:
         return self._shape(table).key_columns
@@ -87,7 +90,7 @@ class PostgresChunkSource:
         return tuple(dict.fromkeys(zip(*normalised, strict=True)))
 
     def check_ready(self) -> None:
-        query = sql.SQL("SELECT count(*) FROM {}").format(_table(self._config.watermark))
+        query = sql.SQL("SELECT count(*) FROM {}").format(KEYSET.table(self._config.watermark))
         with self._session() as conn:
             try:
                 row = conn.execute(query).fetchone()
@@ -133,35 +136,21 @@ class PostgresChunkSource:
 
     def max_key(self, table: TableRef) -> Key | None:
         shape = self._shape(table)
-        query = sql.SQL("SELECT {} FROM {} ORDER BY {} LIMIT 1").format(
-            _names(shape.key),
-            _table(table),
-            sql.SQL(", ").join(
-                sql.SQL("{} DESC").format(sql.Identifier(c.name)) for c in shape.key
-            ),
-        )
         with self._session() as conn:
-            rows = _raw_rows(conn.execute(query))
+            rows = _raw_rows(conn.execute(KEYSET.max_key(shape)))
         return _key(shape.key, rows[0]) if rows else None
 
     def split_keys(
         self, table: TableRef, after: Key | None, upto: Key, chunk_size: int, count: int
     ) -> list[Key]:
         shape = self._shape(table)
-        keys: list[Key] = []
-        lower = after
         with self._session() as conn:
-            for _ in range(count):
-                where, params = _range(shape, lower, upto)
-                query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} OFFSET {} LIMIT 1").format(
-                    _names(shape.key), _table(table), where, _names(shape.key), chunk_size - 1
-                )
+
+            def probe(query: sql.Composed, params: list[Any]) -> Key | None:
                 rows = _raw_rows(conn.execute(query, params))
-                if not rows:
-                    break
-                lower = _key(shape.key, rows[0])
-                keys.append(lower)
-        return keys
+                return _key(shape.key, rows[0]) if rows else None
+
+            return split_keys(KEYSET, shape, after, upto, chunk_size, count, probe)
 
     def read_chunk(self, chunk: Chunk) -> ChunkRead:
         """Read the chunk in a REPEATABLE READ transaction and name the transactions its
@@ -172,7 +161,7 @@ class PostgresChunkSource:
         the rows, so each chunk is read whole with the table's columns of that moment, and a
         chunk read again after an ALTER reads the new ones."""
 
-        def rows(conn: _Conn, query: sql.Composed, params: Any, shape: TableShape) -> Any:
+        def rows(conn: _Conn, query: sql.Composed, params: Any, shape: _Shape) -> Any:
             return load_rows(conn.execute(query, params).pgresult, shape.columns)
 
         _, read, invisible = self._read(chunk, rows)
@@ -181,13 +170,10 @@ class PostgresChunkSource:
     def read_chunk_text(self, chunk: Chunk) -> ChunkText:
         """`read_chunk`, the rows as text columns in Arrow (`text_chunks.py`): for a target
         that takes columns."""
-        from airflow_provider_dblog.sources.postgres.text_chunks import (
-            ChunkText,
-            last_key,
-            text_columns,
-        )
+        from airflow_provider_dblog.sources.postgres.text_chunks import text_columns
+        from airflow_provider_dblog.sources.text_chunks import ChunkText, last_key
 
-        def columns(conn: _Conn, query: sql.Composed, params: Any, shape: TableShape) -> Any:
+        def columns(conn: _Conn, query: sql.Composed, params: Any, shape: _Shape) -> Any:
             return text_columns(conn.execute(query, params).pgresult, shape.columns)
 
         shape, read, invisible = self._read(chunk, columns)
@@ -197,21 +183,14 @@ class PostgresChunkSource:
     def _read(
         self,
         chunk: Chunk,
-        fetch: Callable[[_Conn, sql.Composed, Any, TableShape], Any],
-    ) -> tuple[TableShape, Any, frozenset[int]]:
+        fetch: Callable[[_Conn, sql.Composed, Any, _Shape], Any],
+    ) -> tuple[_Shape, Any, frozenset[int]]:
         """The chunk's query run by `fetch` in the read's transaction (see `read_chunk`)."""
         with self._session() as conn, conn.transaction():
-            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(_table(chunk.table)))
+            lock = sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE")
+            conn.execute(lock.format(KEYSET.table(chunk.table)))
             shape = self._shapes[chunk.table] = table_shape(conn, chunk.table)
-            if chunk.keys is not None:
-                where, params = _in_keys(shape, chunk.keys)
-            else:
-                where, params = _range(shape, chunk.after, chunk.upto)
-            query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {}").format(
-                _names(shape.columns), _table(chunk.table), where, _names(shape.key)
-            )
-            if chunk.limit is not None:
-                query = sql.SQL("{} LIMIT {}").format(query, chunk.limit)
+            query, params = KEYSET.chunk(shape, chunk, KEYSET.names(shape.columns))
             snapshot_row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
             assert snapshot_row is not None
             read = fetch(conn, query, params, shape)
@@ -219,7 +198,7 @@ class PostgresChunkSource:
         return shape, read, frozenset(int(x) & _XID_MASK for (x,) in invisible)
 
     def write_watermark(self, value: str) -> None:
-        query = sql.SQL("UPDATE {} SET value = %s").format(_table(self._config.watermark))
+        query = sql.SQL("UPDATE {} SET value = %s").format(KEYSET.table(self._config.watermark))
         with self._session() as conn:
             rowcount = conn.execute(query, (value,)).rowcount
         if rowcount != 1:
@@ -253,7 +232,7 @@ class PostgresChunkSource:
                 f"lost the PostgreSQL source {self._config.name}: {exc}"
             ) from exc
 
-    def _shape(self, table: TableRef) -> TableShape:
+    def _shape(self, table: TableRef) -> _Shape:
         shape = self._shapes.get(table)
         if shape is None:
             with self._session() as conn:
@@ -280,53 +259,6 @@ def _refused(table: TableRef, column: ColumnInfo, value: JsonValue, reason: Exce
         f"key value {value!r} is not a valid {column.sql_type} for column {column.name} "
         f"of {table}: {first}"
     )
-
-
-def _table(table: TableRef) -> sql.Identifier:
-    return sql.Identifier(table.schema, table.name)
-
-
-def _names(columns: Sequence[ColumnInfo]) -> sql.Composed:
-    return sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
-
-
-def _values(columns: Sequence[ColumnInfo], key: Key) -> tuple[sql.Composed, list[str]]:
-    """`(CAST(%s AS type), ...)` and the key's values as text parameters."""
-    if len(key) != len(columns):
-        raise SourceError(f"key {key!r} has {len(key)} values, the primary key {len(columns)}")
-    placeholders = sql.SQL(", ").join(
-        sql.SQL("CAST({} AS {})").format(sql.Placeholder(), sql.SQL(c.sql_type)) for c in columns
-    )
-    params = [to_text(c.type_oid, v) for c, v in zip(columns, key, strict=True)]
-    return sql.SQL("({})").format(placeholders), params
-
-
-def _range(
-    shape: TableShape, after: Key | None, upto: Key | None
-) -> tuple[sql.Composable, list[str]]:
-    conditions: list[sql.Composable] = []
-    params: list[str] = []
-    columns = sql.SQL("({})").format(_names(shape.key))
-    for op, bound in ((">", after), ("<=", upto)):
-        if bound is not None:
-            values, values_params = _values(shape.key, bound)
-            conditions.append(sql.SQL("{} {} {}").format(columns, sql.SQL(op), values))
-            params += values_params
-    if not conditions:
-        return sql.SQL("true"), params
-    return sql.SQL(" AND ").join(conditions), params
-
-
-def _in_keys(shape: TableShape, keys: Sequence[Key]) -> tuple[sql.Composable, list[str]]:
-    if not keys:
-        return sql.SQL("false"), []
-    params: list[str] = []
-    tuples = []
-    for key in keys:
-        values, values_params = _values(shape.key, key)
-        tuples.append(values)
-        params += values_params
-    return sql.SQL("({}) IN ({})").format(_names(shape.key), sql.SQL(", ").join(tuples)), params
 
 
 def _raw_rows(cursor: psycopg.Cursor[TupleRow]) -> list[list[str | None]]:

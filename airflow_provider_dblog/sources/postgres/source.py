@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import closing
+
 from psycopg.conninfo import conninfo_to_dict
 
 from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.postgres import setup
+from airflow_provider_dblog.sources.postgres.catalog import describe_table
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
@@ -43,6 +47,10 @@ class PostgresSource:
             row = conn.execute("SELECT current_database()").fetchone()
         assert row is not None
         return str(row[0])
+
+    def describe(self, table: TableRef) -> TableSchema:
+        with closing(self.config.connect()) as conn:
+            return describe_table(conn, table)
 
     def lineage_name(self, table: TableRef) -> tuple[str, str]:
         """`postgres://host:port` and `database.schema.table`; the database is libpq's default

@@ -1,0 +1,99 @@
+"""One dialect per source type, asked by the whole house: no module outside a database's own
+package (`sources/<db>/`) imports it, so none can test a database's class either; the factory
+finds each type's dialect by name."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_dblog.sources.base import SourceError
+from airflow_provider_dblog.sources.factory import DIALECTS, dialect
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = ("airflow_provider_dblog", "spark_jobs")
+"""The code that ships (tests and benches name databases on purpose)."""
+
+
+def databases(repo: Path) -> list[str]:
+    """The database packages: those under `sources/` with a dialect."""
+    return sorted(
+        p.parent.name for p in (repo / "airflow_provider_dblog/sources").glob("*/dialect.py")
+    )
+
+
+def imported(repo: Path, path: Path) -> list[str]:
+    """Every module an import statement of `path` names, relative imports resolved, `from a
+    import b` counted as both `a` and `a.b`."""
+    parts = path.relative_to(repo).with_suffix("").parts
+    package = parts[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[: len(package) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+    return found
+
+
+def offenders(repo: Path) -> list[str]:
+    """`path: module` for each import of a database package from outside it."""
+    sources = repo / "airflow_provider_dblog" / "sources"
+    known = databases(repo)
+    found = []
+    for root in SHIPPED:
+        for path in sorted((repo / root).rglob("*.py")):
+            home = path.relative_to(sources).parts[0] if path.is_relative_to(sources) else None
+            for name in imported(repo, path):
+                for db in known:
+                    package = f"airflow_provider_dblog.sources.{db}"
+                    if db != home and (name == package or name.startswith(package + ".")):
+                        found.append(f"{path.relative_to(repo)}: {name}")
+    return found
+
+
+def test_no_module_outside_a_database_package_imports_it() -> None:
+    assert databases(REPO) == ["mysql", "postgres"]
+    assert offenders(REPO) == []
+
+
+def test_the_rule_finds_plain_from_and_relative_imports(tmp_path: Path) -> None:
+    """A tree that breaks the rule each way is refused, and a database's own package may
+    import itself."""
+    sources = "airflow_provider_dblog.sources"
+    files = {
+        "airflow_provider_dblog/sources/postgres/dialect.py": "from . import chunks\n",
+        "airflow_provider_dblog/sources/mysql/dialect.py": f"import {sources}.mysql.chunks\n",
+        "airflow_provider_dblog/lake/direct.py": "from ..sources import postgres\n",
+        "airflow_provider_dblog/lake/__init__.py": "from .schema import x\n",
+        "airflow_provider_dblog/cli/tail.py": f"import {sources}.mysql.binlog\n",
+        "spark_jobs/dump.py": f"from {sources}.postgres.chunks import C\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert offenders(tmp_path) == [
+        "airflow_provider_dblog/cli/tail.py: airflow_provider_dblog.sources.mysql.binlog",
+        "airflow_provider_dblog/lake/direct.py: airflow_provider_dblog.sources.postgres",
+        "spark_jobs/dump.py: airflow_provider_dblog.sources.postgres.chunks",
+        "spark_jobs/dump.py: airflow_provider_dblog.sources.postgres.chunks.C",
+    ]
+
+
+def test_every_database_package_has_its_dialect_in_the_factory() -> None:
+    assert sorted(DIALECTS) == databases(REPO)
+    for source_type in DIALECTS:
+        found = dialect(source_type)
+        assert found.type == source_type
+        assert found.lake_type("bigint")[1] == "int"
+
+
+def test_an_unknown_source_type_names_the_known_ones() -> None:
+    with pytest.raises(SourceError, match=r"'oracle' is unknown; known types: postgres, mysql"):
+        dialect("oracle")
