@@ -36,13 +36,13 @@ from airflow_provider_dblog.core.dump_plan import DumpRequest
 from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.dump.direct import InProcessDirectReader
-from airflow_provider_dblog.dump.direct_target import direct_target_for
 from airflow_provider_dblog.dump.request import IN_PROCESS_CHUNK_SIZE, build_request
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.sources.base import Source
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import DumpState, StateStore
+from airflow_provider_dblog.targets import direct_target_for
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:

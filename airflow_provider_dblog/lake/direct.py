@@ -57,7 +57,7 @@ from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Row, TableRef
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.dump.staging import StagedRead, stage_rows_read
+from airflow_provider_dblog.direct_target import StagedRead, stage_rows_read
 from airflow_provider_dblog.lake.catalog import source_lake_schema
 from airflow_provider_dblog.lake.schema import LakeSchema, LakeSchemaError
 from airflow_provider_dblog.lake.table import LakeTable

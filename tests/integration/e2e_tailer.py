@@ -16,10 +16,11 @@ import threading
 
 from airflow_provider_dblog.cli.common import setup_logging
 from airflow_provider_dblog.config import load_config
-from airflow_provider_dblog.outputs import Output, SqlApplyOutput, open_output
+from airflow_provider_dblog.outputs import Output, SqlApplyOutput
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
+from airflow_provider_dblog.targets import open_output
 from tests.integration.e2e_support import FanOut
 
 
