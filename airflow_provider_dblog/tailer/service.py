@@ -82,7 +82,7 @@ class Tailer:
     def from_config(cls, config: Config, *, owner: str | None = None) -> Tailer:
         """The tailer a deployment's TOML describes; its output is opened once it leads."""
         source = source_for(config.source)
-        settings = TailerSettings(**config.tailer)
+        settings = config.tailer
         return cls(
             source,
             StateStore(config.redis_client(), source.name),
