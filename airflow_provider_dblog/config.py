@@ -17,7 +17,7 @@ names (`password_env`), so it never appears on a command line, in a log line or 
     password_env = "DBLOG_REDIS_PASSWORD"
 
     [output]
-    type = "ndjson"                    # or "redis_stream", "sql_apply": see outputs/
+    type = "ndjson"                    # or "redis_stream", "sql_apply": see targets.py
     directory = "out/events"
 
     [tailer]                           # optional
