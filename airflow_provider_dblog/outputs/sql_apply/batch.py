@@ -9,8 +9,8 @@ Fencing: `dblog_fence` holds, per source, the largest lease token that wrote. Ea
 transaction first raises it to the writer's token, or finds it larger and rolls back
 (`OutputFenced`): the row lock taken there also orders two leaders' batches, so a stale leader's
 transaction commits nothing once the new leader's first batch has. The output creates
-`dblog_fence` (and `dblog_positions`, `dblog_schemas`) if missing, so its user needs CREATE on
-the schema.
+`dblog_fence` (and `dblog_schemas`, and `dblog_positions` in monotonic mode) if missing, so its
+user needs CREATE on the schema.
 
 A connection lost anywhere in a batch (while connecting, inside the transaction or its pipeline,
 a fast shutdown's AdminShutdown) is `OutputUnavailable`; the transaction did not commit. The next
