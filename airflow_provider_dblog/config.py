@@ -17,7 +17,7 @@ names (`password_env`), so it never appears on a command line, in a log line or 
     password_env = "DBLOG_REDIS_PASSWORD"
 
     [output]
-    type = "ndjson"                    # or "redis_stream", "sql_apply": see outputs/
+    type = "ndjson"                    # or "redis_stream", "sql_apply": see targets.py
     directory = "out/events"
 
     [tailer]                           # optional
@@ -58,7 +58,8 @@ class Config:
     redis_url: str
     redis_password_env: str | None
     output: dict[str, Any]
-    tailer: dict[str, Any]
+    tailer: TailerSettings
+    """`[tailer]`, checked and typed when the file is read; the defaults without one."""
     lake_root: str | None = None
     """`[lake] root`: where the lake tables live (the compaction's output, direct dumps'
     target); None without a `[lake]` section."""
@@ -173,7 +174,7 @@ def _redis_options(path: Path, section: dict[str, Any]) -> tuple[str, str | None
     return url, password_env
 
 
-def _tailer_options(path: Path, section: dict[str, Any]) -> dict[str, Any]:
+def _tailer_options(path: Path, section: dict[str, Any]) -> TailerSettings:
     """Known options only: each a positive finite number (a whole one where the setting counts
     things), `metrics_port` a TCP port and `metrics_address` an address to bind."""
     fields = {f.name: f for f in dataclasses.fields(TailerSettings)}
@@ -183,12 +184,14 @@ def _tailer_options(path: Path, section: dict[str, Any]) -> dict[str, Any]:
             f"[tailer] in {path} has unknown option(s) {', '.join(unknown)}; "
             f"known: {', '.join(sorted(fields))}"
         )
+    settings: dict[str, Any] = {}
     for name, value in section.items():
         if name == "metrics_port":
             if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 65536:
                 raise ConfigError(
                     f"[tailer] metrics_port in {path} must be a TCP port (1-65535), got {value!r}"
                 )
+            settings[name] = value
             continue
         if name == "metrics_address":
             if not isinstance(value, str) or not value.strip():
@@ -196,6 +199,7 @@ def _tailer_options(path: Path, section: dict[str, Any]) -> dict[str, Any]:
                     f"[tailer] metrics_address in {path} must be an address to bind, "
                     f'such as "127.0.0.1" or "0.0.0.0", got {value!r}'
                 )
+            settings[name] = value
             continue
         whole = fields[name].type in ("int", int)
         number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
@@ -204,4 +208,5 @@ def _tailer_options(path: Path, section: dict[str, Any]) -> dict[str, Any]:
         if number is None or not math.isfinite(number) or number <= 0:
             what = "a whole number" if whole else "a number"
             raise ConfigError(f"[tailer] {name} in {path} must be {what} above 0, got {value!r}")
-    return section
+        settings[name] = number if whole else float(number)
+    return TailerSettings(**settings)

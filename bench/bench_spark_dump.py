@@ -72,7 +72,7 @@ from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Failed, Re
 from airflow_provider_dblog.devservices.postgres import PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.dump.runner import run_dump
-from airflow_provider_dblog.outputs.sql_apply import POSITIONS_TABLE
+from airflow_provider_dblog.outputs.sql_apply.statements import POSITIONS_TABLE
 from airflow_provider_dblog.sources.base import ChunkSource, Source
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import DumpState, StateStore, WindowState

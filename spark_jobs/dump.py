@@ -53,7 +53,6 @@ from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, key_of
 from airflow_provider_dblog.dump.chunk import StoredChunk
-from airflow_provider_dblog.dump.direct_target import direct_target_for
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.dump.runner import DumpFailed, run_dump
 from airflow_provider_dblog.dump.spark_chunk import ChunkJobFailed, sub_ranges
@@ -63,6 +62,7 @@ from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.spark_package import ship_package
 from airflow_provider_dblog.state import DumpState, StateStore
+from airflow_provider_dblog.targets import direct_target_for
 
 log = logging.getLogger("dblog.spark_dump")
 
@@ -174,6 +174,7 @@ def run_spark_dump(
             reader.tasks,
             stored.request.chunk_size,
             direct_target_for(config),
+            direct_target_for,
         )
     try:
         return run_dump(

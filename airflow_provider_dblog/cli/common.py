@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
-import re
 from collections.abc import Callable
+from typing import TypeVar
 
 from airflow_provider_dblog.config import Config, load_config
+from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.state import StateStore
 
+T = TypeVar("T")
 DEFAULT_CONFIG = "dblog.toml"
 
 
@@ -40,58 +41,17 @@ def store_of(config: Config) -> StateStore:
     return StateStore(config.redis_client(), config.source.name)
 
 
-DUMP_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
-"""What a dump id may be: the ids `dblog dump` and the Airflow operators make, and any a person
-types that can live in a Redis key and on a command line without quoting."""
+def option(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """`parse` (a rule of `core.values`) as an argparse type: its `InvalidRequest` becomes
+    argparse's error, which names the flag and exits with status 2."""
 
-
-def dump_id(text: str) -> str:
-    if not DUMP_ID.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a dump id: 1 to 200 letters, digits, '_', '.', ':' or '-'"
-        )
-    return text
-
-
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-"""A whole number as people write it: ASCII digits only (Python's int() also takes "1_000"
-and other scripts' digits)."""
-
-
-def whole_number(minimum: int) -> Callable[[str], int]:
-    """An argparse type: a whole number of at least `minimum`."""
-
-    def parse(text: str) -> int:
-        if not _INTEGER.fullmatch(text.strip()):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-def finite_number(minimum: float, *, above: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite number, at least `minimum` (or above it), in ASCII (no
-    digit separators)."""
-
-    def parse(text: str) -> float:
+    def checked(text: str) -> T:
         try:
-            if not text.isascii() or "_" in text:
-                raise ValueError(text)
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-        if value < minimum or (above and value == minimum):
-            raise argparse.ArgumentTypeError(
-                f"{value:g} must be {'above' if above else 'at least'} {minimum:g}"
-            )
-        return value
+            return parse(text)
+        except InvalidRequest as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
-    return parse
+    return checked
 
 
 def one_line(text: str) -> str:

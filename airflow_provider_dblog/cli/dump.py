@@ -23,26 +23,25 @@ from typing import Any
 from airflow_provider_dblog.cli.common import (
     add_config_option,
     config_of,
-    dump_id,
-    finite_number,
     first_line,
+    option,
     store_of,
-    whole_number,
 )
 from airflow_provider_dblog.cli.progress import DumpProgressView
 from airflow_provider_dblog.config import Config
+from airflow_provider_dblog.core import values
 from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import DumpRequest
 from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.dump.direct import InProcessDirectReader
-from airflow_provider_dblog.dump.direct_target import direct_target_for
 from airflow_provider_dblog.dump.request import IN_PROCESS_CHUNK_SIZE, build_request
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.sources.base import Source
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import DumpState, StateStore
+from airflow_provider_dblog.targets import direct_target_for
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -52,10 +51,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     dump.add_argument("--keys", help="primary keys of --table: '1,2,3' or JSON '[[1,\"a\"]]'")
     dump.add_argument(
         "--chunk-size",
-        type=whole_number(1),
+        type=option(values.whole_number(1)),
         help="rows a chunk (default: 1,000 sequenced, 100,000 direct)",
     )
-    dump.add_argument("--parallelism", type=whole_number(1), default=1)
+    dump.add_argument("--parallelism", type=option(values.whole_number(1)), default=1)
     dump.add_argument(
         "--mode",
         choices=[m.value for m in DumpMode],
@@ -64,17 +63,26 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "otherwise): the tailer emits them into the ordered output",
     )
     dump.add_argument(
-        "--max-rows-per-s", type=finite_number(0), help="rate limit (dblog throttle changes it)"
+        "--max-rows-per-s",
+        type=option(values.finite_number(0)),
+        help="rate limit (dblog throttle changes it)",
     )
-    dump.add_argument("--dump-id", type=dump_id, help="resume this dump, or give a new one its id")
+    dump.add_argument(
+        "--dump-id", type=option(values.dump_id), help="resume this dump, or give a new one its id"
+    )
     dump.add_argument(
         "--resume",
         action="store_true",
         help="with --dump-id: run a failed or cancelled dump again from its last completed chunk",
     )
-    dump.add_argument("--window-timeout", type=finite_number(0, above=True), default=60.0)
     dump.add_argument(
-        "--source-patience", type=finite_number(0), default=SOURCE_PATIENCE_S, help="seconds"
+        "--window-timeout", type=option(values.finite_number(0, above=True)), default=60.0
+    )
+    dump.add_argument(
+        "--source-patience",
+        type=option(values.finite_number(0)),
+        default=SOURCE_PATIENCE_S,
+        help="seconds",
     )
     dump.set_defaults(func=_dump)
 
@@ -85,15 +93,19 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     ):
         control = subparsers.add_parser(name, help=help_text)
         add_config_option(control)
-        control.add_argument("dump_id", type=dump_id)
+        control.add_argument("dump_id", type=option(values.dump_id))
         control.set_defaults(func=_control, action=name)
 
     throttle = subparsers.add_parser("throttle", help="change a dump's pace while it runs")
     add_config_option(throttle)
-    throttle.add_argument("dump_id", type=dump_id)
-    throttle.add_argument("--chunk-size", type=whole_number(1))
-    throttle.add_argument("--delay-ms", type=whole_number(0), help="pause between chunks")
-    throttle.add_argument("--max-rows-per-s", type=finite_number(0), help="0 removes the limit")
+    throttle.add_argument("dump_id", type=option(values.dump_id))
+    throttle.add_argument("--chunk-size", type=option(values.whole_number(1)))
+    throttle.add_argument(
+        "--delay-ms", type=option(values.whole_number(0)), help="pause between chunks"
+    )
+    throttle.add_argument(
+        "--max-rows-per-s", type=option(values.finite_number(0)), help="0 removes the limit"
+    )
     throttle.set_defaults(func=_throttle)
 
 

@@ -15,7 +15,7 @@ import argparse
 from typing import Any
 
 from airflow_provider_dblog.cli.common import add_config_option, config_of, store_of
-from airflow_provider_dblog.dump.direct_target import direct_target_for
+from airflow_provider_dblog.targets import direct_target_for
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:

@@ -14,10 +14,11 @@ from typing import Any
 from airflow_provider_dblog.cli.common import (
     add_config_option,
     config_of,
-    dump_id,
     first_line,
+    option,
     store_of,
 )
+from airflow_provider_dblog.core import values
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import JsonValue
 from airflow_provider_dblog.state import DumpStatus, StateStore, TailerHealth
@@ -28,7 +29,9 @@ REASON_WIDTH = 100
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     status = subparsers.add_parser("status", help="tailer health and dumps")
     add_config_option(status)
-    status.add_argument("--dump", type=dump_id, help="one dump in full, its whole reason too")
+    status.add_argument(
+        "--dump", type=option(values.dump_id), help="one dump in full, its whole reason too"
+    )
     status.add_argument("--json", action="store_true", help="JSON for scripts")
     status.set_defaults(func=_status)
 

@@ -14,10 +14,10 @@ from typing import Any
 from airflow_provider_dblog.cli.common import (
     add_config_option,
     config_of,
-    finite_number,
+    option,
     setup_logging,
-    whole_number,
 )
+from airflow_provider_dblog.core import values
 
 DEFAULT_PORT = 8765
 
@@ -25,7 +25,9 @@ DEFAULT_PORT = 8765
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     ui = subparsers.add_parser("ui", help="a live view of windows, events and dumps")
     add_config_option(ui)
-    ui.add_argument("--port", type=whole_number(0), default=DEFAULT_PORT, help="0: any free one")
+    ui.add_argument(
+        "--port", type=option(values.whole_number(0)), default=DEFAULT_PORT, help="0: any free one"
+    )
     ui.add_argument(
         "--address",
         default="127.0.0.1",
@@ -34,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     ui.add_argument(
         "--interval",
-        type=finite_number(0.05),
+        type=option(values.finite_number(0.05)),
         default=0.5,
         help="seconds between snapshots while someone watches (default %(default)s)",
     )

@@ -28,8 +28,8 @@ from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
+from airflow_provider_dblog.direct_target import DirectTarget
 from airflow_provider_dblog.dump.chunk import ChunkOutcome, ChunkReadFailed, between_watermarks
-from airflow_provider_dblog.dump.direct_target import DirectTarget
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state import StateStore
 

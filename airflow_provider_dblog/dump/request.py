@@ -17,7 +17,7 @@ from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, coerce_keys, parse_keys
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import Key, TableRef
-from airflow_provider_dblog.dump.direct_target import check_direct_target, default_mode
+from airflow_provider_dblog.direct_target import check_direct_target, default_mode
 from airflow_provider_dblog.sources.base import ChunkSource
 
 
@@ -77,7 +77,7 @@ def build_request(
     without a primary key, malformed keys, key values their column's type refuses and a source
     no tailer has set up are refused here with a message naming them; the keys come back as
     the source normalised them (`"7"` on an integer key is 7). `mode` (None: the deployment's
-    default, see `dump/direct_target.py`) must be one the deployment's target takes; a
+    default, see `direct_target.py`) must be one the deployment's target takes; a
     `chunk_size` of None is the mode's in `default_chunk_sizes`."""
     dump_mode = default_mode(config) if mode is None else DumpMode.parse(mode)
     if dump_mode is DumpMode.DIRECT:

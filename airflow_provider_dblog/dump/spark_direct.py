@@ -25,7 +25,7 @@ from the last completed chunk.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pyspark import SparkContext
@@ -34,8 +34,8 @@ from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.direct_target import DirectTarget
 from airflow_provider_dblog.dump.direct import StagedChunk
-from airflow_provider_dblog.dump.direct_target import DirectTarget
 from airflow_provider_dblog.dump.spark_chunk import ChunkJobFailed, sub_ranges
 from airflow_provider_dblog.dump.task_connections import task_connections
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
@@ -56,6 +56,7 @@ class StagedPart:
 
 def stage_parts(
     config: Config,
+    open_target: Callable[[Config], DirectTarget],
     table: TableRef,
     window_id: str,
     key_columns: tuple[str, ...],
@@ -66,7 +67,7 @@ def stage_parts(
     environment. A source gone is news for the driver, not a task failure (as `read_parts`)."""
     staged: list[StagedPart] = []
     with task_connections(config) as connections:
-        target = connections.target()
+        target = connections.target(open_target)
         for index, part in parts:
             try:
                 read = target.stage_chunk(connections.source, part, key_columns)
@@ -88,7 +89,9 @@ def stage_parts(
 @dataclass(frozen=True)
 class SparkDirectReader:
     """The `DirectChunkReader` of the Spark dump: a chunk's sub-ranges read and staged by Spark
-    tasks (see the module docstring); the driver's `target` commits, discards and prunes."""
+    tasks (see the module docstring); the driver's `target` commits, discards and prunes. Each
+    task opens its own with `open_target` (`targets.direct_target_for`, which composes the
+    targets above this package)."""
 
     sc: SparkContext
     config: Config
@@ -96,6 +99,7 @@ class SparkDirectReader:
     tasks: int
     default_chunk_size: int
     target: DirectTarget
+    open_target: Callable[[Config], DirectTarget]
 
     def read(
         self,
@@ -108,7 +112,9 @@ class SparkDirectReader:
         controls = store.dumps.controls(self.dump_id)
         chunk_size = controls.chunk_size if controls else self.default_chunk_size
         parts = sub_ranges(source, chunk, self.tasks, chunk_size)
-        task = functools.partial(stage_parts, self.config, chunk.table, window_id, key_columns)
+        task = functools.partial(
+            stage_parts, self.config, self.open_target, chunk.table, window_id, key_columns
+        )
         self.sc.setJobDescription(
             f"dblog direct dump {self.dump_id}: {chunk.table} chunk {chunk.seq}"
         )

@@ -12,14 +12,14 @@ connection.
 from __future__ import annotations
 
 import atexit
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import redis
 
 from airflow_provider_dblog.config import Config
-from airflow_provider_dblog.dump.direct_target import DirectTarget, direct_target_for
+from airflow_provider_dblog.direct_target import DirectTarget
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import WindowStore
@@ -47,10 +47,11 @@ class TaskConnections:
             raise
         return cls(config, source, client, WindowStore(client, config.source.name))
 
-    def target(self) -> DirectTarget:
-        """The direct target, opened at the first task that needs it."""
+    def target(self, open_target: Callable[[Config], DirectTarget]) -> DirectTarget:
+        """The direct target, opened by `open_target` (`targets.direct_target_for`) at the
+        first task that needs it."""
         if self.direct is None:
-            self.direct = direct_target_for(self.config)
+            self.direct = open_target(self.config)
         return self.direct
 
     def close(self) -> None:

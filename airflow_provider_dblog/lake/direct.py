@@ -57,7 +57,7 @@ from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Row, TableRef
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.dump.staging import StagedRead
+from airflow_provider_dblog.direct_target import StagedRead
 from airflow_provider_dblog.lake.catalog import source_lake_schema
 from airflow_provider_dblog.lake.schema import LakeSchema, LakeSchemaError
 from airflow_provider_dblog.lake.table import LakeTable
@@ -152,7 +152,7 @@ def remove_stale_staged(root: str | Path, older_than_s: float) -> int:
 
 class LakeDirectTarget:
     """The lake as a direct dump's target (the `DirectTarget` protocol of
-    `dump/direct_target.py`): `stage` writes a task's part as a staged file, `commit` merges a
+    `direct_target.py`): `stage` writes a task's part as a staged file, `commit` merges a
     chunk's files in one commit (`discard` removes them instead), `prune_tombstones` prunes a
     table's tombstones. A table's lake schema is the lake table's own once it exists, the
     source catalog's (`describe`) before; a column a read has and the lake table lacks (the

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
 from airflow_provider_dblog.core.errors import DBLogError
-from airflow_provider_dblog.outputs import open_output
 from airflow_provider_dblog.outputs.base import Output, OutputFenced, OutputUnavailable
 from airflow_provider_dblog.sources.base import (
     LogBacklog,
@@ -34,6 +33,7 @@ from airflow_provider_dblog.state import FencedOut, StateStore, StateStoreUnavai
 from airflow_provider_dblog.tailer.metrics import TailerMetrics
 from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
 from airflow_provider_dblog.tailer.settings import TailerSettings
+from airflow_provider_dblog.targets import open_output
 
 if TYPE_CHECKING:  # config.py reads TailerSettings from this package
     from airflow_provider_dblog.config import Config
@@ -82,7 +82,7 @@ class Tailer:
     def from_config(cls, config: Config, *, owner: str | None = None) -> Tailer:
         """The tailer a deployment's TOML describes; its output is opened once it leads."""
         source = source_for(config.source)
-        settings = TailerSettings(**config.tailer)
+        settings = config.tailer
         return cls(
             source,
             StateStore(config.redis_client(), source.name),

@@ -15,7 +15,6 @@ elsewhere cannot drive a dump through a browser on this machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import threading
@@ -27,9 +26,9 @@ from importlib import resources
 from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from airflow_provider_dblog.cli.common import dump_id, finite_number, whole_number
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue
+from airflow_provider_dblog.core.values import dump_id, finite_number, whole_number
 from airflow_provider_dblog.state import DumpStore, StateStoreUnavailable, UnknownDump
 from airflow_provider_dblog.ui.snapshot import LiveView
 
@@ -145,7 +144,7 @@ def control(dumps: DumpStore, dump: str, action: str, body: dict[str, Any]) -> t
             changed = getattr(dumps, action)(dump)
         else:
             return HTTPStatus.NOT_FOUND, f"no control {action!r}"
-    except (argparse.ArgumentTypeError, InvalidRequest) as exc:
+    except InvalidRequest as exc:
         return HTTPStatus.BAD_REQUEST, str(exc)
     except UnknownDump as exc:
         return HTTPStatus.NOT_FOUND, str(exc)
@@ -164,7 +163,7 @@ def _value(body: dict[str, Any], name: str, parse: Callable[[str], T]) -> T | No
         return None
     try:
         return parse(str(raw).strip())
-    except argparse.ArgumentTypeError as exc:
+    except InvalidRequest as exc:
         raise InvalidRequest(f"{name}: {exc}") from None
 
 

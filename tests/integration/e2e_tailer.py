@@ -16,10 +16,11 @@ import threading
 
 from airflow_provider_dblog.cli.common import setup_logging
 from airflow_provider_dblog.config import load_config
-from airflow_provider_dblog.outputs import Output, SqlApplyOutput, open_output
+from airflow_provider_dblog.outputs import Output, SqlApplyOutput
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import StateStore
-from airflow_provider_dblog.tailer import Tailer, TailerSettings
+from airflow_provider_dblog.tailer import Tailer
+from airflow_provider_dblog.targets import open_output
 from tests.integration.e2e_support import FanOut
 
 
@@ -28,7 +29,7 @@ def main(config_path: str, owner: str) -> int:
     config = load_config(config_path)
     source = source_for(config.source)
     source.ensure_setup()
-    settings = TailerSettings(**config.tailer)
+    settings = config.tailer
 
     def outputs() -> Output:
         sql = SqlApplyOutput(os.environ["E2E_TARGET_DSN"], monotonic=True)

@@ -18,11 +18,8 @@ from airflow_provider_dblog.core.reconciler import Window
 from airflow_provider_dblog.demo import compare
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
-from airflow_provider_dblog.outputs.sql_apply import (
-    POSITIONS_TABLE,
-    SqlApplyOutput,
-    SqlDirectTarget,
-)
+from airflow_provider_dblog.outputs.sql_apply import SqlApplyOutput, SqlDirectTarget
+from airflow_provider_dblog.outputs.sql_apply.statements import POSITIONS_TABLE
 from airflow_provider_dblog.state import StateStore
 from tests.integration.e2e_support import (
     DBLOG,

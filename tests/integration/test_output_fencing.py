@@ -26,7 +26,7 @@ from airflow_provider_dblog.outputs import (
     RedisStreamOutput,
     SqlApplyOutput,
 )
-from airflow_provider_dblog.outputs.sql_apply import FENCE_TABLE
+from airflow_provider_dblog.outputs.sql_apply.batch import FENCE_TABLE
 
 pytestmark = pytest.mark.integration
 

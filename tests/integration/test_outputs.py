@@ -39,8 +39,8 @@ from airflow_provider_dblog.outputs import (
     RedisStreamOutput,
     SqlApplyOutput,
     TargetTableMissing,
-    open_output,
 )
+from airflow_provider_dblog.targets import open_output
 
 pytestmark = pytest.mark.integration
 

@@ -1,19 +1,18 @@
-"""The `dblog` option checks and the one-line reasons of `dblog status`, without a server."""
+"""The value rules of `dblog` options and the live view's controls, how the command line
+reports a broken one, and the one-line reasons of `dblog status`, without a server."""
 
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
-from airflow_provider_dblog.cli.common import (
-    dump_id,
-    finite_number,
-    first_line,
-    one_line,
-    whole_number,
-)
+from airflow_provider_dblog.cli import build_parser
+from airflow_provider_dblog.cli.common import first_line, one_line, option
 from airflow_provider_dblog.cli.status import detail_text
+from airflow_provider_dblog.core.errors import InvalidRequest
+from airflow_provider_dblog.core.values import dump_id, finite_number, whole_number
 
 REASON = """UndefinedColumn: column "name" does not exist
 LINE 1: SELECT "id", "name" FROM "public"."items" WHERE ...
@@ -42,9 +41,19 @@ def test_option_values(parse: object, good: dict[str, object], bad: list[str]) -
     assert callable(parse)
     for text, value in good.items():
         assert parse(text) == value
+        assert option(parse)(text) == value
     for text in bad:
-        with pytest.raises(argparse.ArgumentTypeError):
+        with pytest.raises(InvalidRequest) as refused:
             parse(text)
+        with pytest.raises(argparse.ArgumentTypeError, match=f"^{re.escape(str(refused.value))}$"):
+            option(parse)(text)
+
+
+def test_a_bad_option_value_names_the_flag_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["throttle", "d1", "--chunk-size", "0"])
+    assert exited.value.code == 2
+    assert "argument --chunk-size: must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_one_dump_in_full_shows_its_whole_reason_on_lines_of_its_own() -> None:

@@ -40,7 +40,8 @@ def test_a_good_config_loads(tmp_path: Path) -> None:
     assert config.source.tables == (TableRef("public", "accounts"), TableRef("public", "orders"))
     assert config.source.password_env == "SHOP_PASSWORD"
     assert config.output == {"type": "ndjson", "directory": "out"}
-    assert config.tailer == {"window_ttl_s": 30}
+    assert config.tailer == TailerSettings(window_ttl_s=30.0)
+    assert isinstance(config.tailer.window_ttl_s, float), "a whole number in TOML, typed"
 
 
 @pytest.mark.parametrize(
@@ -71,9 +72,11 @@ def test_bad_configs_name_the_problem(tmp_path: Path, text: str, message: str) -
 
 def test_the_metrics_endpoint_is_configured_in_tailer(tmp_path: Path) -> None:
     text = GOOD + 'metrics_port = 9187\nmetrics_address = "0.0.0.0"\n'
-    settings = TailerSettings(**load_config(write(tmp_path, text)).tailer)
+    settings = load_config(write(tmp_path, text)).tailer
     assert (settings.metrics_port, settings.metrics_address) == (9187, "0.0.0.0")
     assert TailerSettings().metrics_port is None, "no endpoint unless a port is given"
+    without = GOOD.replace("[tailer]\nwindow_ttl_s = 30\n", "")
+    assert load_config(write(tmp_path, without)).tailer == TailerSettings(), "the defaults"
 
 
 def test_a_missing_file_is_named(tmp_path: Path) -> None:

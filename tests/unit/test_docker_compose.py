@@ -186,10 +186,10 @@ def test_each_tailer_publishes_its_metrics_on_a_port_of_its_own(
     published = []
     for name, service in _tailers(services).items():
         settings = _config_of(service).tailer
-        assert settings["metrics_address"] == "0.0.0.0", name  # reachable from outside
+        assert settings.metrics_address == "0.0.0.0", name  # reachable from outside
         (mapping,) = service["ports"]
         host, container = mapping.rsplit(":", 1)
-        assert int(container) == settings["metrics_port"], name
+        assert int(container) == settings.metrics_port, name
         published.append(host)
     assert len(set(published)) == len(published)
 

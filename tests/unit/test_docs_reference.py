@@ -20,10 +20,10 @@ import pytest
 
 from airflow_provider_dblog.cli import build_parser
 from airflow_provider_dblog.config import _LAKE_KEYS, ConfigError, load_config
-from airflow_provider_dblog.outputs import _OUTPUTS
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.tailer.settings import TailerSettings
+from airflow_provider_dblog.targets import _OUTPUTS
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -15,7 +15,7 @@ from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
-from airflow_provider_dblog.dump.direct_target import DirectTarget
+from airflow_provider_dblog.direct_target import DirectTarget
 from airflow_provider_dblog.lake.direct import (
     LakeDirectTarget,
     commit_staged,

@@ -32,7 +32,6 @@ from airflow_provider_dblog.core.event import (
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler, Window
 from airflow_provider_dblog.core.schema import Column, TableSchema
-from airflow_provider_dblog.outputs import open_output
 from airflow_provider_dblog.outputs.base import OutputError, OutputFenced, OutputUnavailable
 from airflow_provider_dblog.outputs.ndjson import (
     FENCE_FILE,
@@ -41,6 +40,7 @@ from airflow_provider_dblog.outputs.ndjson import (
     event_files,
     read_events,
 )
+from airflow_provider_dblog.targets import open_output
 
 pytestmark = pytest.mark.unit
 

@@ -14,30 +14,51 @@ rows themselves (JSON), which the driver upserts.
 
 Which target a deployment has is its configuration's: the lake when it has a `[lake] root`
 (`lake/direct.py`, `LakeDirectTarget`), else the SQL-apply output in monotonic mode
-(`outputs/sql_apply.py`, `SqlDirectTarget`). A deployment whose output is a stream that must
-carry rows in order (NDJSON, Redis Stream) has no direct target: a direct dump is refused there
-before anything is stored.
+(`outputs/sql_apply/direct.py`, `SqlDirectTarget`). A deployment whose output is a stream that
+must carry rows in order (NDJSON, Redis Stream) has no direct target: a direct dump is refused
+there before anything is stored. `targets.direct_target_for` opens it.
+
+The protocol lives below the dump and the targets: `dump/`, `outputs/` and `lake/` import this
+module, and it imports none of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.errors import InvalidRequest
-from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.event import Key, Row, TableRef, key_of
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.dump.staging import StagedRead
-from airflow_provider_dblog.outputs.sql_apply import SqlDirectTarget
 from airflow_provider_dblog.sources.base import ChunkSource
+
+if TYPE_CHECKING:  # config.py imports the tailer, which imports the outputs, which import this
+    from airflow_provider_dblog.config import Config
+
+
+@dataclass(frozen=True)
+class StagedRead:
+    """A chunk, or a part of one, read and staged by `DirectTarget.stage_chunk`: the staged
+    part's handle and what the dump needs of the read."""
+
+    handle: str
+    rows: int
+    last_key: Key | None
+    """The key of the last row read (None if none was)."""
+    invisible_txids: frozenset[int]
+    """The transactions the read's snapshot did not see (`ChunkRead.invisible_txids`)."""
+    columns: tuple[str, ...]
+    """The columns the read had (the source table's then; empty when a row-by-row read found
+    no row): stored for the window, so the tailer checks them at hw as a sequenced chunk's."""
 
 
 class DirectTarget(Protocol):
     """A target direct dumps write into. Each method may be called from any process that has
-    the deployment's configuration: build one with `direct_target_for` where it is needed."""
+    the deployment's configuration: open one with `targets.direct_target_for` where it is
+    needed."""
 
     def stage_chunk(
         self, source: ChunkSource, chunk: Chunk, key_columns: Sequence[str]
@@ -83,7 +104,7 @@ def default_mode(config: Config) -> DumpMode:
 
 def check_direct_target(config: Config) -> None:
     """Refuse a direct dump where no target keeps rows by key and position."""
-    if _direct_target_kind(config) is None:
+    if direct_target_kind(config) is None:
         output = config.output.get("type")
         raise InvalidRequest(
             "a direct dump needs a target keyed by primary key that keeps the highest position "
@@ -93,19 +114,22 @@ def check_direct_target(config: Config) -> None:
         )
 
 
-def direct_target_for(config: Config) -> DirectTarget:
-    """The deployment's direct target, connected with the secrets its configuration names."""
-    check_direct_target(config)
-    if _direct_target_kind(config) == "lake":
-        # Here, not at the top: pyarrow and deltalake (the `lake` extra) cost a process that
-        # never writes a lake, such as the tailer, about 80 MiB and a second of start-up.
-        from airflow_provider_dblog.lake.direct import LakeDirectTarget
+def stage_rows_read(
+    stage: Callable[[TableRef, Sequence[Row]], str],
+    source: ChunkSource,
+    chunk: Chunk,
+    key_columns: Sequence[str],
+) -> StagedRead:
+    """`stage_chunk` of a target that stages rows: `source.read_chunk`, then `stage`."""
+    read = source.read_chunk(chunk)
+    last_key = key_of(read.rows[-1], key_columns) if read.rows else None
+    columns = tuple(read.rows[0]) if read.rows else ()
+    handle = stage(chunk.table, read.rows)
+    return StagedRead(handle, len(read.rows), last_key, read.invisible_txids, columns)
 
-        return LakeDirectTarget.from_config(config)
-    return SqlDirectTarget.from_output_config(config.output, config.source.name)
 
-
-def _direct_target_kind(config: Config) -> str | None:
+def direct_target_kind(config: Config) -> Literal["lake", "sql_apply"] | None:
+    """Which direct target the deployment has (see the module docstring); None: none."""
     if config.lake_root is not None:
         return "lake"
     output = config.output
