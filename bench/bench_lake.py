@@ -14,7 +14,7 @@ D1  the lake side of a direct dump: `stage_rows` of a chunk's rows in two parts 
     share) and `commit_staged` of both (the driver's one merge), rows/s, into a table already
     holding the same keys (each row compared by position).
 
-Each line ends with the 1-minute load average at its end (2 cores here, shared).
+Each line ends with the load average (1, 5, 15 min) at its end (2 cores here, shared).
 
     .venv/bin/python bench/bench_lake.py [--quick] [--events N]
 
@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+from support import load_average
 
 from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.event import (
@@ -129,7 +130,7 @@ class Stream:
 
 
 def load() -> str:
-    return f"load {os.getloadavg()[0]:.2f}"
+    return f"load {load_average()}"
 
 
 def run_compaction(

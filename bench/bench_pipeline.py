@@ -8,7 +8,9 @@ P1  events/s from WAL into NDJSON through our tailer (PostgresLogReader -> Taile
 P1b the same on a private MariaDB: events/s from the binlog into NDJSON through our tailer
     (MysqlLogReader -> Tailer -> NdjsonOutput), against `mariadb-binlog
     --read-from-remote-server -v` decoding the same binlog (the C ceiling) and against the bare
-    BinLogStreamReader loop decoding every row (the library alone).
+    BinLogStreamReader loop decoding every row (the library alone). "P1b heavy": ours and the
+    ceiling on a second table of heavy types (decimal(20,6), datetime(6), json, blob, enum,
+    set and an int key).
 P3  log event latency, commit -> durable in the output, p50/p99, without and with a concurrent
     full dump (`dblog dump`, chunk size 5000, in its own process); then with the same dump in
     direct mode into a lake (its rows never pass through the tailer): the floor the machine
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -37,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,27 +48,31 @@ import psycopg
 import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
+from support import (
+    Env,
+    RunningTailer,
+    TimedNdjson,
+    dblog_command,
+    load_average,
+    proc_status_kib,
+    say,
+    wait_until,
+)
 
-from airflow_provider_dblog.core.encoded_rows import PageLines
-from airflow_provider_dblog.core.event import Event, Op, TableRef
+from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.log import Idle, LogItem, TransactionEnd, WatermarkWrite
-from airflow_provider_dblog.core.position import Position, parse_pg_lsn
+from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import Window
 from airflow_provider_dblog.core.schema import TableSchema
-from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServer
-from airflow_provider_dblog.devservices.postgres import SYSTEM_BIN_DIR, PostgresInfo, PostgresServer
-from airflow_provider_dblog.devservices.redis import RedisInfo, RedisServer
+from airflow_provider_dblog.devservices.mariadb import MariaDBServer
+from airflow_provider_dblog.devservices.postgres import SYSTEM_BIN_DIR, PostgresServer
+from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.sources.base import Source
-from airflow_provider_dblog.sources.factory import parse_source_config, source_for
-from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.state import StateStore, WindowState
-from airflow_provider_dblog.tailer import Tailer, TailerSettings, tune_gc
+from airflow_provider_dblog.tailer import TailerSettings, tune_gc
 from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
 
-PG_PASSWORD_ENV = "DBLOG_BENCH_PG_PASSWORD"
-MARIADB_PASSWORD_ENV = "DBLOG_BENCH_MARIADB_PASSWORD"
-REDIS_PASSWORD_ENV = "DBLOG_BENCH_REDIS_PASSWORD"
 PG_RECVLOGICAL = SYSTEM_BIN_DIR / "pg_recvlogical"
 
 
@@ -132,153 +140,6 @@ class P4Result:
     seconds: float
 
 
-# -- helpers ----------------------------------------------------------------------------------
-
-
-class Env:
-    """The private servers and how to reach them without a password on any command line."""
-
-    def __init__(self, base: Path, pg: PostgresInfo, rds: RedisInfo) -> None:
-        self.base = base
-        self.pg = pg
-        self.rds = rds
-        os.environ[PG_PASSWORD_ENV] = pg.password
-        os.environ[REDIS_PASSWORD_ENV] = rds.password
-        self.libpq_dsn = f"host={pg.host} port={pg.port} dbname={pg.dbname} user={pg.user}"
-
-    def source(self, name: str, tables: Sequence[str]) -> Source:
-        """The source `write_toml` configures, with its own slot and publication."""
-        section = {
-            "type": "postgres",
-            "name": name,
-            "dsn": self.libpq_dsn,
-            "tables": list(tables),
-            "password_env": PG_PASSWORD_ENV,
-            "slot": name,
-            "publication": name,
-        }
-        return source_for(parse_source_config(section))
-
-    def write_toml(self, name: str, tables: Sequence[str], output_dir: Path) -> Path:
-        path = self.base / f"{name}.toml"
-        table_list = ", ".join(f'"{t}"' for t in tables)
-        path.write_text(
-            "[source]\n"
-            'type = "postgres"\n'
-            f'name = "{name}"\n'
-            f'dsn = "{self.libpq_dsn}"\n'
-            f'password_env = "{PG_PASSWORD_ENV}"\n'
-            f"tables = [{table_list}]\n"
-            f'slot = "{name}"\n'
-            f'publication = "{name}"\n\n'
-            "[redis]\n"
-            f'url = "redis://{self.rds.host}:{self.rds.port}/{self.rds.db}"\n'
-            f'password_env = "{REDIS_PASSWORD_ENV}"\n\n'
-            "[output]\n"
-            'type = "ndjson"\n'
-            f'directory = "{output_dir}"\n'
-        )
-        return path
-
-    def sql(self, statement: str, params: Sequence[Any] | None = None) -> Any:
-        """Run one statement; the first column of its first row, if it returns rows."""
-        with psycopg.connect(self.pg.dsn, autocommit=True) as conn:
-            cursor = conn.execute(statement, params)
-            row = cursor.fetchone() if cursor.description else None
-        return None if row is None else row[0]
-
-    def wal_lsn(self) -> int:
-        return parse_pg_lsn(self.sql("SELECT pg_current_wal_lsn()::text"))
-
-    def confirmed_flush(self, slot: str) -> int:
-        value = self.sql(
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-            (slot,),
-        )
-        return parse_pg_lsn(value) if value else 0
-
-    def drop_slot(self, slot: str) -> None:
-        self.sql("SELECT pg_drop_replication_slot(%s)", (slot,))
-
-    def store(self, source: str) -> StateStore:
-        return StateStore(self.rds.client(), source)
-
-
-class TimedNdjson(NdjsonOutput):
-    """NDJSON that counts the events it made durable and notes, for each insert into
-    `timed_table`, how long after its `created` time (epoch seconds) it became durable."""
-
-    def __init__(self, directory: Path, timed_table: str | None = None) -> None:
-        super().__init__(directory)
-        self.durable_events = 0
-        self.timed_table = timed_table
-        self.latency: dict[int, float] = {}
-
-    def write_items(self, items: Sequence[Event | PageLines], token: int) -> None:
-        super().write_items(items, token)
-        now = time.time()
-        self.durable_events += sum(len(i) if isinstance(i, PageLines) else 1 for i in items)
-        if self.timed_table is not None:
-            for event in items:
-                if isinstance(event, PageLines):
-                    continue
-                if event.op is Op.CREATE and event.source.table == self.timed_table:
-                    assert event.after is not None
-                    self.latency[int(event.key["id"])] = now - float(event.after["created"])
-
-
-class RunningTailer:
-    """A Tailer in a thread of this process, started and stopped around a block."""
-
-    def __init__(self, env: Env, source: Source, output: TimedNdjson) -> None:
-        self.output = output
-        self.tailer = Tailer(
-            source,
-            env.store(source.name),
-            output,
-            owner=f"bench-{source.name}",
-            settings=TailerSettings(window_ttl_s=60),
-        )
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.tailer.run, args=(self._stop,), daemon=True)
-
-    def __enter__(self) -> RunningTailer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        self.output.close()
-
-    def cpu_s(self) -> float:
-        """CPU seconds the tailer's threads used so far: its session's thread and its output
-        writer's (`dblog-writer`), read from /proc/self/task (Linux)."""
-        threads = [self._thread, *(t for t in threading.enumerate() if t.name == "dblog-writer")]
-        return sum(thread_cpu_s(t.native_id) for t in threads if t.native_id is not None)
-
-
-def thread_cpu_s(native_id: int) -> float:
-    """User + system CPU seconds of one thread of this process; 0 once it has ended."""
-    try:
-        fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"bench: {what} did not happen within {timeout_s:.0f}s")
-        time.sleep(0.005)
-
-
-def say(message: str) -> None:
-    print(f"  .. {message}", flush=True)
-
-
 # -- P1: read throughput ----------------------------------------------------------------------
 
 
@@ -343,8 +204,9 @@ class P1bResult:
     rows: int
     ours_s: float
     ceiling_s: float
-    library_s: float
     ceiling_bytes: int
+    library_s: float | None = None
+    """The bare library loop (the bench table only)."""
 
     @property
     def ours_rate(self) -> float:
@@ -356,79 +218,109 @@ class P1bResult:
 
     @property
     def library_rate(self) -> float:
+        assert self.library_s is not None
         return self.rows / self.library_s
 
 
-def _mariadb_one(info: MariaDBInfo, statement: str) -> tuple[Any, ...]:
-    with pymysql.connect(**info.connect_kwargs()) as conn, conn.cursor() as cursor:
-        cursor.execute(statement)
-        row = cursor.fetchone()
-    assert row is not None, statement
-    return tuple(row)
+@dataclass(frozen=True)
+class Backlog:
+    """Rows written into one table's binlog after its tailer saved where capture starts."""
+
+    source: Source
+    rows: int
+    start_pos: int
+    end_pos: int
+    files: tuple[str, ...]
+    start_gtid: str
 
 
-def bench_p1b(env: Env, info: MariaDBInfo, sizes: Sizes) -> P1bResult:
-    """P1 on MariaDB. A first tailer run saves where capture starts (a reader without a resume
-    point starts at the log's end), then the backlog is written and each reader reads it."""
-    os.environ[MARIADB_PASSWORD_ENV] = info.password
-    with pymysql.connect(**info.connect_kwargs()) as conn, conn.cursor() as cursor:
-        cursor.execute(
-            "CREATE TABLE p1b_rows (id bigint PRIMARY KEY, name varchar(40), n int, ts datetime(6))"
-        )
-    config = MysqlSourceConfig.from_section(
-        {
-            "name": "bench_p1b",
-            "dsn": f"mysql://{info.user}@{info.host}:{info.port}/{info.dbname}",
-            "tables": ["p1b_rows"],
-            "password_env": MARIADB_PASSWORD_ENV,
-            "watermark_database": info.dbname,
-        }
+HEAVY_TABLE = (
+    "CREATE TABLE p1b_heavy (id int PRIMARY KEY, amount decimal(20,6), at datetime(6), doc json,"
+    " data blob, state enum('new','paid','shipped','void'), tags set('a','b','c','d'))"
+)
+"""P1b heavy: the types whose decoding costs most, one of each beside an int key."""
+
+STATES = ("new", "paid", "shipped", "void")
+TAGS = ("a", "a,b", "b,c,d", "")
+EPOCH = datetime(2026, 1, 1)
+
+
+def heavy_row(i: int) -> tuple[Any, ...]:
+    return (
+        i,
+        f"{i * 7919 % 10**14}.{i % 10**6:06d}",
+        EPOCH + timedelta(seconds=i, microseconds=i % 10**6),
+        json.dumps({"id": i, "name": f"name-{i}", "n": i % 1000, "tags": ["x", "y"], "ok": True}),
+        i.to_bytes(8, "big") * 8,
+        STATES[i % 4],
+        TAGS[i % 4],
     )
-    source = source_for(config)
+
+
+def binlog_backlog(
+    env: Env,
+    name: str,
+    create: str,
+    insert: str,
+    row: Callable[[int], tuple[Any, ...]],
+    sizes: Sizes,
+) -> Backlog:
+    """The table `create` makes, captured by source `name`: a first tailer run saves where
+    capture starts (a reader without a resume point starts at the log's end), then `insert`
+    writes the backlog of `row(i)` in transactions of `p1_rows_per_tx`."""
+    assert env.mariadb is not None
+    table = create.split()[2]
+    env.mariadb_one(create)
+    source = env.source(name, [table], "mysql")
     source.ensure_setup()
     store = env.store(source.name)
-    with RunningTailer(env, source, TimedNdjson(env.base / "p1b-start")):
-        wait_until(lambda: store.tailer.load_resume() is not None, 60, "P1b capture start")
-    start_file, start_pos = _mariadb_one(info, "SHOW MASTER STATUS")[:2]
-    (start_gtid,) = _mariadb_one(info, "SELECT @@gtid_binlog_pos")
-    say(f"P1b: writing a backlog of {sizes.p1_rows} inserts ({sizes.p1_rows_per_tx} per tx)")
-    with pymysql.connect(**info.connect_kwargs()) as conn, conn.cursor() as cursor:
+    with RunningTailer(env, source, TimedNdjson(env.base / f"{name}-start")):
+        wait_until(lambda: store.tailer.load_resume() is not None, 60, f"{name} capture start")
+    start_file, start_pos = env.mariadb_one("SHOW MASTER STATUS")[:2]
+    (start_gtid,) = env.mariadb_one("SELECT @@gtid_binlog_pos")
+    say(f"{name}: writing a backlog of {sizes.p1_rows} inserts ({sizes.p1_rows_per_tx} per tx)")
+    with pymysql.connect(**env.mariadb.connect_kwargs()) as conn, conn.cursor() as cursor:
         for start in range(0, sizes.p1_rows, sizes.p1_rows_per_tx):
             end = min(start + sizes.p1_rows_per_tx, sizes.p1_rows)
-            cursor.executemany(
-                "INSERT INTO p1b_rows VALUES (%s, %s, %s, UTC_TIMESTAMP(6))",
-                [(i, f"name-{i}", i % 1000) for i in range(start + 1, end + 1)],
-            )
+            cursor.executemany(insert, [row(i) for i in range(start + 1, end + 1)])
             conn.commit()
-    end_file, end_pos = _mariadb_one(info, "SHOW MASTER STATUS")[:2]
-    files = [start_file] if end_file == start_file else [start_file, end_file]
+    end_file, end_pos = env.mariadb_one("SHOW MASTER STATUS")[:2]
+    files = (start_file,) if end_file == start_file else (start_file, end_file)
+    return Backlog(source, sizes.p1_rows, start_pos, end_pos, files, start_gtid)
 
-    say("P1b: mariadb-binlog --read-from-remote-server -v decoding the backlog")
-    ceiling_file = env.base / "p1b-ceiling.sql"
+
+def mariadb_binlog_s(env: Env, backlog: Backlog, result_file: Path) -> float:
+    """Seconds `mariadb-binlog --read-from-remote-server -v` takes to decode the backlog."""
+    assert env.mariadb is not None
+    say(f"{backlog.source.name}: mariadb-binlog --read-from-remote-server -v decoding it")
     command = [
         str(shutil.which("mariadb-binlog") or "mariadb-binlog"),
         "--read-from-remote-server",
-        f"--socket={info.socket}",
+        f"--socket={env.mariadb.socket}",
         "--user=root",  # over the Unix socket, without a password (MariaDBServer's admin)
         "--verbose",
         "--base64-output=DECODE-ROWS",
-        f"--start-position={start_pos}",
-        f"--stop-position={end_pos}",
-        f"--result-file={ceiling_file}",
-        *files,
+        f"--start-position={backlog.start_pos}",
+        f"--stop-position={backlog.end_pos}",
+        f"--result-file={result_file}",
+        *backlog.files,
     ]
     started = time.monotonic()
     subprocess.run(command, check=True, timeout=600, capture_output=True)
-    ceiling_s = time.monotonic() - started
+    return time.monotonic() - started
 
-    say("P1b: the bare BinLogStreamReader loop decoding the backlog")
+
+def library_loop_s(env: Env, backlog: Backlog, table: str) -> float:
+    """Seconds the bare BinLogStreamReader loop takes to decode every row of the backlog."""
+    assert env.mariadb is not None
+    say(f"{backlog.source.name}: the bare BinLogStreamReader loop decoding it")
     stream = BinLogStreamReader(
-        connection_settings=config.connect_kwargs(),
+        connection_settings=env.mariadb.connect_kwargs(),
         server_id=0x5DB20000 + os.getpid() % 0xFFFF,
         is_mariadb=True,
-        auto_position=start_gtid,
+        auto_position=backlog.start_gtid,
         only_events=[WriteRowsEvent],
-        only_tables=["p1b_rows"],
+        only_tables=[table],
         # Blocking, as our reader reads: a non-blocking dump on MariaDB is reset by the server
         # every ~0.1 s and the library then re-reads from its start, counting rows twice.
         blocking=True,
@@ -439,21 +331,57 @@ def bench_p1b(env: Env, info: MariaDBInfo, sizes: Sizes) -> P1bResult:
     try:
         for event in stream:
             decoded += len(event.rows)
-            if decoded >= sizes.p1_rows:
+            if decoded >= backlog.rows:
                 break
     finally:
         stream.close()
-    library_s = time.monotonic() - started
-    if decoded < sizes.p1_rows:
-        raise RuntimeError(f"bench: the library loop decoded {decoded} of {sizes.p1_rows} rows")
+    if decoded < backlog.rows:
+        raise RuntimeError(f"bench: the library loop decoded {decoded} of {backlog.rows} rows")
+    return time.monotonic() - started
 
-    say("P1b: our tailer reading the backlog into NDJSON")
-    output = TimedNdjson(env.base / "p1b-out")
+
+def tailer_s(env: Env, backlog: Backlog) -> float:
+    """Seconds our tailer takes to make the backlog durable in NDJSON."""
+    say(f"{backlog.source.name}: our tailer reading it into NDJSON")
+    output = TimedNdjson(env.base / f"{backlog.source.name}-out")
     started = time.monotonic()
-    with RunningTailer(env, source, output):
-        wait_until(lambda: output.durable_events >= sizes.p1_rows, 600, "P1b tailer catch-up")
-        ours_s = time.monotonic() - started
-    return P1bResult(sizes.p1_rows, ours_s, ceiling_s, library_s, ceiling_file.stat().st_size)
+    with RunningTailer(env, backlog.source, output):
+        wait_until(lambda: output.durable_events >= backlog.rows, 600, "P1b tailer catch-up")
+        return time.monotonic() - started
+
+
+def bench_p1b(env: Env, sizes: Sizes) -> P1bResult:
+    """P1 on MariaDB: the bench table's backlog read by `mariadb-binlog -v`, the library's
+    bare loop and our tailer."""
+    backlog = binlog_backlog(
+        env,
+        "bench_p1b",
+        "CREATE TABLE p1b_rows (id bigint PRIMARY KEY, name varchar(40), n int, ts datetime(6))",
+        "INSERT INTO p1b_rows VALUES (%s, %s, %s, UTC_TIMESTAMP(6))",
+        lambda i: (i, f"name-{i}", i % 1000),
+        sizes,
+    )
+    ceiling_file = env.base / "p1b-ceiling.sql"
+    ceiling_s = mariadb_binlog_s(env, backlog, ceiling_file)
+    library_s = library_loop_s(env, backlog, "p1b_rows")
+    ours_s = tailer_s(env, backlog)
+    return P1bResult(backlog.rows, ours_s, ceiling_s, ceiling_file.stat().st_size, library_s)
+
+
+def bench_p1b_heavy(env: Env, sizes: Sizes) -> P1bResult:
+    """P1b on a table of heavy types (`HEAVY_TABLE`): `mariadb-binlog -v` and our tailer."""
+    backlog = binlog_backlog(
+        env,
+        "bench_p1b_heavy",
+        HEAVY_TABLE,
+        "INSERT INTO p1b_heavy VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        heavy_row,
+        sizes,
+    )
+    ceiling_file = env.base / "p1b-heavy-ceiling.sql"
+    ceiling_s = mariadb_binlog_s(env, backlog, ceiling_file)
+    ours_s = tailer_s(env, backlog)
+    return P1bResult(backlog.rows, ours_s, ceiling_s, ceiling_file.stat().st_size)
 
 
 # -- P3: latency with and without a dump ------------------------------------------------------
@@ -589,18 +517,7 @@ def dump_rows(store: StateStore, dump_id: str) -> int:
     return 0 if status is None else int(status.rows)
 
 
-def dblog_command() -> list[str]:
-    return [sys.executable, "-m", "airflow_provider_dblog.cli"]
-
-
 # -- P4: tailer memory through a 1M-row transaction -------------------------------------------
-
-
-def proc_status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
 
 
 def bench_p4(env: Env, sizes: Sizes) -> P4Result:
@@ -804,6 +721,7 @@ def p3_ratio(p3: list[LatencyResult], index: int = 1) -> float:
 def report(
     p1: P1Result | None,
     p1b: P1bResult | None,
+    p1b_heavy: P1bResult | None,
     p3: list[LatencyResult] | None,
     p4: P4Result | None,
     p4b: P4bResult | None,
@@ -826,6 +744,13 @@ def report(
             f"{'P1b library: BinLogStreamReader loop (ev/s)':<44} {p1b.library_rate:>14,.0f}",
             f"{'P1b ratio ours/ceiling':<44} {p1b.ours_rate / p1b.ceiling_rate:>14.3f}",
             f"{'P1b ratio ours/library':<44} {p1b.ours_rate / p1b.library_rate:>14.3f}",
+        ]
+    if p1b_heavy is not None:
+        h = p1b_heavy
+        lines += [
+            f"{'P1b heavy ours: tailer -> NDJSON (ev/s)':<44} {h.ours_rate:>14,.0f}",
+            f"{'P1b heavy ceiling: mariadb-binlog -v (ev/s)':<44} {h.ceiling_rate:>14,.0f}",
+            f"{'P1b heavy ratio ours/ceiling':<44} {h.ours_rate / h.ceiling_rate:>14.3f}",
         ]
     for result in p3 or ():
         tag = f"P3 latency {result.label}"
@@ -886,11 +811,6 @@ def parse_only(text: str | None) -> frozenset[str]:
     return chosen
 
 
-def load_average() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
@@ -909,6 +829,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = load_average()
     p1: P1Result | None = None
     p1b: P1bResult | None = None
+    p1b_heavy: P1bResult | None = None
     p3: list[LatencyResult] | None = None
     p4: P4Result | None = None
     p4b: P4bResult | None = None
@@ -919,7 +840,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pg = stack.enter_context(PostgresServer(base / "pg"))
         mariadb = stack.enter_context(MariaDBServer(base / "mariadb")) if "P1b" in only else None
         rds = stack.enter_context(RedisServer(base / "redis"))
-        env = Env(base, pg.info, rds.info)
+        env = Env(base, pg.info, rds.info, mariadb.info if mariadb is not None else None)
         if "P1" in only:
             p1 = bench_p1(env, sizes)
             print(
@@ -929,13 +850,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
         if mariadb is not None:
-            p1b = bench_p1b(env, mariadb.info, sizes)
+            p1b = bench_p1b(env, sizes)
             print(
                 f"P1b ours {p1b.ours_rate:.0f} events/s, ceiling {p1b.ceiling_rate:.0f} "
                 f"events/s (mariadb-binlog -v, {p1b.ceiling_bytes:,} bytes), library "
                 f"{p1b.library_rate:.0f} events/s (BinLogStreamReader loop), ratio "
                 f"{p1b.ours_rate / p1b.ceiling_rate:.3f} of the ceiling, "
                 f"{p1b.ours_rate / p1b.library_rate:.3f} of the library",
+                flush=True,
+            )
+            p1b_heavy = h = bench_p1b_heavy(env, sizes)
+            print(
+                f"P1b heavy ours {h.ours_rate:.0f} events/s, ceiling {h.ceiling_rate:.0f} "
+                f"events/s (mariadb-binlog -v, {h.ceiling_bytes:,} bytes), ratio "
+                f"{h.ours_rate / h.ceiling_rate:.3f} of the ceiling (P1b's "
+                f"{p1b.ours_rate / p1b.ceiling_rate:.3f})",
                 flush=True,
             )
         if "P3" in only:
@@ -972,7 +901,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"(best of {len(emission)}, {sizes.emission_rows} rows a chunk)",
                 flush=True,
             )
-    print(report(p1, p1b, p3, p4, p4b, emission))
+    print(report(p1, p1b, p1b_heavy, p3, p4, p4b, emission))
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     print(f"load average (1, 5, 15 min): {load_before} at the start, {load_average()} at the end")
     return 0

@@ -58,9 +58,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from bench_pipeline import Env, RunningTailer, TimedNdjson, say
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
+from support import Env, RunningTailer, TimedNdjson, load_average, step, tree_cpu_s
 
 from airflow_provider_dblog.config import Config, load_config
 from airflow_provider_dblog.core.direct import DumpMode
@@ -117,41 +117,6 @@ class Sizes:
         return cls(
             rows, (10_000, 50_000), (1, 2), 1_000, 250, 10_000, 1, (2,), PROCESS_CHUNKS, 5_000
         )
-
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_by_process() -> tuple[dict[int, int], dict[int, float]]:
-    """Each live process's parent and CPU seconds: its own and its reaped children's
-    (utime, stime, cutime, cstime from /proc/PID/stat, Linux)."""
-    parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # it ended meanwhile
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 (state) on
-        parents[int(entry.name)] = int(fields[1])
-        cpu[int(entry.name)] = sum(int(f) for f in fields[11:15]) / _TICKS
-    return parents, cpu
-
-
-def tree_cpu_s(root: int) -> float:
-    """CPU seconds of process `root` and of every process under it, running or ended."""
-    parents, cpu = _cpu_by_process()
-    children: dict[int, list[int]] = {}
-    for pid, parent in parents.items():
-        children.setdefault(parent, []).append(pid)
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        total += cpu.get(pid, 0.0)
-        todo += children.get(pid, [])
-    return total
 
 
 @dataclass(frozen=True)
@@ -325,18 +290,11 @@ class Report:
     breakdown: Breakdown | None = None
     read_paths: list[ReadPath] = field(default_factory=list)
     jdbc_skipped: str | None = None
-    load_start: float = 0.0
-    load_end: float = 0.0
+    load_start: str = ""
+    load_end: str = ""
 
 
 # -- the table, the tailer's output, Spark ----------------------------------------------------
-
-_STARTED = time.monotonic()
-
-
-def step(message: str) -> None:
-    """A progress line on stdout, with the seconds since the start."""
-    say(f"[{time.monotonic() - _STARTED:5.1f}s] {message}")
 
 
 def fill_table(env: Env, table: str, rows: int) -> None:
@@ -902,7 +860,7 @@ def print_report(report: Report) -> None:
     if report.jdbc_skipped:
         lines.append(f"read Spark JDBC: skipped ({report.jdbc_skipped})")
     lines.append(
-        f"load average (1 min) {report.load_start:.1f} at the start, {report.load_end:.1f} at "
+        f"load average (1, 5, 15 min) {report.load_start} at the start, {report.load_end} at "
         f"the end, on {os.cpu_count()} CPUs: other work on the machine skews every figure"
     )
     print("\n".join(lines))
@@ -967,7 +925,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(scripts/install-system-deps.sh)"
         )
     started = time.monotonic()
-    report.load_start = os.getloadavg()[0]
+    report.load_start = load_average()
     with tempfile.TemporaryDirectory(prefix="dblog-bench-spark-") as tmp:
         base = Path(tmp)
         step(f"starting PostgreSQL 15 and Redis in {base}")
@@ -1066,7 +1024,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 finally:
                     spark.stop()
             print_direct_summary(report)
-    report.load_end = os.getloadavg()[0]
+    report.load_end = load_average()
     print_report(report)
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     return 0

@@ -6,6 +6,8 @@
 #   openjdk-17-jre-headless  Java for Spark
 #   libpostgresql-jdbc-java  PostgreSQL JDBC driver (/usr/share/java/postgresql.jar), for the
 #                            Spark JDBC read that bench/bench_spark_dump.py compares with ours
+#   sysbench                 the sustained write load of bench/bench_sustained.py and of the
+#                            MariaDB tailer's kill test (a load generator no one here wrote)
 #   chromium                 a headless browser for the test of Airflow's trigger forms
 #                            (driven through its DevTools protocol; nothing downloads another)
 # The tests start their own servers (airflow_provider_dblog/devservices); the system services
@@ -16,7 +18,7 @@
 set -euo pipefail
 
 PACKAGES=(postgresql-15 mariadb-server redis-server openjdk-17-jre-headless libpostgresql-jdbc-java
-    chromium)
+    sysbench chromium)
 
 missing=()
 for package in "${PACKAGES[@]}"; do

@@ -60,13 +60,16 @@ CREATE SEQUENCE e2e_version_seq;
 stamps from the sequence; rows written before the workload have none (version 0)."""
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll `condition` until true; fail the test with `what` after `timeout_s`."""
+def wait_until(
+    condition: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.05
+) -> None:
+    """Poll `condition` every `interval_s` until true; fail the test with `what` after
+    `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout_s}s")
-        time.sleep(0.05)
+        time.sleep(interval_s)
 
 
 @dataclass

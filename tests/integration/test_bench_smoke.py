@@ -1,5 +1,6 @@
-"""`bench/bench_pipeline.py --quick`, `bench/bench_spark_dump.py --quick` and
-`bench/bench_lake.py --quick` run to the end and print their figures.
+"""`bench/bench_pipeline.py --quick`, `bench/bench_spark_dump.py --quick`,
+`bench/bench_lake.py --quick` and `bench/bench_sustained.py --quick` run to the end and print
+their figures.
 
 Only that the benchmark works is checked; its numbers are never compared with a threshold.
 """
@@ -20,7 +21,7 @@ SCRIPT = BENCH / "bench_pipeline.py"
 NUMBER = r"\d+(?:\.\d+)?"
 
 
-def test_bench_quick_prints_p1_p1b_p3_p4_p4b_e() -> None:
+def test_bench_quick_prints_p1_p1b_p1b_heavy_p3_p4_p4b_e() -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick"],
         capture_output=True,
@@ -35,6 +36,12 @@ def test_bench_quick_prints_p1_p1b_p3_p4_p4b_e() -> None:
     assert re.search(
         rf"^P1b ours {NUMBER} events/s, ceiling {NUMBER} events/s .*library {NUMBER} events/s "
         rf".*ratio {NUMBER} of the ceiling, {NUMBER} of the library",
+        out,
+        re.M,
+    ), out
+    assert re.search(
+        rf"^P1b heavy ours {NUMBER} events/s, ceiling {NUMBER} events/s .*ratio {NUMBER} of the "
+        rf"ceiling \(P1b's {NUMBER}\)",
         out,
         re.M,
     ), out
@@ -106,3 +113,30 @@ def test_lake_bench_quick_prints_compaction_and_direct_figures() -> None:
     for label in ("C1", "C2", "C3"):
         assert re.search(rf"^{label} compaction {NUMBER} events/s .*load {NUMBER}", out, re.M), out
     assert re.search(rf"^D1 direct {NUMBER} rows/s .*load {NUMBER}", out, re.M), out
+
+
+def test_sustained_bench_quick_prints_each_run_on_both_databases() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_sustained.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert re.search(r"^lag: the age of the oldest change committed but not yet durable", out, re.M)
+    for database in ("mariadb", "postgres"):
+        for label in ("no dump", "with dump"):
+            assert re.search(
+                rf"^S {database} {label}: \d+ threads, --rate 200, {NUMBER} transactions/s, "
+                rf"{NUMBER} events/s written, {NUMBER} events/s read, lag p50 {NUMBER} s, "
+                rf"p99 {NUMBER} s, worst {NUMBER} s \(\d+ samples\), caught up {NUMBER} s after "
+                rf"the load.*; load average {NUMBER} {NUMBER} {NUMBER}$",
+                out,
+                re.M,
+            ), out
+        assert re.search(
+            rf"^S {database} with dump: .*, dump [\d,]+ rows \({NUMBER} rows/s, \d+ finished",
+            out,
+            re.M,
+        ), out
