@@ -15,6 +15,7 @@ from airflow_provider_dblog.triggers.dblog import (
     DBLogTailerHealthTrigger,
     health_ok,
 )
+from airflow_provider_dblog.triggers.outcome import TailerHealthy
 
 
 def test_triggers_serialize_to_what_builds_them_again() -> None:
@@ -45,3 +46,18 @@ def test_a_tailer_is_healthy_when_it_beats_with_a_lag_within_the_limit(
 ) -> None:
     health = None if metrics is None else TailerHealth("t", at_ms=1, age_ms=0, metrics=metrics)
     assert health_ok(health, max_lag_ms=100) is healthy
+
+
+def test_the_health_payload_survives_the_trip_through_airflows_database() -> None:
+    health = TailerHealth("tailer-1", at_ms=1_700_000_000_000, age_ms=12, metrics={"lag_ms": 5})
+    stored = json.loads(json.dumps(TailerHealthy(health).to_event()))
+    assert stored == {
+        "healthy": True,
+        "health": {
+            "owner": "tailer-1",
+            "at_ms": 1_700_000_000_000,
+            "age_ms": 12,
+            "metrics": {"lag_ms": 5},
+        },
+    }
+    assert TailerHealthy.from_event(stored).health == health
