@@ -60,7 +60,8 @@ from airflow_provider_dblog.sources.factory import parse_source_config, source_f
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.state import StateStore, WindowState
 from airflow_provider_dblog.tailer import Tailer, TailerSettings, tune_gc
-from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
+from airflow_provider_dblog.tailer.metrics import TailerStats
+from airflow_provider_dblog.tailer.session import Leadership, Session
 
 PG_PASSWORD_ENV = "DBLOG_BENCH_PG_PASSWORD"
 MARIADB_PASSWORD_ENV = "DBLOG_BENCH_MARIADB_PASSWORD"

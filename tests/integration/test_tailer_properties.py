@@ -42,7 +42,8 @@ from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs.base import Output, OutputUnavailable
 from airflow_provider_dblog.state import StateStore
-from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
+from airflow_provider_dblog.tailer.metrics import TailerStats
+from airflow_provider_dblog.tailer.session import Leadership, Session
 from airflow_provider_dblog.tailer.settings import TailerSettings
 from tests.unit.broken_reconcilers import BROKEN_RECONCILERS
 from tests.unit.histories import History, histories, mutant_search, run_history

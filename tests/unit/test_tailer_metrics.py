@@ -15,8 +15,7 @@ from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.reconciler import FailureReason
 from airflow_provider_dblog.sources.base import LogBacklog, SourceUnavailable
 from airflow_provider_dblog.tailer import TailerSettings
-from airflow_provider_dblog.tailer.metrics import STATES, TailerMetrics
-from airflow_provider_dblog.tailer.session import TailerStats
+from airflow_provider_dblog.tailer.metrics import STATES, TailerMetrics, TailerStats
 from airflow_provider_dblog.tailer.writer import STOP, Writer
 from tests.unit.test_tailer_writer import Journal, event
 

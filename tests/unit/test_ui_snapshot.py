@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from airflow_provider_dblog.core.event import JsonValue, Op, TableRef
-from airflow_provider_dblog.tailer.session import TailerStats
+from airflow_provider_dblog.tailer.metrics import TailerStats
 from airflow_provider_dblog.ui.server import Sampler
 from airflow_provider_dblog.ui.snapshot import table_rates
 
