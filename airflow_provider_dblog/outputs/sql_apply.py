@@ -88,6 +88,7 @@ from airflow_provider_dblog.core.event import (
     JsonValue,
     Op,
     Origin,
+    PlainEvent,
     Row,
     SourceInfo,
     TableRef,
@@ -280,7 +281,7 @@ def _dump_event(
             f"of {table} has no column {missing}"
         ) from None
     source = SourceInfo(source_name, "", table.schema, table.name, position, Origin.DUMP)
-    return Event(Op.READ, key_row, None, row, source, 0)
+    return PlainEvent(Op.READ, key_row, None, row, source, 0)
 
 
 def _column_definition(column: Column) -> sql.Composed:

@@ -34,6 +34,7 @@ from airflow_provider_dblog.core.event import (
     Event,
     Op,
     Origin,
+    PlainEvent,
     SourceInfo,
     TableRef,
     table_event,
@@ -200,7 +201,9 @@ class Session:
         if not self._stamped:
             version = self._schemas.version(event.table)
             if event.schema_version != version:
-                event = Event(event.op, event.key, event.before, event.after, event.source, version)
+                event = PlainEvent(
+                    event.op, event.key, event.before, event.after, event.source, version
+                )
         self._reconciler.change(event)
         self._writer.put_event(event)
         stats = self._stats

@@ -16,7 +16,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, TableRef, decode
+from airflow_provider_dblog.core.event import Event, Op, Origin, PlainEvent, SourceInfo, TableRef
+from airflow_provider_dblog.core.event_codec import decode
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
@@ -37,7 +38,7 @@ def unique(prefix: str) -> str:
 
 def upsert(table: TableRef, key: int, commit: int, *, source: str, value: str = "v") -> Event:
     info = SourceInfo(source, "db", table.schema, table.name, Position(commit, 0), Origin.LOG)
-    return Event(Op.UPDATE, {"id": key}, None, {"id": key, "v": f"{value}{commit}"}, info, 1)
+    return PlainEvent(Op.UPDATE, {"id": key}, None, {"id": key, "v": f"{value}{commit}"}, info, 1)
 
 
 def history(table: TableRef, source: str, commits: range) -> list[Event]:
@@ -317,7 +318,7 @@ def test_sql_apply_reads_the_target_again_after_a_reconnect(restartable: Postgre
         with pytest.raises(OutputUnavailable):
             out.write([upsert(t, 2, 2, source=source)], 3)
         info = SourceInfo(source, "db", "public", t.name, Position(3, 0), Origin.LOG)
-        out.write([Event(Op.UPDATE, {"id": 2}, None, {"id": 2, "v": "42"}, info, 1)], 3)
+        out.write([PlainEvent(Op.UPDATE, {"id": 2}, None, {"id": 2, "v": "42"}, info, 1)], 3)
     with psycopg.connect(pg.dsn) as conn:
         rows: list[Any] = conn.execute(
             f'SELECT id, v FROM public."{t.name}" ORDER BY id'

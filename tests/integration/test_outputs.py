@@ -21,12 +21,13 @@ from airflow_provider_dblog.core.event import (
     Event,
     Op,
     Origin,
+    PlainEvent,
     Row,
     SourceInfo,
     TableRef,
-    decode,
     table_event,
 )
+from airflow_provider_dblog.core.event_codec import decode
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler, Window
 from airflow_provider_dblog.core.schema import Column, TableSchema
@@ -63,7 +64,7 @@ def ev(
 ) -> Event:
     origin = Origin.DUMP if op is Op.READ else Origin.LOG
     info = SourceInfo(source, "db", table.schema, table.name, Position(commit, seq), origin)
-    return Event(op, key, before, after, info, version)
+    return PlainEvent(op, key, before, after, info, version)
 
 
 def table_ev(

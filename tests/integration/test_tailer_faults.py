@@ -14,7 +14,8 @@ from typing import Any, cast
 import psycopg
 import pytest
 
-from airflow_provider_dblog.core.event import Event, decode
+from airflow_provider_dblog.core.event import Event
+from airflow_provider_dblog.core.event_codec import decode
 from airflow_provider_dblog.demo import SCHEMA, compare
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo

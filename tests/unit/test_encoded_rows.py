@@ -14,9 +14,9 @@ from airflow_provider_dblog.core.encoded_rows import (
     EncodedRows,
     changed_key_json,
     encode_rows,
-    event_lines,
 )
-from airflow_provider_dblog.core.event import Event, Op, Origin, TableRef, encode_lines, key_of
+from airflow_provider_dblog.core.event import Event, Op, Origin, TableRef, key_of
+from airflow_provider_dblog.core.event_codec import encode_lines
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler, Window
 
@@ -100,7 +100,7 @@ def test_encoded_rows_give_the_lines_of_encode_lines(
 
     assert all(type(e) is EncodedEvent for e in got)
     assert [e.line for e in got if isinstance(e, EncodedEvent)] == encode_lines(expected)
-    assert event_lines(got) == encode_lines(expected)
+    assert encode_lines(got) == encode_lines(expected)
     assert got == expected and expected == got
     assert [e.position for e in got] == [e.position for e in expected]
     fields = [(e.key, e.after, e.source, e.schema_version) for e in expected]

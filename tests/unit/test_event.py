@@ -12,17 +12,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.event import (
+    EncodedLogEvent,
     Event,
+    LogOrigin,
     Op,
     Origin,
+    PlainEvent,
     SourceInfo,
     TableRef,
-    decode,
-    encode,
-    encode_lines,
     key_of,
     table_event,
 )
+from airflow_provider_dblog.core.event_codec import decode, encode, encode_lines, log_line_format
 from airflow_provider_dblog.core.position import (
     Position,
     binlog_file_number,
@@ -74,7 +75,7 @@ def test_table_ref_parse() -> None:
 def sample_event() -> Event:
     source = SourceInfo("pg", "db", "app", "users", Position(7, 1), Origin.LOG, txid=9, ts_ms=1)
     after = {"id": 1, "name": "Zoë", "tags": ["a"], "doc": {"z": 1, "a": [1, 2]}}
-    return Event(Op.CREATE, {"id": 1}, None, after, source, 2)
+    return PlainEvent(Op.CREATE, {"id": 1}, None, after, source, 2)
 
 
 def test_encoding_is_stable_and_round_trips() -> None:
@@ -172,7 +173,7 @@ def events(draw: st.DrawFn) -> Event:
         draw(INT_OR_NONE),
     )
     op = draw(st.sampled_from(Op))
-    return Event(
+    return PlainEvent(
         op,
         draw(ROWS),
         draw(st.none() | ROWS),
@@ -225,7 +226,7 @@ def row_events(draw: st.DrawFn) -> Event:
         None if dump else draw(st.integers(0, 2**45)),
     )
     op = draw(st.sampled_from([Op.CREATE, Op.UPDATE, Op.DELETE, Op.READ]))
-    return Event(
+    return PlainEvent(
         op,
         draw(rows),
         None if op in (Op.CREATE, Op.READ) else draw(st.none() | rows),
@@ -336,7 +337,7 @@ def test_a_chunk_encodes_to_the_documented_envelope() -> None:
     rec = Reconciler("pg-main", "shop")
     rec.low_watermark(window, Position(2**40, 3))
     changed = SourceInfo("pg-main", "shop", "app", "orders", Position(2**40 + 5, 0), Origin.LOG)
-    rec.change(Event(Op.UPDATE, {"tenant": "t1", "id": 2}, None, rows[1], changed, 4))
+    rec.change(PlainEvent(Op.UPDATE, {"tenant": "t1", "id": 2}, None, rows[1], changed, 4))
     closed = rec.high_watermark(window, Position(2**40 + 9, 2))
     assert isinstance(closed, Closed)
     chunk_events = rec.chunk_events(closed, ChunkRows("w-1", ("tenant", "id"), rows, 4))
@@ -378,3 +379,39 @@ def test_encode_lines_without_the_c_encoder(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(json.encoder, "c_make_encoder", None)
     batch = [sample_event(), dataclasses.replace(sample_event(), before={"id": 0.5})]
     assert encode_lines(batch) == [(encode(e) + "\n").encode() for e in batch]
+
+
+@pytest.mark.parametrize("txid", [None, 0, 7_000_000_123])
+def test_a_log_line_filled_from_its_origin_is_encode_of_the_event(txid: int | None) -> None:
+    """What a log reader does with `log_line_format`: a txid-less log (MySQL) spells null."""
+    table_names = ("app", 'o"rders%')
+    table = TableRef(*table_names)
+    origin = LogOrigin("src", "dbü", table, txid, 1_700_000_000_123)
+    key, after = {"id": 5}, {"id": 5, "note": "50% off\n"}
+    position = Position(2**64 - 1, 3)
+    spell = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    line = log_line_format(Op.CREATE, "src", "dbü", table) % (
+        spell(key).encode(),
+        b"null",
+        spell(after).encode(),
+        position.commit,
+        position.seq,
+        origin.txid_json,
+        origin.ts_ms,
+        4,
+    )
+    event = EncodedLogEvent(line, Op.CREATE, key, None, after, position, origin, 4)
+    plain = PlainEvent(
+        Op.CREATE,
+        key,
+        None,
+        after,
+        SourceInfo(
+            "src", "dbü", "app", 'o"rders%', position, Origin.LOG, txid=txid, ts_ms=origin.ts_ms
+        ),
+        4,
+    )
+    assert isinstance(event, Event) and event.txid == txid and event.table == table
+    assert event == plain and plain == event and event.event() == plain
+    assert line == (encode(plain) + "\n").encode() == encode_lines([event])[0]
+    assert decode(line) == plain

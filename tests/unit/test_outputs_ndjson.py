@@ -24,11 +24,12 @@ from airflow_provider_dblog.core.event import (
     Event,
     Op,
     Origin,
+    PlainEvent,
     SourceInfo,
     TableRef,
-    encode,
     table_event,
 )
+from airflow_provider_dblog.core.event_codec import encode
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler, Window
 from airflow_provider_dblog.core.schema import Column, TableSchema
@@ -48,7 +49,7 @@ pytestmark = pytest.mark.unit
 def event(commit: int, seq: int = 0, *, op: Op = Op.UPDATE, text: str = "x") -> Event:
     source = SourceInfo("src", "db", "app", "users", Position(commit, seq), Origin.LOG, txid=7)
     row = {"id": commit, "name": text, "tags": ["a", "ü"], "doc": {"k": [1, None]}}
-    return Event(op, {"id": commit}, None, row, source, 1)
+    return PlainEvent(op, {"id": commit}, None, row, source, 1)
 
 
 def test_read_back_equals_written(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_dblog.core.event import EncodedLogEvent, TableRef, encode, encode_lines
+from airflow_provider_dblog.core.event import EncodedLogEvent, TableRef
+from airflow_provider_dblog.core.event_codec import encode, encode_lines
 from airflow_provider_dblog.core.log import Change, LogItem
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.postgres.changes import ChangeMapper

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, TableRef, table_event
+from airflow_provider_dblog.core.event import (
+    Event,
+    Op,
+    Origin,
+    PlainEvent,
+    SourceInfo,
+    TableRef,
+    table_event,
+)
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import (
     ChunkRows,
@@ -27,7 +35,7 @@ def change(key: str, commit: int, table: TableRef = T, txid: int | None = None) 
     source = SourceInfo(
         "src", "db", table.schema, table.name, Position(commit, 0), Origin.LOG, txid=txid
     )
-    return Event(Op.UPDATE, {"k": key}, None, {"k": key, "v": "log"}, source, 1)
+    return PlainEvent(Op.UPDATE, {"k": key}, None, {"k": key, "v": "log"}, source, 1)
 
 
 def rows(*keys: str) -> list[dict[str, str]]:
@@ -213,7 +221,7 @@ def test_chunk_events_are_positioned_one_after_another_past_hw() -> None:
     expected_source = SourceInfo(
         "src", "db", "public", "t", Position(20, 8), Origin.DUMP, "d1", "w1"
     )
-    assert events[0] == Event(Op.READ, {"k": "k1"}, None, rows[0], expected_source, 3)
+    assert events[0] == PlainEvent(Op.READ, {"k": "k1"}, None, rows[0], expected_source, 3)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 
 from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.encoded_rows import EncodedEvent, PageLines, encode_rows
-from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, TableRef
+from airflow_provider_dblog.core.event import Event, Op, Origin, PlainEvent, SourceInfo, TableRef
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler, Window
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.unit
 
 def event(commit: int, seq: int) -> Event:
     source = SourceInfo("src", "db", "app", "t", Position(commit, seq), Origin.LOG)
-    return Event(Op.UPDATE, {"id": seq}, None, {"id": seq}, source, 1)
+    return PlainEvent(Op.UPDATE, {"id": seq}, None, {"id": seq}, source, 1)
 
 
 class Journal(Output):

@@ -36,10 +36,10 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from airflow_provider_dblog.core.event import (
-    Event,
     JsonValue,
     Op,
     Origin,
+    PlainEvent,
     Row,
     SourceInfo,
     TableRef,
@@ -320,7 +320,7 @@ class BinlogMapper:
                 txid=begin.txid,
                 ts_ms=begin.ts_ms,
             )
-            return Change(Event(op, key, before, after, source, 0))
+            return Change(PlainEvent(op, key, before, after, source, 0))
 
         for raw_before, raw_after in rows.images:
             before = None if raw_before is None else _row(columns, raw_before)

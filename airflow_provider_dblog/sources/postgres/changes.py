@@ -46,9 +46,12 @@ from airflow_provider_dblog.core.event import (
     LogOrigin,
     Op,
     Origin,
+    PlainEvent,
     Row,
     SourceInfo,
     TableRef,
+)
+from airflow_provider_dblog.core.event_codec import (
     log_line_format,
     plain_row_encoder,
     row_json_encoder,
@@ -337,7 +340,7 @@ class ChangeMapper:
             after_json,
             position.commit,
             position.seq,
-            origin.txid,
+            origin.txid_json,
             origin.ts_ms,
             version,
         )
@@ -458,4 +461,4 @@ class ChangeMapper:
             transaction.begin.xid,
             transaction.ts_ms,
         )
-        return Change(Event(op, key, before, after, source, self.schema_versions.get(ref, 0)))
+        return Change(PlainEvent(op, key, before, after, source, self.schema_versions.get(ref, 0)))
