@@ -5,7 +5,7 @@ watermark writes), dumps that plan chunks with `TablePlanner` and read them betw
 the window states they share with the tailer (`ModelWindows`, the state machine of
 `state.WindowStore`), and `ModelTailer`, a synchronous model of the production `Session`. The
 histories in `histories.py` drive these, and drive the production `Session` with the same
-`Source` and `Dump` (tests/integration/test_tailer_properties.py).
+`Source` and `Dump` (tests/integration/tailer/test_properties.py).
 """
 
 from __future__ import annotations

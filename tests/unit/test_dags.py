@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-DAGS = Path(__file__).resolve().parents[3] / "dags"
+DAGS = Path(__file__).resolve().parents[2] / "dags"
 TOML = """
 [source]
 name = "shop"

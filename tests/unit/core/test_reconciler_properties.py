@@ -2,7 +2,7 @@
 faithful change stream (see `histories.py` for what a history holds and what is checked).
 
 The last test runs the same histories against deliberately broken reconcilers and requires
-that hypothesis catches each of them. tests/integration/test_tailer_properties.py plays the
+that hypothesis catches each of them. tests/integration/tailer/test_properties.py plays the
 same histories against the production `Session`.
 """
 

@@ -17,10 +17,10 @@ from airflow_provider_dblog.sources.base import LogBacklog, SourceUnavailable
 from airflow_provider_dblog.tailer import TailerSettings
 from airflow_provider_dblog.tailer.metrics import STATES, TailerMetrics, TailerStats
 from airflow_provider_dblog.tailer.writer import STOP, Writer
-from tests.unit.test_tailer_writer import Journal, event
+from tests.unit.tailer.test_writer import Journal, event
 
 pytestmark = pytest.mark.unit
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 EXPECTED = {
     # name (as the text format spells a family), type, labels of its samples

@@ -33,7 +33,7 @@ from tests.integration.mysql_log_support import (
     rebuild,
     write_toml,
 )
-from tests.integration.test_mysql_types import COLUMNS, ROWS, dumped
+from tests.integration.sources.mysql.test_types import COLUMNS, ROWS, dumped
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """MySQL converters: the values PyMySQL (dump) and mysql-replication (log) hand over for the same
 stored value give the same JSON. The pairs are what both libraries returned on MariaDB 10.11
-(tests/integration/test_mysql_types.py checks them against the real server)."""
+(tests/integration/sources/mysql/test_types.py checks them against the real server)."""
 
 from __future__ import annotations
 
