@@ -108,7 +108,7 @@ def test_batches_acknowledgement_redelivery_and_a_redis_restart(
             assert pending() == 0
 
             blocked = asyncio.ensure_future(anext(stream))
-            await asyncio.sleep(0.5)  # into XREADGROUP ... BLOCK
+            await until(lambda: client.info("clients")["blocked_clients"] == 1, "XREADGROUP BLOCK")
             await asyncio.to_thread(server.restart)
             xadd(client, "public.orders", "d", 20)
             batch, ids = await asyncio.wait_for(blocked, 60)
