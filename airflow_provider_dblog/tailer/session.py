@@ -134,6 +134,8 @@ class Session:
         self._schema_at: dict[TableRef, Position] = {}
         """Where each table's last schema event of this session is (`_record_direct`)."""
         self._opened_at: dict[str, float] = {}
+        """The windows open now (lw met, not ended), with when their lw was met."""
+        self._stats.open_windows = 0
         self._acknowledged = 0
         self._handed_commit = 0
         self._next_beat = 0.0
@@ -171,6 +173,7 @@ class Session:
             self._writer.finish()
             self._acknowledge_durable()
         finally:
+            self._stats.open_windows = 0  # its windows end with it: the next session drops them
             stopped = self._writer.halt(self._settings.writer_stop_s)
             self._reader.close()
             if not stopped:
@@ -244,8 +247,9 @@ class Session:
             else:
                 self._opened_at[window.window_id] = time.monotonic()
                 self._stats.windows_opened += 1
+                self._stats.open_windows = len(self._opened_at)
             return
-        self._opened_at.pop(window.window_id, None)
+        self._window_ended(window.window_id)
         closed = self._reconciler.high_watermark(window, item.position)
         if isinstance(closed, Failed):
             self._fail(closed)
@@ -307,7 +311,7 @@ class Session:
     def _table_event(self, event: Event, *, ends_windows: bool = True) -> None:
         """Emit a table-level event at once; the windows of its table it ends are retried."""
         for failed in self._reconciler.table_event(event) if ends_windows else ():
-            self._opened_at.pop(failed.window.window_id, None)
+            self._window_ended(failed.window.window_id)
             self._fail(failed)
         self._writer.put(event)
         self._stats.events += 1
@@ -439,6 +443,12 @@ class Session:
         self._schema_change(table, now, closed.hw_position)
         return True
 
+    def _window_ended(self, window_id: str) -> None:
+        """`TailerStats.open_windows` follows every window that opens or ends, not the next
+        heartbeat: `dblog_tailer_windows_open` may be scraped at any moment."""
+        self._opened_at.pop(window_id, None)
+        self._stats.open_windows = len(self._opened_at)
+
     def _fail(self, failed: Failed) -> None:
         log.info("window %s failed: %s (%s)", failed.window.window_id, failed.reason, failed.detail)
         self._stats.windows_failed += 1
@@ -466,11 +476,10 @@ class Session:
             raise FencedOut(f"tailer {owner} lost its lease (token {self._token})")
         for window_id, since in list(self._opened_at.items()):
             if now - since > self._settings.window_ttl_s:
-                del self._opened_at[window_id]
+                self._window_ended(window_id)
                 expired = self._reconciler.expire(window_id)
                 if expired is not None:
                     self._fail(expired)
-        self._stats.open_windows = len(self._opened_at)
         self._store.tailer.beat(owner, self._stats.metrics())
 
 

@@ -223,6 +223,7 @@ class SessionDriver:
         )
         self._handed = 0
         self._reader = ScriptedLog(self._output)
+        self._stats = TailerStats()
         self._session = Session(
             source_name=SOURCE_NAME,
             db=DB,
@@ -231,11 +232,15 @@ class SessionDriver:
             output=self._output,
             leadership=self._leadership,
             settings=SETTINGS,
-            stats=TailerStats(),
-            reconciler=self._reconciler_class,
+            stats=self._stats,
+            reconciler=self._new_reconciler,
         )
         self._thread = threading.Thread(target=self._serve, args=(self._session,), daemon=True)
         self._thread.start()
+
+    def _new_reconciler(self, source_name: str, db: str) -> Reconciler:
+        self._reconciler = self._reconciler_class(source_name, db)
+        return self._reconciler
 
     def _serve(self, session: Session) -> None:
         try:
@@ -255,6 +260,9 @@ class SessionDriver:
             raise AssertionError(f"the session did not answer {command} in time") from None
         if failure is not None:
             raise failure
+        if not isinstance(command, _End):  # the session waits for its next item: look at it
+            open_now = len(list(self._reconciler.open_windows()))
+            assert self._stats.open_windows == open_now, "dblog_tailer_windows_open is stale"
         if self._reader.acknowledged > self._acks[-1]:
             self._acks.append(self._reader.acknowledged)
 
