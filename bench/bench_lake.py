@@ -40,6 +40,7 @@ from airflow_provider_dblog.core.event import (
     Event,
     Op,
     Origin,
+    PlainEvent,
     SourceInfo,
     TableRef,
     table_event,
@@ -125,7 +126,7 @@ class Stream:
                 source = SourceInfo(
                     "src", "db", "app", table, Position(self.commit, seq), Origin.LOG
                 )
-                found.append(Event(op, key, None, after, source, 1))
+                found.append(PlainEvent(op, key, None, after, source, 1))
         return found
 
 

@@ -71,7 +71,8 @@ from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.sources.base import Source
 from airflow_provider_dblog.state import StateStore, WindowState
 from airflow_provider_dblog.tailer import TailerSettings, tune_gc
-from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
+from airflow_provider_dblog.tailer.metrics import TailerStats
+from airflow_provider_dblog.tailer.session import Leadership, Session
 
 PG_RECVLOGICAL = SYSTEM_BIN_DIR / "pg_recvlogical"
 

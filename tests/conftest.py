@@ -83,7 +83,7 @@ TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test by its top folder (tests/unit/airflow/ is unit), so `-m unit` and
+    """Mark every test by its top folder (tests/unit/sources/postgres/ is unit), so `-m unit` and
     `-m integration` never miss one."""
     for item in items:
         folder = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import operator
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
@@ -30,10 +29,10 @@ from airflow_provider_dblog.core.event import (
     Key,
     Op,
     Origin,
+    PlainEvent,
     Row,
     SourceInfo,
     TableRef,
-    encode_lines,
 )
 from airflow_provider_dblog.core.position import Position
 
@@ -192,16 +191,11 @@ class PageLines:
         return Position(self.window.commit, self.last)
 
     def events(self) -> list[Event]:
-        """One `EncodedEvent` a line, their slots set by their descriptors in C-level passes
-        rather than by a Python `__init__` call a row."""
-        count = len(self)
+        """One `EncodedEvent` a line."""
         lines = self.data.splitlines(keepends=True)  # JSON escapes every CR and LF it holds
         page = EncodedPage(self.window, self.first, self.last)
-        events: list[Event] = list(map(_new, repeat(EncodedEvent, count)))
-        deque(map(_SET_LINE, events, lines), 0)
-        deque(map(_SET_PAGE, events, repeat(page, count)), 0)
-        deque(map(_SET_SEQ, events, range(self.first, self.last + 1)), 0)
-        return events
+        seqs = range(self.first, self.last + 1)
+        return list(map(EncodedEvent, lines, repeat(page, len(self)), seqs))
 
     def after(self, position: Position) -> PageLines | None:
         """The lines positioned after `position` (a replay's end), None if none is."""
@@ -242,49 +236,49 @@ class EncodedPage:
 class EncodedEvent(Event):
     """A dump row's `r` event as its encoded line (with its newline). Its position and source
     come from the window's `DumpLine`; `key` and `after` are decoded from the line on first
-    use. Equal to the `Event` it encodes."""
+    use (an output that writes lines never asks). Equal to the `PlainEvent` it encodes."""
 
-    __slots__ = ("_decoded", "_page", "_seq", "line")
+    __slots__ = ("_decoded", "line", "page", "seq")
 
     line: bytes
-    _page: EncodedPage
-    _seq: int
+    page: EncodedPage
+    seq: int
     _decoded: dict[str, Any]
 
     def __init__(self, line: bytes, page: EncodedPage, seq: int) -> None:
-        _SET_LINE(self, line)
-        _SET_PAGE(self, page)
-        _SET_SEQ(self, seq)
+        self.line = line
+        self.page = page
+        self.seq = seq
 
     def _values(self) -> dict[str, Any]:
         try:
             return self._decoded
         except AttributeError:  # not read yet: `_decoded` is set on first use
             decoded: dict[str, Any] = json.loads(self.line)
-            object.__setattr__(self, "_decoded", decoded)
+            self._decoded = decoded
             return decoded
 
     @property
-    def op(self) -> Op:  # type: ignore[override]
+    def op(self) -> Op:
         return Op.READ
 
     @property
-    def key(self) -> Row:  # type: ignore[override]
+    def key(self) -> Row:
         key: Row = self._values()["key"]
         return key
 
     @property
-    def before(self) -> Row | None:  # type: ignore[override]
+    def before(self) -> None:
         return None
 
     @property
-    def after(self) -> Row | None:  # type: ignore[override]
+    def after(self) -> Row:
         after: Row = self._values()["after"]
         return after
 
     @property
-    def source(self) -> SourceInfo:  # type: ignore[override]
-        w = self._page.window
+    def source(self) -> SourceInfo:
+        w = self.page.window
         return SourceInfo(
             w.name,
             w.db,
@@ -297,24 +291,24 @@ class EncodedEvent(Event):
         )
 
     @property
-    def schema_version(self) -> int:  # type: ignore[override]
-        return self._page.window.schema_version
-
-    @property
-    def table_schema(self) -> None:  # type: ignore[override]
-        return None
+    def schema_version(self) -> int:
+        return self.page.window.schema_version
 
     @property
     def position(self) -> Position:
-        return Position(self._page.window.commit, self._seq)
+        return Position(self.page.window.commit, self.seq)
 
     @property
     def table(self) -> TableRef:
-        return self._page.window.table
+        return self.page.window.table
 
-    def event(self) -> Event:
-        """The plain `Event` this line encodes."""
-        return Event(Op.READ, self.key, None, self.after, self.source, self.schema_version)
+    @property
+    def txid(self) -> None:
+        return None
+
+    def event(self) -> PlainEvent:
+        """The plain event this line encodes."""
+        return PlainEvent(Op.READ, self.key, None, self.after, self.source, self.schema_version)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, EncodedEvent):
@@ -323,16 +317,8 @@ class EncodedEvent(Event):
             return self.event() == other
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
-
     def __repr__(self) -> str:
         return f"EncodedEvent({self.line[:-1].decode()!r})"
-
-
-_new = object.__new__
-_SET_LINE: Callable[[Event, bytes], None] = EncodedEvent.__dict__["line"].__set__
-_SET_PAGE: Callable[[Event, EncodedPage], None] = EncodedEvent.__dict__["_page"].__set__
-_SET_SEQ: Callable[[Event, int], None] = EncodedEvent.__dict__["_seq"].__set__
 
 
 def encoded_run_end(events: Sequence[Event], index: int) -> int:
@@ -342,28 +328,13 @@ def encoded_run_end(events: Sequence[Event], index: int) -> int:
     event = events[index]
     if type(event) is not EncodedEvent:
         return index
-    page = event._page
-    end = min(len(events), index + page.last - event._seq + 1)
+    page = event.page
+    end = min(len(events), index + page.last - event.seq + 1)
     final = events[end - 1]
     if (
         type(final) is EncodedEvent
-        and final._page is page
-        and final._seq - event._seq == end - 1 - index
+        and final.page is page
+        and final.seq - event.seq == end - 1 - index
     ):
         return end
     return index
-
-
-def event_lines(events: Sequence[Event]) -> list[bytes]:
-    """`encode_lines(events)`, taking an `EncodedEvent`'s line as it is."""
-    lines: list[bytes] = []
-    start = 0
-    for index, event in enumerate(events):
-        if type(event) is EncodedEvent:
-            if start < index:
-                lines += encode_lines(events[start:index])
-            lines.append(event.line)
-            start = index + 1
-    if start < len(events):
-        lines += encode_lines(events[start:])
-    return lines

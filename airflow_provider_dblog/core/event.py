@@ -1,4 +1,4 @@
-"""The change event, one format for log and dump events, and its stable JSON encoding.
+"""The change event, one format for log and dump events (its JSON encoding: `event_codec`).
 
 `{"op", "key", "before", "after", "source": {...}, "schema_version"}`, as docs/architecture.md
 shows it. Row values are already JSON values here: each source converts database values once,
@@ -14,9 +14,8 @@ event's `schema_version` is the version of the last `s` event of its table befor
 
 from __future__ import annotations
 
-import json
-import json.encoder
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeAlias
@@ -94,7 +93,7 @@ def key_of(row: Mapping[str, JsonValue], key_columns: Sequence[str]) -> Key:
 
 @dataclass(slots=True)
 class SourceInfo:
-    """Where an event comes from. Not a frozen dataclass, as `Event` is not: see there."""
+    """Where an event comes from. Not a frozen dataclass, as `PlainEvent` is not: see there."""
 
     name: str
     db: str
@@ -126,22 +125,47 @@ class SourceInfo:
         }
 
 
-@dataclass(slots=True)
-class Event:
-    """One change. Events are values: nothing changes one once it is built (`dataclasses.replace`
-    makes another). They are not frozen dataclasses only because the log path builds one per
-    row change, with its `SourceInfo`, and a frozen dataclass's `__init__` costs about five
-    times as much (it sets each field through `object.__setattr__`)."""
+class Event(ABC):
+    """One change: what every consumer of events reads. Events are values: nothing changes one
+    once it is built. Three kinds build them: `PlainEvent` holds its fields; a log row read
+    together with its line (`EncodedLogEvent`) and a dump row stamped into its line
+    (`core.encoded_rows.EncodedEvent`) carry the line an output writes as it is, and derive
+    what they do not hold when asked (the tailer's thread builds them by the million)."""
 
-    op: Op
-    key: Row
-    before: Row | None
-    after: Row | None
-    source: SourceInfo
-    schema_version: int
-    table_schema: TableSchema | None = None
-    """The new columns, on an `s` event only (`table_event` and `from_json` check it; row
-    events are built without a check, as they are built by the million)."""
+    __slots__ = ()
+
+    line: bytes | None = None
+    """The event's line (`event_codec.encode_lines`'s, with its newline) when whoever built it
+    spelled it already; None when the event is to be encoded."""
+
+    @property
+    @abstractmethod
+    def op(self) -> Op: ...
+
+    @property
+    @abstractmethod
+    def key(self) -> Row: ...
+
+    @property
+    @abstractmethod
+    def before(self) -> Row | None: ...
+
+    @property
+    @abstractmethod
+    def after(self) -> Row | None: ...
+
+    @property
+    @abstractmethod
+    def source(self) -> SourceInfo: ...
+
+    @property
+    @abstractmethod
+    def schema_version(self) -> int: ...
+
+    @property
+    def table_schema(self) -> TableSchema | None:
+        """The new columns, on an `s` event only."""
+        return None
 
     @property
     def position(self) -> Position:
@@ -165,14 +189,33 @@ class Event:
             "before": self.before,
             "after": self.after,
         }
-        if self.table_schema is not None:
-            data["table_schema"] = self.table_schema.to_json()
+        table_schema = self.table_schema
+        if table_schema is not None:
+            data["table_schema"] = table_schema.to_json()
         data["source"] = self.source.to_json()
         data["schema_version"] = self.schema_version
         return data
 
+
+@dataclass(slots=True)
+class PlainEvent(Event):
+    """An event that holds each of its fields. Not a frozen dataclass only because the log
+    path builds one per row change, with its `SourceInfo`, and a frozen dataclass's `__init__`
+    costs about five times as much (it sets each field through `object.__setattr__`);
+    `dataclasses.replace` makes another."""
+
+    op: Op
+    key: Row
+    before: Row | None
+    after: Row | None
+    source: SourceInfo
+    schema_version: int
+    table_schema: TableSchema | None = None
+    """The new columns, on an `s` event only (`table_event` and `from_json` check it; row
+    events are built without a check, as they are built by the million)."""
+
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Event:
+    def from_json(cls, data: Mapping[str, Any]) -> PlainEvent:
         try:
             src = data["source"]
             source = SourceInfo(
@@ -206,7 +249,7 @@ class Event:
 @dataclass(frozen=True, slots=True)
 class LogOrigin:
     """What the row events of one table in one transaction share: their source but for the
-    position."""
+    position. `txid` is None where the source's log names no transaction."""
 
     name: str
     db: str
@@ -216,26 +259,33 @@ class LogOrigin:
     schema: str = field(init=False)
     """`table.schema` and `table.name`, read as a `SourceInfo`'s are (`Session.change`)."""
     table_name: str = field(init=False)
+    txid_json: bytes = field(init=False)
+    """`txid` as its line spells it: what `event_codec.log_line_format` takes for it."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schema", self.table.schema)
         object.__setattr__(self, "table_name", self.table.name)
+        txid = self.txid
+        object.__setattr__(self, "txid_json", b"null" if txid is None else b"%d" % txid)
 
 
 class EncodedLogEvent(Event):
     """A log row event that its reader built together with its line (with its newline), so
-    the writer thread does not encode it again: `encode_lines` takes the line as it is. Its
-    `source` is built from its `origin` and position when asked for (the tailer reads
-    `origin`, `position` and `txid` instead). Equal to the `Event`
-    it encodes; the reader that builds one makes its line `encode`'s (a property test pins
-    it)."""
+    the writer thread does not encode it again. It holds its row, position and `LogOrigin`;
+    its `source` is built from them when asked for (the tailer reads `origin`, `position` and
+    `txid` instead). Equal to the `PlainEvent` it encodes; the reader that builds one fills
+    `event_codec.log_line_format` for its line (a property test pins it to `encode`'s)."""
 
-    __slots__ = ("_position", "line", "origin")
+    __slots__ = ("after", "before", "key", "line", "op", "origin", "position", "schema_version")
 
     line: bytes
+    op: Op
+    key: Row
+    before: Row | None
+    after: Row | None
+    position: Position
     origin: LogOrigin
-    _position: Position
-    table_schema = None
+    schema_version: int
 
     def __init__(
         self,
@@ -253,29 +303,25 @@ class EncodedLogEvent(Event):
         self.key = key
         self.before = before
         self.after = after
-        self._position = position
+        self.position = position
         self.origin = origin
         self.schema_version = schema_version
 
     @property
-    def source(self) -> SourceInfo:  # type: ignore[override]
+    def source(self) -> SourceInfo:
         o = self.origin
         return SourceInfo(
             o.name,
             o.db,
             o.table.schema,
             o.table.name,
-            self._position,
+            self.position,
             Origin.LOG,
             None,
             None,
             o.txid,
             o.ts_ms,
         )
-
-    @property
-    def position(self) -> Position:
-        return self._position
 
     @property
     def table(self) -> TableRef:
@@ -285,9 +331,11 @@ class EncodedLogEvent(Event):
     def txid(self) -> int | None:
         return self.origin.txid
 
-    def event(self) -> Event:
-        """The plain `Event` this line encodes."""
-        return Event(self.op, self.key, self.before, self.after, self.source, self.schema_version)
+    def event(self) -> PlainEvent:
+        """The plain event this line encodes."""
+        return PlainEvent(
+            self.op, self.key, self.before, self.after, self.source, self.schema_version
+        )
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, EncodedLogEvent):
@@ -296,206 +344,20 @@ class EncodedLogEvent(Event):
             return self.event() == other
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
-
-
-def log_line_format(op: Op, name: str, db: str, table: TableRef) -> bytes:
-    """The line `encode` gives a log row event `op` of `table` from source `name` and `db`, as
-    a `%` format of its key, before and after JSON (bytes), commit, seq, txid, ts_ms and
-    schema version: what a reader fills to build an `EncodedLogEvent`'s line."""
-    source = (
-        f'"source":{{"name":{_string(name)},"db":{_string(db)},"schema":{_string(table.schema)}'
-        f',"table":{_string(table.name)},"position":['
-    ).encode()
-    return (
-        b'{"op":'
-        + _OP_JSON[op]
-        + b',"key":%b,"before":%b,"after":%b,'
-        + source.replace(b"%", b"%%")
-        + b'%d,%d],"origin":"log","dump_id":null,"window_id":null,"txid":%d,"ts_ms":%d}'
-        b',"schema_version":%d}\n'
-    )
+    def __repr__(self) -> str:
+        return f"EncodedLogEvent({self.line[:-1].decode()!r})"
 
 
 def table_event(
     op: Op, source: SourceInfo, schema_version: int, table_schema: TableSchema | None = None
-) -> Event:
+) -> PlainEvent:
     """A table-level event (`t` or `s`) of `source`'s table at its position."""
     if not op.is_table_level:
         raise ValueError(f"{op.value!r} is a row operation, not a table-level one")
     _check_table_schema(op, table_schema)
-    return Event(op, {}, None, None, source, schema_version, table_schema)
+    return PlainEvent(op, {}, None, None, source, schema_version, table_schema)
 
 
 def _check_table_schema(op: Op, table_schema: object) -> None:
     if (op is Op.SCHEMA) != (table_schema is not None):
         raise ValueError("a schema event, and only a schema event, carries table_schema")
-
-
-def encode(event: Event) -> str:
-    """One line of JSON. Field order is fixed and row columns keep table order, so the same
-    event always encodes to the same bytes."""
-    return json.dumps(event.to_json(), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def encode_lines(events: Iterable[Event]) -> list[bytes]:
-    """`(encode(event) + "\\n").encode()` for each event, byte for byte, at a fraction of the cost.
-
-    An `EncodedLogEvent` comes with its line. Otherwise the envelope is spelled out directly,
-    as bytes, and only `key`, `before` and `after` go through a JSON encoder, one for the
-    whole batch: msgspec for a row of plain values, the
-    standard library's for anything else. Anything unusual (a field of another type than its
-    annotation, a value an encoder refuses) takes `encode` itself, which then gives the same
-    bytes or raises the same error as before.
-    """
-    line = _LineEncoder().line
-    return [line(event) for event in events]
-
-
-_OP_JSON = {op: json.dumps(op.value).encode() for op in Op}
-_ORIGIN_JSON = {origin: json.dumps(origin.value).encode() for origin in Origin}
-_string: Callable[[str], str] = json.encoder.encode_basestring
-"""The escaping `json.dumps(..., ensure_ascii=False)` applies to every string."""
-_PLAIN_TYPES = frozenset({str, int, bool, type(None)})
-"""Values msgspec spells exactly as `json.dumps` does: the exact types, not subclasses.
-Floats are not among them (msgspec writes `1e16` where Python writes `1e+16`)."""
-_STR_TYPE = frozenset({str})
-_LINE = (
-    b'{"op":%b,"key":%b,"before":%b,"after":%b,"source":%b%d,%d],"origin":%b'
-    b',"dump_id":%b,"window_id":%b,"txid":%b,"ts_ms":%b},"schema_version":%d}\n'
-)
-
-
-def plain_row_encoder() -> Callable[[Any], bytes] | None:
-    """msgspec's JSON encoder, which spells a dict of `str` keys and values of the exact types
-    str, int, bool and None as `encode` does (what `row_json_encoder` checks before it calls it);
-    None where it is not installed (this module is imported without site-packages too, from
-    the package's zip on a Spark executor: `spark_package`)."""
-    try:
-        import msgspec.json
-    except ImportError:
-        return None
-    return msgspec.json.Encoder().encode
-
-
-def row_json_encoder() -> Callable[[JsonValue], bytes]:
-    """A JSON value (an event's `key`, `before` or `after`) as `json.dumps` with `encode`'s
-    options spells it inside an event, as bytes. Not thread-safe, and after it raised it
-    may refuse what it would take: make a new one then (`_LineEncoder.line`)."""
-    plain, keys = _PLAIN_TYPES.issuperset, _STR_TYPE.issuperset
-    fast = plain_row_encoder()
-    options = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    make = getattr(json.encoder, "c_make_encoder", None)
-    try:
-        # What `JSONEncoder.encode` does for a non-string, minus building it per call.
-        encoder = make(  # type: ignore[misc]
-            {},
-            options.default,
-            _string,
-            None,
-            options.key_separator,
-            options.item_separator,
-            options.sort_keys,
-            options.skipkeys,
-            options.allow_nan,
-        )
-    except TypeError:  # no C accelerator, or another signature: the public path
-
-        def standard(obj: JsonValue) -> bytes:
-            return options.encode(obj).encode()
-
-    else:
-
-        def standard(obj: JsonValue) -> bytes:
-            return "".join(encoder(obj, 0)).encode()
-
-    if fast is None:
-        return standard
-
-    def value(obj: JsonValue) -> bytes:
-        if type(obj) is dict and keys(map(type, obj)) and plain(map(type, obj.values())):
-            return fast(obj)
-        return standard(obj)
-
-    return value
-
-
-class _LineEncoder:
-    """Encodes events as `encode` does. Not thread-safe: one per batch (the JSON encoder's
-    circular-reference markers are shared between its calls)."""
-
-    def __init__(self) -> None:
-        self._value = row_json_encoder()
-        self._tables: dict[tuple[str, str, str, str], bytes] = {}
-        """`{"name":..,"db":..,"schema":..,"table":..,"position":[` of each table met."""
-
-    def line(self, event: Event) -> bytes:
-        if type(event) is EncodedLogEvent:
-            return event.line
-        try:
-            line = self._envelope(event)
-        except Exception:
-            # A value the encoder refused may leave its markers behind: start afresh, and let
-            # `encode` give the result (or raise its own error).
-            self._value = row_json_encoder()
-            line = None
-        if line is None:
-            line = (encode(event) + "\n").encode()
-        return line
-
-    def _envelope(self, event: Event) -> bytes | None:
-        """The event's line, or None if a field is not of its usual type."""
-        source = event.source
-        position = source.position
-        op, origin = event.op, source.origin
-        name, db, schema, table = source.name, source.db, source.schema, source.table
-        dump_id, window_id = source.dump_id, source.window_id
-        txid, ts_ms = source.txid, source.ts_ms
-        commit, seq, version = position.commit, position.seq, event.schema_version
-        if event.table_schema is not None:
-            return None  # a schema event: rare, and spelled by `encode`
-        if not (
-            type(op) is Op
-            and type(origin) is Origin
-            and type(name) is str
-            and type(db) is str
-            and type(schema) is str
-            and type(table) is str
-            and (dump_id is None or type(dump_id) is str)
-            and (window_id is None or type(window_id) is str)
-            and (txid is None or type(txid) is int)
-            and (ts_ms is None or type(ts_ms) is int)
-            and type(commit) is int
-            and type(seq) is int
-            and type(version) is int
-            and type(position) is Position
-        ):
-            return None
-        value = self._value
-        before, after = event.before, event.after
-        names = (name, db, schema, table)
-        head = self._tables.get(names)
-        if head is None:
-            head = self._tables[names] = (
-                f'{{"name":{_string(name)},"db":{_string(db)},"schema":{_string(schema)}'
-                f',"table":{_string(table)},"position":['
-            ).encode()
-        return _LINE % (
-            _OP_JSON[op],
-            value(event.key),
-            b"null" if before is None else value(before),
-            b"null" if after is None else value(after),
-            head,
-            commit,
-            seq,
-            _ORIGIN_JSON[origin],
-            b"null" if dump_id is None else _string(dump_id).encode(),
-            b"null" if window_id is None else _string(window_id).encode(),
-            b"null" if txid is None else b"%d" % txid,
-            b"null" if ts_ms is None else b"%d" % ts_ms,
-            version,
-        )
-
-
-def decode(line: str | bytes) -> Event:
-    return Event.from_json(json.loads(line))

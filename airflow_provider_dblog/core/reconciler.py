@@ -37,6 +37,7 @@ from airflow_provider_dblog.core.event import (
     Key,
     Op,
     Origin,
+    PlainEvent,
     Row,
     SourceInfo,
     TableRef,
@@ -273,7 +274,7 @@ class Reconciler:
             source = SourceInfo(
                 name, db, schema, table, Position(commit, seq), dump, dump_id, window_id
             )
-            append(Event(read, key_row, None, row, source, version))
+            append(PlainEvent(read, key_row, None, row, source, version))
         return events
 
     def chunk_page(self, closed: Closed, chunk: ChunkRows) -> PageLines | Failed:

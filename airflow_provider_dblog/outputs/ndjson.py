@@ -36,8 +36,9 @@ from itertools import accumulate
 from pathlib import Path
 from typing import cast
 
-from airflow_provider_dblog.core.encoded_rows import PageLines, event_lines
-from airflow_provider_dblog.core.event import Event, decode
+from airflow_provider_dblog.core.encoded_rows import PageLines
+from airflow_provider_dblog.core.event import Event
+from airflow_provider_dblog.core.event_codec import decode, encode_lines
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.outputs.base import (
     Output,
@@ -302,13 +303,13 @@ class NdjsonOutput(Output):
             for index, item in enumerate(kept):
                 if isinstance(item, PageLines):
                     events = cast(list[Event], kept[start:index])
-                    pieces += event_lines(events)
+                    pieces += encode_lines(events)
                     owners += events
                     pieces.append(item.data)
                     owners.append(item)
                     start = index + 1
             events = cast(list[Event], kept[start:])
-            pieces += event_lines(events)
+            pieces += encode_lines(events)
             owners += events
             self._append_pieces(pieces, owners)
 

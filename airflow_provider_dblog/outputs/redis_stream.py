@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 import redis
 
-from airflow_provider_dblog.core.encoded_rows import EncodedEvent
-from airflow_provider_dblog.core.event import Event, encode
+from airflow_provider_dblog.core.event import Event
+from airflow_provider_dblog.core.event_codec import encode
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.outputs.base import (
     Output,
@@ -117,8 +117,9 @@ def stream_name(prefix: str, source: str, table: str | None = None) -> str:
 
 
 def _encoded(event: Event) -> bytes | str:
-    """The event's JSON; a chunk row's as its reader encoded it."""
-    return event.line[:-1] if isinstance(event, EncodedEvent) else encode(event)
+    """The event's JSON; an event's that carries its line (`Event.line`) as that line."""
+    line = event.line
+    return encode(event) if line is None else line[:-1]
 
 
 def _text(value: bytes | str) -> str:

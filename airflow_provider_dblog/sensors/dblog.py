@@ -21,7 +21,7 @@ from airflow_provider_dblog.triggers.dblog import (
     DBLogTailerHealthTrigger,
     health_ok,
 )
-from airflow_provider_dblog.triggers.outcome import DumpOutcome
+from airflow_provider_dblog.triggers.outcome import DumpOutcome, TailerHealthy
 
 
 class DBLogDumpSensor(BaseSensorOperator):
@@ -124,7 +124,7 @@ class DBLogTailerHealthSensor(BaseSensorOperator):
         # the deferring process arrives after the resumed one runs (apache/airflow#72716).
         health = self.hook.tailer_health()
         if health_ok(health, int(self.max_lag_ms)):
-            return self.execute_complete(context, {"healthy": True, "health": health.to_json()})
+            return self.execute_complete(context, TailerHealthy(health).to_event())
         self.defer(
             trigger=DBLogTailerHealthTrigger(
                 self.dblog_conn_id, int(self.max_lag_ms), self.poke_interval
@@ -141,5 +141,6 @@ class DBLogTailerHealthSensor(BaseSensorOperator):
         return True
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        self.log.info("tailer healthy: %s", event.get("health"))
-        return event
+        healthy = TailerHealthy.from_event(event)
+        self.log.info("tailer healthy: %s", healthy.health)
+        return healthy.to_event()

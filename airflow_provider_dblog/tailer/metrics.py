@@ -17,17 +17,19 @@ The metrics, their types, labels and meaning are listed in docs/architecture.md 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.core.event import JsonValue, Op
 from airflow_provider_dblog.core.reconciler import FailureReason
 from airflow_provider_dblog.sources.base import LogBacklog
-from airflow_provider_dblog.tailer.session import TailerStats
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,76 @@ STATES = (
     "output_unavailable",
 )
 """The values of `dblog_tailer_state`'s label: `TailerStats.state` up to its colon."""
+
+
+def _batch_histogram() -> Histogram:
+    """Registered by `TailerMetrics` in the tailer's own registry (never the global one)."""
+    return Histogram(
+        "dblog_tailer_output_batch_seconds",
+        "One output write of a batch, until durable.",
+        registry=None,
+    )
+
+
+@dataclass
+class TailerStats:
+    """What the tailer counts, kept across sessions: the heartbeat reports the totals, the
+    metrics endpoint (`TailerMetrics`) all of it."""
+
+    events: int = 0
+    dump_rows: int = 0
+    last_commit: int = 0
+    last_ts_ms: int = 0
+    caught_up: bool = False
+    """The source had nothing more to send and everything handed over was durable."""
+    windows_closed: int = 0
+    windows_failed: int = 0
+    open_windows: int = 0
+    state: str = "starting"
+    """What the tailer is doing: leading, standby, or why it cannot lead right now."""
+    lease_token: int = 0
+    """The fencing token of the lease held; 0 when none."""
+    events_by_table: dict[tuple[str, str, Op], int] = field(default_factory=dict)
+    """Events handed over by (schema, table, op)."""
+    chunk_rows_emitted: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Chunk rows emitted at hw, by (schema, table)."""
+    chunk_rows_dropped: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Chunk rows whose key changed in their window, by (schema, table)."""
+    windows_opened: int = 0
+    windows_failed_by_reason: dict[FailureReason, int] = field(default_factory=dict)
+    output_batch_seconds: Histogram = field(default_factory=_batch_histogram)
+
+    def count(self, schema: str, table: str, op: Op, events: int = 1) -> None:
+        key = (schema, table, op)
+        self.events_by_table[key] = self.events_by_table.get(key, 0) + events
+
+    def metrics(self) -> dict[str, JsonValue]:
+        """What each heartbeat carries (`dblog status`, `dblog ui`, Airflow's health checks)."""
+        lag_ms = 0
+        if self.last_ts_ms and not self.caught_up:
+            lag_ms = max(0, int(time.time() * 1000) - self.last_ts_ms)
+        return {
+            "state": self.state,
+            "events": self.events,
+            "dump_rows": self.dump_rows,
+            "last_commit": self.last_commit,
+            "lag_ms": lag_ms,
+            "open_windows": self.open_windows,
+            "windows_closed": self.windows_closed,
+            "windows_failed": self.windows_failed,
+            "tables": self.table_counts(),
+        }
+
+    def table_counts(self) -> dict[str, JsonValue]:
+        """{"schema.table": {op: events, "dropped": chunk rows dropped}}, what `dblog ui` shows
+        flowing per table: a copy of the counters once per heartbeat, nothing per event."""
+        tables: dict[str, dict[str, JsonValue]] = {}
+        # list(): one C call, safe while the session thread adds a key (metrics scrapes).
+        for (schema, table, op), count in list(self.events_by_table.items()):
+            tables.setdefault(f"{schema}.{table}", {})[str(op)] = count
+        for (schema, table), count in list(self.chunk_rows_dropped.items()):
+            tables.setdefault(f"{schema}.{table}", {})["dropped"] = count
+        return dict(tables)
 
 
 class TailerMetrics:

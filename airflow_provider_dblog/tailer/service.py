@@ -30,8 +30,8 @@ from airflow_provider_dblog.sources.base import (
 )
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import FencedOut, StateStore, StateStoreUnavailable
-from airflow_provider_dblog.tailer.metrics import TailerMetrics
-from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
+from airflow_provider_dblog.tailer.metrics import TailerMetrics, TailerStats
+from airflow_provider_dblog.tailer.session import Leadership, Session
 from airflow_provider_dblog.tailer.settings import TailerSettings
 from airflow_provider_dblog.targets import open_output
 

@@ -25,18 +25,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-
-from prometheus_client import Histogram
+from dataclasses import dataclass, replace
 
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.encoded_rows import EncodedRows
 from airflow_provider_dblog.core.event import (
     EncodedLogEvent,
     Event,
-    JsonValue,
     Op,
     Origin,
+    PlainEvent,
     SourceInfo,
     TableRef,
     table_event,
@@ -63,6 +61,7 @@ from airflow_provider_dblog.core.schema_versions import SchemaTracker
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.sources.base import LogReader, StampsSchemaVersions
 from airflow_provider_dblog.state import FencedOut, MissingRows, StateStore, StoredRows
+from airflow_provider_dblog.tailer.metrics import TailerStats
 from airflow_provider_dblog.tailer.settings import TailerSettings
 from airflow_provider_dblog.tailer.writer import (
     DirectDurable,
@@ -79,76 +78,6 @@ _BOUNDARIES = (TransactionEnd, Idle)
 _CHANGES_BETWEEN_CHECKS = 63
 """`Session.run` looks at the writer, the durable commit and the clock after every 64th
 `Change` in a row (and after every other item)."""
-
-
-def _batch_histogram() -> Histogram:
-    """Registered by `tailer.metrics` in the tailer's own registry (never the global one)."""
-    return Histogram(
-        "dblog_tailer_output_batch_seconds",
-        "One output write of a batch, until durable.",
-        registry=None,
-    )
-
-
-@dataclass
-class TailerStats:
-    """What the tailer counts, kept across sessions: the heartbeat reports the totals, the
-    metrics endpoint (`tailer.metrics`) all of it."""
-
-    events: int = 0
-    dump_rows: int = 0
-    last_commit: int = 0
-    last_ts_ms: int = 0
-    caught_up: bool = False
-    """The source had nothing more to send and everything handed over was durable."""
-    windows_closed: int = 0
-    windows_failed: int = 0
-    open_windows: int = 0
-    state: str = "starting"
-    """What the tailer is doing: leading, standby, or why it cannot lead right now."""
-    lease_token: int = 0
-    """The fencing token of the lease held; 0 when none."""
-    events_by_table: dict[tuple[str, str, Op], int] = field(default_factory=dict)
-    """Events handed over by (schema, table, op)."""
-    chunk_rows_emitted: dict[tuple[str, str], int] = field(default_factory=dict)
-    """Chunk rows emitted at hw, by (schema, table)."""
-    chunk_rows_dropped: dict[tuple[str, str], int] = field(default_factory=dict)
-    """Chunk rows whose key changed in their window, by (schema, table)."""
-    windows_opened: int = 0
-    windows_failed_by_reason: dict[FailureReason, int] = field(default_factory=dict)
-    output_batch_seconds: Histogram = field(default_factory=_batch_histogram)
-
-    def count(self, schema: str, table: str, op: Op, events: int = 1) -> None:
-        key = (schema, table, op)
-        self.events_by_table[key] = self.events_by_table.get(key, 0) + events
-
-    def metrics(self) -> dict[str, JsonValue]:
-        """What each heartbeat carries (`dblog status`, `dblog ui`, Airflow's health checks)."""
-        lag_ms = 0
-        if self.last_ts_ms and not self.caught_up:
-            lag_ms = max(0, int(time.time() * 1000) - self.last_ts_ms)
-        return {
-            "state": self.state,
-            "events": self.events,
-            "dump_rows": self.dump_rows,
-            "last_commit": self.last_commit,
-            "lag_ms": lag_ms,
-            "open_windows": self.open_windows,
-            "windows_closed": self.windows_closed,
-            "windows_failed": self.windows_failed,
-            "tables": self.table_counts(),
-        }
-
-    def table_counts(self) -> dict[str, JsonValue]:
-        """{"schema.table": {op: events, "dropped": chunk rows dropped}}, what `dblog ui` shows
-        flowing per table: a copy of the counters once per heartbeat, nothing per event."""
-        tables: dict[str, dict[str, JsonValue]] = {}
-        # list(): one C call, safe while the session thread adds a key (metrics scrapes).
-        for (schema, table, op), count in list(self.events_by_table.items()):
-            tables.setdefault(f"{schema}.{table}", {})[str(op)] = count
-        for (schema, table), count in list(self.chunk_rows_dropped.items()):
-            tables.setdefault(f"{schema}.{table}", {})["dropped"] = count
-        return dict(tables)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +134,8 @@ class Session:
         self._schema_at: dict[TableRef, Position] = {}
         """Where each table's last schema event of this session is (`_record_direct`)."""
         self._opened_at: dict[str, float] = {}
+        """The windows open now (lw met, not ended), with when their lw was met."""
+        self._stats.open_windows = 0
         self._acknowledged = 0
         self._handed_commit = 0
         self._next_beat = 0.0
@@ -242,6 +173,7 @@ class Session:
             self._writer.finish()
             self._acknowledge_durable()
         finally:
+            self._stats.open_windows = 0  # its windows end with it: the next session drops them
             stopped = self._writer.halt(self._settings.writer_stop_s)
             self._reader.close()
             if not stopped:
@@ -272,7 +204,9 @@ class Session:
         if not self._stamped:
             version = self._schemas.version(event.table)
             if event.schema_version != version:
-                event = Event(event.op, event.key, event.before, event.after, event.source, version)
+                event = PlainEvent(
+                    event.op, event.key, event.before, event.after, event.source, version
+                )
         self._reconciler.change(event)
         self._writer.put_event(event)
         stats = self._stats
@@ -313,8 +247,9 @@ class Session:
             else:
                 self._opened_at[window.window_id] = time.monotonic()
                 self._stats.windows_opened += 1
+                self._stats.open_windows = len(self._opened_at)
             return
-        self._opened_at.pop(window.window_id, None)
+        self._window_ended(window.window_id)
         closed = self._reconciler.high_watermark(window, item.position)
         if isinstance(closed, Failed):
             self._fail(closed)
@@ -376,7 +311,7 @@ class Session:
     def _table_event(self, event: Event, *, ends_windows: bool = True) -> None:
         """Emit a table-level event at once; the windows of its table it ends are retried."""
         for failed in self._reconciler.table_event(event) if ends_windows else ():
-            self._opened_at.pop(failed.window.window_id, None)
+            self._window_ended(failed.window.window_id)
             self._fail(failed)
         self._writer.put(event)
         self._stats.events += 1
@@ -508,6 +443,12 @@ class Session:
         self._schema_change(table, now, closed.hw_position)
         return True
 
+    def _window_ended(self, window_id: str) -> None:
+        """`TailerStats.open_windows` follows every window that opens or ends, not the next
+        heartbeat: `dblog_tailer_windows_open` may be scraped at any moment."""
+        self._opened_at.pop(window_id, None)
+        self._stats.open_windows = len(self._opened_at)
+
     def _fail(self, failed: Failed) -> None:
         log.info("window %s failed: %s (%s)", failed.window.window_id, failed.reason, failed.detail)
         self._stats.windows_failed += 1
@@ -535,11 +476,10 @@ class Session:
             raise FencedOut(f"tailer {owner} lost its lease (token {self._token})")
         for window_id, since in list(self._opened_at.items()):
             if now - since > self._settings.window_ttl_s:
-                del self._opened_at[window_id]
+                self._window_ended(window_id)
                 expired = self._reconciler.expire(window_id)
                 if expired is not None:
                     self._fail(expired)
-        self._stats.open_windows = len(self._opened_at)
         self._store.tailer.beat(owner, self._stats.metrics())
 
 

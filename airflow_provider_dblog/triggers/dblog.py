@@ -15,7 +15,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.state import TailerHealth
-from airflow_provider_dblog.triggers.outcome import STALLED, DumpOutcome
+from airflow_provider_dblog.triggers.outcome import STALLED, DumpOutcome, TailerHealthy
 
 
 class DBLogDumpTrigger(BaseTrigger):
@@ -98,7 +98,8 @@ class DBLogDumpTrigger(BaseTrigger):
 
 
 class DBLogTailerHealthTrigger(BaseTrigger):
-    """Fires once the source's tailer beats with a lag of at most `max_lag_ms`.
+    """Fires once the source's tailer beats with a lag of at most `max_lag_ms`, with a
+    `TailerHealthy` payload.
 
     :param dblog_conn_id: the `dblog` connection.
     :param max_lag_ms: the largest acceptable lag behind the source's log.
@@ -127,7 +128,7 @@ class DBLogTailerHealthTrigger(BaseTrigger):
             while True:
                 health = await reader.tailer_health()
                 if health_ok(health, self.max_lag_ms):
-                    yield TriggerEvent({"healthy": True, "health": health.to_json()})
+                    yield TriggerEvent(TailerHealthy(health).to_event())
                     return
                 self.log.info("tailer not healthy yet: %s", health or "no heartbeat")
                 await asyncio.sleep(self.poll_interval)

@@ -1,17 +1,19 @@
-"""How a wait for a dump ended: what the dump trigger sends, and what the dump operator and
-sensor read, whether they waited in the triggerer or in their own process.
+"""How a wait ended: for a dump, what the dump trigger sends and the dump operator and sensor
+read; for the tailer's health, what the health trigger sends and the health sensor reads;
+whether they waited in the triggerer or in their own process.
 
-On the wire it is a small JSON object of fixed keys (trigger events are stored in Airflow's
-database; the operator returns it as its XCom): ids, a state, a reason and counters, never a
-secret.
+On the wire each is a small JSON object of fixed keys (trigger events are stored in Airflow's
+database; operators and sensors return it as their XCom): ids, a state, a reason, counters and
+the tailer's heartbeat, never a secret.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_provider_dblog.state import DumpState, DumpStatus
+from airflow_provider_dblog.state import DumpState, DumpStatus, TailerHealth
 
 MISSING = "missing"
 """`outcome` of a wait for a dump the state store does not hold."""
@@ -80,4 +82,31 @@ class DumpOutcome:
             chunks=int(payload.get("chunks", 0)),
             rows=int(payload.get("rows", 0)),
             windows_retried=int(payload.get("windows_retried", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class TailerHealthy:
+    """A wait for the tailer's health ended: it beats with a lag within the limit.
+
+    :param health: the heartbeat that was good enough.
+    """
+
+    health: TailerHealth
+
+    def to_event(self) -> dict[str, Any]:
+        """The JSON payload of a trigger event (and the health sensor's XCom):
+        `{"healthy": true, "health": {"owner", "at_ms", "age_ms", "metrics"}}`."""
+        return {"healthy": True, "health": self.health.to_json()}
+
+    @classmethod
+    def from_event(cls, payload: Mapping[str, Any]) -> TailerHealthy:
+        health = payload["health"]
+        return cls(
+            TailerHealth(
+                owner=health["owner"],
+                at_ms=int(health["at_ms"]),
+                age_ms=int(health["age_ms"]),
+                metrics=dict(health["metrics"]),
+            )
         )

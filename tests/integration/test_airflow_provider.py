@@ -1,7 +1,7 @@
 """The provider against a real Redis: the hook with its TOML, the triggers' runs, the sensors'
 pokes, the control operators and the dump operator's lineage. Its pure parts (DAG integrity,
 provider metadata, the connection form, trigger serialization, connection parsing) are unit
-tests under tests/unit/airflow/."""
+tests under tests/unit/hooks/, operators/ and triggers/."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
-from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, TableRef
+from airflow_provider_dblog.core.event import Event, Op, Origin, PlainEvent, SourceInfo, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import Window
 from airflow_provider_dblog.demo import compare
@@ -138,7 +138,7 @@ def test_a_delete_after_hw_that_lands_first_keeps_the_dumped_row_out(
 
     name = dbs.config.name
     row = {"id": 1, "owner": "one", "balance": "1.00", "active": True, "e2e_version": 0}
-    deleted = Event(
+    deleted = PlainEvent(
         Op.DELETE,
         {"id": 1},
         row,
@@ -147,7 +147,7 @@ def test_a_delete_after_hw_that_lands_first_keeps_the_dumped_row_out(
         0,
     )
     with SqlApplyOutput(dbs.target_dsn, monotonic=True) as output:
-        created = Event(
+        created = PlainEvent(
             Op.CREATE,
             {"id": 1},
             None,
@@ -196,7 +196,7 @@ def test_dblog_prune_forgets_the_tombstones_before_the_horizon(
         row = {"id": key, "owner": "o", "balance": "1.00", "active": True, "e2e_version": 0}
         before, after = (row, None) if op is Op.DELETE else (None, row)
         where = SourceInfo(name, "db", "public", "accounts", Position(commit, 1), Origin.LOG)
-        return Event(op, {"id": key}, before, after, where, 0)
+        return PlainEvent(op, {"id": key}, before, after, where, 0)
 
     with SqlApplyOutput(dbs.target_dsn, monotonic=True) as output:
         events = [event(Op.CREATE, 1, 50), event(Op.CREATE, 2, 60)]

@@ -39,7 +39,8 @@ from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.outputs.sql_apply import SqlApplyOutput, SqlDirectTarget
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state import DumpState, StateStore, WindowState
-from airflow_provider_dblog.tailer.session import Leadership, Session, TailerStats
+from airflow_provider_dblog.tailer.metrics import TailerStats
+from airflow_provider_dblog.tailer.session import Leadership, Session
 from airflow_provider_dblog.tailer.settings import TailerSettings
 from spark_jobs.compact import compact
 from tests.integration.e2e_support import (

@@ -29,6 +29,7 @@ from airflow_provider_dblog.core.event import (
     Event,
     Op,
     Origin,
+    PlainEvent,
     Row,
     SourceInfo,
     TableRef,
@@ -262,7 +263,7 @@ def test_compaction_on_a_standalone_cluster_ships_the_package(
 ) -> None:
     def event(op: Op, key: int, after: Row | None, commit: int, seq: int) -> Event:
         source = SourceInfo("src", "db", "app", "users", Position(commit, seq), Origin.LOG)
-        return Event(op, {"id": key}, None, after, source, 1)
+        return PlainEvent(op, {"id": key}, None, after, source, 1)
 
     columns = (Column("id", "integer", False, None), Column("n", "text", True, None))
     opening = SourceInfo("src", "db", "app", "users", Position(99, 0), Origin.LOG)

@@ -34,12 +34,13 @@ from airflow_provider_dblog.core.event import (
     Event,
     Op,
     Origin,
+    PlainEvent,
     Row,
     SourceInfo,
     TableRef,
-    encode,
     table_event,
 )
+from airflow_provider_dblog.core.event_codec import encode
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.demo import TABLES as DEMO_TABLES
@@ -145,7 +146,7 @@ class Stream:
                 source = SourceInfo(
                     "src", "db", "app", table, Position(self.commit, seq), Origin.LOG
                 )
-                events.append(Event(op, key, None, after, source, 1))
+                events.append(PlainEvent(op, key, None, after, source, 1))
         return events
 
 
@@ -224,7 +225,9 @@ def test_an_added_column_reaches_the_lake_with_its_default(tmp_path: Path) -> No
     added = stream.schema_event("users", described("users", [score]))
     later = {"id": 99, "n": 1.0, "tags": [], "big": "x", "score": "7.0"}
     source = SourceInfo("src", "db", "app", "users", Position(stream.commit + 1, 1), Origin.LOG)
-    write(events_dir, [*first, added, Event(Op.CREATE, {"id": 99}, None, later, source, 2)], [])
+    write(
+        events_dir, [*first, added, PlainEvent(Op.CREATE, {"id": 99}, None, later, source, 2)], []
+    )
     compact(None, events_dir, output)  # a small run folds in the driver: no Spark job
     users = lake_state(output, "app.users")
     assert str(users.pop((99,))["score"]) == "7.0"
@@ -327,10 +330,10 @@ def test_a_run_that_dies_while_folding_an_added_column_converges(
     added = stream.schema_event("users", described("users", [score]))
     later = {"id": 99, "n": 1.0, "tags": [], "big": "x", "score": "7.0"}
     events = [
-        Event(Op.CREATE, {"id": 97}, None, new, at(base, 1), 1),
-        Event(Op.UPDATE, {"id": changed["id"]}, None, changed, at(base + 1, 1), 1),
+        PlainEvent(Op.CREATE, {"id": 97}, None, new, at(base, 1), 1),
+        PlainEvent(Op.UPDATE, {"id": changed["id"]}, None, changed, at(base + 1, 1), 1),
         added,
-        Event(Op.CREATE, {"id": 99}, None, later, at(stream.commit + 1, 1), 2),
+        PlainEvent(Op.CREATE, {"id": 99}, None, later, at(stream.commit + 1, 1), 2),
     ]
     write(events_dir, events, [])
     step = getattr(LakeTable, failing)

@@ -3,7 +3,7 @@
 A history is data: initial writes, the dumps to run, and a list of actions, each drawn by a
 Hypothesis strategy, so a failing history shrinks to a short one. `run_history` plays it against
 any tailer (`TailerDriver`): the model in simulation.py, or the production `Session`
-(tests/integration/test_tailer_properties.py). Both meet the same `Source` and `Dump`.
+(tests/integration/tailer/test_properties.py). Both meet the same `Source` and `Dump`.
 
 What the actions reach: writes of one to three rows (inserts, updates, deletes, and primary-key
 changes, which the log shows as a delete then a create, often into another open window's range),

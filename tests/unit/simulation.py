@@ -5,7 +5,7 @@ watermark writes), dumps that plan chunks with `TablePlanner` and read them betw
 the window states they share with the tailer (`ModelWindows`, the state machine of
 `state.WindowStore`), and `ModelTailer`, a synchronous model of the production `Session`. The
 histories in `histories.py` drive these, and drive the production `Session` with the same
-`Source` and `Dump` (tests/integration/test_tailer_properties.py).
+`Source` and `Dump` (tests/integration/tailer/test_properties.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,15 @@ from typing import Any, Literal, Protocol
 
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, TablePlanner, TableProgress
-from airflow_provider_dblog.core.event import Event, Key, Op, Origin, SourceInfo, TableRef
+from airflow_provider_dblog.core.event import (
+    Event,
+    Key,
+    Op,
+    Origin,
+    PlainEvent,
+    SourceInfo,
+    TableRef,
+)
 from airflow_provider_dblog.core.log import Change, LogItem, TransactionEnd, WatermarkWrite
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Failed, Reconciler, Window
@@ -75,7 +83,7 @@ def log_items(entry: LogEntry) -> list[LogItem]:
             txid=entry.txid,
         )
         key_row = dict(zip(KEY_COLUMNS[table], key, strict=True))
-        items.append(Change(Event(op, key_row, before, after, source, 1)))
+        items.append(Change(PlainEvent(op, key_row, before, after, source, 1)))
     items.append(TransactionEnd(entry.commit))
     return items
 

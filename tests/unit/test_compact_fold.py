@@ -24,7 +24,8 @@ from airflow_provider_dblog.compaction import (
     read_segment,
     schema_changes,
 )
-from airflow_provider_dblog.core.event import Event, Op, Origin, SourceInfo, encode, table_event
+from airflow_provider_dblog.core.event import Event, Op, Origin, PlainEvent, SourceInfo, table_event
+from airflow_provider_dblog.core.event_codec import encode
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.lake.schema import LakeRow
@@ -115,7 +116,7 @@ def test_constant_defaults(expression: str | None, value: object) -> None:
 
 def event(op: Op, commit: int, key: dict, after: dict | None, before: dict | None = None) -> Event:
     source = SourceInfo("src", "db", "app", "t", Position(commit, 0), Origin.LOG)
-    return Event(op, key, before, after, source, 1)
+    return PlainEvent(op, key, before, after, source, 1)
 
 
 def line_of(event: Event) -> bytes:

@@ -4,7 +4,9 @@ exists is documented, and every one the docs name exists.
 Flags come from the real argparse parsers (`dblog`'s, built by `cli.build_parser`) and, for the
 scripts the docs also show (`spark_jobs/`, `bench/`), from their `add_argument` calls. TOML keys
 come from the configuration dataclasses and the loader's own lists of known keys. Error types
-are the exception classes defined in the package and the Spark applications.
+are the exception classes defined in the package and the Spark applications. Code names (a
+backticked `Class.method`, `module.name`, `dump/runner.run_table`) are resolved by importing
+the code they name; backticked paths with a folder must be files of the repository.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import importlib
+import importlib.util
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +30,7 @@ from airflow_provider_dblog.tailer.settings import TailerSettings
 from airflow_provider_dblog.targets import _OUTPUTS
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 OPERATIONS = REPO / "docs" / "operations.md"
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 OTHER_TOOLS = {
@@ -182,3 +186,156 @@ def test_every_error_type_is_in_the_operations_guide() -> None:
     assert {"SourceError", "FencedOut", "DumpFailed", "CompactionLocked"} <= set(errors)
     missing = {n: str(p.relative_to(REPO)) for n, p in errors.items() if f"`{n}`" not in guide}
     assert not missing, f"error types missing from docs/operations.md: {missing}"
+
+
+# --- code names --------------------------------------------------------------------------------
+
+CODE_NAME = re.compile(r"`([A-Za-z_][\w/]*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
+"""A backticked dotted name: `Reconciler.chunk_events`, `core.event.Event`,
+`dump/runner.run_table`."""
+FILE_SUFFIXES = (".py", ".md", ".toml", ".yaml", ".json", ".sql", ".conf", ".log", ".sh", ".env")
+NOT_CODE = {
+    "public.orders": "a source table in the examples",
+    "dblog.watermark": "the watermark table",
+    "source.origin": "a field of the event's JSON",
+    "spark.pyspark.python": "a Spark setting",
+    "dblog_positions.deleted": "a column of the SQL target's positions table",
+}
+"""Dotted names the docs show that are not Python: each says what it is instead."""
+EXTERNAL = {"DeltaTable": "deltalake", "dag": "airflow.sdk.DAG"}
+"""Other projects' names the docs use without their module."""
+OUR_ROOTS = ("airflow_provider_dblog", "spark_jobs", "tests")
+
+
+def _our_modules() -> dict[str, Path]:
+    """Every module of the package, the Spark applications and the test support, by name."""
+    modules = {}
+    for root in OUR_ROOTS:
+        for path in (REPO / root).rglob("*.py"):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+MODULES = _our_modules()
+
+
+def _top_level_names() -> dict[str, list[str]]:
+    """Each name a module of ours defines at its top level: the modules that define it."""
+    defined: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            else:
+                continue
+            for name in names:
+                defined.setdefault(name, []).append(module)
+    return defined
+
+
+DEFINED = _top_level_names()
+
+
+def _has(owner: object, attributes: list[str]) -> bool:
+    """`owner.a.b...` exists: as an attribute, or as a field a class declares (a dataclass field
+    without a default is no class attribute)."""
+    for index, attribute in enumerate(attributes):
+        if hasattr(owner, attribute):
+            owner = getattr(owner, attribute)
+            continue
+        declared = isinstance(owner, type) and any(
+            attribute in vars(cls).get("__annotations__", {}) for cls in owner.__mro__
+        )
+        return declared and index == len(attributes) - 1
+    return True
+
+
+def _resolves(name: str) -> bool | None:
+    """Whether `name` names something of ours (or of a library it names): None when it names
+    nothing Python this test knows of."""
+    parts = name.replace("/", ".").split(".")
+    for end in range(len(parts), 0, -1):
+        written = ".".join(parts[:end])
+        modules = [m for m in MODULES if m == written or m.endswith(f".{written}")]
+        if modules:
+            rest = parts[end:]
+            return any(_has(importlib.import_module(m), rest) for m in modules)
+    if parts[0] in DEFINED:
+        return any(_has(importlib.import_module(m), parts) for m in DEFINED[parts[0]])
+    if parts[0] in EXTERNAL:
+        module, _, attribute = EXTERNAL[parts[0]].partition(".")
+        owner = importlib.import_module(module)
+        return _has(owner, [*attribute.split("."), *parts[1:]] if attribute else parts)
+    if _importable(parts[0]):
+        return _has(importlib.import_module(parts[0]), parts[1:]) or any(
+            _importable(".".join(parts[:end])) for end in range(2, len(parts) + 1)
+        )
+    return None
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent that is a module, not a package
+        return False
+
+
+def _code_names() -> dict[str, set[str]]:
+    """{name: the docs that name it} for every backticked dotted name that is not a file."""
+    found: dict[str, set[str]] = {}
+    for doc in DOCS:
+        for name in CODE_NAME.findall(doc.read_text()):
+            if not name.endswith(FILE_SUFFIXES):
+                found.setdefault(name, set()).add(doc.name)
+    return found
+
+
+def test_every_code_name_the_docs_cite_exists() -> None:
+    """`Reconciler.chunk_events`, `core.event.Event`, `dump/runner.run_table`: each dotted name
+    in backticks resolves against the code, so a rename or a removal updates the docs too. A
+    `dblog.*` name is a table property or metadata key, spelled as a literal in the package."""
+    literals = {
+        node.value
+        for path in (REPO / "airflow_provider_dblog").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    names = _code_names()
+    assert {"Reconciler.chunk_events", "hooks.dblog.DBLogHook"} <= set(names)
+    unknown, missing = {}, {}
+    for name, docs in sorted(names.items()):
+        if name in NOT_CODE:
+            continue
+        if name.startswith("dblog.") and name not in MODULES:
+            if name not in literals:
+                missing[name] = sorted(docs)
+            continue
+        resolved = _resolves(name)
+        if resolved is None:
+            unknown[name] = sorted(docs)
+        elif not resolved:
+            missing[name] = sorted(docs)
+    assert not missing, f"the docs name code that does not exist: {missing}"
+    assert not unknown, (
+        f"not code this test knows (add them to NOT_CODE with what they are): {unknown}"
+    )
+
+
+FILE_PATH = re.compile(r"`([\w.-]+(?:/[\w.-]+)+\.(?:py|md|toml|yaml|sql|sh))`")
+
+
+def test_every_file_path_the_docs_cite_exists() -> None:
+    """`core/event.py`, `tests/unit/core/test_event.py`: a backticked path with a folder names a
+    file of the repository, of the package, or of the tests."""
+    roots = [REPO, REPO / "airflow_provider_dblog", REPO / "tests"]
+    missing: dict[str, set[str]] = {}
+    for doc in DOCS:
+        for path in FILE_PATH.findall(doc.read_text()):
+            if not any((root / path).exists() for root in roots):
+                missing.setdefault(path, set()).add(doc.name)
+    assert not missing, f"the docs name files that do not exist: {missing}"

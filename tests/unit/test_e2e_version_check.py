@@ -3,7 +3,7 @@ catches the stale chunk row that the position and final-state checks let through
 
 from __future__ import annotations
 
-from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo
+from airflow_provider_dblog.core.event import Event, Op, Origin, PlainEvent, Row, SourceInfo
 from airflow_provider_dblog.core.position import Position
 from tests.integration.e2e_support import (
     VERSION_COLUMN,
@@ -21,7 +21,7 @@ def event(commit: int, op: Op, key: int, version: int | None, origin: Origin = O
         after = {"id": key, "owner": f"v{version}"}
         if version is not None:
             after[VERSION_COLUMN] = version
-    return Event(op, {"id": key}, None, after, source, 1)
+    return PlainEvent(op, {"id": key}, None, after, source, 1)
 
 
 def test_a_stale_chunk_row_later_overwritten_is_seen_by_its_version_only() -> None:

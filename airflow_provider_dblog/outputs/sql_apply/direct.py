@@ -16,7 +16,15 @@ from typing import Any
 
 from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.core.event import Event, Op, Origin, Row, SourceInfo, TableRef
+from airflow_provider_dblog.core.event import (
+    Event,
+    Op,
+    Origin,
+    PlainEvent,
+    Row,
+    SourceInfo,
+    TableRef,
+)
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.direct_target import StagedRead, stage_rows_read
 from airflow_provider_dblog.outputs.base import TargetTableMissing
@@ -38,7 +46,7 @@ def _dump_event(
             f"of {table} has no column {missing}"
         ) from None
     source = SourceInfo(source_name, "", table.schema, table.name, position, Origin.DUMP)
-    return Event(Op.READ, key_row, None, row, source, 0)
+    return PlainEvent(Op.READ, key_row, None, row, source, 0)
 
 
 class SqlDirectTarget:

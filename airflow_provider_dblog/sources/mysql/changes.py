@@ -42,6 +42,8 @@ from airflow_provider_dblog.core.event import (
     Op,
     Row,
     TableRef,
+)
+from airflow_provider_dblog.core.event_codec import (
     log_line_format,
     plain_row_encoder,
     row_json_encoder,
@@ -168,9 +170,8 @@ class _Lines:
 
     @classmethod
     def of(cls, transaction: _Transaction, origin: LogOrigin, version: int) -> _Lines:
-        txid = b"null" if origin.txid is None else b"%d" % origin.txid
         tail = b'],"origin":"log","dump_id":null,"window_id":null,"txid":%b,"ts_ms":%d}' % (
-            txid,
+            origin.txid_json,
             origin.ts_ms,
         )
         tail += b',"schema_version":%d}\n' % version
@@ -184,7 +185,7 @@ class _Lines:
 
 
 _LINE_END = (
-    b'],"origin":"log","dump_id":null,"window_id":null,"txid":%d,"ts_ms":%d},"schema_version":%d}\n'
+    b'],"origin":"log","dump_id":null,"window_id":null,"txid":%b,"ts_ms":%d},"schema_version":%d}\n'
 )
 _new = object.__new__
 _SET_COMMIT: Callable[[Position, int], None] = Position.__dict__["commit"].__set__

@@ -4,8 +4,9 @@ No socket and no SQL: the one catalog question, what a Relation message's column
 the nullability, defaults and primary key pgoutput does not send), is asked through an injected
 `RelationLookup`, so the mapping is tested on bytes without a server (`replication.py` is the
 transport that feeds it). `map_bytes` takes a message's bytes: it reads an insert of a captured
-table straight from them, with its event's encoded line (`EncodedLogEvent`), and decodes any
-other message with `pgoutput.decode` for `map`.
+table straight from them (with the code `compiled_rows` generates for the table's columns), with
+its event's encoded line (`EncodedLogEvent`), and decodes any other message with
+`pgoutput.decode` for `map`.
 
 Positions are `[commit LSN of the transaction, seq]`; the commit LSN comes in Begin (final_lsn)
 before the first change. The n-th change, watermark write or truncated table of a transaction
@@ -45,9 +46,12 @@ from airflow_provider_dblog.core.event import (
     LogOrigin,
     Op,
     Origin,
+    PlainEvent,
     Row,
     SourceInfo,
     TableRef,
+)
+from airflow_provider_dblog.core.event_codec import (
     log_line_format,
     plain_row_encoder,
     row_json_encoder,
@@ -64,6 +68,7 @@ from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError
 from airflow_provider_dblog.sources.postgres import pgoutput
+from airflow_provider_dblog.sources.postgres.compiled_rows import compile_insert, compile_row
 from airflow_provider_dblog.sources.postgres.converters import column_converter, keeps_text
 
 log = logging.getLogger(__name__)
@@ -90,10 +95,11 @@ class _Table:
     identity: tuple[int, ...]
     """The indexes of the replica identity columns: what a key-only ('K') tuple carries."""
     whole_row: Callable[[pgoutput.TupleData], Row]
-    """A whole tuple without unchanged TOAST values as a row: `_compile_row`."""
+    """A whole tuple without unchanged TOAST values as a row: `compiled_rows.compile_row`."""
     insert_row: Callable[[bytes, int], tuple[Row, Row] | None] | None
     """An Insert's new tuple read straight from the message bytes, as its row and its key:
-    `_compile_insert`; None for a table not captured (or whose key is not among its columns)."""
+    `compiled_rows.compile_insert`; None for a table not captured (or whose key is not among
+    its columns)."""
     line: bytes
     """`log_line_format` of the table's inserts."""
     plain_json: Callable[[Row], bytes] | None
@@ -120,7 +126,7 @@ class _Table:
         insert_row = None
         if captured and not is_watermark and set(key_columns) <= set(names):
             key_indexes = tuple(names.index(name) for name in key_columns)
-            insert_row = _compile_insert(names, parsers, key_indexes)
+            insert_row = compile_insert(names, parsers, key_indexes)
         return cls(
             relation,
             ref,
@@ -130,7 +136,7 @@ class _Table:
             names,
             parsers,
             tuple(i for i, c in enumerate(columns) if c.is_key),
-            _compile_row(names, parsers),
+            compile_row(names, parsers),
             insert_row,
             log_line_format(Op.CREATE, source, db, ref),
             plain_row_encoder() if all(p is None or p is int for p in parsers) else None,
@@ -228,99 +234,6 @@ class _Transaction:
         return Position(self.begin.final_lsn, 2 * self.changes)
 
 
-def _compile_row(
-    names: tuple[str, ...], parsers: tuple[Callable[[str], JsonValue] | None, ...]
-) -> Callable[[pgoutput.TupleData], Row]:
-    """A function from a whole tuple (no unchanged TOAST value) to its row, as `_Table.row`'s
-    loop builds it, compiled once per Relation message: one dict display with each column's
-    conversion spelled out, about ten times faster than the loop. The generated code names
-    columns and converters only by their index (`n0`, `p0`, ...), bound as globals of the
-    function, so no name from the database is ever part of the code."""
-    namespace: dict[str, object] = {}
-    items = []
-    for i, (name, parse) in enumerate(zip(names, parsers, strict=True)):
-        namespace[f"n{i}"] = name
-        if parse is None:
-            items.append(f"n{i}: v{i}")
-        else:
-            namespace[f"p{i}"] = parse
-            items.append(f"n{i}: None if v{i} is None else p{i}(v{i})")
-    unpack = "".join(f"v{i}, " for i in range(len(names)))
-    source = "def whole_row(values):\n"
-    if names:
-        source += f"    {unpack}= values\n"
-    source += f"    return {{{', '.join(items)}}}\n"
-    exec(compile(source, "<pgoutput row>", "exec"), namespace)
-    function: Callable[[pgoutput.TupleData], Row] = namespace["whole_row"]  # type: ignore[assignment]
-    return function
-
-
-def _compile_insert(
-    names: tuple[str, ...],
-    parsers: tuple[Callable[[str], JsonValue] | None, ...],
-    key_indexes: tuple[int, ...],
-) -> Callable[[bytes, int], tuple[Row, Row] | None]:
-    """A function from an Insert message's bytes and the offset of its new tuple to the row
-    and the key `_Table.row` and `_Table.key` give, compiled once per Relation message: the
-    tuple's values are read, converted and put in the two dicts in one pass of straight-line
-    code, with no `Insert` or tuple of values in between (nearly every message is an insert).
-
-    It returns None for anything but a whole tuple of text and null values that fills the
-    message exactly (an unchanged TOAST value, a wrong column count, bytes left or missing, a
-    value its converter refuses): the caller then decodes the message the general way, which
-    gives the row or raises the error as always. Integer columns are converted from the bytes
-    (`int` reads ASCII digits from bytes as from text). As in `_compile_row`, columns and
-    converters are named only by their index."""
-    count = len(names)
-    namespace: dict[str, object] = {
-        "COUNT": count.to_bytes(2, "big"),
-        "U32": pgoutput.U32_AT,
-        "TEXT": pgoutput.TEXT_KIND,
-        "NULL": pgoutput.NULL_KIND,
-    }
-    lines = [
-        "def insert_row(d, p):",
-        "    try:",
-        "        if d[p : p + 2] != COUNT:",
-        "            return None",
-        "        p += 2",
-    ]
-    for i, (name, parse) in enumerate(zip(names, parsers, strict=True)):
-        namespace[f"n{i}"] = name
-        if parse is None:
-            value = "d[s:p].decode()"
-        elif parse is int:
-            value = "int(d[s:p])"
-        else:
-            namespace[f"p{i}"] = parse
-            value = f"p{i}(d[s:p].decode())"
-        lines += [
-            "        k = d[p]",
-            "        if k == TEXT:",
-            "            (n,) = U32(d, p + 1)",
-            "            s = p + 5",
-            "            p = s + n",
-            f"            v{i} = {value}",
-            "        elif k == NULL:",
-            f"            v{i} = None",
-            "            p += 1",
-            "        else:",
-            "            return None",
-        ]
-    row = ", ".join(f"n{i}: v{i}" for i in range(count))
-    key = ", ".join(f"n{i}: v{i}" for i in key_indexes)
-    lines += [
-        "        if p != len(d):",
-        "            return None",
-        "    except Exception:",
-        "        return None",
-        f"    return {{{row}}}, {{{key}}}",
-    ]
-    exec(compile("\n".join(lines) + "\n", "<pgoutput insert>", "exec"), namespace)
-    function: Callable[[bytes, int], tuple[Row, Row] | None] = namespace["insert_row"]  # type: ignore[assignment]
-    return function
-
-
 _ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
 _NEW_TUPLE = ord("N")
 
@@ -384,8 +297,9 @@ class ChangeMapper:
 
     def map_bytes(self, data: bytes, start: int = 0) -> list[LogItem]:
         """`map(pgoutput.decode(data[start:]))`: the items of the message at `start`. An
-        insert into a captured table is read straight from the bytes (`_compile_insert`);
-        any other message, or an insert that reader declines, is decoded the general way."""
+        insert into a captured table is read straight from the bytes
+        (`compiled_rows.compile_insert`); any other message, or an insert that reader
+        declines, is decoded the general way."""
         if data[start : start + 1] == b"I":
             change = self.read_insert(data, start)
             if change is not None:
@@ -426,7 +340,7 @@ class ChangeMapper:
             after_json,
             position.commit,
             position.seq,
-            origin.txid,
+            origin.txid_json,
             origin.ts_ms,
             version,
         )
@@ -547,4 +461,4 @@ class ChangeMapper:
             transaction.begin.xid,
             transaction.ts_ms,
         )
-        return Change(Event(op, key, before, after, source, self.schema_versions.get(ref, 0)))
+        return Change(PlainEvent(op, key, before, after, source, self.schema_versions.get(ref, 0)))

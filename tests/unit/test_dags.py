@@ -1,0 +1,196 @@
+"""The DAGs of dags/ as the DAG processor and the trigger form see them: they import with their
+docs, their tasks chain as `dump_chain` builds them, their params are optional or required
+as the form shows them, what the form sends reaches the operators unchanged, and their
+schemas refuse bad input by name."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+TOML = """
+[source]
+name = "shop"
+dsn = "host=127.0.0.1 port=5432 dbname=shop user=dblog"
+tables = ["public.accounts", "public.orders"]
+
+[redis]
+url = "redis://127.0.0.1:6379/0"
+
+[output]
+type = "ndjson"
+directory = "out"
+"""
+
+
+def dag_bag() -> Any:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(str(DAGS))
+    assert bag.import_errors == {}
+    return bag
+
+
+def is_required(schema: dict[str, Any]) -> bool:
+    """The red asterisk of Airflow 3.3's form (`isParamRequired.tsx`): a type without "null"."""
+    kind = schema.get("type")
+    return bool(kind) and not (isinstance(kind, list) and "null" in kind)
+
+
+def sent_by_text_box(schema: dict[str, Any], text: str) -> Any:
+    """What the form sends for text typed into a field of several types (Airflow 3.3,
+    `FieldMultiType.tsx`): the text as JSON when it parses to one of the types, else the text
+    itself when a string is allowed; an empty box sends null."""
+    if text == "":
+        return None
+    types = [t for t in schema["type"] if t != "null"]
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
+    kind = {list: "array", str: "string", dict: "object", bool: "boolean"}.get(type(parsed))
+    return parsed if kind in types else text
+
+
+def test_every_dag_imports_with_its_docs_tasks_and_params() -> None:
+    bag = dag_bag()
+    assert set(bag.dag_ids) == {"dblog_backfill", "dblog_dump", "dblog_repair", "dblog_on_change"}
+    expected_params = {
+        "dblog_backfill": {"tables", "chunk_size", "parallelism", "mode"},
+        "dblog_dump": {"source", "tables", "keys", "chunk_size", "parallelism", "mode"},
+        "dblog_repair": {"table", "keys", "chunk_size"},
+    }
+    for dag_id, params in expected_params.items():
+        dag = bag.dags[dag_id]
+        assert {t.task_id for t in dag.tasks} == {"check_request", "wait_for_tailer", "dump"}
+        assert dag.get_task("check_request").downstream_task_ids == {"wait_for_tailer"}
+        assert dag.get_task("wait_for_tailer").downstream_task_ids == {"dump"}
+        assert set(dag.params.keys()) == params
+        assert dag.catchup is False
+        assert dag.doc_md and dag.doc_md.startswith(f"### {dag_id}:"), dag.doc_md
+    assert bag.dags["dblog_backfill"].schedule == "0 3 * * 0"
+    assert bag.dags["dblog_dump"].schedule is None and bag.dags["dblog_repair"].schedule is None
+
+
+def test_optional_params_are_optional_in_the_form_and_counts_say_what_they_are() -> None:
+    bag = dag_bag()
+    required = {
+        dag_id: {name for name, p in bag.dags[dag_id].params.items() if is_required(p.schema)}
+        for dag_id in ("dblog_backfill", "dblog_dump", "dblog_repair")
+    }
+    assert required == {
+        "dblog_backfill": {"parallelism"},
+        "dblog_dump": {"source", "parallelism"},
+        "dblog_repair": {"table", "keys"},
+    }
+    # An empty chunk size is the mode's default (`dump/request.py`).
+    assert [bag.dags[d].params["chunk_size"] for d in ("dblog_backfill", "dblog_dump")] == [
+        None
+    ] * 2
+    for dag in bag.dags.values():
+        for name in ("chunk_size", "parallelism"):
+            if name in dag.params:
+                param = dag.params.get_param(name)
+                assert "at least 1" in param.schema["description_md"], (dag.dag_id, name)
+                # The form's number field would silently clamp a typed 0 to a minimum.
+                assert not {"minimum", "maximum"} & set(param.schema), param.schema
+
+
+@pytest.mark.parametrize(
+    ("text", "keys"),
+    [
+        ('[["eu", 1], ["us", 2]]', [["eu", 1], ["us", 2]]),
+        ('[{"region": "eu", "n": 1}]', [{"region": "eu", "n": 1}]),
+        ("1,2,3", "1,2,3"),
+        ("1e3", "1e3"),
+        ("None", "None"),
+        ("True", "True"),
+        ("", None),
+    ],
+)
+def test_the_keys_typed_into_the_form_reach_the_request_as_sent(text: str, keys: Any) -> None:
+    dag = dag_bag().dags["dblog_dump"]
+    params = copy.deepcopy(dag.params)
+    conf = {
+        "source": "dblog_default",
+        "tables": ["public.orders"],
+        "keys": sent_by_text_box(params.get_param("keys").schema, text),
+        "chunk_size": 50,
+        "parallelism": 1,
+    }
+    assert conf["keys"] == keys
+    params.update(conf)
+    context: Any = {"params": params.validate()}
+    for task_id in ("check_request", "dump"):
+        task = copy.deepcopy(dag.get_task(task_id))
+        task.render_template_fields(context)
+        assert (task.dblog_conn_id, task.tables, task.keys) == (
+            "dblog_default",
+            ["public.orders"],
+            keys,
+        )
+        assert (task.chunk_size, task.parallelism) == (50, 1)
+
+
+def test_the_repair_form_sends_its_one_table_as_a_list_of_one() -> None:
+    dag = dag_bag().dags["dblog_repair"]
+    params = copy.deepcopy(dag.params)
+    params.update({"table": "public.orders", "keys": '[["eu", 1]]', "chunk_size": 10})
+    task = copy.deepcopy(dag.get_task("check_request"))
+    task.render_template_fields({"params": params.validate()})  # type: ignore[arg-type]
+    assert (task.tables, task.keys, task.chunk_size) == (["public.orders"], '[["eu", 1]]', 10)
+
+
+def test_the_captured_tables_are_the_forms_choices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "dblog.toml"
+    config.write_text(TOML)
+    extra = {"source_name": "shop", "config_path": str(config)}
+    connection = {"conn_type": "dblog", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_DEFAULT", json.dumps(connection))
+    dags = dag_bag().dags
+    choices = ["public.accounts", "public.orders"]
+    for dag_id in ("dblog_dump", "dblog_backfill"):
+        assert dags[dag_id].params.get_param("tables").schema["examples"] == choices
+    assert dags["dblog_repair"].params.get_param("table").schema["examples"] == choices
+
+
+def test_without_a_readable_config_the_forms_take_table_names_as_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    connection = {"conn_type": "dblog", "extra": {"source_name": "s", "config_path": "/nowhere"}}
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_DEFAULT", json.dumps(connection))
+    dags = dag_bag().dags
+    assert "examples" not in dags["dblog_dump"].params.get_param("tables").schema
+    assert "examples" not in dags["dblog_repair"].params.get_param("table").schema
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "conf", "bad"),
+    [
+        ("dblog_dump", {"parallelism": "two"}, "parallelism"),
+        ("dblog_dump", {"chunk_size": 2.5}, "chunk_size"),
+        ("dblog_dump", {"tables": "public.accounts"}, "tables"),
+        ("dblog_dump", {"tables": [1]}, "tables"),
+        ("dblog_dump", {"keys": 5}, "keys"),
+        ("dblog_dump", {"source": ""}, "source"),
+        ("dblog_repair", {"table": "public.accounts", "keys": []}, "keys"),
+        ("dblog_repair", {"table": "public.accounts", "keys": ""}, "keys"),
+        ("dblog_repair", {"keys": [1]}, "table"),
+    ],
+)
+def test_params_schema_refuses_bad_input_naming_the_param(
+    dag_id: str, conf: dict[str, Any], bad: str
+) -> None:
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = copy.deepcopy(dag_bag().dags[dag_id].params)
+    with pytest.raises(ParamValidationError, match=f"param {bad}:"):
+        params.update(conf)  # what a run's conf does to the DAG's params
+        params.validate()
