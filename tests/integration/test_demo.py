@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dblog.cli import main
-from airflow_provider_dblog.demo import run_demo
-from airflow_provider_dblog.demo_mariadb import run_mariadb_demo
+from airflow_provider_dblog.demo.mariadb import MariaDBDemo
+from airflow_provider_dblog.demo.postgres import PostgresDemo
+from airflow_provider_dblog.demo.story import run_demo
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +18,13 @@ pytestmark = pytest.mark.integration
 def test_demo_converges_under_writes(tmp_path: Path) -> None:
     said: list[str] = []
     summary = run_demo(
-        tmp_path, rows=600, chunk_size=50, parallelism=3, write_seconds=2.0, say=said.append
+        PostgresDemo,
+        tmp_path,
+        rows=600,
+        chunk_size=50,
+        parallelism=3,
+        write_seconds=2.0,
+        say=said.append,
     )
     assert summary.equal, summary.differences
     assert summary.writes > 0, "the workload must write while the dump runs"
@@ -39,8 +46,14 @@ def test_demo_command_prints_a_verified_summary(capsys: pytest.CaptureFixture[st
 def test_mariadb_demo_converges_under_writes(tmp_path: Path) -> None:
     """`dblog demo --source mariadb`: the binlog tailer's NDJSON, replayed, equals the source."""
     said: list[str] = []
-    summary = run_mariadb_demo(
-        tmp_path, rows=400, chunk_size=50, parallelism=3, write_seconds=2.0, say=said.append
+    summary = run_demo(
+        MariaDBDemo,
+        tmp_path,
+        rows=400,
+        chunk_size=50,
+        parallelism=3,
+        write_seconds=2.0,
+        say=said.append,
     )
     assert summary.equal, summary.differences
     assert summary.writes > 0, "the workload must write while the dump runs"

@@ -42,8 +42,8 @@ from airflow_provider_dblog.core.event import (
 )
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
-from airflow_provider_dblog.demo import TABLES as DEMO_TABLES
-from airflow_provider_dblog.demo import Workload
+from airflow_provider_dblog.demo.postgres import TABLES as DEMO_TABLES
+from airflow_provider_dblog.demo.postgres import Workload
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import run_dump

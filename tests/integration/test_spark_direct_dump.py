@@ -25,7 +25,7 @@ import pytest
 
 from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
-from airflow_provider_dblog.demo import TABLES
+from airflow_provider_dblog.demo.postgres import TABLES
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.lake.catalog import source_lake_schema

@@ -32,7 +32,7 @@ from pyspark.sql import SparkSession
 
 from airflow_provider_dblog.config import load_config
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
-from airflow_provider_dblog.demo import TABLES, Workload, compare, snapshot
+from airflow_provider_dblog.demo.postgres import TABLES, Workload, compare, snapshot
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo

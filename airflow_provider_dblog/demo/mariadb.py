@@ -1,41 +1,31 @@
-"""`dblog demo --source mariadb`: the demo's story on a private MariaDB (see demo.py).
-
-Starts MariaDB and Redis in a temp dir, creates the three sample tables (bigint key; composite
-(varchar, int) key; binary(16) uuid key) with rows that exist before capture starts, runs the
-binlog tailer into NDJSON files, runs a write workload, and while it writes: a full dump of all
-tables with several windows in flight, then a repair of 20 given keys. The SQL-apply output
-writes PostgreSQL, so the target here is the NDJSON stream: at the end it is replayed by the
-README's consumer rules and must equal the source row for row (as the dump's converters read
-it), and the repair must have emitted exactly the keys asked for.
+"""The demo on MariaDB (`story.py` tells it): the three sample tables in MySQL types (a
+`binary(16)` uuid key), the binlog tailer into NDJSON files. The SQL-apply output writes
+PostgreSQL, so the target here is the NDJSON stream: at the end it is replayed by the README's
+consumer rules and must equal the source row for row (as the dump's converters read it), and
+the repair, of 20 keys of accounts, must have emitted exactly the keys asked for.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
-import tempfile
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pymysql
 
-from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
-from airflow_provider_dblog.core.event import Event, Op, Row
+from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.event import Event, Key, Op, Row
 from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
-from airflow_provider_dblog.demo import REGIONS, DemoSummary, RandomWrites, wait_until
+from airflow_provider_dblog.demo.story import REGIONS, DemoBackend, RandomWrites
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServer
-from airflow_provider_dblog.devservices.redis import RedisServer
-from airflow_provider_dblog.dump.runner import run_dump
+from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, read_events
 from airflow_provider_dblog.sources.base import Source
-from airflow_provider_dblog.sources.factory import parse_source_config, source_for
 from airflow_provider_dblog.state import StateStore
-from airflow_provider_dblog.tailer import Tailer, TailerSettings
 
 SCHEMA = (
     "CREATE TABLE accounts (id bigint PRIMARY KEY, owner varchar(100) NOT NULL, "
@@ -48,7 +38,6 @@ SCHEMA = (
 """The demo's tables on MySQL: a `binary(16)` uuid key (its JSON is base64), `json` for
 PostgreSQL's `text[]` and `jsonb`."""
 TABLE_NAMES = ("accounts", "orders", "items")
-PASSWORD_ENV = "DBLOG_DEMO_PASSWORD"
 RowKey = tuple[str, str]
 """(table name, JSON list of the key values in primary-key order)."""
 
@@ -206,122 +195,62 @@ def binlog_end(info: MariaDBInfo) -> int:
     return mysql_commit(binlog_file_number(str(row[0])), int(row[1]))
 
 
-def run_mariadb_demo(
-    work_dir: Path | None = None,
-    *,
-    rows: int = 5000,
-    chunk_size: int = 500,
-    parallelism: int = 2,
-    write_seconds: float = 2.0,
-    say: Callable[[str], None] = print,
-) -> DemoSummary:
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="dblog-demo-") as tmp:
-        base = work_dir or Path(tmp)
-        say(f"starting MariaDB and Redis in {base}")
-        with MariaDBServer(base / "mariadb") as db, RedisServer(base / "redis") as rds:
-            return _demo(
-                db.info,
-                rds.info.client(),
-                base / "events",
-                rows,
-                chunk_size,
-                parallelism,
-                write_seconds,
-                say,
-                started,
-            )
+class MariaDBDemo(DemoBackend):
+    """The story's MariaDB, its target the tailer's NDJSON files in `events_dir`."""
 
+    database = "MariaDB"
+    sample_tables = "accounts (bigint key), orders ((varchar, int) key), items (binary(16) uuid)"
+    target = "the NDJSON replayed"
 
-def _demo(
-    info: MariaDBInfo,
-    redis_client: Any,
-    events_dir: Path,
-    rows: int,
-    chunk_size: int,
-    parallelism: int,
-    write_seconds: float,
-    say: Callable[[str], None],
-    started: float,
-) -> DemoSummary:
-    rng = random.Random(42)
-    with pymysql.connect(**info.connect_kwargs()) as conn, conn.cursor() as cursor:
-        seeded = seed(cursor, rows, rng)
-        conn.commit()
-    say(
-        f"seeded {seeded} rows in accounts (bigint key), orders ((varchar, int) key), "
-        "items (binary(16) uuid)"
-    )
-    os.environ[PASSWORD_ENV] = info.password
-    source = source_for(
-        parse_source_config(
-            {
-                "type": "mysql",
-                "name": "demo",
-                "dsn": f"mysql://{info.user}@{info.host}:{info.port}/{info.dbname}",
-                "tables": list(TABLE_NAMES),
-                "password_env": PASSWORD_ENV,
-                "watermark_database": info.dbname,
-            }
-        )
-    )
-    tables = source.tables
-    source.ensure_setup()
-    store = StateStore(redis_client, source.name)
-    output = NdjsonOutput(events_dir)
-    tailer = Tailer(
-        source, store, output, owner="demo-tailer", settings=TailerSettings(window_ttl_s=30)
-    )
-    stop_tailer = threading.Event()
-    tailer_thread = tailer.start(stop_tailer)
-    say(f"binlog tailer running into NDJSON in {events_dir}; writes start")
+    def __init__(self, info: MariaDBInfo, events_dir: Path) -> None:
+        self.info, self.events_dir = info, events_dir
+        self.password = info.password
 
-    workload = Workload(info, seed=7)
-    workload.start()
-    try:
-        say(f"full dump of all tables: chunk size {chunk_size}, parallelism {parallelism}")
-        full = DumpRequest(
-            "full", DumpKind.ALL, tables, chunk_size=chunk_size, parallelism=parallelism
-        )
-        store.dumps.create(full)
-        if (state := run_dump(store, source.chunk_source, "full")) != "done":
-            raise RuntimeError(f"demo: the full dump ended {state}")
+    @classmethod
+    @contextmanager
+    def started(cls, base: Path) -> Iterator[MariaDBDemo]:
+        with MariaDBServer(base / "mariadb") as db:
+            yield cls(db.info, base / "events")
 
-        keys = tuple((k,) for k in sorted(rng.sample(range(1, rows + 1), min(20, rows))))
+    def seed(self, rows: int, rng: random.Random) -> int:
+        with pymysql.connect(**self.info.connect_kwargs()) as conn, conn.cursor() as cursor:
+            seeded = seed(cursor, rows, rng)
+            conn.commit()
+        return seeded
+
+    def source_section(self) -> dict[str, Any]:
+        info = self.info
+        return {
+            "type": "mysql",
+            "dsn": f"mysql://{info.user}@{info.host}:{info.port}/{info.dbname}",
+            "tables": list(TABLE_NAMES),
+            "watermark_database": info.dbname,
+        }
+
+    def output(self) -> tuple[Output, str]:
+        running = f"binlog tailer running into NDJSON in {self.events_dir}"
+        return NdjsonOutput(self.events_dir), running
+
+    def workload(self, seed: int) -> RandomWrites:
+        return Workload(self.info, seed)
+
+    def keys_to_repair(
+        self, rows: int, rng: random.Random, say: Callable[[str], None]
+    ) -> list[Key]:
+        keys: list[Key] = [(k,) for k in sorted(rng.sample(range(1, rows + 1), min(20, rows)))]
         say(f"repairing {len(keys)} keys of accounts")
-        repair = DumpRequest("repair", DumpKind.KEYS, (tables[0],), keys, chunk_size=50)
-        store.dumps.create(repair)
-        if (state := run_dump(store, source.chunk_source, "repair")) != "done":
-            raise RuntimeError(f"demo: the repair ended {state}")
-        remaining = max(0.0, write_seconds - (time.monotonic() - started))
-        workload.stop.wait(remaining)
-    finally:
-        workload.join()
-    say(f"writes stopped after {workload.writes} transactions; waiting for the tailer")
-    end = binlog_end(info)
-    wait_until(
-        lambda: (store.tailer.load_checkpoint() or 0) >= end - 1, 60, "the tailer catching up"
-    )
-    stop_tailer.set()
-    tailer_thread.join(30)
-    output.close()
+        return keys
 
-    events = list(read_events(events_dir))
-    problems = differences(source_rows(source), replay(events))
-    full_status, repair_status = store.dumps.status("full"), store.dumps.status("repair")
-    assert full_status is not None and repair_status is not None
-    if repair_status.rows != len(keys):
-        problems.append(f"the repair emitted {repair_status.rows} rows, not {len(keys)}")
-    say(f"replayed {len(events)} NDJSON events against the source")
-    return DemoSummary(
-        rows_seeded=seeded,
-        writes=workload.writes,
-        dump_rows=full_status.rows,
-        dump_chunks=full_status.chunks,
-        windows_retried=full_status.windows_retried + repair_status.windows_retried,
-        repaired_keys=len(keys),
-        events_emitted=tailer.stats.events + tailer.stats.dump_rows,
-        seconds=time.monotonic() - started,
-        equal=not problems,
-        differences=problems,
-    )
+    def tailer_at_log_end(self, store: StateStore) -> Callable[[], bool]:
+        end = binlog_end(self.info)
+        return lambda: (store.tailer.load_checkpoint() or 0) >= end - 1
+
+    def differences(
+        self, source: Source, keys: list[Key], repaired_rows: int, say: Callable[[str], None]
+    ) -> list[str]:
+        events = list(read_events(self.events_dir))
+        problems = differences(source_rows(source), replay(events))
+        if repaired_rows != len(keys):
+            problems.append(f"the repair emitted {repaired_rows} rows, not {len(keys)}")
+        say(f"replayed {len(events)} NDJSON events against the source")
+        return problems

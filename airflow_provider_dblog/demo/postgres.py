@@ -1,0 +1,225 @@
+"""The demo on PostgreSQL (`story.py` tells it): the target is a second database of the same
+server, written by the SQL-apply output in monotonic mode, and the repair's keys are rows of
+accounts corrupted in the target on purpose. The sample tables, their seed and the writes serve
+the tests and the Docker setup too."""
+
+from __future__ import annotations
+
+import random
+import secrets
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from airflow_provider_dblog.core.event import Key, TableRef
+from airflow_provider_dblog.core.position import parse_pg_lsn
+from airflow_provider_dblog.demo.story import REGIONS, DemoBackend, RandomWrites
+from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
+from airflow_provider_dblog.outputs.base import Output
+from airflow_provider_dblog.outputs.sql_apply import SqlApplyOutput
+from airflow_provider_dblog.sources.base import Source
+from airflow_provider_dblog.state import StateStore
+
+SCHEMA = """
+CREATE TABLE public.accounts (id bigint PRIMARY KEY, owner text NOT NULL, balance numeric(12,2),
+                              active boolean, updated timestamptz DEFAULT now());
+CREATE TABLE public.orders (region text, n int, amount numeric, note varchar(200), tags text[],
+                            PRIMARY KEY (region, n));
+CREATE TABLE public.items (id uuid PRIMARY KEY, name text, attrs jsonb, blob bytea);
+"""
+TABLES = (TableRef("public", "accounts"), TableRef("public", "orders"), TableRef("public", "items"))
+ORDER_KEYS = {"accounts": "id", "orders": "region, n", "items": "id"}
+
+
+class Workload(RandomWrites):
+    """`RandomWrites` on PostgreSQL, at `dsn`."""
+
+    def __init__(self, dsn: str, seed: int) -> None:
+        super().__init__(seed)
+        self._dsn = dsn
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self._dsn, autocommit=True)
+
+    def _transaction(self, conn: psycopg.Connection[Any], statements: int) -> None:
+        with conn.transaction():
+            for _ in range(statements):
+                write_one(conn, self._rng)
+
+
+def write_one(conn: psycopg.Connection[Any], rng: random.Random) -> None:
+    table = rng.choice(("accounts", "orders", "items"))
+    action = rng.choices(("insert", "update", "delete"), (4, 5, 1))[0]
+    if table == "accounts":
+        key = rng.randint(1, 3000)
+        if action == "delete":
+            conn.execute("DELETE FROM accounts WHERE id = %s", (key,))
+        else:
+            conn.execute(
+                "INSERT INTO accounts (id, owner, balance, active) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (id) DO UPDATE SET balance = excluded.balance, "
+                "active = excluded.active, updated = now()",
+                (key, f"owner-{key}", round(rng.uniform(-1e4, 1e4), 2), rng.random() < 0.8),
+            )
+    elif table == "orders":
+        region, n = rng.choice(REGIONS), rng.randint(1, 800)
+        if action == "delete":
+            conn.execute("DELETE FROM orders WHERE region = %s AND n = %s", (region, n))
+        else:
+            conn.execute(
+                "INSERT INTO orders VALUES (%s, %s, %s, %s, %s) ON CONFLICT (region, n) "
+                "DO UPDATE SET amount = excluded.amount, tags = excluded.tags",
+                (region, n, rng.randint(1, 10**6) / 100, f"note {n}", [region, str(n % 7)]),
+            )
+    else:
+        if action == "insert":
+            conn.execute(
+                "INSERT INTO items VALUES (%s, %s, %s, %s)",
+                (
+                    uuid.UUID(int=rng.getrandbits(128)),
+                    "item",
+                    psycopg.types.json.Jsonb({"size": rng.randint(1, 9), "tags": ["a", "b"]}),
+                    rng.randbytes(8),
+                ),
+            )
+        else:
+            row = conn.execute("SELECT id FROM items ORDER BY random() LIMIT 1").fetchone()
+            if row is None:
+                return
+            if action == "delete":
+                conn.execute("DELETE FROM items WHERE id = %s", row)
+            else:
+                conn.execute(
+                    "UPDATE items SET name = %s WHERE id = %s", (f"item {rng.random()}", row[0])
+                )
+
+
+def seed(conn: psycopg.Connection[Any], rows: int, rng: random.Random) -> int:
+    conn.execute(SCHEMA)
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO accounts (id, owner, balance, active) VALUES (%s, %s, %s, %s)",
+            [(i, f"owner-{i}", i * 1.5, i % 3 > 0) for i in range(1, rows + 1)],
+        )
+        cur.executemany(
+            "INSERT INTO orders VALUES (%s, %s, %s, %s, %s)",
+            [(REGIONS[i % 4], i // 4 + 1, i / 4, f"note {i}", ["x", str(i)]) for i in range(rows)],
+        )
+        cur.executemany(
+            "INSERT INTO items VALUES (%s, %s, %s, %s)",
+            [
+                (
+                    uuid.UUID(int=rng.getrandbits(128)),
+                    f"item {i}",
+                    psycopg.types.json.Jsonb({"i": i}),
+                    bytes([i % 256]) * 4,
+                )
+                for i in range(rows)
+            ],
+        )
+    return rows * 3
+
+
+def snapshot(dsn: str) -> dict[str, list[str]]:
+    """Every table as sorted JSON rows, printed by PostgreSQL itself."""
+    with psycopg.connect(dsn) as conn:
+        return {
+            table: [
+                r[0]
+                for r in conn.execute(
+                    f"SELECT row_to_json(t)::text FROM {table} t ORDER BY {order}"
+                )
+            ]
+            for table, order in ORDER_KEYS.items()
+        }
+
+
+def compare(source_dsn: str, target_dsn: str) -> list[str]:
+    source, target = snapshot(source_dsn), snapshot(target_dsn)
+    problems = []
+    for table in ORDER_KEYS:
+        missing = set(source[table]) - set(target[table])
+        extra = set(target[table]) - set(source[table])
+        if missing or extra:
+            problems.append(f"{table}: {len(missing)} rows differ or missing, {len(extra)} extra")
+    return problems
+
+
+class PostgresDemo(DemoBackend):
+    """The story's PostgreSQL: the source database and, on the same server, the target."""
+
+    database = "PostgreSQL"
+    sample_tables = "accounts (bigint key), orders ((text, int) key), items (uuid)"
+    target = "the SQL target"
+
+    def __init__(self, pg: PostgresInfo) -> None:
+        self.pg = pg
+        self.password = pg.password
+        self.target_dsn = pg.dsn.rsplit("/", 1)[0] + "/dblog_target"
+        self.slot = f"demo_{secrets.token_hex(3)}"
+
+    @classmethod
+    @contextmanager
+    def started(cls, base: Path) -> Iterator[PostgresDemo]:
+        with PostgresServer(base / "pg") as pg:
+            yield cls(pg.info)
+
+    def seed(self, rows: int, rng: random.Random) -> int:
+        pg = self.pg
+        with psycopg.connect(pg.dsn, autocommit=True) as conn:
+            seeded = seed(conn, rows, rng)
+        with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE dblog_target OWNER {pg.user}")
+        with psycopg.connect(self.target_dsn, autocommit=True) as conn:
+            conn.execute(SCHEMA)
+        return seeded
+
+    def source_section(self) -> dict[str, Any]:
+        pg = self.pg
+        return {
+            "type": "postgres",
+            "dsn": f"host={pg.host} port={pg.port} dbname={pg.dbname} user={pg.user}",
+            "tables": [str(t) for t in TABLES],
+            "slot": self.slot,
+        }
+
+    def output(self) -> tuple[Output, str]:
+        return SqlApplyOutput(self.target_dsn, monotonic=True), "tailer running"
+
+    def workload(self, seed: int) -> RandomWrites:
+        return Workload(self.pg.dsn, seed)
+
+    def keys_to_repair(
+        self, rows: int, rng: random.Random, say: Callable[[str], None]
+    ) -> list[Key]:
+        with psycopg.connect(self.target_dsn, autocommit=True) as conn:
+            ids = [r[0] for r in conn.execute("SELECT id FROM accounts ORDER BY id LIMIT 2000")]
+            chosen = sorted(rng.sample(ids, min(20, len(ids))))
+            conn.execute("UPDATE accounts SET owner = 'CORRUPTED' WHERE id = ANY(%s)", (chosen,))
+        say(f"corrupted {len(chosen)} rows of accounts in the target; repairing those keys")
+        return [(k,) for k in chosen]
+
+    def tailer_at_log_end(self, store: StateStore) -> Callable[[], bool]:
+        with psycopg.connect(self.pg.dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert row is not None
+        end = parse_pg_lsn(row[0])
+        return lambda: self._slot_confirmed() >= end
+
+    def _slot_confirmed(self) -> int:
+        """The LSN the tailer confirmed on the slot (0 before its first)."""
+        with psycopg.connect(self.pg.dsn) as conn:
+            row = conn.execute(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                (self.slot,),
+            ).fetchone()
+        return 0 if row is None or row[0] is None else parse_pg_lsn(row[0])
+
+    def differences(
+        self, source: Source, keys: list[Key], repaired_rows: int, say: Callable[[str], None]
+    ) -> list[str]:
+        return compare(self.pg.dsn, self.target_dsn)
