@@ -63,7 +63,8 @@ def stage_parts(
 ) -> list[StagedPart]:
     """A task: read its parts, store their invisible transactions and columns for the window
     and stage their rows into the target. Runs on an executor; reads passwords from its
-    environment. A source gone is news for the driver, not a task failure (as `read_parts`)."""
+    environment. A source gone is news for the driver, not a task failure (as
+    `spark_chunk.read_parts`)."""
     staged: list[StagedPart] = []
     with task_connections(config) as connections:
         target = connections.target()

@@ -37,10 +37,11 @@ from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import PAUSE_POLL_S
+from airflow_provider_dblog.dump.spark_chunk import SparkChunkReader
+from airflow_provider_dblog.dump.spark_run import run_spark_dump
 from airflow_provider_dblog.outputs import read_events
 from airflow_provider_dblog.sources.base import SourceUnavailable
 from airflow_provider_dblog.state import DumpState, DumpStatus
-from spark_jobs.dump import SparkChunkReader, run_spark_dump
 from tests.integration.e2e_support import (
     MYSQL_PASSWORD_ENV,
     PASSWORD_ENV,
