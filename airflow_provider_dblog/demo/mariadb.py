@@ -10,17 +10,17 @@ from __future__ import annotations
 import json
 import random
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pymysql
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Event, Key, Op, Row
 from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
-from airflow_provider_dblog.demo.story import REGIONS, DemoBackend, RandomWrites
+from airflow_provider_dblog.demo.story import TABLE_NAMES, DemoBackend, RandomWrites, seed_rows
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServer
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, read_events
@@ -37,92 +37,50 @@ SCHEMA = (
 )
 """The demo's tables on MySQL: a `binary(16)` uuid key (its JSON is base64), `json` for
 PostgreSQL's `text[]` and `jsonb`."""
-TABLE_NAMES = ("accounts", "orders", "items")
 RowKey = tuple[str, str]
 """(table name, JSON list of the key values in primary-key order)."""
+
+
+INSERTS = {
+    "accounts": "INSERT INTO accounts (id, owner, balance, active) VALUES (%s, %s, %s, %s)",
+    "orders": "INSERT INTO orders (region, n, amount, note, tags) VALUES (%s, %s, %s, %s, %s)",
+    "items": "INSERT INTO items (id, name, attrs, data) VALUES (%s, %s, %s, %s)",
+}
+
+
+def _values(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Python values as PyMySQL writes them into the sample tables: lists and dicts as JSON
+    text, a uuid as its 16 bytes."""
+    return tuple(
+        json.dumps(v) if isinstance(v, list | dict) else v.bytes if isinstance(v, uuid.UUID) else v
+        for v in values
+    )
 
 
 def seed(cursor: pymysql.cursors.Cursor, rows: int, rng: random.Random) -> int:
     """Create the tables in the cursor's database and write `rows` rows into each."""
     for statement in SCHEMA:
         cursor.execute(statement)
-    cursor.executemany(
-        "INSERT INTO accounts (id, owner, balance, active) VALUES (%s, %s, %s, %s)",
-        [(i, f"owner-{i}", i * 1.5, i % 3 > 0) for i in range(1, rows + 1)],
-    )
-    cursor.executemany(
-        "INSERT INTO orders (region, n, amount, note, tags) VALUES (%s, %s, %s, %s, %s)",
-        [
-            (REGIONS[i % 4], i // 4 + 1, i / 4, f"note {i}", json.dumps(["x", str(i)]))
-            for i in range(rows)
-        ],
-    )
-    cursor.executemany(
-        "INSERT INTO items (id, name, attrs, data) VALUES (%s, %s, %s, %s)",
-        [
-            (rng.randbytes(16), f"item {i}", json.dumps({"i": i}), bytes([i % 256]) * 4)
-            for i in range(rows)
-        ],
-    )
+    for table, values in seed_rows(rows, rng).items():
+        cursor.executemany(INSERTS[table], [_values(v) for v in values])
     return rows * 3
-
-
-def write_one(cursor: pymysql.cursors.Cursor, rng: random.Random) -> None:
-    """One random insert, update or delete on one of the three tables."""
-    table = rng.choice(TABLE_NAMES)
-    action = rng.choices(("insert", "update", "delete"), (4, 5, 1))[0]
-    if table == "accounts":
-        key = rng.randint(1, 3000)
-        if action == "delete":
-            cursor.execute("DELETE FROM accounts WHERE id = %s", (key,))
-        else:
-            cursor.execute(
-                "INSERT INTO accounts (id, owner, balance, active) VALUES (%s, %s, %s, %s) "
-                "ON DUPLICATE KEY UPDATE balance = VALUES(balance), active = VALUES(active), "
-                "updated = CURRENT_TIMESTAMP(6)",
-                (key, f"owner-{key}", round(rng.uniform(-1e4, 1e4), 2), rng.random() < 0.8),
-            )
-    elif table == "orders":
-        region, n = rng.choice(REGIONS), rng.randint(1, 800)
-        if action == "delete":
-            cursor.execute("DELETE FROM orders WHERE region = %s AND n = %s", (region, n))
-        else:
-            cursor.execute(
-                "INSERT INTO orders (region, n, amount, note, tags) VALUES (%s, %s, %s, %s, %s) "
-                "ON DUPLICATE KEY UPDATE amount = VALUES(amount), tags = VALUES(tags)",
-                (
-                    region,
-                    n,
-                    rng.randint(1, 10**6) / 100,
-                    f"note {n}",
-                    json.dumps([region, str(n % 7)]),
-                ),
-            )
-    elif action == "insert":
-        cursor.execute(
-            "INSERT INTO items (id, name, attrs, data) VALUES (%s, %s, %s, %s)",
-            (
-                uuid.UUID(int=rng.getrandbits(128)).bytes,
-                "item",
-                json.dumps({"size": rng.randint(1, 9), "tags": ["a", "b"]}),
-                rng.randbytes(8),
-            ),
-        )
-    else:
-        cursor.execute("SELECT id FROM items ORDER BY RAND() LIMIT 1")
-        row = cursor.fetchone()
-        if row is None:
-            return
-        if action == "delete":
-            cursor.execute("DELETE FROM items WHERE id = %s", (row[0],))
-        else:
-            cursor.execute(
-                "UPDATE items SET name = %s WHERE id = %s", (f"item {rng.random()}", row[0])
-            )
 
 
 class Workload(RandomWrites):
     """`RandomWrites` on MariaDB, logged in as `info` says."""
+
+    statements: ClassVar[Mapping[str, str]] = {
+        "upsert accounts": f"{INSERTS['accounts']} ON DUPLICATE KEY UPDATE "
+        "balance = VALUES(balance), active = VALUES(active), updated = CURRENT_TIMESTAMP(6)",
+        "delete accounts": "DELETE FROM accounts WHERE id = %s",
+        "upsert orders": f"{INSERTS['orders']} ON DUPLICATE KEY UPDATE "
+        "amount = VALUES(amount), tags = VALUES(tags)",
+        "delete orders": "DELETE FROM orders WHERE region = %s AND n = %s",
+        "insert items": INSERTS["items"],
+        "update items": "UPDATE items SET name = %s WHERE id = %s",
+        "delete items": "DELETE FROM items WHERE id = %s",
+        "random item": "SELECT id FROM items ORDER BY RAND() LIMIT 1",
+    }
 
     def __init__(self, info: MariaDBInfo, seed: int) -> None:
         super().__init__(seed)
@@ -131,12 +89,18 @@ class Workload(RandomWrites):
     def _connect(self) -> pymysql.connections.Connection[Any]:
         return pymysql.connect(**self._info.connect_kwargs())
 
-    def _transaction(self, conn: pymysql.connections.Connection[Any], statements: int) -> None:
+    @contextmanager
+    def _transaction(self, conn: pymysql.connections.Connection[Any]) -> Iterator[None]:
         conn.begin()
-        with conn.cursor() as cursor:
-            for _ in range(statements):
-                write_one(cursor, self._rng)
+        yield
         conn.commit()
+
+    def _execute(
+        self, conn: pymysql.connections.Connection[Any], statement: str, values: tuple[Any, ...]
+    ) -> Any:
+        with conn.cursor() as cursor:
+            cursor.execute(self.statements[statement], _values(values))
+            return cursor.fetchone()
 
 
 def row_key(table: str, values: Iterable[Any]) -> RowKey:

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import random
 import secrets
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import parse_pg_lsn
-from airflow_provider_dblog.demo.story import REGIONS, DemoBackend, RandomWrites
+from airflow_provider_dblog.demo.story import DemoBackend, RandomWrites, seed_rows
 from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.outputs.sql_apply import SqlApplyOutput
@@ -35,8 +35,34 @@ TABLES = (TableRef("public", "accounts"), TableRef("public", "orders"), TableRef
 ORDER_KEYS = {"accounts": "id", "orders": "region, n", "items": "id"}
 
 
+INSERTS = {
+    "accounts": "INSERT INTO accounts (id, owner, balance, active) VALUES (%s, %s, %s, %s)",
+    "orders": "INSERT INTO orders VALUES (%s, %s, %s, %s, %s)",
+    "items": "INSERT INTO items VALUES (%s, %s, %s, %s)",
+}
+
+
+def _values(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Python values as psycopg writes them into the sample tables (a dict as jsonb)."""
+    return tuple(Jsonb(v) if isinstance(v, dict) else v for v in values)
+
+
 class Workload(RandomWrites):
     """`RandomWrites` on PostgreSQL, at `dsn`."""
+
+    statements: ClassVar[Mapping[str, str]] = {
+        "upsert accounts": "INSERT INTO accounts (id, owner, balance, active) "
+        "VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET balance = excluded.balance, "
+        "active = excluded.active, updated = now()",
+        "delete accounts": "DELETE FROM accounts WHERE id = %s",
+        "upsert orders": "INSERT INTO orders VALUES (%s, %s, %s, %s, %s) ON CONFLICT (region, n) "
+        "DO UPDATE SET amount = excluded.amount, tags = excluded.tags",
+        "delete orders": "DELETE FROM orders WHERE region = %s AND n = %s",
+        "insert items": INSERTS["items"],
+        "update items": "UPDATE items SET name = %s WHERE id = %s",
+        "delete items": "DELETE FROM items WHERE id = %s",
+        "random item": "SELECT id FROM items ORDER BY random() LIMIT 1",
+    }
 
     def __init__(self, dsn: str, seed: int) -> None:
         super().__init__(seed)
@@ -45,82 +71,22 @@ class Workload(RandomWrites):
     def _connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self._dsn, autocommit=True)
 
-    def _transaction(self, conn: psycopg.Connection[Any], statements: int) -> None:
-        with conn.transaction():
-            for _ in range(statements):
-                write_one(conn, self._rng)
+    def _transaction(self, conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
+        return conn.transaction()
 
-
-def write_one(conn: psycopg.Connection[Any], rng: random.Random) -> None:
-    table = rng.choice(("accounts", "orders", "items"))
-    action = rng.choices(("insert", "update", "delete"), (4, 5, 1))[0]
-    if table == "accounts":
-        key = rng.randint(1, 3000)
-        if action == "delete":
-            conn.execute("DELETE FROM accounts WHERE id = %s", (key,))
-        else:
-            conn.execute(
-                "INSERT INTO accounts (id, owner, balance, active) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (id) DO UPDATE SET balance = excluded.balance, "
-                "active = excluded.active, updated = now()",
-                (key, f"owner-{key}", round(rng.uniform(-1e4, 1e4), 2), rng.random() < 0.8),
-            )
-    elif table == "orders":
-        region, n = rng.choice(REGIONS), rng.randint(1, 800)
-        if action == "delete":
-            conn.execute("DELETE FROM orders WHERE region = %s AND n = %s", (region, n))
-        else:
-            conn.execute(
-                "INSERT INTO orders VALUES (%s, %s, %s, %s, %s) ON CONFLICT (region, n) "
-                "DO UPDATE SET amount = excluded.amount, tags = excluded.tags",
-                (region, n, rng.randint(1, 10**6) / 100, f"note {n}", [region, str(n % 7)]),
-            )
-    else:
-        if action == "insert":
-            conn.execute(
-                "INSERT INTO items VALUES (%s, %s, %s, %s)",
-                (
-                    uuid.UUID(int=rng.getrandbits(128)),
-                    "item",
-                    psycopg.types.json.Jsonb({"size": rng.randint(1, 9), "tags": ["a", "b"]}),
-                    rng.randbytes(8),
-                ),
-            )
-        else:
-            row = conn.execute("SELECT id FROM items ORDER BY random() LIMIT 1").fetchone()
-            if row is None:
-                return
-            if action == "delete":
-                conn.execute("DELETE FROM items WHERE id = %s", row)
-            else:
-                conn.execute(
-                    "UPDATE items SET name = %s WHERE id = %s", (f"item {rng.random()}", row[0])
-                )
+    def _execute(
+        self, conn: psycopg.Connection[Any], statement: str, values: tuple[Any, ...]
+    ) -> Any:
+        cursor = conn.execute(self.statements[statement], _values(values))
+        return cursor.fetchone() if cursor.description else None
 
 
 def seed(conn: psycopg.Connection[Any], rows: int, rng: random.Random) -> int:
+    """Create the sample tables in the connection's database with `rows` rows in each."""
     conn.execute(SCHEMA)
     with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO accounts (id, owner, balance, active) VALUES (%s, %s, %s, %s)",
-            [(i, f"owner-{i}", i * 1.5, i % 3 > 0) for i in range(1, rows + 1)],
-        )
-        cur.executemany(
-            "INSERT INTO orders VALUES (%s, %s, %s, %s, %s)",
-            [(REGIONS[i % 4], i // 4 + 1, i / 4, f"note {i}", ["x", str(i)]) for i in range(rows)],
-        )
-        cur.executemany(
-            "INSERT INTO items VALUES (%s, %s, %s, %s)",
-            [
-                (
-                    uuid.UUID(int=rng.getrandbits(128)),
-                    f"item {i}",
-                    psycopg.types.json.Jsonb({"i": i}),
-                    bytes([i % 256]) * 4,
-                )
-                for i in range(rows)
-            ],
-        )
+        for table, values in seed_rows(rows, rng).items():
+            cur.executemany(INSERTS[table], [_values(v) for v in values])
     return rows * 3
 
 

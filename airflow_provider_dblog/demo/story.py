@@ -17,8 +17,9 @@ import random
 import tempfile
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from airflow_provider_dblog.sources.factory import parse_source_config, source_f
 from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 
+TABLE_NAMES = ("accounts", "orders", "items")
 REGIONS = ("eu", "us", "ap", "sa")
 PASSWORD_ENV = "DBLOG_DEMO_PASSWORD"
 
@@ -52,9 +54,30 @@ class DemoSummary:
     differences: list[str]
 
 
+def seed_rows(rows: int, rng: random.Random) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows each sample table holds before capture starts, `rows` of each, in the column
+    order of the tables' schemas, as Python values (the backend spells them for its driver)."""
+    return {
+        "accounts": [(i, f"owner-{i}", i * 1.5, i % 3 > 0) for i in range(1, rows + 1)],
+        "orders": [
+            (REGIONS[i % 4], i // 4 + 1, i / 4, f"note {i}", ["x", str(i)]) for i in range(rows)
+        ],
+        "items": [
+            (uuid.UUID(int=rng.getrandbits(128)), f"item {i}", {"i": i}, bytes([i % 256]) * 4)
+            for i in range(rows)
+        ],
+    }
+
+
 class RandomWrites(ABC):
     """Random write transactions of 1-4 statements on the demo's three tables, from a
-    connection of its own, until stopped. A subclass says how to connect and write."""
+    connection of its own, until stopped. A subclass says how to connect, how to run a
+    transaction and a statement, and spells the statements in its SQL (`statements`)."""
+
+    statements: ClassVar[Mapping[str, str]]
+    """The SQL of each write, by name: `upsert accounts`, `delete accounts`, `upsert orders`,
+    `delete orders`, `insert items`, `update items`, `delete items`, and `random item` (a
+    query for the key of a random row of items)."""
 
     def __init__(self, seed: int) -> None:
         self._rng = random.Random(seed)
@@ -76,18 +99,58 @@ class RandomWrites(ABC):
     def _connect(self) -> AbstractContextManager[Any]: ...
 
     @abstractmethod
-    def _transaction(self, conn: Any, statements: int) -> None:
-        """Run `statements` random statements in one transaction and commit it."""
+    def _transaction(self, conn: Any) -> AbstractContextManager[Any]:
+        """One transaction on `conn`, committed when the block ends."""
+
+    @abstractmethod
+    def _execute(self, conn: Any, statement: str, values: tuple[Any, ...]) -> Any:
+        """Run the named statement with `values` (Python values, as `seed_rows` gives them);
+        for a query, its first row (None: no row)."""
 
     def _run(self) -> None:
         try:
             with self._connect() as conn:
                 while not self.stop.is_set():
-                    self._transaction(conn, self._rng.randint(1, 4))
+                    statements = self._rng.randint(1, 4)
+                    with self._transaction(conn):
+                        for _ in range(statements):
+                            self._write_one(conn)
                     self.writes += 1
                     self.stop.wait(0.002)
         except BaseException as exc:
             self.error = exc
+
+    def _write_one(self, conn: Any) -> None:
+        """One random insert, update or delete on one of the three tables."""
+        rng = self._rng
+        table = rng.choice(TABLE_NAMES)
+        action = rng.choices(("insert", "update", "delete"), (4, 5, 1))[0]
+        if table == "accounts":
+            key = rng.randint(1, 3000)
+            if action == "delete":
+                self._execute(conn, "delete accounts", (key,))
+            else:
+                balance, active = round(rng.uniform(-1e4, 1e4), 2), rng.random() < 0.8
+                self._execute(conn, "upsert accounts", (key, f"owner-{key}", balance, active))
+        elif table == "orders":
+            region, n = rng.choice(REGIONS), rng.randint(1, 800)
+            if action == "delete":
+                self._execute(conn, "delete orders", (region, n))
+            else:
+                amount, tags = rng.randint(1, 10**6) / 100, [region, str(n % 7)]
+                self._execute(conn, "upsert orders", (region, n, amount, f"note {n}", tags))
+        elif action == "insert":
+            item = uuid.UUID(int=rng.getrandbits(128))
+            attrs = {"size": rng.randint(1, 9), "tags": ["a", "b"]}
+            self._execute(conn, "insert items", (item, "item", attrs, rng.randbytes(8)))
+        else:
+            row = self._execute(conn, "random item", ())
+            if row is None:
+                return
+            if action == "delete":
+                self._execute(conn, "delete items", (row[0],))
+            else:
+                self._execute(conn, "update items", (f"item {rng.random()}", row[0]))
 
 
 class DemoBackend(ABC):
