@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import TypeVar
 
 from pyspark import SparkContext
 
@@ -21,6 +22,8 @@ from airflow_provider_dblog.dump.chunk import ChunkReadFailed, StoredChunk
 from airflow_provider_dblog.dump.task_connections import task_connections
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
 from airflow_provider_dblog.state import StateStore
+
+T = TypeVar("T")
 
 
 class ChunkJobFailed(ChunkReadFailed):
@@ -83,14 +86,43 @@ def read_parts(
 
 
 @dataclass(frozen=True)
-class SparkChunkReader:
-    """The `ChunkReader` of the Spark dump: each chunk one Spark job, one task per sub-range."""
+class SparkChunkJob:
+    """What both Spark chunk readers share: a chunk read as one Spark job of one task per
+    sub-range, the chunk cut at the dump's current chunk size."""
 
     sc: SparkContext
     config: Config
     dump_id: str
     tasks: int
     default_chunk_size: int
+
+    def _job(
+        self,
+        store: StateStore,
+        source: ChunkSource,
+        chunk: Chunk,
+        task: Callable[[Iterable[tuple[int, Chunk]]], list[T]],
+        what: str,
+    ) -> list[T]:
+        """The results of `task` run on the chunk's numbered sub-ranges, a task each."""
+        controls = store.dumps.controls(self.dump_id)
+        chunk_size = controls.chunk_size if controls else self.default_chunk_size
+        parts = sub_ranges(source, chunk, self.tasks, chunk_size)
+        self.sc.setJobDescription(f"{what} {self.dump_id}: {chunk.table} chunk {chunk.seq}")
+        try:
+            return (
+                self.sc.parallelize(list(enumerate(parts)), len(parts))
+                .mapPartitions(task)
+                .collect()
+            )
+        except Exception as exc:  # py4j's error for a failed job: the chunk is retried
+            raise ChunkJobFailed(f"the Spark job of chunk {chunk.seq} failed: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class SparkChunkReader(SparkChunkJob):
+    """The `ChunkReader` of the Spark dump: each chunk one Spark job, one task per sub-range,
+    the rows appended to the window in Redis."""
 
     def __call__(
         self,
@@ -100,20 +132,8 @@ class SparkChunkReader:
         chunk: Chunk,
         key_columns: tuple[str, ...],
     ) -> StoredChunk | None:
-        controls = store.dumps.controls(self.dump_id)
-        chunk_size = controls.chunk_size if controls else self.default_chunk_size
-        parts = sub_ranges(source, chunk, self.tasks, chunk_size)
         task = functools.partial(read_parts, self.config, window_id, key_columns)
-        self.sc.setJobDescription(f"dblog dump {self.dump_id}: {chunk.table} chunk {chunk.seq}")
-        try:
-            results = (
-                self.sc.parallelize(list(enumerate(parts)), len(parts))
-                .mapPartitions(task)
-                .collect()
-            )
-        except Exception as exc:  # py4j's error for a failed job: the chunk is retried
-            raise ChunkJobFailed(f"the Spark job of chunk {chunk.seq} failed: {exc}") from exc
-        return _combine(results)
+        return _combine(self._job(store, source, chunk, task, "dblog dump"))
 
 
 def _combine(results: Sequence[PartResult]) -> StoredChunk | None:
