@@ -6,15 +6,15 @@ list, even those the table has already (created from the source's catalog after 
 direct dump or by the compaction); at the table's first, the columns the table lacks or holds
 unfolded (a direct dump gave the table rows without them: `LakeTable.unfolded`). A constant
 default is written into the rows positioned before the event (other defaults leave them null),
-and rows of the run positioned before it get it too, partial ones included (`lake_row`); each
-column added is recorded with the event's position and its constant default
-(`LakeTable.folded`: for a direct chunk read before the event and committed after the fold, and
-for a run started again after one that died past the record), then the event itself
-(`LakeTable.fold_schema`). Every step can be done again, so a run that dies between them
+and rows of the run positioned before it get it too, partial ones included
+(`table_fold.lake_row`); each column added is recorded with the event's position and its
+constant default (`LakeTable.folded`: for a direct chunk read before the event and committed
+after the fold, and for a run started again after one that died past the record), then the event
+itself (`LakeTable.fold_schema`). Every step can be done again, so a run that dies between them
 converges when started again. A column the source dropped stays in the lake, null in rows
 written whole after the drop (an update folded without an earlier image of its row keeps the
-stored value there, as it keeps an unchanged TOASTed one); a type change keeps the lake
-column's type (a value it cannot hold stops the run, saying to rebuild the table).
+stored value there, as it keeps an unchanged TOASTed one); a type change keeps the lake column's
+type (a value it cannot hold stops the run, saying to rebuild the table).
 """
 
 from __future__ import annotations

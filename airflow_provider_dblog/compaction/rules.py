@@ -14,7 +14,7 @@ run's (`LakeTable.merge`), so a run applied twice changes nothing.
 
 Table-level events come under `TABLE_KEY`. A truncate (`t`) is the table's floor: the run's
 changes positioned before its last truncate are dropped, and the merge removes stored rows
-below it. A schema event (`s`) evolves the table (`compaction.schema`).
+below it. A schema event (`s`) evolves the table (`evolution.py`).
 """
 
 from __future__ import annotations
