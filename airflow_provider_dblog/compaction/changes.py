@@ -1,7 +1,7 @@
 """A compaction run's changes: its segments parsed and each key's changes folded, by Spark's
 executors for a large backlog or in the driver for a few new bytes, behind one shape
 (`RunChanges`). The functions the executors run live here, in the package Spark ships to them
-(`spark_package`), and import no lake library: the workers need PySpark's Python alone."""
+(`spark_package`), and import no lake library: the workers need neither pyarrow nor deltalake."""
 
 from __future__ import annotations
 
