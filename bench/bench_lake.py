@@ -35,6 +35,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from support import load_average
 
+from airflow_provider_dblog.compaction.run import CompactOptions, compact
 from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.event import (
     Event,
@@ -50,7 +51,6 @@ from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.lake.direct import commit_staged, stage_rows
 from airflow_provider_dblog.lake.schema import lake_schema
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
-from spark_jobs.compact import compact
 
 TABLES = {
     "accounts": TableSchema(
@@ -138,7 +138,7 @@ def run_compaction(
     spark: SparkSession | None, label: str, events: Path, lake: Path, count: int
 ) -> None:
     start = time.perf_counter()
-    report = compact(spark, events, lake, local_below=0)
+    report = compact(spark, events, lake, CompactOptions(local_below=0))
     elapsed = time.perf_counter() - start
     rows = sum(t.rows for t in report.tables.values())
     print(

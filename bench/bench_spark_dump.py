@@ -4,7 +4,7 @@ and Spark's JDBC source against our psycopg read in mapPartitions.
 Starts a private PostgreSQL 15 and Redis in a temp dir, fills a table of N rows, runs a tailer
 in this process into NDJSON files, creates one local[2] SparkSession and prints:
 
-P2        dump rows/s through Spark (`spark_jobs.dump.run_spark_dump`: each chunk one Spark job,
+P2        dump rows/s through Spark (`dump.spark_run.run_spark_dump`: each chunk one Spark job,
           rows from the tasks into Redis, the tailer emitting them at hw) for chunk sizes
           10k and 50k, each at parallelism (windows in flight) 1 and 2, each a fresh dump
           request; against the ceiling `COPY t TO STDOUT` of the same table (psycopg, bytes
@@ -72,12 +72,14 @@ from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Failed, Re
 from airflow_provider_dblog.devservices.postgres import PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.dump.runner import run_dump
+from airflow_provider_dblog.dump.spark_chunk import SparkChunkReader
+from airflow_provider_dblog.dump.spark_run import run_spark_dump
 from airflow_provider_dblog.outputs.sql_apply.statements import POSITIONS_TABLE
 from airflow_provider_dblog.sources.base import ChunkSource, Source
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import DumpState, StateStore, WindowState
 from airflow_provider_dblog.tailer import tune_gc
-from spark_jobs.dump import SparkChunkReader, run_spark_dump
+from airflow_provider_dblog.targets import direct_target_for
 
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 DIRECT_TARGET_DB = "bench_direct_target"
@@ -389,7 +391,7 @@ def spark_dump(
     cpu = tailer.cpu_s()
     before = meter.sample(sc) if meter else None
     started = time.perf_counter()
-    state = run_spark_dump(sc, config, dump_id)
+    state = run_spark_dump(sc, config, dump_id, direct_target_for)
     seconds = time.perf_counter() - started
     after = meter.sample(sc) if meter else None
     cpu = tailer.cpu_s() - cpu

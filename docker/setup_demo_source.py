@@ -19,7 +19,7 @@ import random
 import psycopg
 from psycopg import sql
 
-from airflow_provider_dblog.demo import TABLES, seed
+from airflow_provider_dblog.demo.postgres import TABLES, seed
 from airflow_provider_dblog.sources.postgres.setup import PUBLISH
 
 ROLE = "dblog"

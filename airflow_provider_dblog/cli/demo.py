@@ -1,4 +1,4 @@
-"""`dblog demo`: DBLog end to end on private servers, nothing to set up (see demo.py).
+"""`dblog demo`: DBLog end to end on private servers, nothing to set up (see `demo/story.py`).
 
 The demo and the throwaway servers it starts are imported only when the verb runs: no other
 `dblog` command, and nothing Airflow loads, imports them."""
@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_dblog.demo.story import DemoBackend
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -27,13 +30,23 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(func=_demo)
 
 
+def _backend(source: str) -> type[DemoBackend]:
+    if source == "mariadb":
+        from airflow_provider_dblog.demo.mariadb import MariaDBDemo
+
+        return MariaDBDemo
+    from airflow_provider_dblog.demo.postgres import PostgresDemo
+
+    return PostgresDemo
+
+
 def _demo(args: argparse.Namespace) -> int:
+    from airflow_provider_dblog.demo.story import run_demo
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.source == "mariadb":
-        from airflow_provider_dblog.demo_mariadb import run_mariadb_demo as run_demo
-    else:
-        from airflow_provider_dblog.demo import run_demo
+    backend = _backend(args.source)
     summary = run_demo(
+        backend,
         rows=args.rows,
         chunk_size=args.chunk_size,
         parallelism=args.parallelism,
@@ -46,8 +59,9 @@ def _demo(args: argparse.Namespace) -> int:
         f"{summary.events_emitted} events emitted, {summary.seconds:.1f}s"
     )
     if summary.equal:
-        target = "the NDJSON replayed" if args.source == "mariadb" else "the SQL target"
-        print(f"target == source: every row of accounts, orders and items matches ({target})")
+        print(
+            f"target == source: every row of accounts, orders and items matches ({backend.target})"
+        )
         return 0
     print("target != source:\n  " + "\n  ".join(summary.differences))
     return 1

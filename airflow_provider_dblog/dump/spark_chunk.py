@@ -1,16 +1,29 @@
-"""One chunk of a Spark dump as Spark jobs: the chunk cut into the key sub-ranges its tasks
-read, and what the driver raises when such a job fails. Shared by the sequenced reader
-(`spark_jobs/dump.py`) and the direct one (`spark_direct.py`)."""
+"""A chunk of a Spark dump as one Spark job: the chunk cut into the key sub-ranges its tasks
+read, what the driver raises when such a job fails, and the reader of a sequenced dump
+(`SparkChunkReader`), whose tasks append their rows to the window in Redis for the tailer to
+emit. The direct dump's reader (`spark_direct.py`) cuts its chunks alike. The tasks' functions
+live in this package, not in `spark_jobs/`, because the package is what executors are sent."""
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
+from typing import TypeVar
 
+from pyspark import SparkContext
+
+from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.core.event import Key
-from airflow_provider_dblog.dump.chunk import ChunkReadFailed
-from airflow_provider_dblog.sources.base import ChunkSource
+from airflow_provider_dblog.core.event import Key, key_of
+from airflow_provider_dblog.dump.chunk import ChunkReadFailed, StoredChunk
+from airflow_provider_dblog.dump.task_connections import task_connections
+from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
+from airflow_provider_dblog.state import StateStore
+
+T = TypeVar("T")
 
 
 class ChunkJobFailed(ChunkReadFailed):
@@ -37,3 +50,102 @@ def sub_ranges(source: ChunkSource, chunk: Chunk, tasks: int, chunk_size: int) -
         splits.pop()  # the last part would be (upto, upto]: empty
     bounds: list[Key | None] = [chunk.after, *splits, chunk.upto]
     return [Chunk(chunk.table, chunk.seq, after=a, upto=b) for a, b in pairwise(bounds)]
+
+
+PartResult = tuple[int, int | None, Key | None, str | None]
+"""What a task sends back: part index, rows stored (None: the window ended), last key read, and
+why the source could not be read (None: it was)."""
+
+
+def read_parts(
+    config: Config,
+    window_id: str,
+    key_columns: tuple[str, ...],
+    parts: Iterable[tuple[int, Chunk]],
+) -> list[PartResult]:
+    """One Spark task: read its parts on the worker's connections (`task_connections`) and
+    append the rows to the window in Redis. Runs on an executor; reads passwords from its
+    environment. A source that went away ends the task with that news rather than an error:
+    Spark retrying the task at once would only find it gone again, while the driver retries the
+    chunk once it is back."""
+    results: list[PartResult] = []
+    with task_connections(config) as connections:
+        for index, part in parts:
+            try:
+                read = connections.source.read_chunk(part)
+            except SourceUnavailable as exc:
+                connections.healthy = False
+                results.append((index, None, None, str(exc)))
+                break
+            stored = connections.windows.append_rows(
+                window_id, index, read.rows, key_columns, read.invisible_txids
+            )
+            last = key_of(read.rows[-1], key_columns) if read.rows else None
+            results.append((index, stored, last, None))
+    return results
+
+
+@dataclass(frozen=True)
+class SparkChunkJob:
+    """What both Spark chunk readers share: a chunk read as one Spark job of one task per
+    sub-range, the chunk cut at the dump's current chunk size."""
+
+    sc: SparkContext
+    config: Config
+    dump_id: str
+    tasks: int
+    default_chunk_size: int
+
+    def _job(
+        self,
+        store: StateStore,
+        source: ChunkSource,
+        chunk: Chunk,
+        task: Callable[[Iterable[tuple[int, Chunk]]], list[T]],
+        what: str,
+    ) -> list[T]:
+        """The results of `task` run on the chunk's numbered sub-ranges, a task each."""
+        controls = store.dumps.controls(self.dump_id)
+        chunk_size = controls.chunk_size if controls else self.default_chunk_size
+        parts = sub_ranges(source, chunk, self.tasks, chunk_size)
+        self.sc.setJobDescription(f"{what} {self.dump_id}: {chunk.table} chunk {chunk.seq}")
+        try:
+            return (
+                self.sc.parallelize(list(enumerate(parts)), len(parts))
+                .mapPartitions(task)
+                .collect()
+            )
+        except Exception as exc:  # py4j's error for a failed job: the chunk is retried
+            raise ChunkJobFailed(f"the Spark job of chunk {chunk.seq} failed: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class SparkChunkReader(SparkChunkJob):
+    """The `ChunkReader` of the Spark dump: each chunk one Spark job, one task per sub-range,
+    the rows appended to the window in Redis."""
+
+    def __call__(
+        self,
+        store: StateStore,
+        source: ChunkSource,
+        window_id: str,
+        chunk: Chunk,
+        key_columns: tuple[str, ...],
+    ) -> StoredChunk | None:
+        task = functools.partial(read_parts, self.config, window_id, key_columns)
+        return _combine(self._job(store, source, chunk, task, "dblog dump"))
+
+
+def _combine(results: Sequence[PartResult]) -> StoredChunk | None:
+    """The chunk's outcome from its parts' (None if any part found the window ended); raises
+    SourceUnavailable if a part could not reach the source."""
+    for _, _, _, unavailable in results:
+        if unavailable is not None:
+            raise SourceUnavailable(f"a Spark task could not read the source: {unavailable}")
+    if any(stored is None for _, stored, _, _ in results):
+        return None
+    ordered = sorted(results, key=lambda r: r[0])
+    last_keys = [last for _, _, last, _ in ordered if last is not None]
+    return StoredChunk(
+        sum(stored or 0 for _, stored, _, _ in ordered), last_keys[-1] if last_keys else None
+    )

@@ -28,15 +28,13 @@ import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from pyspark import SparkContext
-
 from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.direct_target import DirectTarget
 from airflow_provider_dblog.dump.direct import StagedChunk
-from airflow_provider_dblog.dump.spark_chunk import ChunkJobFailed, sub_ranges
+from airflow_provider_dblog.dump.spark_chunk import SparkChunkJob
 from airflow_provider_dblog.dump.task_connections import task_connections
 from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
 from airflow_provider_dblog.state import StateStore
@@ -64,7 +62,8 @@ def stage_parts(
 ) -> list[StagedPart]:
     """A task: read its parts, store their invisible transactions and columns for the window
     and stage their rows into the target. Runs on an executor; reads passwords from its
-    environment. A source gone is news for the driver, not a task failure (as `read_parts`)."""
+    environment. A source gone is news for the driver, not a task failure (as
+    `spark_chunk.read_parts`)."""
     staged: list[StagedPart] = []
     with task_connections(config) as connections:
         target = connections.target(open_target)
@@ -87,17 +86,12 @@ def stage_parts(
 
 
 @dataclass(frozen=True)
-class SparkDirectReader:
+class SparkDirectReader(SparkChunkJob):
     """The `DirectChunkReader` of the Spark dump: a chunk's sub-ranges read and staged by Spark
     tasks (see the module docstring); the driver's `target` commits, discards and prunes. Each
     task opens its own with `open_target` (`targets.direct_target_for`, which composes the
     targets above this package)."""
 
-    sc: SparkContext
-    config: Config
-    dump_id: str
-    tasks: int
-    default_chunk_size: int
     target: DirectTarget
     open_target: Callable[[Config], DirectTarget]
 
@@ -109,24 +103,12 @@ class SparkDirectReader:
         chunk: Chunk,
         key_columns: tuple[str, ...],
     ) -> StagedChunk | None:
-        controls = store.dumps.controls(self.dump_id)
-        chunk_size = controls.chunk_size if controls else self.default_chunk_size
-        parts = sub_ranges(source, chunk, self.tasks, chunk_size)
         task = functools.partial(
             stage_parts, self.config, self.open_target, chunk.table, window_id, key_columns
         )
-        self.sc.setJobDescription(
-            f"dblog direct dump {self.dump_id}: {chunk.table} chunk {chunk.seq}"
+        staged = sorted(
+            self._job(store, source, chunk, task, "dblog direct dump"), key=lambda p: p.index
         )
-        try:
-            staged = sorted(
-                self.sc.parallelize(list(enumerate(parts)), len(parts))
-                .mapPartitions(task)
-                .collect(),
-                key=lambda p: p.index,
-            )
-        except Exception as exc:  # py4j's error for a failed job: the chunk is retried
-            raise ChunkJobFailed(f"the Spark job of chunk {chunk.seq} failed: {exc}") from exc
         chunk_staged = StagedChunk(
             self.target,
             chunk.table,

@@ -27,11 +27,12 @@ from typing import Any
 import psycopg
 import pymysql
 
-from airflow_provider_dblog import demo_mariadb as mariadb_demo
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Event, Op, Row, TableRef
 from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit, parse_pg_lsn
-from airflow_provider_dblog.demo import SCHEMA, TABLES, seed
+from airflow_provider_dblog.demo import mariadb as mariadb_demo
+from airflow_provider_dblog.demo.postgres import SCHEMA, TABLES, seed
+from airflow_provider_dblog.demo.story import TABLE_NAMES
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
@@ -158,7 +159,7 @@ def make_databases(pg: PostgresInfo, rows: int, *, target: bool, seed_value: int
 
 
 MYSQL_VERSIONED = tuple(
-    f"ALTER TABLE {table} ADD COLUMN {VERSION_COLUMN} bigint" for table in mariadb_demo.TABLE_NAMES
+    f"ALTER TABLE {table} ADD COLUMN {VERSION_COLUMN} bigint" for table in TABLE_NAMES
 )
 """`VERSIONED` on MySQL (the writer counts versions itself: no sequence)."""
 

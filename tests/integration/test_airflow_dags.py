@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from airflow_provider_dblog.core.event import Origin
-from airflow_provider_dblog.demo import compare, snapshot
+from airflow_provider_dblog.demo.postgres import compare, snapshot
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from airflow_provider_dblog.demo import compare
+from airflow_provider_dblog.demo.postgres import compare
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import DumpState

@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from airflow_provider_dblog.demo import snapshot
+from airflow_provider_dblog.demo.postgres import snapshot
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.operators.request import dump_id_for

@@ -8,53 +8,55 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dblog.cli import main
-from airflow_provider_dblog.demo import run_demo
-from airflow_provider_dblog.demo_mariadb import run_mariadb_demo
+from airflow_provider_dblog.demo.mariadb import MariaDBDemo
+from airflow_provider_dblog.demo.postgres import PostgresDemo
+from airflow_provider_dblog.demo.story import DemoBackend, run_demo
 
 pytestmark = pytest.mark.integration
 
 
-def test_demo_converges_under_writes(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("backend", "rows", "repair_said"),
+    [(PostgresDemo, 600, "corrupted 20 rows"), (MariaDBDemo, 400, "repairing 20 keys")],
+    ids=["postgres", "mariadb"],
+)
+def test_demo_converges_under_writes(
+    tmp_path: Path, backend: type[DemoBackend], rows: int, repair_said: str
+) -> None:
+    """On PostgreSQL the SQL target equals the source; on MariaDB the binlog tailer's NDJSON,
+    replayed, does."""
     said: list[str] = []
     summary = run_demo(
-        tmp_path, rows=600, chunk_size=50, parallelism=3, write_seconds=2.0, say=said.append
+        backend,
+        tmp_path,
+        rows=rows,
+        chunk_size=50,
+        parallelism=3,
+        write_seconds=2.0,
+        say=said.append,
     )
     assert summary.equal, summary.differences
     assert summary.writes > 0, "the workload must write while the dump runs"
     # Rows that existed before capture started reach the target only through the dump.
     assert summary.dump_rows >= summary.rows_seeded * 0.9
-    assert summary.dump_chunks >= 3 * 600 // 50
+    assert summary.dump_chunks >= 3 * rows // 50
     assert summary.repaired_keys == 20
-    assert any("corrupted 20 rows" in line for line in said)
+    assert any(repair_said in line for line in said)
 
 
-def test_demo_command_prints_a_verified_summary(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["demo", "--rows", "200", "--chunk-size", "40", "--write-seconds", "1"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "target == source" in out
-    assert "600 rows seeded" in out
-
-
-def test_mariadb_demo_converges_under_writes(tmp_path: Path) -> None:
-    """`dblog demo --source mariadb`: the binlog tailer's NDJSON, replayed, equals the source."""
-    said: list[str] = []
-    summary = run_mariadb_demo(
-        tmp_path, rows=400, chunk_size=50, parallelism=3, write_seconds=2.0, say=said.append
-    )
-    assert summary.equal, summary.differences
-    assert summary.writes > 0, "the workload must write while the dump runs"
-    assert summary.dump_rows >= summary.rows_seeded * 0.9
-    assert summary.dump_chunks >= 3 * 400 // 50
-    assert summary.repaired_keys == 20
-    assert any("repairing 20 keys" in line for line in said)
-
-
-def test_mariadb_demo_command_prints_a_verified_summary(
-    capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize(
+    ("argv", "seeded", "target"),
+    [
+        (["--rows", "200", "--chunk-size", "40"], "600 rows seeded", "(the SQL target)"),
+        (["--source", "mariadb", "--rows", "100"], "300 rows seeded", "(the NDJSON replayed)"),
+    ],
+    ids=["postgres", "mariadb"],
+)
+def test_demo_command_prints_a_verified_summary(
+    capsys: pytest.CaptureFixture[str], argv: list[str], seeded: str, target: str
 ) -> None:
-    code = main(["demo", "--source", "mariadb", "--rows", "100", "--write-seconds", "1"])
+    code = main(["demo", *argv, "--write-seconds", "1"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "target == source" in out and "NDJSON" in out
-    assert "300 rows seeded" in out
+    assert "target == source" in out and target in out
+    assert seeded in out

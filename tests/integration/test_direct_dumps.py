@@ -15,7 +15,7 @@ from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.event import Event, Op, Origin, PlainEvent, SourceInfo, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import Window
-from airflow_provider_dblog.demo import compare
+from airflow_provider_dblog.demo.postgres import compare
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs.sql_apply import SqlApplyOutput, SqlDirectTarget

@@ -19,6 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from airflow_provider_dblog.compaction.run import CompactOptions, compact
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Event, Op, TableRef
@@ -42,7 +43,6 @@ from airflow_provider_dblog.state import DumpState, StateStore, WindowState
 from airflow_provider_dblog.tailer.metrics import TailerStats
 from airflow_provider_dblog.tailer.session import Leadership, Session
 from airflow_provider_dblog.tailer.settings import TailerSettings
-from spark_jobs.compact import compact
 from tests.integration.e2e_support import (
     Databases,
     drop_databases,
@@ -333,7 +333,7 @@ def test_a_direct_chunk_read_across_an_add_column_reaches_the_lake_with_it(
     second = sorted(flags)[ROWS // 2 :]
     assert [flags[i] for i in second] == [source[i] for i in second], "the second chunk's values"
 
-    compact(None, events, lake, describe=describe)
+    compact(None, events, lake, CompactOptions(describe=describe))
     folded = read_lake(lake, str(ACCOUNTS)).to_pylist()
     assert {r["id"]: r["flag"] for r in folded} == source
 
@@ -374,7 +374,7 @@ def test_a_lake_table_created_after_an_add_column_holds_its_default_in_older_row
     finally:
         tailer.stop()
 
-    compact(None, events, lake, describe=describe)
+    compact(None, events, lake, CompactOptions(describe=describe))
     schema = describe(ACCOUNTS)
     source = dbs.source.chunk_source()
     try:

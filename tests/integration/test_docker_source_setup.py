@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from airflow_provider_dblog.demo import TABLES
+from airflow_provider_dblog.demo.postgres import TABLES
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig

@@ -37,7 +37,7 @@ import pytest
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Event, Op, Origin, TableRef
 from airflow_provider_dblog.core.schema import Column
-from airflow_provider_dblog.demo import compare, snapshot
+from airflow_provider_dblog.demo.postgres import compare, snapshot
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import free_port

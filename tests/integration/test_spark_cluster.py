@@ -37,7 +37,7 @@ from airflow_provider_dblog.core.event import (
 )
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
-from airflow_provider_dblog.demo import TABLES, compare
+from airflow_provider_dblog.demo.postgres import TABLES, compare
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo

@@ -27,7 +27,13 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from airflow_provider_dblog.compaction import STATE_FILE, CompactState
+from airflow_provider_dblog.compaction.run import (
+    STALE_STAGED_S,
+    CompactionLocked,
+    CompactOptions,
+    compact,
+)
+from airflow_provider_dblog.compaction.segments import STATE_FILE, CompactState
 from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import (
@@ -43,8 +49,8 @@ from airflow_provider_dblog.core.event import (
 from airflow_provider_dblog.core.event_codec import encode
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
-from airflow_provider_dblog.demo import TABLES as DEMO_TABLES
-from airflow_provider_dblog.demo import Workload
+from airflow_provider_dblog.demo.postgres import TABLES as DEMO_TABLES
+from airflow_provider_dblog.demo.postgres import Workload
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import run_dump
@@ -61,7 +67,7 @@ from airflow_provider_dblog.lake.schema import (
 from airflow_provider_dblog.lake.table import LakeTable
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, event_files
 from airflow_provider_dblog.state import DumpState
-from spark_jobs.compact import EXIT_LOCKED, STALE_STAGED_S, CompactionLocked, compact, main
+from spark_jobs.compact import EXIT_LOCKED, main
 from tests.integration.e2e_support import wait_caught_up
 from tests.integration.spark_support import running_pipeline, stop_spark
 
@@ -194,7 +200,7 @@ def test_fold_then_fold_only_the_new_events(spark: SparkSession, tmp_path: Path)
     stream, events_dir, output = Stream(7), tmp_path / "events", tmp_path / "lake"
     first = stream.batch(150)
     write(events_dir, first, first[-5:])
-    report = compact(spark, events_dir, output, local_below=0)
+    report = compact(spark, events_dir, output, CompactOptions(local_below=0))
     assert found(output) == expected(stream)
     assert report.state.position == first[-1].position.to_json()
     assert report.state.files == {p.name: p.stat().st_size for p in event_files(events_dir)}
@@ -207,12 +213,13 @@ def test_fold_then_fold_only_the_new_events(spark: SparkSession, tmp_path: Path)
     for name, offset in report.state.files.items():
         with (events_dir / name).open("r+b") as f:
             f.write(b" " * (offset - 1) + b"\n")
-    report = compact(spark, events_dir, output, local_below=0)
+    report = compact(spark, events_dir, output, CompactOptions(local_below=0))
     assert found(output) == expected(stream)
     assert report.state.position == second[-1].position.to_json()
     versions = {t: r.version for t, r in report.tables.items()}
 
-    again = compact(spark, events_dir, output, local_below=0)  # nothing new: nothing done
+    # Nothing new: nothing done.
+    again = compact(spark, events_dir, output, CompactOptions(local_below=0))
     assert again.tables == {} and again.state == report.state
     for table, version in versions.items():
         assert LakeTable.open(output, TableRef.parse(table)).version == version
@@ -379,7 +386,7 @@ def test_a_run_that_fails_between_tables_leaves_committed_versions_and_converges
     folds what is missing without folding anything twice."""
     stream, events_dir, output = Stream(13), tmp_path / "events", tmp_path / "lake"
     write(events_dir, stream.batch(60), [])
-    compact(spark, events_dir, output, local_below=0)
+    compact(spark, events_dir, output, CompactOptions(local_below=0))
     before = CompactState.load(output)
     write(events_dir, stream.batch(60), [])
     items, users = (LakeTable.open(output, TableRef("app", t)) for t in ("items", "users"))
@@ -395,7 +402,7 @@ def test_a_run_that_fails_between_tables_leaves_committed_versions_and_converges
 
     monkeypatch.setattr(LakeTable, "merge", failing)
     with pytest.raises(OSError, match="the commit failed"):
-        compact(spark, events_dir, output, local_below=0)
+        compact(spark, events_dir, output, CompactOptions(local_below=0))
     monkeypatch.setattr(LakeTable, "merge", merge)
     assert CompactState.load(output) == before
     assert LakeTable.open(output, TableRef("app", "users")).version == versions["app.users"]
@@ -403,7 +410,7 @@ def test_a_run_that_fails_between_tables_leaves_committed_versions_and_converges
     assert items_after.version > versions["app.items"]
     assert folded is not None and items_after.progress is not None
     assert items_after.progress > folded
-    report = compact(spark, events_dir, output, local_below=0)
+    report = compact(spark, events_dir, output, CompactOptions(local_below=0))
     assert found(output) == expected(stream)
     assert set(report.tables) == {"app.users"}  # items' events were skipped: its progress has them
 
@@ -455,7 +462,8 @@ def test_a_second_compaction_of_one_directory_is_refused(
     write(events_dir, stream.batch(20), [])
     # Another process holds the directory through the compaction's own lock.
     hold = (
-        "import sys; from pathlib import Path; from spark_jobs.compact import output_lock\n"
+        "import sys; from pathlib import Path\n"
+        "from airflow_provider_dblog.compaction.run import output_lock\n"
         "with output_lock(Path(sys.argv[1])):\n"
         "    print('locked', flush=True)\n"
         "    sys.stdin.read()\n"
@@ -520,7 +528,9 @@ def test_lake_equals_the_source_after_a_dump_under_writes(
                 wanted[t] = typed.drop_columns(list(POSITION_COLUMNS))
         finally:
             source.close()
-        report = compact(spark, events_dir, output, describe=schemas.__getitem__, local_below=0)
+        report = compact(
+            spark, events_dir, output, CompactOptions(describe=schemas.__getitem__, local_below=0)
+        )
         assert set(report.tables) == {str(t) for t in DEMO_TABLES}
         tombstones = tombstone_positions(output)
         # The command, pruning at the state store's horizon (the tailer's checkpoint here).

@@ -23,16 +23,16 @@ from pathlib import Path
 import psutil
 import pytest
 
+from airflow_provider_dblog.compaction.run import CompactOptions, compact
 from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
-from airflow_provider_dblog.demo import TABLES
+from airflow_provider_dblog.demo.postgres import TABLES
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.lake.catalog import source_lake_schema
 from airflow_provider_dblog.lake.schema import POSITION_COLUMNS, LakeRow
 from airflow_provider_dblog.outputs.ndjson import event_files
 from airflow_provider_dblog.state import DumpState, StateStore
-from spark_jobs.compact import compact
 from tests.integration.e2e_support import (
     REPO,
     Databases,
@@ -173,7 +173,9 @@ def assert_lake_equals_source(dbs: Databases, store: StateStore, events: Path, l
     finally:
         source.close()
     horizon = store.directs.horizon()
-    report = compact(None, events, lake, describe=schemas.__getitem__, prune_before=horizon)
+    report = compact(
+        None, events, lake, CompactOptions(describe=schemas.__getitem__, prune_before=horizon)
+    )
     assert report.events == len(lines)
     for table in TABLES:
         read = read_lake(lake, str(table)).drop_columns(list(POSITION_COLUMNS))

@@ -32,15 +32,17 @@ from pyspark.sql import SparkSession
 
 from airflow_provider_dblog.config import load_config
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
-from airflow_provider_dblog.demo import TABLES, Workload, compare, snapshot
+from airflow_provider_dblog.demo.postgres import TABLES, Workload, compare, snapshot
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import PAUSE_POLL_S
+from airflow_provider_dblog.dump.spark_chunk import SparkChunkReader
+from airflow_provider_dblog.dump.spark_run import run_spark_dump
 from airflow_provider_dblog.outputs import read_events
 from airflow_provider_dblog.sources.base import SourceUnavailable
 from airflow_provider_dblog.state import DumpState, DumpStatus
-from spark_jobs.dump import SparkChunkReader, run_spark_dump
+from airflow_provider_dblog.targets import direct_target_for
 from tests.integration.e2e_support import (
     MYSQL_PASSWORD_ENV,
     PASSWORD_ENV,
@@ -102,7 +104,9 @@ def test_full_dump_under_writes_converges(
     try:
         request = DumpRequest("full", DumpKind.ALL, TABLES, chunk_size=150, parallelism=parallelism)
         store.dumps.create(request)
-        assert run_spark_dump(spark.sparkContext, config, "full") is DumpState.DONE
+        assert (
+            run_spark_dump(spark.sparkContext, config, "full", direct_target_for) is DumpState.DONE
+        )
     finally:
         workload.join()
     assert workload.writes > 0
@@ -127,7 +131,10 @@ def test_full_dump_of_a_mariadb_source_under_writes_converges(
             writer.wait_for(10)
             request = DumpRequest("full", DumpKind.ALL, dbs.tables, chunk_size=150, parallelism=3)
             store.dumps.create(request)
-            assert run_spark_dump(spark.sparkContext, config, "full") is DumpState.DONE
+            assert (
+                run_spark_dump(spark.sparkContext, config, "full", direct_target_for)
+                is DumpState.DONE
+            )
             written = len(writer.stop())
         finally:
             writer.kill()
@@ -146,7 +153,10 @@ def test_key_list_repair_copies_exactly_those_keys(spark: SparkSession, pipeline
     request = DumpRequest("repair", DumpKind.KEYS, (TABLES[0],), keys, chunk_size=40)
     store.dumps.create(request)
     config = load_config(pipeline.config_path)
-    assert run_spark_dump(spark.sparkContext, config, "repair", tasks=3) is DumpState.DONE
+    assert (
+        run_spark_dump(spark.sparkContext, config, "repair", direct_target_for, tasks=3)
+        is DumpState.DONE
+    )
     wait_caught_up(dbs)
     wanted = {k for (k,) in keys}
     with psycopg.connect(dbs.source_dsn) as conn:
@@ -230,7 +240,10 @@ def test_cancel_ends_the_run_and_no_chunk_follows(spark: SparkSession, pipeline:
     assert sum(p.chunks_done for p in progress) == stopped.chunks
     # Running the cancelled request again reads nothing.
     config = load_config(pipeline.config_path)
-    assert run_spark_dump(spark.sparkContext, config, "cancelled") is DumpState.CANCELLED
+    assert (
+        run_spark_dump(spark.sparkContext, config, "cancelled", direct_target_for)
+        is DumpState.CANCELLED
+    )
     assert status_of(pipeline, "cancelled").chunks == stopped.chunks
 
 

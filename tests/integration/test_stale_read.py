@@ -33,7 +33,7 @@ from airflow_provider_dblog.core.reconciler import (
     Reconciler,
     Window,
 )
-from airflow_provider_dblog.demo import TABLES
+from airflow_provider_dblog.demo.postgres import TABLES
 from airflow_provider_dblog.devservices.embedded_postgres import EmbeddedPostgresServer
 from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisInfo

@@ -24,7 +24,7 @@ import psycopg
 import pytest
 
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
-from airflow_provider_dblog.demo import TABLES
+from airflow_provider_dblog.demo.postgres import TABLES
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo

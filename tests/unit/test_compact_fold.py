@@ -7,23 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_dblog.compaction import (
+from airflow_provider_dblog.compaction.evolution import (
+    AddedColumn,
+    constant_default,
+    schema_changes,
+)
+from airflow_provider_dblog.compaction.rules import (
     SCHEMA,
     TABLE_KEY,
     TRUNCATE,
-    AddedColumn,
     Change,
-    CompactState,
     Folded,
-    constant_default,
     floors,
     fold,
-    lake_row,
     parse_line,
-    plan_segments,
-    read_segment,
-    schema_changes,
 )
+from airflow_provider_dblog.compaction.segments import CompactState, plan_segments, read_segment
+from airflow_provider_dblog.compaction.table_fold import lake_row
 from airflow_provider_dblog.core.event import Event, Op, Origin, PlainEvent, SourceInfo, table_event
 from airflow_provider_dblog.core.event_codec import encode
 from airflow_provider_dblog.core.position import Position

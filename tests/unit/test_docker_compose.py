@@ -25,7 +25,7 @@ from psycopg.conninfo import conninfo_to_dict
 from airflow_provider_dblog.cli import build_parser
 from airflow_provider_dblog.config import Config, load_config
 from airflow_provider_dblog.core.event import TableRef
-from airflow_provider_dblog.demo import TABLES as DEMO_TABLES
+from airflow_provider_dblog.demo.postgres import TABLES as DEMO_TABLES
 from airflow_provider_dblog.devservices import mariadb, postgres, redis
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.sources.mysql.setup import check_grants

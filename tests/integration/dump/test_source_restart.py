@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_dblog.demo import compare
+from airflow_provider_dblog.demo.postgres import compare
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_dblog.compaction.run import CompactOptions, compact
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.demo import TABLES
+from airflow_provider_dblog.demo.postgres import TABLES
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.lake.catalog import source_lake_schema
@@ -22,7 +23,6 @@ from airflow_provider_dblog.lake.schema import POSITION_COLUMNS, LakeRow
 from airflow_provider_dblog.lake.table import LakeTable
 from airflow_provider_dblog.outputs.ndjson import event_files
 from airflow_provider_dblog.state import StateStore
-from spark_jobs.compact import compact
 from tests.integration.e2e_support import (
     DBLOG,
     Databases,
@@ -105,7 +105,9 @@ def test_a_direct_dump_and_the_compaction_make_the_lake_equal_the_source(
             tail.kill()
     lines = [json.loads(line) for f in event_files(events) for line in f.open()]
     assert lines and all(e["op"] != "r" for e in lines), "a dump row went through the tailer"
-    report = compact(None, events, lake, describe=schemas.__getitem__, prune_before=horizon)
+    report = compact(
+        None, events, lake, CompactOptions(describe=schemas.__getitem__, prune_before=horizon)
+    )
     assert report.events == len(lines)
     for table in TABLES:
         read = read_lake(lake, str(table)).drop_columns(list(POSITION_COLUMNS))

@@ -16,7 +16,7 @@ import pytest
 
 from airflow_provider_dblog.core.event import Event
 from airflow_provider_dblog.core.event_codec import decode
-from airflow_provider_dblog.demo import SCHEMA, compare
+from airflow_provider_dblog.demo.postgres import SCHEMA, compare
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs import Output, SqlApplyOutput, read_events
