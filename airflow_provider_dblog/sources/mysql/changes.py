@@ -60,9 +60,15 @@ from airflow_provider_dblog.core.log import (
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError, UnknownTable
+from airflow_provider_dblog.sources.mysql import events as ev
 from airflow_provider_dblog.sources.mysql.catalog import ColumnInfo
 from airflow_provider_dblog.sources.mysql.events import RowsHead, TableMap
-from airflow_provider_dblog.sources.mysql.rows import ImageReader, compile_image, plain_values
+from airflow_provider_dblog.sources.mysql.rows import (
+    FloatSeen,
+    ImageReader,
+    compile_image,
+    plain_values,
+)
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +210,11 @@ class _Table:
     table_map: TableMap
     key: tuple[str, ...] = ()
     plain: bool = False
-    """Every value its images hold is a str, an int or None (`rows.plain_values`)."""
+    """Every value its images hold is a str, an int, None or a JSON document of those unless
+    `floats` says otherwise (`rows.plain_values`)."""
+    floats: FloatSeen = field(default_factory=FloatSeen)
+    json: bool = False
+    """It has a JSON column: whether a row's documents held a float is asked per row."""
     is_watermark: bool = False
     readers: dict[bytes, ImageReader] = field(default_factory=dict)
     """The compiled reader of each bitmap of present columns met (one, with FULL images)."""
@@ -388,7 +398,10 @@ class BinlogMapper:
                 raise NoPrimaryKey(f"captured table {table.ref} has no primary key")
             table.columns, table.key = columns, columns.schema.key
         table.readers.clear()
-        table.plain = plain_values(table.table_map, table.columns.columns)
+        table.plain = plain_values(table.table_map)
+        table.json = ev.TYPE_JSON in table.table_map.types or any(
+            c.data_type == "json" for c in table.columns.columns
+        )
 
     def _reader(self, table: _Table, present: bytes) -> ImageReader:
         reader = table.readers.get(present)
@@ -398,7 +411,9 @@ class BinlogMapper:
             columns = table.columns
             assert columns is not None
             names, infos = self._column_infos(table.ref, table.table_map, columns)
-            reader = compile_image(table.ref, table.table_map, names, infos, table.key, present)
+            reader = compile_image(
+                table.ref, table.table_map, names, infos, table.key, present, table.floats
+            )
             table.readers[present] = reader
         return reader
 
@@ -456,13 +471,14 @@ class BinlogMapper:
             origin = LogOrigin(self._source, self._db, ref, begin.txid, begin.ts_ms)
             lines = table.lines = _Lines.of(transaction, origin, version)
         origin, formats = lines.origin, lines.formats
-        spell = self._plain if table.plain and self._plain is not None else self._spell
+        spell, floats = self._speller(table), table.floats
         position = transaction.next_position
         items: list[LogItem] = []
         add = items.append
         if record.kind is RowKind.INSERT:
             create = formats[Op.CREATE]
             while pos < end:
+                floats.seen = False
                 after, key, pos = read(data, pos)
                 if key is None:
                     raise _keyless(ref, table.key)
@@ -472,6 +488,7 @@ class BinlogMapper:
         elif record.kind is RowKind.DELETE:
             delete = formats[Op.DELETE]
             while pos < end:
+                floats.seen = False
                 before, key, pos = read(data, pos)
                 if key is None:
                     raise _keyless(ref, table.key)
@@ -484,6 +501,7 @@ class BinlogMapper:
             )
             update = formats[Op.UPDATE]
             while pos < end:
+                floats.seen = False
                 before, old_key, pos = read(data, pos)
                 after, key, pos = read_after(data, pos)
                 if key is None or old_key is None:
@@ -497,6 +515,21 @@ class BinlogMapper:
                 line = update % (spell(key), spell(before), spell(after), at.commit, at.seq)
                 add(_change(line, Op.UPDATE, key, before, after, at, origin, version))
         return items
+
+    def _speller(self, table: _Table) -> Callable[[Row], bytes]:
+        """How `table`'s keys and rows are spelled: msgspec for str, int and None values (and
+        JSON documents of those: a row whose documents held a float takes the standard
+        encoder, as `table.floats` tells), the standard encoder for FLOAT and DOUBLE."""
+        plain, standard, floats = self._plain, self._spell, table.floats
+        if plain is None or not table.plain:
+            return standard
+        if not table.json:
+            return plain
+
+        def spell(row: Row) -> bytes:
+            return standard(row) if floats.seen else plain(row)
+
+        return spell
 
     def _watermarks(self, transaction: _Transaction, table: _Table, record: Rows) -> list[LogItem]:
         """The watermark values written (inserted or updated) by a rows event."""

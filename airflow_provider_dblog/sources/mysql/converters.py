@@ -1,49 +1,34 @@
-"""MySQL/MariaDB values to JSON: one converter per column type, for the log and the dump alike.
+"""MySQL/MariaDB values to JSON: one converter per column type, for what a chunk query reads.
 
-The two paths hand over different Python values for the same stored value, so each converter
-accepts both and returns one JSON value (what was probed on MariaDB 10.11 with PyMySQL 1.2
-and mysql-replication 1.0.17):
+The log reader decodes the binlog's bytes itself (`rows.py`) into the same JSON these give for
+the same stored value (the integration tests compare the two paths byte for byte). What PyMySQL
+hands over (probed on MariaDB 10.11 with PyMySQL 1.2), and the JSON:
 
-type: dump (PyMySQL) / log (mysql-replication) -> JSON
-
-- tinyint .. bigint, signed or unsigned (bool is tinyint(1)): int / int, negative for a large
-  unsigned value without FULL row metadata -> int.
-- decimal: Decimal / Decimal -> its digits as a string, scale kept (`"-1.50"`), as PostgreSQL's
-  numeric.
-- float: float of the 6 digits the server prints, so the dump selects `CAST(col AS DOUBLE)`
-  (`read_expression`) / float of the 4 stored bytes -> the shortest float that is the same
-  32-bit float (`1.1`, not 1.100000023841858).
-- double: float / float -> float.
-- char, varchar, text: str / str (bytes if the charset is unknown: decoded with the column's
-  charset) -> str. Trailing spaces of char are gone on both paths.
-- binary(n): bytes padded with zero bytes to n / bytes with the trailing zero bytes stripped
-  (`''` if all were) -> base64 of the n bytes, as PostgreSQL's bytea.
-- varbinary, blob: bytes / bytes -> base64.
-- date: date, a str for a zero date / date, None for a zero date -> `"2024-02-29"`; zero and
-  invalid dates (non-strict sql_mode) are null on both paths.
-- datetime(p), timestamp(p): datetime / datetime, both UTC for timestamps (the session time
-  zone is UTC) -> `"2024-02-29 23:59:59.123456"` with exactly p fraction digits, as the server
-  prints it; zero datetimes and timestamps are null.
-- time(p): timedelta / timedelta -> `"-838:59:59"`, `"12:34:56.001"` with p fraction digits.
-- year: int / int, 1900 for the zero year -> int, 0 for the zero year.
-- json: str (MariaDB's JSON is a longtext) / str on MariaDB, the decoded document on MySQL 8
-  (bytes for its strings) -> the parsed JSON value.
-- enum: str / str (None without FULL row metadata) -> str.
-- set: str, members in definition order / a Python set, None for the empty set -> str, members
-  in definition order, comma-separated (`"a,c"`, `""`).
-- bit(n): bytes, big-endian / str of '0' and '1' -> int.
-- NULL: None / None -> null.
+- tinyint .. bigint, signed or unsigned (bool is tinyint(1)): int -> int.
+- decimal: Decimal -> its digits as a string, scale kept (`"-1.50"`), as PostgreSQL's numeric.
+- float: the double it stores (the dump selects `CAST(col AS DOUBLE)`, `read_expression`: the
+  server would print 6 digits) -> the shortest float that is the same 32-bit float (`1.1`, not
+  1.100000023841858).
+- double: float -> float.
+- char, varchar, text: str (bytes for a column read without a character set: decoded with
+  its own) -> str. Trailing spaces of char are gone.
+- binary(n): bytes padded with zero bytes to n -> base64 of the n bytes, as PostgreSQL's bytea.
+- varbinary, blob: bytes -> base64.
+- date: date, a str for a zero or invalid date (non-strict sql_mode) -> `"2024-02-29"`, null.
+- datetime(p), timestamp(p): datetime, UTC for timestamps (the session time zone is UTC), a str
+  for a zero value -> `"2024-02-29 23:59:59.123456"` with exactly p fraction digits, as the
+  server prints it; null for zero values.
+- time(p): timedelta -> `"-838:59:59"`, `"12:34:56.001"` with p fraction digits.
+- year: int -> int (0 for the zero year).
+- json: str (MariaDB's JSON is a longtext; MySQL 8 sends its text) -> the parsed JSON value.
+- enum: str -> str. set: str, members in definition order -> the same (`"a,c"`, `""`).
+- bit(n): bytes, big-endian -> int.
+- NULL: None -> null.
 
 Calling them: `converter(column)` returns the function for a column described by
 `catalog.ColumnInfo`; `catalog.table_shape(conn, table)` (conn from `config.connect()`) gives
 every column of a table in table order, with its unsigned flag, charset, length, fraction digits
-and enum/set members. Build the converters once per table (again when the binlog's table map for
-it changes: an ALTER TABLE) and call one per value, matching values to columns by name. For a
-log row from mysql-replication, pass each value of `row["values"]` (`before_values`,
-`after_values`) to its column's converter, except that a None whose `none_sources` entry is
-`"empty set"` must be passed as `set()`: the library decodes the empty set as None, and only its
-`none_sources` tells it from NULL. Zero dates also decode as None (`"out of date range"`): they
-become null on both paths.
+and enum/set members. Build the converters once per table and call one per value.
 """
 
 from __future__ import annotations
@@ -53,7 +38,7 @@ import datetime
 import decimal
 import json
 import struct
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 from pymysql.charset import charset_by_name
@@ -66,7 +51,6 @@ Converter = Callable[[Any], JsonValue]
 _INTEGER_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "bigint": 64}
 _TEXT_TYPES = frozenset(("char", "varchar", "tinytext", "text", "mediumtext", "longtext"))
 _BINARY_TYPES = frozenset(("varbinary", "tinyblob", "blob", "mediumblob", "longblob"))
-_EPOCH = datetime.datetime(1970, 1, 1)
 _FLOAT32 = struct.Struct("<f")
 _FLOAT32_MAX = 3.4028234663852886e38
 
@@ -74,8 +58,8 @@ _FLOAT32_MAX = 3.4028234663852886e38
 def converter(column: ColumnInfo) -> Converter:
     """The function from either path's Python value of `column` to its JSON value."""
     kind = column.data_type
-    if kind in _INTEGER_BITS:
-        return _integer(_INTEGER_BITS[kind]) if column.unsigned else _nullable(int)
+    if kind in _INTEGER_BITS or kind == "year":
+        return _nullable(int)
     if kind == "decimal":
         return _nullable(_decimal)
     if kind == "float":
@@ -89,27 +73,18 @@ def converter(column: ColumnInfo) -> Converter:
     if kind == "date":
         return _date
     if kind in ("datetime", "timestamp"):
-        return _datetime(column.fsp, zero_is_epoch=kind == "timestamp")
+        return _datetime(column.fsp)
     if kind == "time":
         return _nullable(_time(column.fsp))
-    if kind == "year":
-        return _nullable(_year)
     if kind == "json":
         return _nullable(_json)
-    if kind == "set":
-        return _nullable(_set(column.members))
-    if kind == "enum":
-        return _nullable(_enum(column.members))
+    if kind in ("set", "enum"):
+        return _nullable(str)
     if kind == "bit":
         return _nullable(_bit)
     if kind in _TEXT_TYPES:
         return _nullable(_text(encoding(column.charset)))
     return _nullable(_other)
-
-
-def convert(column: ColumnInfo, value: Any) -> JsonValue:
-    """`converter(column)(value)`, for one value."""
-    return converter(column)(value)
 
 
 def read_expression(column: ColumnInfo) -> str:
@@ -167,19 +142,6 @@ def _nullable(convert: Callable[[Any], JsonValue]) -> Converter:
     return nullable
 
 
-def _integer(bits: int) -> Converter:
-    """An unsigned integer; without FULL row metadata the binlog decodes it as signed."""
-    wrap = 1 << bits
-
-    def unsigned(value: Any) -> JsonValue:
-        if value is None:
-            return None
-        number = int(value)
-        return number + wrap if number < 0 else number
-
-    return unsigned
-
-
 def _decimal(value: Any) -> JsonValue:
     """Never exponent notation (str(Decimal('0E-10')) is '0E-10'): the digits, scale kept."""
     return format(decimal.Decimal(value), "f")
@@ -197,10 +159,11 @@ def float32(value: Any) -> JsonValue:
 
 
 def _binary(length: int) -> Callable[[Any], JsonValue]:
-    """binary(n) is padded to its length with zero bytes; the binlog strips them."""
+    """binary(n) as stored, padded to its length with zero bytes (as a chunk read gives it;
+    the binlog strips them)."""
 
     def binary(value: Any) -> JsonValue:
-        data = value.encode("latin-1") if isinstance(value, str) else bytes(value)
+        data = bytes(value)
         if len(data) < length:
             data = data.ljust(length, b"\0")
         return base64.b64encode(data).decode("ascii")
@@ -209,20 +172,17 @@ def _binary(length: int) -> Callable[[Any], JsonValue]:
 
 
 def _date(value: Any) -> JsonValue:
-    """A zero or invalid date (PyMySQL: a str; the binlog: None) is null."""
+    """A zero or invalid date (PyMySQL gives its text) is null."""
     if isinstance(value, datetime.date):
         return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
     return None
 
 
-def _datetime(fsp: int, *, zero_is_epoch: bool) -> Converter:
-    """A zero or invalid datetime (PyMySQL: a str; the binlog: None) is null. The zero
-    TIMESTAMP decodes from the binlog as 1970-01-01 00:00:00, outside TIMESTAMP's range."""
+def _datetime(fsp: int) -> Converter:
+    """A zero or invalid datetime or timestamp (PyMySQL gives its text) is null."""
 
     def convert(value: Any) -> JsonValue:
         if not isinstance(value, datetime.datetime):
-            return None
-        if zero_is_epoch and value == _EPOCH:
             return None
         text = (
             f"{value.year:04d}-{value.month:02d}-{value.day:02d} "
@@ -235,13 +195,6 @@ def _datetime(fsp: int, *, zero_is_epoch: bool) -> Converter:
 
 def _time(fsp: int) -> Callable[[Any], JsonValue]:
     def convert(value: Any) -> JsonValue:
-        if isinstance(value, datetime.time):
-            value = datetime.timedelta(
-                hours=value.hour,
-                minutes=value.minute,
-                seconds=value.second,
-                microseconds=value.microsecond,
-            )
         micros = value // datetime.timedelta(microseconds=1)
         sign = "-" if micros < 0 else ""
         seconds, micro = divmod(abs(micros), 1_000_000)
@@ -256,60 +209,13 @@ def _fraction(microsecond: int, fsp: int) -> str:
     return f".{microsecond:06d}"[: fsp + 1] if fsp else ""
 
 
-def _year(value: Any) -> JsonValue:
-    """YEAR is 1901..2155 or 0; the binlog decodes 0 as 1900."""
-    year = int(value)
-    return 0 if year == 1900 else year
-
-
 def _json(value: Any) -> JsonValue:
-    if isinstance(value, bytes):
-        value = value.decode("utf-8")
-    if isinstance(value, str):
-        return json.loads(value)
-    return _json_value(value)
-
-
-def _json_value(value: Any) -> JsonValue:
-    """MySQL 8's binary JSON as mysql-replication decodes it (bytes for strings and keys)."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    if isinstance(value, dict):
-        return {_json_value(k): _json_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_value(v) for v in value]
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    return value
-
-
-def _set(members: tuple[str, ...]) -> Callable[[Any], JsonValue]:
-    def convert(value: Any) -> JsonValue:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, int):
-            return ",".join(m for i, m in enumerate(members) if value >> i & 1)
-        chosen: Collection[str] = value
-        return ",".join(m for m in members if m in chosen)
-
-    return convert
-
-
-def _enum(members: tuple[str, ...]) -> Callable[[Any], JsonValue]:
-    def convert(value: Any) -> JsonValue:
-        if isinstance(value, int):  # an index, 0 for the invalid ''
-            return members[value - 1] if value > 0 else ""
-        return str(value)
-
-    return convert
+    parsed: JsonValue = json.loads(value)
+    return parsed
 
 
 def _bit(value: Any) -> JsonValue:
-    if isinstance(value, bytes):
-        return int.from_bytes(value, "big")
-    if isinstance(value, str):
-        return int(value, 2)
-    return int(value)
+    return int.from_bytes(value, "big") if isinstance(value, bytes) else int(value)
 
 
 def _text(encoding: str) -> Callable[[Any], JsonValue]:

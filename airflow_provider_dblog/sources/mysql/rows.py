@@ -61,6 +61,17 @@ class ColumnRead:
     """A function, or a tuple the code indexes (an enum's members)."""
 
 
+class FloatSeen:
+    """Set by the JSON columns' parsers of one table when a document they read held a float:
+    the rows read since it was cleared must be spelled by the standard encoder (msgspec spells
+    floats otherwise than `json.dumps`, `core.event_codec.plain_row_encoder`)."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        self.seen = False
+
+
 def compile_image(
     table: TableRef,
     table_map: ev.TableMap,
@@ -68,10 +79,11 @@ def compile_image(
     columns: Sequence[ColumnInfo | None],
     key: Sequence[str],
     present: bytes,
+    floats: FloatSeen,
 ) -> ImageReader:
     """The reader of `table`'s row images logged under `table_map` with the columns of bitmap
     `present`. `names` and `columns` are the map's columns in table order (`None` where the
-    catalog does not have the column)."""
+    catalog does not have the column); its JSON columns set `floats`."""
     indexes = [i for i in range(len(names)) if present[i >> 3] >> (i & 7) & 1]
     namespace: dict[str, object] = {"SourceError": SourceError, "TABLE": str(table)}
     nulls = (len(indexes) + 7) // 8
@@ -83,7 +95,9 @@ def compile_image(
         f"        p += {nulls}",
     ]
     for bit, i in enumerate(indexes):
-        read = column_read(table, names[i], table_map.types[i], table_map.metadata[i], columns[i])
+        read = column_read(
+            table, names[i], table_map.types[i], table_map.metadata[i], columns[i], floats
+        )
         namespace[f"n{i}"] = names[i]
         namespace[f"t{i}"] = _type_name(table_map.types[i], columns[i])
         if read.function is not None:
@@ -118,23 +132,27 @@ def compile_image(
     return function
 
 
-def plain_values(table_map: ev.TableMap, columns: Sequence[ColumnInfo | None]) -> bool:
-    """Whether every value read under `table_map` is a str, an int or None: no FLOAT, DOUBLE
-    or JSON column (what msgspec spells as `json.dumps` does, `core.event.plain_row_encoder`).
-    `columns` are the catalog's descriptions, in table order as far as it knows them."""
-    if any(kind in _NOT_PLAIN for kind in table_map.types):
-        return False
-    return not any(c is not None and c.data_type == "json" for c in columns)
+def plain_values(table_map: ev.TableMap) -> bool:
+    """Whether every value read under `table_map` is a str, an int, None, or a JSON document
+    of those (whose floats `FloatSeen` reports): no FLOAT or DOUBLE column. Such rows are what
+    msgspec spells as `json.dumps` does (`core.event_codec.plain_row_encoder`)."""
+    return not any(kind in _FLOATING for kind in table_map.types)
 
 
-_NOT_PLAIN = frozenset((ev.TYPE_FLOAT, ev.TYPE_DOUBLE, ev.TYPE_JSON))
+_FLOATING = frozenset((ev.TYPE_FLOAT, ev.TYPE_DOUBLE))
 
 
 def column_read(
-    table: TableRef, name: str, kind: int, metadata: int, column: ColumnInfo | None
+    table: TableRef,
+    name: str,
+    kind: int,
+    metadata: int,
+    column: ColumnInfo | None,
+    floats: FloatSeen,
 ) -> ColumnRead:
     """How a column of binlog type `kind` with `metadata` is read, as `column` (the catalog's
-    description, None if it has none) says its value is spelled."""
+    description, None if it has none) says its value is spelled; a JSON document holding a
+    float sets `floats`."""
     data_type = column.data_type if column is not None else ""
     if kind in _FIXED_INTEGERS:
         size, signed, unsigned = _FIXED_INTEGERS[kind]
@@ -181,15 +199,15 @@ def column_read(
         size = (metadata >> 8) + (1 if metadata & 0xFF else 0)
         return ColumnRead(f"{{v}} = int.from_bytes(d[p : p + {size}], 'big')\np += {size}")
     if kind in (ev.TYPE_VARCHAR, ev.TYPE_VAR_STRING):
-        return _string(1 if metadata < 256 else 2, _spelling(column, text=True))
+        return _string(1 if metadata < 256 else 2, _spelling(column, floats, text=True))
     if kind in (ev.TYPE_BLOB, ev.TYPE_TINY_BLOB, ev.TYPE_MEDIUM_BLOB, ev.TYPE_LONG_BLOB):
-        return _string(metadata, _spelling(column, text=False))
+        return _string(metadata, _spelling(column, floats, text=False))
     if kind == ev.TYPE_GEOMETRY:
         return _string(metadata, _base64)
     if kind == ev.TYPE_JSON:
-        return _string(metadata, _mysql_json)
+        return _string(metadata, _mysql_json(floats))
     if kind == ev.TYPE_STRING:
-        return _string_type(table, name, metadata, column)
+        return _string_type(table, name, metadata, column, floats)
     raise SourceError(
         f"binlog: column {name!r} of {table} has binlog type {kind}, which the row decoder "
         "does not read; capture tables of supported types only (docs/operations.md)"
@@ -219,7 +237,9 @@ def _string(length_bytes: int, spell: Callable[[bytes], JsonValue] | None) -> Co
     return ColumnRead(head + "{v} = {f}(d[s:p])", spell)
 
 
-def _spelling(column: ColumnInfo | None, *, text: bool) -> Callable[[bytes], JsonValue] | None:
+def _spelling(
+    column: ColumnInfo | None, floats: FloatSeen, *, text: bool
+) -> Callable[[bytes], JsonValue] | None:
     """How a string's bytes become its JSON value: text in its character set (None: UTF-8,
     decoded inline), JSON parsed, binary as base64. A column the catalog does not have is
     text or base64 as its binlog type (`text`) suggests."""
@@ -227,7 +247,7 @@ def _spelling(column: ColumnInfo | None, *, text: bool) -> Callable[[bytes], Jso
         return _lenient_text if text else _base64
     kind = column.data_type
     if kind == "json":
-        return _json_text
+        return _json_text(floats)
     if kind == "binary":
         return _padded(column.length or 0)
     if kind not in _TEXT_TYPES:
@@ -239,7 +259,7 @@ def _spelling(column: ColumnInfo | None, *, text: bool) -> Callable[[bytes], Jso
 
 
 def _string_type(
-    table: TableRef, name: str, metadata: int, column: ColumnInfo | None
+    table: TableRef, name: str, metadata: int, column: ColumnInfo | None, floats: FloatSeen
 ) -> ColumnRead:
     """The STRING type's two metadata bytes: the real type (char, binary, enum, set) and the
     length, whose two high bits hide in the first byte for lengths over 255."""
@@ -264,7 +284,7 @@ def _string_type(
             _set_spelling(members),
         )
     if real == ev.TYPE_STRING:
-        return _string(1 if length < 256 else 2, _spelling(column, text=True))
+        return _string(1 if length < 256 else 2, _spelling(column, floats, text=True))
     raise SourceError(
         f"binlog: column {name!r} of {table} has binlog string type {real}, which the row "
         "decoder does not read"
@@ -282,13 +302,21 @@ def _base64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-_parse_json = json.JSONDecoder().decode
+def _json_text(floats: FloatSeen) -> Callable[[bytes], JsonValue]:
+    """MariaDB's JSON, a utf8mb4 longtext: parsed as `json.loads` parses the chunk's text. The
+    scanner calls `parse_float` for float literals only, so the flag costs nothing else."""
 
+    def seen(text: str) -> float:
+        floats.seen = True
+        return float(text)
 
-def _json_text(data: bytes) -> JsonValue:
-    """MariaDB's JSON, a utf8mb4 longtext: parsed as `json.loads` parses the chunk's text."""
-    parsed: JsonValue = _parse_json(data.decode("utf-8"))
-    return parsed
+    decode = json.JSONDecoder(parse_float=seen).decode
+
+    def parse(data: bytes) -> JsonValue:
+        parsed: JsonValue = decode(data.decode("utf-8"))
+        return parsed
+
+    return parse
 
 
 def _lenient_text(data: bytes) -> str:
@@ -518,24 +546,25 @@ def _old_time(data: bytes, pos: int) -> JsonValue:
     return f"{sign}{packed // 10_000:02d}:{packed // 100 % 100:02d}:{packed % 100:02d}"
 
 
-def _mysql_json(data: bytes) -> JsonValue:
+def _mysql_json(floats: FloatSeen) -> Callable[[bytes], JsonValue]:
     """MySQL 8's binary JSON: parsed by mysql-replication's parser, then as a chunk query's
     JSON text would parse (decimals as numbers, strings as text)."""
-    if not data:
-        return None
     from pymysqlreplication.json_binary import parse_json
 
-    return _plain_json(parse_json(data[0], data[1:]))
+    def plain(value: Any) -> JsonValue:
+        if isinstance(value, bytes):
+            return value.decode("utf-8")
+        if isinstance(value, dict):
+            return {str(plain(k)): plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        if isinstance(value, float | decimal.Decimal):
+            floats.seen = True
+            return float(value)
+        found: JsonValue = value
+        return found
 
+    def parse(data: bytes) -> JsonValue:
+        return plain(parse_json(data[0], data[1:])) if data else None
 
-def _plain_json(value: Any) -> JsonValue:
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    if isinstance(value, dict):
-        return {str(_plain_json(k)): _plain_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain_json(v) for v in value]
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    plain: JsonValue = value
-    return plain
+    return parse
