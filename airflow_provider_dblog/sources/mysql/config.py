@@ -111,7 +111,7 @@ class MysqlSourceConfig:
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `pymysql.connect`, password included: never log them.
 
-        Also the `connection_settings` of mysql-replication's BinLogStreamReader."""
+        The binlog stream (`wire.BinlogStream`) connects with them too."""
         parts = _dsn_parts(self.dsn)
         kwargs: dict[str, Any] = {
             "host": parts.host,
