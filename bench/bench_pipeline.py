@@ -16,6 +16,7 @@ P3  log event latency, commit -> durable in the output, p50/p99, without and wit
     direct mode into a lake (its rows never pass through the tailer): the floor the machine
     sets, two cores shared by the database, the dump and the tailer.
 P4  the peak RSS of a `dblog tail` process through one transaction of 1M inserted rows.
+P4m the same on MariaDB: a `dblog tail` process through one MariaDB transaction of 1M inserts.
 P4b the peak RSS of a `dblog tail` process through a dump (`dblog dump`, its own process) of
     100k rows of about 3 KB in 50k-row chunks.
 E   the sequencer's emission of a pre-read chunk alone: a `Session` meets the hw of a window
@@ -61,7 +62,7 @@ from support import (
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.log import Idle, LogItem, TransactionEnd, WatermarkWrite
-from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.position import Position, binlog_file_number
 from airflow_provider_dblog.core.reconciler import Window
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.devservices.mariadb import MariaDBServer
@@ -553,6 +554,47 @@ def bench_p4(env: Env, sizes: Sizes) -> P4Result:
     return P4Result(sizes.p4_rows, baseline_rss, baseline_hwm, peak_hwm, seconds)
 
 
+def bench_p4m(env: Env, sizes: Sizes) -> P4Result:
+    """P4 on MariaDB: a `dblog tail` process through one transaction of `p4_rows` inserts,
+    caught up when its saved resume point passes the transaction's end."""
+    name = "bench_p4m"
+    env.mariadb_one("CREATE TABLE p4m_big (id bigint PRIMARY KEY, name varchar(40), n int)")
+    env.source(name, ["p4m_big"], "mysql").ensure_setup()
+    toml = env.write_toml(name, ["p4m_big"], env.base / "p4m-out", "mysql")
+    tail_log = (env.base / "p4m-tail.log").open("wb")
+    tail = subprocess.Popen(
+        [*dblog_command(), "tail", "--config", str(toml), "--owner", "bench-p4m"],
+        stdout=tail_log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        store = env.store(name)
+        wait_until(lambda: store.tailer.load_resume() is not None, 60, "P4m capture start")
+        baseline_rss = proc_status_kib(tail.pid, "VmRSS")
+        baseline_hwm = proc_status_kib(tail.pid, "VmHWM")
+        say(f"P4m: one MariaDB transaction of {sizes.p4_rows} inserts; tailer pid {tail.pid}")
+        env.mariadb_one(
+            "INSERT INTO p4m_big SELECT seq, CONCAT('name-', seq), seq % 1000"
+            f" FROM seq_1_to_{sizes.p4_rows}"
+        )
+        end_file, end_offset = env.mariadb_one("SHOW MASTER STATUS")[:2]
+        end = (binlog_file_number(str(end_file)), int(end_offset))
+
+        def caught_up() -> bool:
+            saved = json.loads(store.tailer.load_resume() or "{}")
+            return (binlog_file_number(saved["file"]), saved["offset"]) >= end
+
+        started = time.monotonic()
+        wait_until(caught_up, 900, "P4m tailer catch-up")
+        seconds = time.monotonic() - started
+        peak_hwm = proc_status_kib(tail.pid, "VmHWM")
+    finally:
+        tail.terminate()
+        tail.wait(60)
+        tail_log.close()
+    return P4Result(sizes.p4_rows, baseline_rss, baseline_hwm, peak_hwm, seconds)
+
+
 # -- P4b: tailer memory through a dump of wide rows ------------------------------------------
 
 
@@ -725,6 +767,7 @@ def report(
     p1b_heavy: P1bResult | None,
     p3: list[LatencyResult] | None,
     p4: P4Result | None,
+    p4m: P4Result | None,
     p4b: P4bResult | None,
     emission: list[float] | None,
 ) -> str:
@@ -771,14 +814,15 @@ def report(
     if p3 is not None:
         lines.append(f"{'P3 ratio p99 with dump / without':<44} {p3_ratio(p3):>14.1f}")
         lines.append(f"{'P3 floor: p99 with direct dump / without':<44} {p3_ratio(p3, 2):>14.1f}")
-    if p4 is not None:
-        lines += [
-            f"{'P4 transaction size (rows)':<44} {p4.rows:>14,}",
-            f"{'P4 tailer baseline RSS (MiB)':<44} {p4.baseline_rss_kib / mib:>14.1f}",
-            f"{'P4 tailer peak RSS, VmHWM (MiB)':<44} {p4.peak_hwm_kib / mib:>14.1f}",
-            f"{'':<6}peak before the transaction {p4.baseline_hwm_kib / mib:.1f} MiB; "
-            f"caught up in {p4.seconds:.1f}s ({p4.rows / p4.seconds:,.0f} events/s)",
-        ]
+    for label, found in (("P4", p4), ("P4m", p4m)):
+        if found is not None:
+            lines += [
+                f"{f'{label} transaction size (rows)':<44} {found.rows:>14,}",
+                f"{f'{label} tailer baseline RSS (MiB)':<44} {found.baseline_rss_kib / mib:>14.1f}",
+                f"{f'{label} tailer peak RSS, VmHWM (MiB)':<44} {found.peak_hwm_kib / mib:>14.1f}",
+                f"{'':<6}peak before the transaction {found.baseline_hwm_kib / mib:.1f} MiB; "
+                f"caught up in {found.seconds:.1f}s ({found.rows / found.seconds:,.0f} events/s)",
+            ]
     if p4b is not None:
         lines += [
             f"{'P4b dump rows (bytes each, chunk size)':<44} "
@@ -796,7 +840,7 @@ def report(
     return "\n".join(lines)
 
 
-FIGURES = ("P1", "P1b", "P3", "P4", "P4b", "E")
+FIGURES = ("P1", "P1b", "P3", "P4", "P4m", "P4b", "E")
 
 
 def parse_only(text: str | None) -> frozenset[str]:
@@ -833,13 +877,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p1b_heavy: P1bResult | None = None
     p3: list[LatencyResult] | None = None
     p4: P4Result | None = None
+    p4m: P4Result | None = None
     p4b: P4bResult | None = None
     emission: list[float] | None = None
     with tempfile.TemporaryDirectory(prefix="dblog-bench-") as tmp, contextlib.ExitStack() as stack:
         base = Path(tmp)
-        say(f"starting PostgreSQL 15{', MariaDB' if 'P1b' in only else ''} and Redis in {base}")
+        with_mariadb = ", MariaDB" if {"P1b", "P4m"} & only else ""
+        say(f"starting PostgreSQL 15{with_mariadb} and Redis in {base}")
         pg = stack.enter_context(PostgresServer(base / "pg"))
-        mariadb = stack.enter_context(MariaDBServer(base / "mariadb")) if "P1b" in only else None
+        wants_mariadb = bool({"P1b", "P4m"} & only)
+        mariadb = stack.enter_context(MariaDBServer(base / "mariadb")) if wants_mariadb else None
         rds = stack.enter_context(RedisServer(base / "redis"))
         env = Env(base, pg.info, rds.info, mariadb.info if mariadb is not None else None)
         if "P1" in only:
@@ -850,7 +897,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"ratio {p1.ours_rate / p1.ceiling_rate:.3f}",
                 flush=True,
             )
-        if mariadb is not None:
+        if "P1b" in only:
             p1b = bench_p1b(env, sizes)
             print(
                 f"P1b ours {p1b.ours_rate:.0f} events/s, ceiling {p1b.ceiling_rate:.0f} "
@@ -886,6 +933,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"({p4.rows} rows in one transaction)",
                 flush=True,
             )
+        if "P4m" in only:
+            p4m = bench_p4m(env, sizes)
+            print(
+                f"P4m peak RSS {p4m.peak_hwm_kib / 1024:.1f} MiB, "
+                f"baseline RSS {p4m.baseline_rss_kib / 1024:.1f} MiB "
+                f"({p4m.rows} rows in one MariaDB transaction)",
+                flush=True,
+            )
         if "P4b" in only:
             p4b = bench_p4b(env, sizes)
             print(
@@ -902,7 +957,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"(best of {len(emission)}, {sizes.emission_rows} rows a chunk)",
                 flush=True,
             )
-    print(report(p1, p1b, p1b_heavy, p3, p4, p4b, emission))
+    print(report(p1, p1b, p1b_heavy, p3, p4, p4m, p4b, emission))
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     print(f"load average (1, 5, 15 min): {load_before} at the start, {load_average()} at the end")
     return 0

@@ -53,6 +53,11 @@ def test_bench_quick_prints_p1_p1b_p1b_heavy_p3_p4_p4b_e() -> None:
     assert re.search(rf"^P3 floor: p99 with direct dump / without -?{NUMBER}$", out, re.M), out
     assert re.search(rf"^P4 peak RSS {NUMBER} MiB, baseline RSS {NUMBER} MiB", out, re.M), out
     assert re.search(
+        rf"^P4m peak RSS {NUMBER} MiB, baseline RSS {NUMBER} MiB \(\d+ rows in one MariaDB",
+        out,
+        re.M,
+    ), out
+    assert re.search(
         rf"^P4b peak RSS {NUMBER} MiB, baseline RSS {NUMBER} MiB \(\d+ rows of ~\d+ bytes",
         out,
         re.M,
