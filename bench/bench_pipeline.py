@@ -61,7 +61,12 @@ from support import (
 )
 
 from airflow_provider_dblog.core.event import TableRef
-from airflow_provider_dblog.core.log import Idle, LogItem, TransactionEnd, WatermarkWrite
+from airflow_provider_dblog.core.log import (
+    Idle,
+    LogItem,
+    TransactionEnd,
+    WatermarkWrite,
+)
 from airflow_provider_dblog.core.position import Position, binlog_file_number
 from airflow_provider_dblog.core.reconciler import Window
 from airflow_provider_dblog.core.schema import TableSchema
@@ -95,7 +100,17 @@ class Sizes:
     @classmethod
     def full(cls) -> Sizes:
         return cls(
-            200_000, 1000, 200.0, 10.0, 1_000_000, 5000, 1_000_000, 100_000, 50_000, 50_000, 3
+            200_000,
+            1000,
+            200.0,
+            10.0,
+            1_000_000,
+            5000,
+            1_000_000,
+            100_000,
+            50_000,
+            50_000,
+            3,
         )
 
     @classmethod
@@ -183,7 +198,10 @@ def bench_p1(env: Env, sizes: Sizes) -> P1Result:
     ]
     started = time.monotonic()
     subprocess.run(
-        command, check=True, timeout=600, env={**os.environ, "PGPASSWORD": env.pg.password}
+        command,
+        check=True,
+        timeout=600,
+        env={**os.environ, "PGPASSWORD": env.pg.password},
     )
     ceiling_s = time.monotonic() - started
     env.drop_slot(ceiling_slot)
@@ -252,7 +270,15 @@ def heavy_row(i: int) -> tuple[Any, ...]:
         i,
         f"{i * 7919 % 10**14}.{i % 10**6:06d}",
         EPOCH + timedelta(seconds=i, microseconds=i % 10**6),
-        json.dumps({"id": i, "name": f"name-{i}", "n": i % 1000, "tags": ["x", "y"], "ok": True}),
+        json.dumps(
+            {
+                "id": i,
+                "name": f"name-{i}",
+                "n": i % 1000,
+                "tags": ["x", "y"],
+                "ok": True,
+            }
+        ),
         i.to_bytes(8, "big") * 8,
         STATES[i % 4],
         TAGS[i % 4],
@@ -281,7 +307,10 @@ def binlog_backlog(
     start_file, start_pos = env.mariadb_one("SHOW MASTER STATUS")[:2]
     (start_gtid,) = env.mariadb_one("SELECT @@gtid_binlog_pos")
     say(f"{name}: writing a backlog of {sizes.p1_rows} inserts ({sizes.p1_rows_per_tx} per tx)")
-    with pymysql.connect(**env.mariadb.connect_kwargs()) as conn, conn.cursor() as cursor:
+    with (
+        pymysql.connect(**env.mariadb.connect_kwargs()) as conn,
+        conn.cursor() as cursor,
+    ):
         for start in range(0, sizes.p1_rows, sizes.p1_rows_per_tx):
             end = min(start + sizes.p1_rows_per_tx, sizes.p1_rows)
             cursor.executemany(insert, [row(i) for i in range(start + 1, end + 1)])
@@ -407,7 +436,8 @@ class PacedWriter:
                 if delay > 0:
                     time.sleep(delay)
                 row = conn.execute(
-                    "INSERT INTO p3_latency (payload) VALUES (%s) RETURNING id", (f"row {i}",)
+                    "INSERT INTO p3_latency (payload) VALUES (%s) RETURNING id",
+                    (f"row {i}",),
                 ).fetchone()
                 assert row is not None
                 self.committed.append(row[0])
@@ -424,7 +454,11 @@ def settle(env: Env) -> None:
 
 
 def measure_latency(
-    env: Env, output: TimedNdjson, sizes: Sizes, label: str, during: Callable[[], int] | None
+    env: Env,
+    output: TimedNdjson,
+    sizes: Sizes,
+    label: str,
+    during: Callable[[], int] | None,
 ) -> LatencyResult:
     writer = PacedWriter(env.pg.dsn, sizes.p3_rate, sizes.p3_seconds)
     dump_before = during() if during else 0
@@ -479,7 +513,12 @@ def bench_p3(env: Env, sizes: Sizes) -> list[LatencyResult]:
 
 
 def latency_with_dump(
-    env: Env, output: TimedNdjson, store: StateStore, sizes: Sizes, mode: str, config: Path
+    env: Env,
+    output: TimedNdjson,
+    store: StateStore,
+    sizes: Sizes,
+    mode: str,
+    config: Path,
 ) -> LatencyResult:
     dump_id = f"p3-{mode}"
     with (env.base / f"{dump_id}.log").open("wb") as dump_log:
@@ -523,56 +562,34 @@ def dump_rows(store: StateStore, dump_id: str) -> int:
 
 
 def bench_p4(env: Env, sizes: Sizes) -> P4Result:
+    """A `dblog tail` process through one transaction of `p4_rows` inserts, caught up when its
+    slot's confirmed position passes the transaction's end."""
     name = "bench_p4"
     env.sql("CREATE TABLE public.p4_big (id bigint PRIMARY KEY, name text, n int)")
     toml = env.write_toml(name, ["public.p4_big"], env.base / "p4-out")
-    tail_log = (env.base / "p4-tail.log").open("wb")
-    tail = subprocess.Popen(
-        [*dblog_command(), "tail", "--config", str(toml), "--owner", "bench-p4"],
-        stdout=tail_log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        store = env.store(name)
-        wait_until(lambda: store.tailer.health() is not None, 60, "the P4 tailer's heartbeat")
-        baseline_rss = proc_status_kib(tail.pid, "VmRSS")
-        baseline_hwm = proc_status_kib(tail.pid, "VmHWM")
-        say(f"P4: one transaction of {sizes.p4_rows} inserts; tailer pid {tail.pid}")
+
+    def transaction() -> Callable[[], bool]:
         env.sql(
             "INSERT INTO p4_big SELECT i, 'name-' || i, i % 1000"
             f" FROM generate_series(1, {sizes.p4_rows}) AS i"
         )
         end_lsn = env.wal_lsn()
-        started = time.monotonic()
-        wait_until(lambda: env.confirmed_flush(name) >= end_lsn, 900, "P4 tailer catch-up")
-        seconds = time.monotonic() - started
-        peak_hwm = proc_status_kib(tail.pid, "VmHWM")
-    finally:
-        tail.terminate()
-        tail.wait(60)
-        tail_log.close()
-    return P4Result(sizes.p4_rows, baseline_rss, baseline_hwm, peak_hwm, seconds)
+        return lambda: env.confirmed_flush(name) >= end_lsn
+
+    ready = env.store(name).tailer.health
+    return _tail_through(env, name, toml, sizes.p4_rows, "", ready, transaction)
 
 
 def bench_p4m(env: Env, sizes: Sizes) -> P4Result:
-    """P4 on MariaDB: a `dblog tail` process through one transaction of `p4_rows` inserts,
-    caught up when its saved resume point passes the transaction's end."""
+    """P4 on MariaDB, caught up when the tailer's saved resume point passes the transaction's
+    end."""
     name = "bench_p4m"
     env.mariadb_one("CREATE TABLE p4m_big (id bigint PRIMARY KEY, name varchar(40), n int)")
     env.source(name, ["p4m_big"], "mysql").ensure_setup()
     toml = env.write_toml(name, ["p4m_big"], env.base / "p4m-out", "mysql")
-    tail_log = (env.base / "p4m-tail.log").open("wb")
-    tail = subprocess.Popen(
-        [*dblog_command(), "tail", "--config", str(toml), "--owner", "bench-p4m"],
-        stdout=tail_log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        store = env.store(name)
-        wait_until(lambda: store.tailer.load_resume() is not None, 60, "P4m capture start")
-        baseline_rss = proc_status_kib(tail.pid, "VmRSS")
-        baseline_hwm = proc_status_kib(tail.pid, "VmHWM")
-        say(f"P4m: one MariaDB transaction of {sizes.p4_rows} inserts; tailer pid {tail.pid}")
+    store = env.store(name)
+
+    def transaction() -> Callable[[], bool]:
         env.mariadb_one(
             "INSERT INTO p4m_big SELECT seq, CONCAT('name-', seq), seq % 1000"
             f" FROM seq_1_to_{sizes.p4_rows}"
@@ -584,15 +601,51 @@ def bench_p4m(env: Env, sizes: Sizes) -> P4Result:
             saved = json.loads(store.tailer.load_resume() or "{}")
             return (binlog_file_number(saved["file"]), saved["offset"]) >= end
 
+        return caught_up
+
+    # A reader without a saved point starts at the log's end: the insert waits for that point.
+    return _tail_through(env, name, toml, sizes.p4_rows, "m", store.tailer.load_resume, transaction)
+
+
+def _tail_through(
+    env: Env,
+    name: str,
+    toml: Path,
+    rows: int,
+    suffix: str,
+    ready: Callable[[], object],
+    transaction: Callable[[], Callable[[], bool]],
+) -> P4Result:
+    """Starts `dblog tail` on `toml`, runs `transaction` once `ready` answers (not None), and
+    waits for the condition it returns; the tailer's RSS before and its peak."""
+    tail_log = (env.base / f"p4{suffix}-tail.log").open("wb")
+    tail = subprocess.Popen(
+        [
+            *dblog_command(),
+            "tail",
+            "--config",
+            str(toml),
+            "--owner",
+            f"bench-p4{suffix}",
+        ],
+        stdout=tail_log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until(lambda: ready() is not None, 60, f"the P4{suffix} tailer's start")
+        baseline_rss = proc_status_kib(tail.pid, "VmRSS")
+        baseline_hwm = proc_status_kib(tail.pid, "VmHWM")
+        say(f"P4{suffix}: one transaction of {rows} inserts; tailer pid {tail.pid}")
+        caught_up = transaction()
         started = time.monotonic()
-        wait_until(caught_up, 900, "P4m tailer catch-up")
+        wait_until(caught_up, 900, f"P4{suffix} tailer catch-up")
         seconds = time.monotonic() - started
         peak_hwm = proc_status_kib(tail.pid, "VmHWM")
     finally:
         tail.terminate()
         tail.wait(60)
         tail_log.close()
-    return P4Result(sizes.p4_rows, baseline_rss, baseline_hwm, peak_hwm, seconds)
+    return P4Result(rows, baseline_rss, baseline_hwm, peak_hwm, seconds)
 
 
 # -- P4b: tailer memory through a dump of wide rows ------------------------------------------
@@ -880,7 +933,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p4m: P4Result | None = None
     p4b: P4bResult | None = None
     emission: list[float] | None = None
-    with tempfile.TemporaryDirectory(prefix="dblog-bench-") as tmp, contextlib.ExitStack() as stack:
+    with (
+        tempfile.TemporaryDirectory(prefix="dblog-bench-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
         base = Path(tmp)
         with_mariadb = ", MariaDB" if {"P1b", "P4m"} & only else ""
         say(f"starting PostgreSQL 15{with_mariadb} and Redis in {base}")
@@ -924,7 +980,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     flush=True,
                 )
             print(f"P3 ratio p99 with dump / without {p3_ratio(p3):.1f}", flush=True)
-            print(f"P3 floor: p99 with direct dump / without {p3_ratio(p3, 2):.1f}", flush=True)
+            print(
+                f"P3 floor: p99 with direct dump / without {p3_ratio(p3, 2):.1f}",
+                flush=True,
+            )
         if "P4" in only:
             p4 = bench_p4(env, sizes)
             print(

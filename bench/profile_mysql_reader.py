@@ -1,0 +1,104 @@
+"""Where the MySQL/MariaDB log reader's time goes: `MysqlLogReader` alone (no tailer, no
+output) reading a backlog of single-row inserts (each its own rows event after a table map,
+as OLTP writes log them) on a private MariaDB, timed in CPU seconds and optionally profiled.
+
+    .venv/bin/python bench/profile_mysql_reader.py                 # 50k rows of the P1b table
+    .venv/bin/python bench/profile_mysql_reader.py --heavy         # the P1b heavy table's types
+    .venv/bin/python bench/profile_mysql_reader.py --profile       # and cProfile's top functions
+
+Another checkout's reader is measured with `PYTHONPATH=<checkout>` (how bench/README.md's
+before and after were taken).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pymysql
+
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.log import Change, Idle
+from airflow_provider_dblog.devservices.mariadb import MariaDBServer
+from airflow_provider_dblog.sources.mysql.binlog import MysqlLogReader
+from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+from airflow_provider_dblog.sources.mysql.setup import ensure_setup
+
+PASSWORD_ENV = "DBLOG_BENCH_PROFILE_PASSWORD"
+PLAIN = "CREATE TABLE t (id bigint PRIMARY KEY, name varchar(40), n int, ts datetime(6))"
+HEAVY = (
+    "CREATE TABLE t (id bigint PRIMARY KEY, d decimal(20,6), ts datetime(6), j json, b blob,"
+    " e enum('x','y','z'), s set('a','b','c'))"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=50_000)
+    parser.add_argument("--heavy", action="store_true", help="the heavy types' table")
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top 20")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp, MariaDBServer(Path(tmp)) as server:
+        info = server.info
+        os.environ[PASSWORD_ENV] = info.password
+        with pymysql.connect(**info.connect_kwargs()) as conn, conn.cursor() as cursor:
+            cursor.execute(HEAVY if args.heavy else PLAIN)
+        config = MysqlSourceConfig(
+            name="profile",
+            dsn=f"mysql://{info.user}@{info.host}:{info.port}/{info.dbname}",
+            tables=(TableRef(info.dbname, "t"),),
+            password_env=PASSWORD_ENV,
+        )
+        ensure_setup(config)
+        reader = MysqlLogReader(config, None)
+        items = reader.items()
+        assert isinstance(next(items), Idle)
+        with pymysql.connect(**info.connect_kwargs()) as conn, conn.cursor() as cursor:
+            for start in range(0, args.rows, 1000):
+                ids = range(start, min(start + 1000, args.rows))
+                if args.heavy:
+                    cursor.executemany(
+                        "INSERT INTO t VALUES (%s, %s, UTC_TIMESTAMP(6), %s, %s, 'y', 'a,c')",
+                        [
+                            (i, f"{i}.123456", f'{{"a": {i}, "b": [1, 2, "x"]}}', os.urandom(50))
+                            for i in ids
+                        ],
+                    )
+                else:
+                    cursor.executemany(
+                        "INSERT INTO t VALUES (%s, %s, %s, UTC_TIMESTAMP(6))",
+                        [(i, f"name-{i}", i % 1000) for i in ids],
+                    )
+                conn.commit()
+        profile = cProfile.Profile() if args.profile else None
+        read = 0
+        started, cpu = time.monotonic(), time.process_time()
+        if profile is not None:
+            profile.enable()
+        for item in items:
+            if isinstance(item, Change):
+                read += 1
+                if read >= args.rows:
+                    break
+        if profile is not None:
+            profile.disable()
+        seconds, cpu = time.monotonic() - started, time.process_time() - cpu
+        reader.close()
+    one, five, fifteen = os.getloadavg()
+    print(
+        f"{read} rows in {seconds:.2f} s ({read / seconds:,.0f} rows/s), {cpu:.2f} CPU s "
+        f"({read / cpu:,.0f} rows per CPU second); load {one:.2f} {five:.2f} {fifteen:.2f}"
+    )
+    if profile is not None:
+        pstats.Stats(profile).sort_stats("tottime").print_stats(20)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
