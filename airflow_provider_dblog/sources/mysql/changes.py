@@ -215,6 +215,9 @@ class _Table:
     floats: FloatSeen = field(default_factory=FloatSeen)
     json: bool = False
     """It has a JSON column: whether a row's documents held a float is asked per row."""
+    spell: Callable[[Row], bytes] = field(default=lambda row: b"")
+    """How its keys and rows are spelled (`BinlogMapper._speller`): set with its columns,
+    before any row of it is read."""
     is_watermark: bool = False
     readers: dict[bytes, ImageReader] = field(default_factory=dict)
     """The compiled reader of each bitmap of present columns met (one, with FULL images)."""
@@ -222,8 +225,6 @@ class _Table:
     """The line formats of the transaction that last changed it."""
 
 
-_UNMAPPED = TableRef("", "")
-"""A table id no table map has named yet."""
 _WATERMARK_COLUMNS = TableColumns(
     TableSchema((), ()),
     (
@@ -268,8 +269,9 @@ class BinlogMapper:
         self._watermark = watermark
         self._columns = columns
         self._tables: dict[TableRef, _Table] = {}
-        self._maps: dict[int, TableRef | None] = {}
-        """Each table id met in a table map: its table if captured (or the watermark table)."""
+        self._maps: dict[int, _Table | None] = {}
+        """Each table id met in a table map: its table if captured (or the watermark table),
+        as that map logged it."""
         self._transaction: _Transaction | None = None
         self._spell = row_json_encoder()
         self._plain = plain_row_encoder()
@@ -380,12 +382,12 @@ class BinlogMapper:
         if ref not in self._captured and ref != self._watermark:
             self._maps[table_map.table_id] = None
             return
-        self._maps[table_map.table_id] = ref
         known = self._tables.get(ref)
         if known is None or known.shape != table_map.shape:
-            self._tables[ref] = _Table(
+            known = self._tables[ref] = _Table(
                 ref, table_map.shape, None, table_map, is_watermark=ref == self._watermark
             )
+        self._maps[table_map.table_id] = known
 
     def _described(self, table: _Table) -> None:
         """Asks the catalog for `table`'s columns: for a new shape, or after a statement that
@@ -402,6 +404,7 @@ class BinlogMapper:
         table.json = ev.TYPE_JSON in table.table_map.types or any(
             c.data_type == "json" for c in table.columns.columns
         )
+        table.spell = self._speller(table)
 
     def _reader(self, table: _Table, present: bytes) -> ImageReader:
         reader = table.readers.get(present)
@@ -453,25 +456,24 @@ class BinlogMapper:
         if transaction is None:
             raise SourceError(f"binlog rows of table id {head.table_id} outside a transaction")
         transaction.began = True
-        ref = self._maps.get(head.table_id, _UNMAPPED)
-        if ref is None:
+        table = self._maps.get(head.table_id)
+        if table is None:
+            if head.table_id not in self._maps:
+                raise SourceError(f"binlog rows of table id {head.table_id} before its table map")
             return []
-        if ref is _UNMAPPED:
-            raise SourceError(f"binlog rows of table id {head.table_id} before its table map")
-        assert isinstance(ref, TableRef)
-        table = self._tables[ref]
         read = table.readers.get(head.present) or self._reader(table, head.present)
         if table.is_watermark:
             return self._watermarks(transaction, table, record)
-        data, end, pos = record.data, record.end, head.start
-        version = self.schema_versions.get(ref, 0)
+        ref, data, end, pos = table.ref, record.data, record.end, head.start
         lines = table.lines
-        if lines is None or lines.transaction is not transaction or lines.version != version:
-            begin = transaction.begin
+        if lines is None or lines.transaction is not transaction:
+            # A schema version changes only at DDL, a transaction of its own on MySQL: the
+            # table's version is asked once a transaction.
+            begin, version = transaction.begin, self.schema_versions.get(ref, 0)
             origin = LogOrigin(self._source, self._db, ref, begin.txid, begin.ts_ms)
             lines = table.lines = _Lines.of(transaction, origin, version)
-        origin, formats = lines.origin, lines.formats
-        spell, floats = self._speller(table), table.floats
+        origin, formats, version = lines.origin, lines.formats, lines.version
+        spell, floats = table.spell, table.floats
         position = transaction.next_position
         items: list[LogItem] = []
         add = items.append
