@@ -186,7 +186,7 @@ def dump_in_thread(
     """The stored dump run by this module's Spark in a thread, to be controlled meanwhile."""
     config = load_config(pipeline.config_path)
     with ThreadPoolExecutor(1, thread_name_prefix="spark-dump") as pool:
-        run = pool.submit(run_spark_dump, spark.sparkContext, config, dump_id)
+        run = pool.submit(run_spark_dump, spark.sparkContext, config, dump_id, direct_target_for)
         try:
             yield run
         finally:
