@@ -210,7 +210,7 @@ def column_read(
         return _string_type(table, name, metadata, column, floats)
     raise SourceError(
         f"binlog: column {name!r} of {table} has binlog type {kind}, which the row decoder "
-        "does not read; capture tables of supported types only (docs/operations.md)"
+        "does not read; capture tables of the types sources/mysql/converters.py lists"
     )
 
 
