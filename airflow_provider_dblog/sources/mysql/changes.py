@@ -516,6 +516,8 @@ class BinlogMapper:
                 at = position()
                 line = update % (spell(key), spell(before), spell(after), at.commit, at.seq)
                 add(_change(line, Op.UPDATE, key, before, after, at, origin, version))
+        if pos != end:  # the images overran the event: its table map does not describe them
+            raise SourceError(f"binlog: a rows event of {ref} does not end where its rows do")
         return items
 
     def _speller(self, table: _Table) -> Callable[[Row], bytes]:
@@ -548,6 +550,8 @@ class BinlogMapper:
             value = image.get(_WATERMARK_VALUE)
             if record.kind is not RowKind.DELETE and isinstance(value, str):
                 items.append(WatermarkWrite(value, transaction.next_position()))
+        if pos != end:
+            raise SourceError(f"binlog: a rows event of {table.ref} does not end where its rows do")
         return items
 
     @staticmethod

@@ -30,6 +30,7 @@ from airflow_provider_dblog.sources.mysql.changes import (
     LogEnd,
     Query,
     RowKind,
+    Rows,
     TableColumns,
     Xid,
 )
@@ -327,6 +328,16 @@ def test_rows_outside_a_transaction_or_before_their_table_map_are_an_error() -> 
         run(mapper(), [insert(1)])
     with pytest.raises(SourceError, match="table id 99 before its table map"):
         run(mapper(), [Begin(at(1), 0, standalone=False), insert(1, table_id=99)])
+
+
+def test_rows_that_do_not_end_where_the_event_does_are_an_error() -> None:
+    """Images read past the event's end (a table map that does not describe them) are never
+    taken for rows."""
+    event = insert(1, 2)
+    assert isinstance(event, Rows)
+    short = Rows(event.kind, event.head, event.data, event.end - 2)
+    with pytest.raises(SourceError, match="does not end where its rows do"):
+        run(mapper(), [Begin(at(1), 0, standalone=False), short])
 
 
 def test_without_column_names_the_catalog_names_them_by_position() -> None:
