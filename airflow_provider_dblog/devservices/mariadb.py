@@ -81,7 +81,7 @@ class MariaDBInfo(ServiceInfo):
         return f"mysql://{self.user}:***@{self.host}:{self.port}/{self.dbname}"
 
     def connect_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for `pymysql.connect` (and mysql-replication's connection_settings)."""
+        """Keyword arguments for `pymysql.connect` (the binlog stream's too)."""
         return {
             "host": self.host,
             "port": self.port,
@@ -113,7 +113,7 @@ class MariaDBServer(ServerProcess):
         self.install_db = _binary("mariadb-install-db")
         self.data_dir = self.base_dir / "data"
         self.socket = self.base_dir / "run" / "mariadb.sock"
-        # Must differ from the server_id of every binlog reader (mysql-replication).
+        # Must differ from the server_id every binlog reader announces.
         self.server_id = 1000 + secrets.randbelow(1_000_000)
         # mariadbd refuses to run as root unless told to.
         self._user_option = ["--user=root"] if os.geteuid() == 0 else []

@@ -1,8 +1,9 @@
 """What binlog events mean for DBLog: binlog records in, log items out.
 
-No socket and no SQL: `binlog.py` (the transport) turns mysql-replication's events into the
-records below, and the one catalog question, a captured table's key columns and converters,
-is asked through an injected `ColumnsLookup`; so the mapping is tested on hand-built records.
+No socket and no SQL: `binlog.py` (the transport) turns binlog events into the records below
+(a rows event stays its bytes, read by the row decoder compiled for its table map, `rows.py`),
+and the one catalog question, a captured table's columns and key, is asked through an
+injected `ColumnsLookup`; so the mapping is tested on records and event bytes built by hand.
 
 Positions are `[commit, seq]`. `commit` is the binlog file number << 32 | the offset of the
 transaction's FIRST event (its GTID event, or its BEGIN without GTIDs). The binlog holds each

@@ -14,7 +14,8 @@ from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 
 
 class MysqlSource:
-    """The binlog (mysql-replication) for the log, keyset reads with PyMySQL for chunks."""
+    """The binlog (read and decoded by `binlog.MysqlLogReader`) for the log, keyset reads with
+    PyMySQL for chunks."""
 
     def __init__(self, config: MysqlSourceConfig) -> None:
         self.config = config
