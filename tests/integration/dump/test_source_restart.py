@@ -4,7 +4,7 @@ restart broke is retried with new watermarks once the server is back, the dump e
 the target equals the source: on PostgreSQL the SQL target the tailer (in this process) applies
 to; on MariaDB the NDJSON a `dblog tail` process writes (riding through the same restart),
 replayed by the README's consumer rules against the source's rows. The Spark dump's twin is in
-test_spark_dump.py.
+dump/test_spark.py.
 
 The servers are the session's pg15 (the target is on it too) and mariadb: each is brought back
 up whatever happens, for the tests after this one.

@@ -652,7 +652,7 @@ def test_read_chunk_names_the_transactions_its_snapshot_missed(
     postgres: PostgresInfo, make_config: MakeConfig
 ) -> None:
     """A running transaction is named too: only the reconciler can tell (from the log) whether
-    it committed before lw. A commit in the log but not yet visible: test_stale_read.py."""
+    it committed before lw. A commit in the log but not yet visible: dump/test_stale_read.py."""
     table = new_table(postgres, "id int PRIMARY KEY")
     execute(postgres, f"INSERT INTO {table} VALUES (1)")
     source = PostgresChunkSource(make_config((table,)))

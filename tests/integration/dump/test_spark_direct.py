@@ -65,7 +65,7 @@ def test_a_spark_direct_dump_survives_tailer_task_and_driver_kills(
     dbs: Databases, redis_server: RedisInfo, tmp_path: Path
 ) -> None:
     """Into the lake only: the SQL target's direct writes are the same `DirectTarget` calls,
-    tested under a tailer kill through `dblog dump` (test_direct_dumps.py); a second Spark
+    tested under a tailer kill through `dblog dump` (dump/test_direct.py); a second Spark
     run of this test would cost the suite minutes."""
     events, lake = tmp_path / "events", tmp_path / "lake"
     output: dict[str, object] = {"type": "ndjson", "directory": str(events)}
