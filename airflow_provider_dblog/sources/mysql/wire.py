@@ -54,7 +54,24 @@ class BinlogStream:
         gtid_state: str | None,
     ) -> BinlogStream:
         """Asks `conn`'s server for its binlog from `gtid_state` if given, else from `file`
-        at `offset`. `conn` is the stream's from then on."""
+        at `offset`. `conn` is the stream's from then on (closed here if the asking fails)."""
+        try:
+            return cls._ask(conn, server_id, heartbeat_s, mariadb, file, offset, gtid_state)
+        except BaseException:
+            conn._force_close()  # never raises, whatever state the failure left it in
+            raise
+
+    @classmethod
+    def _ask(
+        cls,
+        conn: pymysql.connections.Connection[Any],
+        server_id: int,
+        heartbeat_s: float,
+        mariadb: bool,
+        file: str,
+        offset: int,
+        gtid_state: str | None,
+    ) -> BinlogStream:
         with conn.cursor() as cursor:
             cursor.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
             cursor.execute("SET @master_heartbeat_period = %s", (int(heartbeat_s * 1e9),))
