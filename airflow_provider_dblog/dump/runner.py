@@ -112,7 +112,7 @@ def run_dump(
                 )
                 if planner.needs_max_key:
                     planner.begin(_patiently(partial(sources[0].max_key, table), source_patience_s))
-                    store.dumps.save_progress(dump_id, planner.progress)
+                    _patiently(partial(store.dumps.save_progress, dump_id, planner.progress))
 
                 attempt = _ChunkAttempt(
                     store,
@@ -137,7 +137,7 @@ def run_dump(
                     return ended
                 if direct is not None:
                     _prune_tombstones(store, direct, table)
-        store.dumps.mark(dump_id, DumpState.DONE)
+        _patiently(partial(store.dumps.mark, dump_id, DumpState.DONE))
         return DumpState.DONE
     except Exception as exc:
         # Whatever stopped the dump is its reason: nobody waits on a "running" dump forever.
@@ -254,7 +254,7 @@ def run_table(
                 break
         elif controls.paused:
             if not slots.busy:
-                store.dumps.mark(dump_id, DumpState.PAUSED)
+                _patiently(partial(store.dumps.mark, dump_id, DumpState.PAUSED))
                 (stop or threading.Event()).wait(PAUSE_POLL_S)
                 continue
         else:
@@ -271,8 +271,7 @@ def run_table(
         for chunk, outcome in slots.ended():
             planner.complete(chunk, outcome.rows, outcome.last_key)
             planner.progress.rows_written += outcome.written
-            _patiently(partial(store.dumps.save_progress, dump_id, planner.progress))
-            _patiently(partial(store.dumps.count, dump_id, chunks=1, rows=outcome.rows))
+            _patiently(partial(store.dumps.chunk_done, dump_id, planner.progress, outcome.rows))
             if on_progress is not None:
                 on_progress(dump_id, planner.progress)
             if controls is not None and ending is None:
@@ -280,7 +279,7 @@ def run_table(
                 _throttle(controls, outcome.rows, time.monotonic() - last_ended, stop)
             last_ended = time.monotonic()
     if ending is DumpState.CANCELLED:
-        store.dumps.mark(dump_id, DumpState.CANCELLED)
+        _patiently(partial(store.dumps.mark, dump_id, DumpState.CANCELLED))
     return ending
 
 

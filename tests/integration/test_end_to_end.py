@@ -25,6 +25,7 @@ import json
 import random
 import secrets
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from functools import partial
 from itertools import pairwise
@@ -389,9 +390,9 @@ class DumpThread:
 
     def _failed(self) -> AssertionError:
         log = self._tailer_log.read_text() if self._tailer_log.exists() else "(no log)"
-        return AssertionError(
-            f"the dump failed: {self.error!r}; the tailer log ends:\n{log[-6000:]}"
-        )
+        assert self.error is not None
+        where = "".join(traceback.format_exception(self.error))[-3000:]
+        return AssertionError(f"the dump failed: {where}\nthe tailer log ends:\n{log[-6000:]}")
 
     def chunks(self) -> int:
         if self.error is not None:
