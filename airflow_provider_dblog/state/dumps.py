@@ -200,6 +200,27 @@ return 1
             compact_json(progress.to_json()),
         )
 
+    # KEYS: progress, status. ARGV: table, progress JSON, rows. Returns 1, -1 (no such dump).
+    _CHUNK_DONE = """
+if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HINCRBY', KEYS[2], 'chunks', 1)
+redis.call('HINCRBY', KEYS[2], 'rows', ARGV[3])
+return 1
+"""
+
+    @reachable
+    def chunk_done(self, dump_id: str, progress: TableProgress, rows: int) -> None:
+        """A chunk ended: its table's progress and the dump's counters move in one step, so a
+        dump killed at any moment never counts a chunk it will read again, nor misses one."""
+        result = self._eval(
+            self._CHUNK_DONE,
+            keys=[self.keys.dump_progress(dump_id), self.keys.dump_status(dump_id)],
+            args=[str(progress.table), compact_json(progress.to_json()), rows],
+        )
+        if result == -1:
+            raise UnknownDump(f"no dump {dump_id}")
+
     @reachable
     def load_progress(self, dump_id: str) -> dict[TableRef, TableProgress]:
         raw = decode_hash(self._r.hgetall(self.keys.dump_progress(dump_id)))

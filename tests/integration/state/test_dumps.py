@@ -51,10 +51,10 @@ def test_dump_request_progress_and_status_round_trip(store: StateStore) -> None:
     assert status.started_ms is None and status.finished_ms is None
     assert store.dumps.mark("d-all", DumpState.RUNNING)
     store.dumps.count("d-all", chunks=1, rows=1000)
-    store.dumps.count("d-all", chunks=1, rows=500, windows_retried=1)
+    store.dumps.count("d-all", windows_retried=1)
 
     progress = TableProgress(T, started=True, max_key=(99, "z"), after=(41, "ä"), chunks_done=2)
-    store.dumps.save_progress("d-all", progress)
+    store.dumps.chunk_done("d-all", progress, 500)  # the progress and the counters at once
     store.dumps.save_progress("d-all", TableProgress(TableRef("shop", "lines")))
     loaded = store.dumps.load_progress("d-all")
     assert loaded == {
@@ -76,6 +76,9 @@ def test_dump_request_progress_and_status_round_trip(store: StateStore) -> None:
         store.dumps.mark("nope", DumpState.RUNNING)
     with pytest.raises(UnknownDump):
         store.dumps.count("nope", chunks=1)
+    with pytest.raises(UnknownDump):
+        store.dumps.chunk_done("nope", progress, 1)
+    assert store.dumps.load_progress("nope") == {}
     assert store.dumps.status("nope") is None
 
 
