@@ -31,6 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from airflow_provider_dblog.core.event import JsonValue, Row, TableRef
 from airflow_provider_dblog.sources.base import SourceError
 from airflow_provider_dblog.sources.mysql import events as ev
@@ -303,17 +305,23 @@ def _base64(data: bytes) -> str:
 
 
 def _json_text(floats: FloatSeen) -> Callable[[bytes], JsonValue]:
-    """MariaDB's JSON, a utf8mb4 longtext: parsed as `json.loads` parses the chunk's text. The
-    scanner calls `parse_float` for float literals only, so the flag costs nothing else."""
+    """MariaDB's JSON, a utf8mb4 longtext: parsed as `json.loads` parses the chunk's text, by
+    msgspec's parser, which gives the same values several times faster. What msgspec refuses
+    and `json.loads` takes (NaN, a lone surrogate escape) is parsed by `json.loads`. Both call
+    their float hook for float literals only, so the flag costs nothing else."""
 
     def seen(text: str) -> float:
         floats.seen = True
         return float(text)
 
+    fast = msgspec.json.Decoder(float_hook=seen).decode
     decode = json.JSONDecoder(parse_float=seen).decode
 
     def parse(data: bytes) -> JsonValue:
-        parsed: JsonValue = decode(data.decode("utf-8"))
+        try:
+            parsed: JsonValue = fast(data)
+        except msgspec.DecodeError:
+            parsed = decode(data.decode("utf-8"))
         return parsed
 
     return parse
