@@ -35,6 +35,7 @@ import re
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from airflow_provider_dblog.core.event import (
     EncodedLogEvent,
@@ -95,10 +96,10 @@ class Begin:
     standalone: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Rows:
+class Rows(NamedTuple):
     """One rows event as its bytes: its row images lie in `data` from `head.start` to `end`
-    (before the checksum), each read by the reader compiled for its table map."""
+    (before the checksum), each read by the reader compiled for its table map. A named tuple,
+    as `RowsHead` is: one is made per rows event."""
 
     kind: RowKind
     head: RowsHead

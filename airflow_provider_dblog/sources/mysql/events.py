@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from airflow_provider_dblog.sources.base import SourceError
 
@@ -266,13 +267,13 @@ def _names(event: bytes, pos: int, end: int) -> tuple[str, ...] | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class RowsHead:
-    """What a rows event says before its row images: the table id, the column count, the
-    bitmaps of columns present (the after image's too for an update), and where images start."""
+class RowsHead(NamedTuple):
+    """What a rows event says before its row images: the table id, the
+    bitmaps of columns present (the after image's too for an update), and where images start.
+    A named tuple: one is made per rows event, and a frozen dataclass's fields cost a call
+    each to set."""
 
     table_id: int
-    count: int
     present: bytes
     present_after: bytes
     start: int
@@ -296,4 +297,4 @@ def rows_head(event: bytes, kind: int, post_header: int) -> RowsHead:
     if kind in UPDATES:
         present_after = bytes(event[pos : pos + size])
         pos += size
-    return RowsHead(table_id, count, present, present_after, pos)
+    return RowsHead(table_id, present, present_after, pos)

@@ -430,31 +430,24 @@ def _date_at(data: bytes, pos: int) -> JsonValue:
         return text
 
 
-def _fraction_reader(fsp: int) -> Callable[[bytes, int], int]:
-    """The microseconds of a temporal value's fraction bytes (big-endian) at an offset."""
-    if fsp <= 0:
-        return lambda data, pos: 0
-    if fsp <= 2:
-        return lambda data, pos: data[pos] * 10_000
-    if fsp <= 4:
-        return lambda data, pos: (data[pos] << 8 | data[pos + 1]) * 100
-    return lambda data, pos: data[pos] << 16 | data[pos + 1] << 8 | data[pos + 2]
-
-
-def _fraction_text(fsp: int) -> Callable[[int], str]:
-    if fsp <= 0:
-        return lambda micro: ""
-    return lambda micro: f".{micro:06d}"[: fsp + 1]
+def _fraction(fsp: int) -> tuple[int, int, int]:
+    """A temporal value's fraction bytes for `fsp` digits, and the factor turning them into
+    microseconds: (bytes, bits, factor)."""
+    size = (fsp + 1) // 2
+    return size, size * 8, (1, 10_000, 100, 1)[size]
 
 
 def _datetime2(fsp: int) -> Callable[[bytes, int], JsonValue]:
     """DATETIME(fsp): 40 bits big-endian (sign, year*13+month, day, hour, minute, second),
-    then the fraction. A zero or invalid date is null, as on the chunk path."""
-    micro_at, fraction = _fraction_reader(fsp), _fraction_text(fsp)
+    then the fraction, read as one integer. A zero or invalid date is null, as on the chunk
+    path."""
+    size, bits, factor = _fraction(fsp)
+    end, mask, cut = 5 + size, (1 << bits) - 1, fsp + 1
     seconds: dict[int, str | None] = {}
 
     def read(data: bytes, pos: int) -> JsonValue:
-        packed = int.from_bytes(data[pos : pos + 5], "big") - 0x8000000000
+        whole = int.from_bytes(data[pos : pos + end], "big")
+        packed = (whole >> bits) - 0x8000000000
         text = seconds.get(packed, "")
         if text == "":
             day_part, time_part = packed >> 17, packed & 0x1FFFF
@@ -467,31 +460,34 @@ def _datetime2(fsp: int) -> Callable[[bytes, int], JsonValue]:
             if len(seconds) >= _CACHE_LIMIT:
                 seconds.clear()
             seconds[packed] = text
-        if text is None:
-            return None
-        return text + fraction(micro_at(data, pos + 5))
+        if text is None or not bits:
+            return text
+        return text + f".{(whole & mask) * factor:06d}"[:cut]
 
     return read
 
 
 def _timestamp2(fsp: int) -> Callable[[bytes, int], JsonValue]:
-    """TIMESTAMP(fsp): UTC seconds, 32 bits big-endian, then the fraction; the zero timestamp
-    is null."""
-    micro_at, fraction = _fraction_reader(fsp), _fraction_text(fsp)
+    """TIMESTAMP(fsp): UTC seconds, 32 bits big-endian, then the fraction, read as one
+    integer; the zero timestamp is null."""
+    size, bits, factor = _fraction(fsp)
+    end, mask, cut = 4 + size, (1 << bits) - 1, fsp + 1
     seconds: dict[int, str] = {}
 
     def read(data: bytes, pos: int) -> JsonValue:
-        epoch = int.from_bytes(data[pos : pos + 4], "big")
-        micro = micro_at(data, pos + 4)
-        if epoch == 0 and micro == 0:
+        whole = int.from_bytes(data[pos : pos + end], "big")
+        if whole == 0:
             return None
+        epoch = whole >> bits
         text = seconds.get(epoch)
         if text is None:
             text = (_EPOCH + datetime.timedelta(seconds=epoch)).strftime("%Y-%m-%d %H:%M:%S")
             if len(seconds) >= _CACHE_LIMIT:
                 seconds.clear()
             seconds[epoch] = text
-        return text + fraction(micro)
+        if not bits:
+            return text
+        return text + f".{(whole & mask) * factor:06d}"[:cut]
 
     return read
 
@@ -499,8 +495,7 @@ def _timestamp2(fsp: int) -> Callable[[bytes, int], JsonValue]:
 def _time2(fsp: int) -> Callable[[bytes, int], JsonValue]:
     """TIME(fsp): 24 bits big-endian offset by 0x800000 (sign, hour, minute, second) and the
     fraction, which for a negative value counts down from the next whole second."""
-    fraction = _fraction_text(fsp)
-    fraction_bytes = (fsp + 1) // 2
+    fraction_bytes, cut = (fsp + 1) // 2, fsp + 1
 
     def read(data: bytes, pos: int) -> JsonValue:
         if fraction_bytes == 3:
@@ -525,7 +520,8 @@ def _time2(fsp: int) -> Callable[[bytes, int], JsonValue]:
         packed = abs(packed)
         hms, micro = packed >> 24, packed & 0xFFFFFF
         hour, minute, second = hms >> 12 & 0x3FF, hms >> 6 & 63, hms & 63
-        return f"{sign}{hour:02d}:{minute:02d}:{second:02d}" + fraction(micro)
+        text = f"{sign}{hour:02d}:{minute:02d}:{second:02d}"
+        return text + f".{micro:06d}"[:cut] if fsp > 0 else text
 
     return read
 
