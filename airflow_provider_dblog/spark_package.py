@@ -1,5 +1,6 @@
-"""This package as a zip for Spark executors (`--py-files`, `SparkContext.addPyFile`), so the
-workers of a cluster need only the third-party dependencies installed (psycopg, PyMySQL, redis).
+"""What the Spark applications' Python workers need: this package as a zip (`--py-files`,
+`SparkContext.addPyFile`), so the workers of a cluster need only the third-party dependencies
+installed (msgspec, psycopg, PyMySQL, redis); and a Python that has them (`use_driver_python`).
 
 The zip is named by a hash of its contents: it is built once per version of the code and gets
 a new name when the code changes (one Spark application refuses two files of one name).
@@ -12,6 +13,7 @@ import hashlib
 import logging
 import os
 import stat
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -72,6 +74,19 @@ def ship_package(sc: SparkContext) -> None:
     if zipped.name not in sc.getConf().get("spark.submit.pyFiles", ""):
         sc.addPyFile(str(zipped))
         log.info("shipping %s to the executors", zipped.name)
+
+
+def use_driver_python() -> None:
+    """Have this application's Python workers run the interpreter that runs its driver, unless
+    PYSPARK_PYTHON names one (spark-submit sets it from `spark.pyspark.python`). Without it
+    PySpark starts them with the `python3` on the executor's PATH, whatever the master, which
+    need not have the dependencies: a driver run by a virtualenv's `python` and a system
+    `python3` fail at the first job with "No module named 'msgspec'". On a cluster the
+    workers run the driver's path: their nodes need that interpreter (the same image or
+    virtualenv), or name theirs. Call it before the SparkContext starts, which reads the
+    variable once."""
+    if not os.environ.get("PYSPARK_PYTHON"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
 
 
 def _private_temp_dir() -> Path:

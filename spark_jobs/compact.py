@@ -18,10 +18,13 @@ gives (the oldest lw of the direct windows whose rows are not committed yet, or 
 checkpoint) are removed from every table after the run; `--prune-before` names a horizon
 instead (see `LakeTable.prune_tombstones` for what it must be).
 
-On a cluster the workers need no more than a Python that PySpark can use: the application
-ships the package to the executors itself (`airflow_provider_dblog.spark_package`) unless
-given `--no-ship-package`. The input directory must have the same path on the driver and on
-every worker (a shared file system); only the driver writes the lake.
+The Python workers run the driver's interpreter, whatever the master, unless PYSPARK_PYTHON
+(or `spark.pyspark.python` given to spark-submit) names another: on a cluster, the nodes need
+a Python of the driver's version with the third-party dependencies at that path, or name
+theirs. The application ships the package to the executors itself
+(`airflow_provider_dblog.spark_package`) unless given `--no-ship-package`. The input
+directory must have the same path on the driver and on every worker (a shared file system);
+only the driver writes the lake.
 
 One compaction at a time per output directory: a run holds an exclusive lock on
 `LAKE_DIR/_compact.lock` and a second one is refused (exit status 75, try again later). The
@@ -33,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -49,7 +51,7 @@ from airflow_provider_dblog.compaction.run import (
 from airflow_provider_dblog.config import load_config
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.lake.schema import LakeSchemaError
-from airflow_provider_dblog.spark_package import ship_package
+from airflow_provider_dblog.spark_package import ship_package, use_driver_python
 
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another compaction runs, try again later
 EXIT_USAGE = 2
@@ -64,12 +66,10 @@ class LazySpark:
 
     def __call__(self) -> SparkSession:
         if self._session is None:
+            use_driver_python()
             builder = SparkSession.builder.appName("dblog-compact")
             if self._master:
                 builder = builder.master(self._master)
-                if self._master.startswith("local"):
-                    # Local executors run this interpreter, which has the package installed.
-                    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             self._session = builder.getOrCreate()
             if self._ship:
                 ship_package(self._session.sparkContext)

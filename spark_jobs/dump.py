@@ -26,21 +26,20 @@ environment variables the TOML names (`password_env`). Local executors inherit t
 environment; on a cluster, set those variables on the workers (their spark-env.sh, or the
 container's secrets), never with `spark.executorEnv.*`, which the UI shows.
 
-On a cluster the workers need a Python of the driver's version with `redis` and the source's
-driver installed (`psycopg[binary]` for PostgreSQL, PyMySQL for MySQL/MariaDB: nothing here
-names a source type, each task reads through `source.chunk_source()`), named by
-`spark.pyspark.python` (or PYSPARK_PYTHON) when it is not their `python3`, and the password
-variables in their environment. This package need not be
-installed there: the application ships it to the executors itself, as a zip
-(`airflow_provider_dblog.spark_package`), unless given `--no-ship-package` or the zip is
-already among its `--py-files`.
+The Python workers run the driver's interpreter, whatever the master, unless PYSPARK_PYTHON
+(or `spark.pyspark.python` given to spark-submit) names another. On a cluster, the nodes need
+a Python of the driver's version with msgspec, `redis` and the source's driver installed
+(`psycopg[binary]` for PostgreSQL, PyMySQL for MySQL/MariaDB: nothing here names a source
+type, each task reads through `source.chunk_source()`) at that path, or name theirs; and the
+password variables in their environment. This package need not be installed there: the
+application ships it to the executors itself, as a zip (`airflow_provider_dblog.spark_package`),
+unless given `--no-ship-package` or the zip is already among its `--py-files`.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
 
@@ -50,7 +49,7 @@ from airflow_provider_dblog.config import load_config
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.dump.runner import DumpFailed
 from airflow_provider_dblog.dump.spark_run import run_spark_dump
-from airflow_provider_dblog.spark_package import ship_package
+from airflow_provider_dblog.spark_package import ship_package, use_driver_python
 from airflow_provider_dblog.state import DumpState
 from airflow_provider_dblog.targets import direct_target_for
 
@@ -79,12 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     config = load_config(args.config)
+    use_driver_python()
     builder = SparkSession.builder.appName(f"dblog-dump-{args.dump_id}")
     if args.master:
         builder = builder.master(args.master)
-        if args.master.startswith("local"):
-            # Local executors run this interpreter, which has the dependencies installed.
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = builder.getOrCreate()
     try:
         if args.ship_package:

@@ -4,9 +4,11 @@ reads only the new bytes, a column added at the source reaches the lake with its
 when a direct dump added it first or created the table for rows read without it, and when a
 run dies between the steps of folding it), a run that fails between two tables' commits leaves
 each table at a committed version and the next run (folding in the driver, without Spark)
-converges, a second compaction of one lake is refused while the first holds it, and the real
-change stream of a dump under writes folds into tables equal to the source, typed, as DuckDB
-reads them (from the Parquet files the Delta log lists)."""
+converges, a second compaction of one lake is refused while the first holds it, the README's
+command folds a backlog on Spark when the `python3` on PATH lacks the dependencies (its
+workers run the driver's Python), and the real change stream of a dump under writes folds into
+tables equal to the source, typed, as DuckDB reads them (from the Parquet files the Delta log
+lists)."""
 
 from __future__ import annotations
 
@@ -453,6 +455,50 @@ def test_command_line(tmp_path: Path) -> None:
     assert report["tables"]["app.users"]["rows"] > 0
     assert CompactState.load(output).position == report["position"]
     assert found(output) == expected(stream)
+
+
+LOCAL_BELOW = 64 * 1024
+"""The README command's `--local-below` in its test: 64 KiB, not 64 MiB, so a dump of a few
+hundred rows is a backlog that folds on Spark."""
+
+
+def test_the_readme_command_runs_the_workers_on_the_drivers_python(
+    pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """`python spark_jobs/compact.py --input … --output … --config …` as the README shows it:
+    no `--master` (PySpark's default master), no PYSPARK_PYTHON, and the `python3` on PATH a
+    Python without this project's dependencies (as where `python` is a virtualenv's and the
+    system's `python3` comes first). A backlog above `--local-below` folds on Spark, whose
+    Python workers run the driver's interpreter, not that `python3`: it lacks msgspec."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    (bare / "bin" / "python").unlink()  # `python` stays this .venv's, `python3` is the bare one
+    events_dir, output = tmp_path / "events", tmp_path / "lake"
+    with running_pipeline(pg15, redis_server, tmp_path, 300, events_dir=events_dir) as pipeline:
+        store = pipeline.store
+        store.dumps.create(DumpRequest("backlog", DumpKind.ALL, DEMO_TABLES, chunk_size=500))
+        assert run_dump(store, pipeline.dbs.source.chunk_source, "backlog") is DumpState.DONE
+        wait_caught_up(pipeline.dbs)
+        backlog = sum(path.stat().st_size for path in event_files(events_dir))
+        assert backlog > LOCAL_BELOW, "a backlog that folds in the driver tests nothing here"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+        path = [str(bare / "bin"), str(Path(sys.executable).parent), env["PATH"]]
+        env["PATH"] = os.pathsep.join(path)
+        trap = subprocess.run(["python3", "-c", "import msgspec"], env=env, capture_output=True)
+        assert b"No module named 'msgspec'" in trap.stderr
+        command = [
+            *("python", "spark_jobs/compact.py"),
+            *("--input", str(events_dir), "--output", str(output)),
+            *("--config", str(pipeline.config_path), "--local-below", str(LOCAL_BELOW)),
+        ]
+        done = subprocess.run(
+            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
+        )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(report["tables"]) == sorted(str(t) for t in DEMO_TABLES)
+    for table in DEMO_TABLES:
+        assert LakeTable.open(output, table).rows().num_rows == 300, table
 
 
 def test_a_second_compaction_of_one_directory_is_refused(

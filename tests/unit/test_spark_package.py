@@ -1,8 +1,10 @@
 """The package zip that the Spark dump ships to executors: complete, importable on its own,
-without bytecode, and built once per version of the code."""
+without bytecode, and built once per version of the code; and the executors' Python: the
+driver's unless one is named."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_dblog.spark_package import PACKAGE, package_zip
+from airflow_provider_dblog.spark_package import PACKAGE, package_zip, use_driver_python
 
 
 def test_zip_holds_every_module_and_data_file_and_no_bytecode(tmp_path: Path) -> None:
@@ -79,3 +81,24 @@ def test_a_package_imported_from_an_archive_is_refused(tmp_path: Path) -> None:
     zipped = package_zip(tmp_path)
     with pytest.raises(FileNotFoundError, match="not a directory"):
         package_zip(tmp_path, package=zipped / "airflow_provider_dblog")
+
+
+@pytest.mark.parametrize("named", [None, ""])
+def test_the_workers_run_the_drivers_python(
+    named: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if named is None:
+        monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    else:
+        monkeypatch.setenv("PYSPARK_PYTHON", named)
+    use_driver_python()
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_the_workers_python_named_by_the_deployment_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # spark-submit puts `spark.pyspark.python` there for its driver.
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/workers/bin/python")
+    use_driver_python()
+    assert os.environ["PYSPARK_PYTHON"] == "/opt/workers/bin/python"
