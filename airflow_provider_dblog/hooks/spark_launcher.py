@@ -7,11 +7,10 @@ to `SparkSubmitOperator`. Passwords reach the application only as environment va
 by the deployment's TOML (`DBLogHook.secret_env`), inherited by spark-submit: never argv, never
 Spark properties, which the Spark UI shows.
 
-The provider has no public way to build spark-submit's command without running it, to read
-the master it resolved, or to reach the process it started; this class is the one place that
-uses those private members (`_build_spark_submit_command`, `_connection`, `_submit_sp`), each
-where it is needed and saying why, so that a provider upgrade that changes them breaks here
-and nowhere else.
+The provider has no public way to build spark-submit's command without running it, or to
+reach the process it started; this class is the one place that uses those private members
+(`_build_spark_submit_command`, `_submit_sp`), each where it is needed and saying why, so that
+a provider upgrade that changes them breaks here and nowhere else.
 """
 
 from __future__ import annotations
@@ -107,13 +106,15 @@ class SparkDumpLauncher:
     @cached_property
     def spark(self) -> SparkSubmitHook:
         """The Spark provider's hook for this dump; building it reads the Spark connection and
-        puts the secrets and the Pythons spark-submit needs into this process's environment."""
+        puts the secrets and the driver's Python spark-submit needs into this process's
+        environment."""
         self.hook.export_secrets()
         # A client-mode driver runs the Python that runs Airflow (it has this package) unless
-        # the deployment says otherwise; so do local executors. A cluster's executors run the
-        # workers' Python (`spark.pyspark.python`), and the dump ships the package to them.
+        # the deployment says otherwise; the driver then runs its executors' Python workers on
+        # its own interpreter unless `spark.pyspark.python` names theirs
+        # (`spark_package.use_driver_python`), whatever the master.
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        spark = SparkSubmitHook(
+        return SparkSubmitHook(
             conn_id=self.spark_conn_id,
             conf=self.spark_conf,
             application_args=self.application_args(),
@@ -122,12 +123,6 @@ class SparkDumpLauncher:
             py_files=str(package_zip()),
             name=f"dblog-dump-{self.dump_id}",
         )
-        # Private: `_connection` is the connection as the hook resolved it (master URL from
-        # conn type, host and port); there is no public accessor, and resolving it again here
-        # would be a second copy of the provider's rules.
-        if spark._connection["master"].startswith("local"):
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        return spark
 
     def command(self) -> list[str]:
         """spark-submit's command line, as the Spark provider builds it."""

@@ -99,5 +99,6 @@ def test_the_command_carries_no_secret_and_the_environment_carries_them(
     ]
     assert not any(REDIS_PASSWORD in arg or SOURCE_PASSWORD in arg for arg in command)
     assert (os.environ[REDIS_ENV], os.environ[SOURCE_ENV]) == (REDIS_PASSWORD, SOURCE_PASSWORD)
-    # A local master runs executors on this machine: on this Python, like the driver.
-    assert os.environ["PYSPARK_PYTHON"] == os.environ["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    # The driver runs this Python, and the driver picks its workers' (`use_driver_python`).
+    assert os.environ["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    assert "PYSPARK_PYTHON" not in os.environ
