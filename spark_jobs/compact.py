@@ -51,6 +51,7 @@ from airflow_provider_dblog.compaction.run import (
 from airflow_provider_dblog.config import load_config
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.lake.schema import LakeSchemaError
+from airflow_provider_dblog.sources.factory import DEFAULT_TYPE, DIALECTS
 from airflow_provider_dblog.spark_package import ship_package, use_driver_python
 
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another compaction runs, try again later
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, help="dblog TOML: the source's catalog")
     parser.add_argument(
         "--source-type",
-        choices=("postgres", "mysql"),
+        choices=tuple(DIALECTS),
         help="type mapping of tables created from schema events (default: the config's)",
     )
     prune = parser.add_mutually_exclusive_group()
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         options = CompactOptions(
             None,
-            args.source_type or "postgres",
+            args.source_type or DEFAULT_TYPE,
             args.prune_before,
             args.batch_rows,
             args.local_below,

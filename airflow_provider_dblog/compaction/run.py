@@ -47,6 +47,7 @@ from airflow_provider_dblog.lake.catalog import source_lake_schema
 from airflow_provider_dblog.lake.direct import remove_stale_staged
 from airflow_provider_dblog.lake.schema import LakeSchemaError
 from airflow_provider_dblog.lake.table import LakeTable
+from airflow_provider_dblog.sources.factory import DEFAULT_TYPE
 from airflow_provider_dblog.state import StateStore
 
 LOCK = "_compact.lock"
@@ -109,7 +110,7 @@ class CompactOptions:
     a run with fewer new bytes than this folds in the driver, without Spark jobs."""
 
     describe: Describe | None = None
-    source_type: str = "postgres"
+    source_type: str = DEFAULT_TYPE
     prune_before: Position | None = None
     batch_rows: int = DEFAULT_BATCH_ROWS
     local_below: int = DEFAULT_LOCAL_BELOW

@@ -23,6 +23,7 @@ DIALECTS: Mapping[str, str] = {
 }
 """Each source type's dialect module, which defines `DIALECT`."""
 DEFAULT_TYPE = "postgres"
+"""The type of a `[source]` section that names none, and of lake tables created without one."""
 
 
 def dialect(source_type: object) -> Dialect[Any]:
