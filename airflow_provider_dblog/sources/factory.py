@@ -4,8 +4,8 @@ Each type's package has one `Dialect` (`sources/<db>/dialect.py`): how to parse 
 section, how to build its `Source`, how its types map into the lake. The registry names each
 dialect's module and loads it when the type is first asked for (as SQLAlchemy's dialect
 registry does), so a deployment loads only its own database's driver, and nothing outside
-`sources/<db>/` imports a database package (`tests/unit/test_source_dialects.py` checks).
-Callers ask here and never name a type's classes.
+`sources/<db>/` imports a database package (`tests/unit/sources/test_source_dialects.py`
+checks). Callers ask here and never name a type's classes.
 """
 
 from __future__ import annotations

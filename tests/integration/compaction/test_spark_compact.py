@@ -75,7 +75,7 @@ from tests.integration.spark_support import running_pipeline, stop_spark
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TABLES = {"users": ("id",), "items": ("shop", "sku")}
 COLUMNS = {
     "users": (Column("id", "integer", False, None),),

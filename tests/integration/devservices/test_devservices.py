@@ -30,7 +30,7 @@ from tests.pg_helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def assert_port_released(port: int) -> None:

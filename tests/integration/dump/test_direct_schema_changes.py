@@ -43,6 +43,7 @@ from airflow_provider_dblog.state import DumpState, StateStore, WindowState
 from airflow_provider_dblog.tailer.metrics import TailerStats
 from airflow_provider_dblog.tailer.session import Leadership, Session
 from airflow_provider_dblog.tailer.settings import TailerSettings
+from tests.integration.compaction.test_spark_compact import by_key, read_lake
 from tests.integration.e2e_support import (
     Databases,
     drop_databases,
@@ -50,7 +51,6 @@ from tests.integration.e2e_support import (
     wait_caught_up,
 )
 from tests.integration.test_end_to_end import InProcessTailer
-from tests.integration.test_spark_compact import by_key, read_lake
 
 pytestmark = pytest.mark.integration
 

@@ -33,6 +33,7 @@ from airflow_provider_dblog.lake.catalog import source_lake_schema
 from airflow_provider_dblog.lake.schema import POSITION_COLUMNS, LakeRow
 from airflow_provider_dblog.outputs.ndjson import event_files
 from airflow_provider_dblog.state import DumpState, StateStore
+from tests.integration.compaction.test_spark_compact import by_key, read_lake
 from tests.integration.e2e_support import (
     REPO,
     Databases,
@@ -46,7 +47,6 @@ from tests.integration.e2e_support import (
     write_config,
 )
 from tests.integration.spark_support import python_workers
-from tests.integration.test_spark_compact import by_key, read_lake
 
 pytestmark = pytest.mark.integration
 ROWS = 1200

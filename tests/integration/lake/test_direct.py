@@ -23,6 +23,7 @@ from airflow_provider_dblog.lake.schema import POSITION_COLUMNS, LakeRow
 from airflow_provider_dblog.lake.table import LakeTable
 from airflow_provider_dblog.outputs.ndjson import event_files
 from airflow_provider_dblog.state import StateStore
+from tests.integration.compaction.test_spark_compact import by_key, read_lake
 from tests.integration.e2e_support import (
     DBLOG,
     Databases,
@@ -35,7 +36,6 @@ from tests.integration.e2e_support import (
     wait_until,
     write_config,
 )
-from tests.integration.test_spark_compact import by_key, read_lake
 
 pytestmark = pytest.mark.integration
 ROWS = 1200

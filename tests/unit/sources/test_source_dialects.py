@@ -12,7 +12,7 @@ import pytest
 from airflow_provider_dblog.sources.base import SourceError
 from airflow_provider_dblog.sources.factory import DIALECTS, dialect
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SHIPPED = ("airflow_provider_dblog", "spark_jobs")
 """The code that ships (tests and benches name databases on purpose)."""
 
