@@ -6,8 +6,8 @@ as OLTP writes log them) on a private MariaDB, timed in CPU seconds and optional
     .venv/bin/python bench/profile_mysql_reader.py --heavy         # the P1b heavy table's types
     .venv/bin/python bench/profile_mysql_reader.py --profile       # and cProfile's top functions
 
-Another checkout's reader is measured with `PYTHONPATH=<checkout>` (how bench/README.md's
-before and after were taken).
+Another checkout's reader is measured with `PYTHONPATH=<checkout>`, to compare two readers on
+one machine.
 """
 
 from __future__ import annotations
