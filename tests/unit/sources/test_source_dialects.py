@@ -1,6 +1,7 @@
 """One dialect per source type, asked by the whole house: no module outside a database's own
-package (`sources/<db>/`) imports it, so none can test a database's class either; the factory
-finds each type's dialect by name."""
+package (`sources/<db>/`) imports it, so none can test a database's class either, nor spells a
+source type (it asks `sources.factory` for the types and the default); the factory finds each
+type's dialect by name."""
 
 from __future__ import annotations
 
@@ -15,6 +16,14 @@ from airflow_provider_dblog.sources.factory import DIALECTS, dialect
 REPO = Path(__file__).resolve().parents[3]
 SHIPPED = ("airflow_provider_dblog", "spark_jobs")
 """The code that ships (tests and benches name databases on purpose)."""
+SERVERS = (
+    "airflow_provider_dblog/devservices/",
+    "airflow_provider_dblog/demo/",
+    "airflow_provider_dblog/cli/demo.py",
+    "airflow_provider_dblog/cli/dev_services.py",
+)
+"""Shipped code that names database servers (the dev services, the demo's backends), whose
+names happen to be spelled like source types."""
 
 
 def databases(repo: Path) -> list[str]:
@@ -58,9 +67,51 @@ def offenders(repo: Path) -> list[str]:
     return found
 
 
+def spelled_types(repo: Path) -> list[str]:
+    """`path:line: 'type'` for each string constant that is a source type, outside `sources/`
+    and the code naming servers: a type switch (`== "mysql"`, `choices=`, a default) that
+    should ask the factory. Only whole strings count: docstrings and f-strings do not."""
+    found = []
+    for root in SHIPPED:
+        for path in sorted((repo / root).rglob("*.py")):
+            name = path.relative_to(repo).as_posix()
+            if name.startswith(("airflow_provider_dblog/sources/", *SERVERS)):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Constant) and node.value in DIALECTS:
+                    found.append(f"{name}:{node.lineno}: {node.value!r}")
+    return found
+
+
 def test_no_module_outside_a_database_package_imports_it() -> None:
     assert databases(REPO) == ["mysql", "postgres"]
     assert offenders(REPO) == []
+
+
+def test_no_module_outside_sources_spells_a_source_type() -> None:
+    assert spelled_types(REPO) == []
+
+
+def test_the_spelling_rule_finds_switches_and_spares_servers_and_prose(tmp_path: Path) -> None:
+    files = {
+        "airflow_provider_dblog/sources/factory.py": 'DEFAULT_TYPE = "postgres"\n',
+        "airflow_provider_dblog/devservices/stack.py": 'SERVICES = ("postgres", "mariadb")\n',
+        "airflow_provider_dblog/cli/demo.py": 'p.add_argument("--source", default="postgres")\n',
+        "airflow_provider_dblog/lake/schema.py": (
+            '"""Maps postgres and mysql types."""\n'
+            'label = f"postgres {x}"\n'
+            'if source_type == "mysql":\n    pass\n'
+        ),
+        "spark_jobs/compact.py": 'p.add_argument("--type", choices=("postgres", "mysql"))\n',
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert spelled_types(tmp_path) == [
+        "airflow_provider_dblog/lake/schema.py:3: 'mysql'",
+        "spark_jobs/compact.py:1: 'postgres'",
+        "spark_jobs/compact.py:1: 'mysql'",
+    ]
 
 
 def test_the_rule_finds_plain_from_and_relative_imports(tmp_path: Path) -> None:
