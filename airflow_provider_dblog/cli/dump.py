@@ -50,6 +50,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     dump.add_argument("--table", help="one table, 'schema.table' (default: all captured tables)")
     dump.add_argument("--keys", help="primary keys of --table: '1,2,3' or JSON '[[1,\"a\"]]'")
     dump.add_argument(
+        "--where",
+        help="only the rows of --table matching this condition, in the source's SQL "
+        "(e.g. \"region = 'eu' AND updated_at >= '2026-11-23'\")",
+    )
+    dump.add_argument(
         "--chunk-size",
         type=option(values.whole_number(1)),
         help="rows a chunk (default: 1,000 sequenced, 100,000 direct)",
@@ -182,6 +187,7 @@ def _checked_request(
             chunk_size=args.chunk_size,
             parallelism=args.parallelism,
             mode=args.mode,
+            where=args.where,
             default_chunk_sizes=IN_PROCESS_CHUNK_SIZE,
         )
     finally:
@@ -190,13 +196,14 @@ def _checked_request(
 
 def _what(request: DumpRequest) -> tuple[object, ...]:
     """What a request dumps (not how fast): two runs of one dump id must agree on it."""
-    return request.kind, request.tables, request.keys
+    return request.kind, request.tables, request.keys, request.where
 
 
 def _describe(request: DumpRequest) -> str:
     tables = ", ".join(str(t) for t in request.tables)
     keys = f" ({len(request.keys)} keys)" if request.keys else ""
-    return f"{tables}{keys}"
+    where = f" where {request.where}" if request.where else ""
+    return f"{tables}{keys}{where}"
 
 
 def _live_driver(store: StateStore, dump_id: str) -> str | None:

@@ -43,10 +43,23 @@ class DumpRequest:
     chunk_size: int = 1000
     parallelism: int = 1
     mode: DumpMode = DumpMode.SEQUENCED
+    where: str | None = None
+    """A condition in the source's SQL on the table's columns: only the rows matching it when
+    their chunk is read are dumped (a table dump only). It narrows each chunk, whose bounds
+    stay the primary key's; the source checks it before the request is stored
+    (`ChunkSource.check_filter`)."""
 
     def __post_init__(self) -> None:
         if not self.dump_id:
             raise InvalidRequest("a dump request needs a dump_id")
+        if self.where is not None:
+            if not isinstance(self.where, str) or not self.where.strip():
+                raise InvalidRequest(f"a filter must be a non-empty condition, got {self.where!r}")
+            if self.kind is not DumpKind.TABLE:
+                raise InvalidRequest(
+                    "a filter applies to a dump of one table (--table), not to a dump of "
+                    f"{'given keys' if self.kind is DumpKind.KEYS else 'several tables'}"
+                )
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int):
             raise InvalidRequest(f"chunk_size must be an integer, got {self.chunk_size!r}")
         if self.chunk_size < 1:
@@ -141,6 +154,9 @@ class Chunk:
     upto: Key | None = None
     limit: int | None = None
     keys: tuple[Key, ...] | None = None
+    where: str | None = None
+    """The dump's filter (`DumpRequest.where`): the chunk reads the rows of its key range
+    that match it."""
 
     @property
     def is_key_chunk(self) -> bool:
@@ -252,6 +268,10 @@ class TablePlanner:
     bounded: bool = False
     """Plan every range chunk with an upper bound from split keys, even at parallelism 1 (no
     LIMIT chunks): the Spark dump needs a chunk's end before it splits it across tasks."""
+    where: str | None = None
+    """The dump's filter, carried by every chunk. It implies `bounded`: a LIMIT chunk of
+    filtered rows would end where the filter's rows run out, so the filter would drive the
+    paging (a chunk scanning the table far past its rows, for a condition that matches few)."""
     _in_flight: list[_InFlight] = field(default_factory=list)
     _cursor_after: Key | None = None
     _cursor_index: int = 0
@@ -259,6 +279,7 @@ class TablePlanner:
     _next_seq: int = 0
 
     def __post_init__(self) -> None:
+        self.bounded = self.bounded or self.where is not None
         self._cursor_after = self.progress.after
         self._cursor_index = self.progress.key_index
         if self.keys is not None and not self.progress.started:
@@ -362,7 +383,7 @@ class TablePlanner:
             if start >= len(self.keys):
                 break
             end = min(start + self.chunk_size, len(self.keys))
-            chunk = Chunk(self.table, self._take_seq(), keys=self.keys[start:end])
+            chunk = Chunk(self.table, self._take_seq(), keys=self.keys[start:end], where=self.where)
             final = end >= len(self.keys)
             self._in_flight.append(_InFlight(chunk, resume_index=end, final=final))
             self._cursor_index = end
@@ -388,7 +409,9 @@ class TablePlanner:
     def _plan_range(
         self, after: Key | None, upto: Key | None, limit: int | None, final: bool = False
     ) -> Chunk:
-        chunk = Chunk(self.table, self._take_seq(), after=after, upto=upto, limit=limit)
+        chunk = Chunk(
+            self.table, self._take_seq(), after=after, upto=upto, limit=limit, where=self.where
+        )
         self._in_flight.append(_InFlight(chunk, resume_after=upto, final=final))
         if limit is None:
             self._cursor_after = upto

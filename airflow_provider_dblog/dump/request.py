@@ -3,8 +3,9 @@
 Shared by `dblog dump` and the Airflow operators, so both refuse the same bad input with the
 same message, before anything is stored or submitted. What only the database can judge is
 asked of it here too, through the source's `ChunkSource`: that it is set up for dumps
-(`check_ready`), that the tables exist with a primary key (`key_columns`), and that every key
-value is one its column's type accepts (`check_keys`, which also normalises the keys).
+(`check_ready`), that the tables exist with a primary key (`key_columns`), that every key
+value is one its column's type accepts (`check_keys`, which also normalises the keys), and that
+a filter is one condition on the table's own columns (`check_filter`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def build_request(
     chunk_size: int | None,
     parallelism: int,
     mode: str | None = None,
+    where: str | None = None,
     default_chunk_sizes: Mapping[DumpMode, int] = DEFAULT_CHUNK_SIZE,
 ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
     """A validated request and the tables' key columns. `keys` (text as `dblog dump --keys`
@@ -78,13 +80,19 @@ def build_request(
     no tailer has set up are refused here with a message naming them; the keys come back as
     the source normalised them (`"7"` on an integer key is 7). `mode` (None: the deployment's
     default, see `direct_target.py`) must be one the deployment's target takes; a
-    `chunk_size` of None is the mode's in `default_chunk_sizes`."""
+    `chunk_size` of None is the mode's in `default_chunk_sizes`. `where` (None or blank: no
+    filter) dumps only the rows of one named table that match it, checked by the source."""
     dump_mode = default_mode(config) if mode is None else DumpMode.parse(mode)
     if dump_mode is DumpMode.DIRECT:
         check_direct_target(config)
     refs = captured_tables(config, tables)
     if keys is not None and len(refs) != 1:
         raise InvalidRequest(f"keys need exactly one table, got {len(refs)}")
+    where = where if where is None or where.strip() else None
+    if where is not None and (tables is None or len(refs) != 1 or keys is not None):
+        raise InvalidRequest(
+            "a filter (where) needs exactly one table and no keys: it narrows a dump of one table"
+        )
     key_columns = {t: source.key_columns(t) for t in refs}
     parsed: tuple[Key, ...] = ()
     if isinstance(keys, str):
@@ -95,6 +103,8 @@ def build_request(
         parsed = coerce_keys(list(keys), key_columns[refs[0]], refs[0])
     if parsed:
         parsed = source.check_keys(refs[0], parsed)
+    if where is not None:
+        where = source.check_filter(refs[0], where)
     source.check_ready()
     if keys is not None:
         kind = DumpKind.KEYS
@@ -104,5 +114,5 @@ def build_request(
         kind = DumpKind.TABLE if len(refs) == 1 else DumpKind.ALL
     if chunk_size is None:
         chunk_size = default_chunk_sizes[dump_mode]
-    request = DumpRequest(dump_id, kind, refs, parsed, chunk_size, parallelism, dump_mode)
+    request = DumpRequest(dump_id, kind, refs, parsed, chunk_size, parallelism, dump_mode, where)
     return request, key_columns

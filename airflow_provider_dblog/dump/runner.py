@@ -109,6 +109,7 @@ def run_dump(
                     request.chunk_size,
                     request.keys if request.keys else None,
                     bounded=bounded_chunks,
+                    where=request.where,
                 )
                 if planner.needs_max_key:
                     planner.begin(_patiently(partial(sources[0].max_key, table), source_patience_s))

@@ -6,6 +6,7 @@ live in this package, not in `spark_jobs/`, because the package is what executor
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -35,13 +36,14 @@ def sub_ranges(source: ChunkSource, chunk: Chunk, tasks: int, chunk_size: int) -
     """The chunk as up to `tasks` disjoint parts that together read exactly the chunk.
 
     A range chunk `(after, upto]` is cut at every `chunk_size / tasks`-th key (asked of the
-    database); a key chunk's key list is sliced. A LIMIT chunk cannot be cut before it is read
-    (its end is unknown): it stays one part; `run_dump(bounded_chunks=True)` plans none.
+    database); a key chunk's key list is sliced; each part keeps the chunk's filter. A LIMIT
+    chunk cannot be cut before it is read (its end is unknown): it stays one part;
+    `run_dump(bounded_chunks=True)` plans none.
     """
     if chunk.keys is not None:
         step = math.ceil(len(chunk.keys) / tasks)
         slices = [chunk.keys[i : i + step] for i in range(0, len(chunk.keys), step)]
-        return [Chunk(chunk.table, chunk.seq, keys=keys) for keys in slices] or [chunk]
+        return [dataclasses.replace(chunk, keys=keys) for keys in slices] or [chunk]
     if chunk.limit is not None or chunk.upto is None or tasks <= 1:
         return [chunk]
     step = max(1, math.ceil(chunk_size / tasks))
@@ -49,7 +51,7 @@ def sub_ranges(source: ChunkSource, chunk: Chunk, tasks: int, chunk_size: int) -
     if splits and splits[-1] == chunk.upto:
         splits.pop()  # the last part would be (upto, upto]: empty
     bounds: list[Key | None] = [chunk.after, *splits, chunk.upto]
-    return [Chunk(chunk.table, chunk.seq, after=a, upto=b) for a, b in pairwise(bounds)]
+    return [dataclasses.replace(chunk, after=a, upto=b) for a, b in pairwise(bounds)]
 
 
 PartResult = tuple[int, int | None, Key | None, str | None]

@@ -140,6 +140,17 @@ class ChunkSource(Protocol):
         """
         ...
 
+    def check_filter(self, table: TableRef, where: str) -> str:
+        """`where` checked as a dump's filter on `table`, before a dump of it is registered;
+        returns it as the chunk reads will use it. An implementation must refuse, with
+        `InvalidRequest` naming the problem and the table: text that is not one condition
+        (`sources.filter_text.scan_filter`), a syntax error, an unknown column or function, a
+        reference to any other table, and a function with side effects or that blocks; the
+        server judges all but the first, planning the query without reading a row.
+        `UnknownTable` / `NoPrimaryKey` as `key_columns`; `SourceUnavailable` when the server
+        cannot be reached."""
+        ...
+
     def check_ready(self) -> None:
         """Raise `NotSetUp` when this source cannot take a dump yet: its watermark table is
         missing or does not hold exactly one row (no tailer has set the source up). The message

@@ -116,12 +116,19 @@ class KeysetSql(ABC, Generic[Q, C]):
         )
         return query, params
 
+    @abstractmethod
+    def condition(self, text: str) -> Q:
+        """A filter's text (`Chunk.where`, checked by the source) as SQL among parameters."""
+
     def chunk(self, shape: TableShape[C], chunk: Chunk, columns: Q) -> tuple[Q, list[Any]]:
-        """The query of `chunk`'s rows (`columns` selected) in key order, and its parameters."""
+        """The query of `chunk`'s rows (`columns` selected) in key order, and its parameters:
+        the rows of its key range or list, those matching its filter if it has one."""
         if chunk.keys is not None:
             where, params = self.in_keys(shape, chunk.keys)
         else:
             where, params = self.range(shape, chunk.after, chunk.upto)
+        if chunk.where is not None:
+            where = self.compose("{} AND ({})", where, self.condition(chunk.where))
         query = self.compose(
             "SELECT {} FROM {} WHERE {} ORDER BY {}",
             columns,

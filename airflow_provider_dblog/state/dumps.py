@@ -109,6 +109,7 @@ def _request_to_json(request: DumpRequest) -> dict[str, JsonValue]:
         "chunk_size": request.chunk_size,
         "parallelism": request.parallelism,
         "mode": request.mode.value,
+        "where": request.where,
     }
 
 
@@ -121,6 +122,7 @@ def _request_from_json(data: dict[str, Any]) -> DumpRequest:
         chunk_size=data["chunk_size"],
         parallelism=data["parallelism"],
         mode=DumpMode(data.get("mode", DumpMode.SEQUENCED)),
+        where=data.get("where"),
     )
 
 

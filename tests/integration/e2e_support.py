@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 import pymysql
+import pytest
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Event, Op, Row, TableRef
@@ -255,6 +256,20 @@ def make_mysql_databases(info: MariaDBInfo, rows: int, *, seed_value: int) -> My
 
 SourceDatabases = Databases | MysqlDatabases
 """Either kit's databases: what a test parametrized by source gets."""
+
+
+SOURCES = ["postgres", "mariadb"]
+"""The kinds of source a test parametrized over both runs on (`make_source`)."""
+
+
+def make_source(request: pytest.FixtureRequest, rows: int, seed_value: int) -> SourceDatabases:
+    """A private source of `request.param`'s kind with `rows` rows per table (and on
+    PostgreSQL an empty SQL target)."""
+    if request.param == "mariadb":
+        info: MariaDBInfo = request.getfixturevalue("mariadb")
+        return make_mysql_databases(info, rows, seed_value=seed_value)
+    pg: PostgresInfo = request.getfixturevalue("pg15")
+    return make_databases(pg, rows, target=True, seed_value=seed_value)
 
 
 def drop_databases(dbs: SourceDatabases) -> None:

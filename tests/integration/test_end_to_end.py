@@ -39,7 +39,6 @@ from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Event, Op, Origin, TableRef
 from airflow_provider_dblog.core.schema import Column
 from airflow_provider_dblog.demo.postgres import compare, snapshot
-from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo
@@ -49,6 +48,7 @@ from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 from tests.integration.e2e_support import (
     PASSWORD_ENV,
+    SOURCES,
     VERSION_COLUMN,
     Databases,
     FanOut,
@@ -59,7 +59,7 @@ from tests.integration.e2e_support import (
     cli_env,
     drop_databases,
     make_databases,
-    make_mysql_databases,
+    make_source,
     materialize,
     row_key,
     run_cli,
@@ -85,19 +85,6 @@ def leading(store: StateStore, redis: RedisInfo, owner: str) -> bool:
     """`owner` holds the lease and has beaten as the active tailer (it is running)."""
     health = store.tailer.health()
     return holder(store, redis) == owner and health is not None and health.owner == owner
-
-
-SOURCES = ["postgres", "mariadb"]
-
-
-def make_source(request: pytest.FixtureRequest, rows: int, seed_value: int) -> SourceDatabases:
-    """A private source of `request.param`'s kind with `rows` rows per table (and on
-    PostgreSQL an empty SQL target)."""
-    if request.param == "mariadb":
-        info: MariaDBInfo = request.getfixturevalue("mariadb")
-        return make_mysql_databases(info, rows, seed_value=seed_value)
-    pg: PostgresInfo = request.getfixturevalue("pg15")
-    return make_databases(pg, rows, target=True, seed_value=seed_value)
 
 
 @pytest.fixture(params=SOURCES)

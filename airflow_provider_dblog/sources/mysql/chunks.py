@@ -35,6 +35,7 @@ import pymysql
 from pymysql.cursors import Cursor
 
 from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, Key, TableRef, freeze
 from airflow_provider_dblog.sources.base import (
     ChunkRead,
@@ -43,6 +44,7 @@ from airflow_provider_dblog.sources.base import (
     SourceError,
     SourceUnavailable,
 )
+from airflow_provider_dblog.sources.filter_text import MYSQL, scan_filter
 from airflow_provider_dblog.sources.keyset import TableShape, split_keys
 from airflow_provider_dblog.sources.mysql.catalog import ColumnInfo, primary_key, table_shape
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
@@ -75,6 +77,16 @@ _UNKNOWN_COLUMN = 1054
 _STRICT = "STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE"
 """The sql_mode `check_keys` judges values in: refuse what would be truncated or zeroed."""
 _SCHEMA_RETRIES = 3
+
+SIDE_EFFECTS = frozenset(
+    (
+        "benchmark", "get_lock", "is_free_lock", "is_used_lock", "last_insert_id", "lastval",
+        "load_file", "master_gtid_wait", "master_pos_wait", "nextval", "rand", "release_all_locks",
+        "release_lock", "setval", "sleep", "source_pos_wait", "sys_guid", "uuid", "uuid_short",
+        "wait_for_executed_gtid_set", "wait_until_sql_thread_after_gtids",
+    )
+)  # fmt: skip
+"""Built-in functions a filter may not call: they block, draw random values or change state."""
 
 
 class MysqlChunkSource:
@@ -213,6 +225,53 @@ class MysqlChunkSource:
             for i, column in enumerate(shape.key)
         ]
         return tuple(dict.fromkeys(zip(*normalised, strict=True)))
+
+    def check_filter(self, table: TableRef, where: str) -> str:
+        """The filter's text is scanned as the server reads it with and without backslash
+        escapes (sql_mode NO_BACKSLASH_ESCAPES), and must pass both ways; then the chunk query
+        is EXPLAINed, which names every table it reads. Functions that block, draw random
+        values or change state (`SIDE_EFFECTS`), and stored functions, are refused: MySQL
+        records no volatility to ask."""
+        plain = dataclasses.replace(MYSQL, backslash_escapes=False)
+        calls = scan_filter(where, MYSQL) | scan_filter(where, plain)
+        where = where.strip()
+        refused = sorted(calls & SIDE_EFFECTS)
+        if refused:
+            raise InvalidRequest(
+                f"the filter on {table} calls {', '.join(refused)}, which blocks, draws random "
+                "values or changes state: a filter may call only functions of the row's values"
+            )
+        shape = self._shape(table)  # UnknownTable, NoPrimaryKey
+        query, params = KEYSET.chunk(shape, Chunk(table, 0, where=where), "*")
+        with self._session() as cursor:
+            cursor.execute(
+                "SELECT LOWER(ROUTINE_NAME) FROM information_schema.ROUTINES "
+                "WHERE ROUTINE_TYPE = 'FUNCTION'"
+            )
+            stored = sorted(calls & {name for (name,) in cursor.fetchall()})
+            if stored:
+                raise InvalidRequest(
+                    f"the filter on {table} calls the stored function(s) {', '.join(stored)}: "
+                    "a filter may call only built-in functions"
+                )
+            try:
+                cursor.execute("EXPLAIN " + query, params)
+            except (pymysql.err.ProgrammingError, pymysql.err.OperationalError) as exc:
+                if exc.args and exc.args[0] in LOST_SERVER_CODES:
+                    raise
+                raise InvalidRequest(
+                    f"the filter on {table} is not valid: {exc.args[-1] if exc.args else exc}"
+                ) from None
+            names = [d[0].lower() for d in cursor.description or ()]
+            plan = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        for step in plan:
+            if step.get("table") not in (table.name, None) or step.get("select_type") != "SIMPLE":
+                raise InvalidRequest(
+                    f"the filter on {table} reads {step.get('table')} "
+                    f"({step.get('select_type')}): a filter is a condition on {table}'s own "
+                    "columns"
+                )
+        return where
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

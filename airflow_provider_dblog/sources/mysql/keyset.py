@@ -41,6 +41,9 @@ class MysqlKeyset(KeysetSql[str, ColumnInfo]):
     def placeholder(self, column: ColumnInfo) -> str:
         return "%s"
 
+    def condition(self, text: str) -> str:
+        return text.replace("%", "%%")
+
     def param(self, column: ColumnInfo, value: JsonValue) -> Any:
         return to_param(column, value)
 

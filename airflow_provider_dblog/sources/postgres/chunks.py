@@ -12,6 +12,7 @@ call met it, and the next call connects again: the dump retries the chunk with n
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, Key, TableRef, freeze
 from airflow_provider_dblog.sources.base import (
     ChunkRead,
@@ -29,6 +31,7 @@ from airflow_provider_dblog.sources.base import (
     SourceError,
     SourceUnavailable,
 )
+from airflow_provider_dblog.sources.filter_text import POSTGRES, scan_filter
 from airflow_provider_dblog.sources.keyset import TableShape, split_keys
 from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo, table_shape
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
@@ -48,6 +51,20 @@ _Shape = TableShape[ColumnInfo]
 _INVISIBLE = "SELECT x::text FROM pg_snapshot_xip(%s::pg_snapshot) AS x"
 
 _XID_MASK = 0xFFFF_FFFF
+
+_FILTER_VIEW = "'pg_temp.dblog_filter'::regclass"
+_FILTER_TREE = f"SELECT ev_action::text FROM pg_rewrite WHERE ev_class = {_FILTER_VIEW}"
+_FILTER_NODES = re.compile(r":(relid|funcid|opfuncid) (\d+)")
+"""The tables (`relid`), functions and operators' functions a view's stored query tree calls.
+Its dependencies in `pg_depend` would not do: they leave out built-in objects (pinned)."""
+_VOLATILE = (
+    "SELECT oid::regprocedure::text FROM pg_proc WHERE oid = ANY(%s::oid[]) AND provolatile = 'v'"
+)
+_OTHER_TABLES = (
+    "SELECT oid::regclass::text FROM pg_class WHERE oid = ANY(%s::oid[]) "
+    f"AND oid <> %s::regclass AND oid <> {_FILTER_VIEW}"
+)
+"""The view's tree names the view itself too (its OLD and NEW entries)."""
 
 _Conn = psycopg.Connection[TupleRow]
 
@@ -88,6 +105,51 @@ class PostgresChunkSource:
             for column, values in zip(shape.key, columns, strict=True)
         ]
         return tuple(dict.fromkeys(zip(*normalised, strict=True)))
+
+    def check_filter(self, table: TableRef, where: str) -> str:
+        """The filter is planned as a temporary view of `table` (`WHERE (<filter>)`, rolled
+        back), whose query tree the server stores: the tables and functions it names are read
+        from it. A volatile function (`random()`, `nextval()`, `pg_sleep()`) is refused, as is
+        any table but `table`; stable ones such as `now()` are fine. Needs the TEMPORARY
+        privilege on the database, which PUBLIC has unless revoked."""
+        scan_filter(where, POSTGRES)
+        where = where.strip()
+        view = sql.SQL("CREATE TEMPORARY VIEW dblog_filter AS SELECT * FROM {} WHERE ({})")
+        name = KEYSET.table(table)
+        self._shape(table)  # UnknownTable, NoPrimaryKey
+        with self._session() as conn:
+            try:
+                with conn.transaction(force_rollback=True):
+                    conn.execute(view.format(name, sql.SQL(where)))
+                    (tree,) = conn.execute(_FILTER_TREE).fetchone() or ("",)
+                    named: dict[str, list[int]] = {"relid": [], "funcid": [], "opfuncid": []}
+                    for kind, oid in _FILTER_NODES.findall(tree):
+                        named[kind].append(int(oid))
+                    functions = named["funcid"] + named["opfuncid"]
+                    volatile = [f for (f,) in conn.execute(_VOLATILE, (functions,))]
+                    others = conn.execute(_OTHER_TABLES, (named["relid"], name.as_string(conn)))
+                    tables = [t for (t,) in others]
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise SourceError(
+                    f"checking a filter on {table} needs the TEMPORARY privilege on the "
+                    f"database of source {self._config.name}: {exc}"
+                ) from None
+            except psycopg.Error as exc:
+                if conn.closed or (exc.sqlstate or "").startswith(_LOST_STATES):
+                    raise
+                raise InvalidRequest(f"the filter on {table} is not valid: {exc}") from None
+        if tables:
+            raise InvalidRequest(
+                f"the filter on {table} reads table {', '.join(tables)}: a filter is a "
+                f"condition on {table}'s own columns"
+            )
+        if volatile:
+            raise InvalidRequest(
+                f"the filter on {table} calls {', '.join(volatile)}, which is volatile (it has "
+                "side effects or its value changes within a query): a filter may call only "
+                "immutable or stable functions"
+            )
+        return where
 
     def check_ready(self) -> None:
         query = sql.SQL("SELECT count(*) FROM {}").format(KEYSET.table(self._config.watermark))

@@ -35,6 +35,9 @@ class PostgresKeyset(KeysetSql[sql.Composed, ColumnInfo]):
     def placeholder(self, column: ColumnInfo) -> sql.Composed:
         return sql.SQL("CAST({} AS {})").format(sql.Placeholder(), sql.SQL(column.sql_type))
 
+    def condition(self, text: str) -> sql.Composed:
+        return sql.Composed([sql.SQL(text.replace("%", "%%"))])
+
     def param(self, column: ColumnInfo, value: JsonValue) -> str:
         return to_text(column.type_oid, value)
 

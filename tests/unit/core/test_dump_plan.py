@@ -31,6 +31,10 @@ T = TableRef("public", "t")
         ({"kind": DumpKind.KEYS}, "needs at least one key"),
         ({"keys": ((1,),)}, "takes no keys"),
         ({"tables": (T, TableRef("public", "u"))}, "takes exactly one table"),
+        ({"where": " "}, "non-empty condition"),
+        ({"where": 1}, "non-empty condition"),
+        ({"kind": DumpKind.ALL, "where": "n > 1"}, "dump of one table"),
+        ({"kind": DumpKind.KEYS, "keys": ((1,),), "where": "n > 1"}, "not to a dump of given"),
     ],
 )
 def test_invalid_requests_name_the_problem(kwargs: dict[str, object], message: str) -> None:
@@ -96,6 +100,21 @@ def test_bounded_chunks_have_an_end_even_one_at_a_time() -> None:
     assert (last.after, last.upto) == ((2,), (5,))
     planner.complete(last, 3, None)
     assert planner.done and planner.progress.rows_done == 3
+
+
+def test_a_filter_travels_with_every_chunk_whose_bounds_stay_the_keys() -> None:
+    """A filter narrows each chunk; it never drives the paging: every range chunk is bounded
+    by split keys (from the key alone), even one at a time, so a chunk ends at its bound,
+    however few of its rows match."""
+    planner = TablePlanner(TableProgress(T), chunk_size=2, where="n > 1")
+    planner.begin((9,))
+    assert planner.bounded and planner.split_keys_wanted(1) == 1
+    (first,) = planner.next_chunks(1, [(3,)])
+    assert (first.after, first.upto, first.limit, first.where) == (None, (3,), None, "n > 1")
+    planner.complete(first, 0, None)  # no row of (.., 3] matched
+    assert planner.progress.after == (3,) and not planner.done
+    (last,) = planner.next_chunks(1, [])
+    assert (last.after, last.upto, last.where) == ((3,), (9,), "n > 1")
 
 
 def test_empty_table_is_done_at_once() -> None:
