@@ -113,6 +113,10 @@ class MariaDBServer(ServerProcess):
         self.install_db = _binary("mariadb-install-db")
         self.data_dir = self.base_dir / "data"
         self.socket = self.base_dir / "run" / "mariadb.sock"
+        # Temporary tables' files in a directory of its own, not /tmp: servers installed at
+        # once beside it saw their temporary files vanish there ("Could not remove temporary
+        # table").
+        self.tmp_dir = self.base_dir / "tmp"
         # Must differ from the server_id every binlog reader announces.
         self.server_id = 1000 + secrets.randbelow(1_000_000)
         # mariadbd refuses to run as root unless told to.
@@ -122,11 +126,13 @@ class MariaDBServer(ServerProcess):
         if self.data_dir.exists():
             raise ServerStartError(f"{self.data_dir} already exists; remove it first")
         self.socket = socket_dir(self.socket.parent, self.socket.name) / self.socket.name
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
         run_logged(
             [
                 self.install_db,
                 "--no-defaults",
                 f"--datadir={self.data_dir}",
+                f"--tmpdir={self.tmp_dir}",
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
                 *self._user_option,
@@ -142,6 +148,7 @@ class MariaDBServer(ServerProcess):
             self.mariadbd,
             "--no-defaults",  # must come first
             f"--datadir={self.data_dir}",
+            f"--tmpdir={self.tmp_dir}",
             f"--socket={self.socket}",
             f"--port={self.port}",
             f"--bind-address={LOOPBACK}",
