@@ -16,7 +16,7 @@ from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.base import SourceError
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_WHAT = {int: "an integer", bool: "true or false", str: "text"}
+_WHAT = {int: "an integer", bool: "true or false", str: "text", dict: "a table of names"}
 
 
 def read_section(

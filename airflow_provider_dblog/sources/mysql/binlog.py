@@ -200,7 +200,8 @@ class MysqlLogReader:
         if catalog is None:
             raise SourceUnavailable(f"no connection to {self._config.name} for its catalog")
         try:
-            return table_schema(catalog, table_shape(catalog, table))
+            shape = table_shape(catalog, table, self._config.unique_keys.get(table))
+            return table_schema(catalog, shape)
         except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
             self._drop_stream()
             raise SourceUnavailable(
@@ -374,7 +375,7 @@ class MysqlLogReader:
         catalog = self._catalog
         if catalog is None:
             raise SourceUnavailable(f"no connection to {self._config.name} for its catalog")
-        shape = table_shape(catalog, table)
+        shape = table_shape(catalog, table, self._config.unique_keys.get(table))
         return TableColumns(table_schema(catalog, shape), shape.columns)
 
 

@@ -34,11 +34,17 @@ WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s
 ORDER BY ORDINAL_POSITION
 """
 
-_PRIMARY_KEY = """
-SELECT COLUMN_NAME FROM information_schema.STATISTICS
-WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY'
-ORDER BY SEQ_IN_INDEX
+_UNIQUE_INDEXES = """
+SELECT s.INDEX_NAME, s.COLUMN_NAME, c.IS_NULLABLE = 'NO' AND s.SUB_PART IS NULL
+FROM information_schema.STATISTICS s
+LEFT JOIN information_schema.COLUMNS c
+  ON c.TABLE_SCHEMA = s.TABLE_SCHEMA AND c.TABLE_NAME = s.TABLE_NAME
+ AND c.COLUMN_NAME = s.COLUMN_NAME
+WHERE s.TABLE_SCHEMA = %s AND s.TABLE_NAME = %s AND s.NON_UNIQUE = 0
+ORDER BY s.INDEX_NAME, s.SEQ_IN_INDEX
 """
+"""Each unique index's columns in order, and whether the column can key rows: NOT NULL,
+whole (no prefix); an expression's part (MySQL 8) has no column and keys nothing."""
 
 # MariaDB's JSON columns; MySQL 8.0.16+ has the view too, with no such constraints.
 _JSON_CHECKS = """
@@ -81,9 +87,9 @@ class ColumnInfo:
 
 
 def table_shape(
-    conn: pymysql.connections.Connection[Any], table: TableRef
+    conn: pymysql.connections.Connection[Any], table: TableRef, unique_key: str | None = None
 ) -> TableShape[ColumnInfo]:
-    """Columns and primary key of `table`; UnknownTable or NoPrimaryKey otherwise."""
+    """Columns and key (`row_key`) of `table`; UnknownTable or NoPrimaryKey otherwise."""
     with conn.cursor() as cursor:
         cursor.execute(_TABLE, (table.schema, table.name))
         found = cursor.fetchone()
@@ -98,18 +104,86 @@ def table_shape(
         }
         cursor.execute(_COLUMNS, (table.schema, table.name))
         columns = tuple(_column(row, is_json=row[0] in json_columns) for row in cursor.fetchall())
-    key_names = primary_key(conn, table)
-    if not key_names:
-        raise NoPrimaryKey(f"table {table} has no primary key: add one to dump it")
+    key_names = row_key(conn, table, unique_key)
     by_name = {c.name: c for c in columns}
     return TableShape(table, columns, tuple(by_name[name] for name in key_names))
 
 
-def primary_key(conn: pymysql.connections.Connection[Any], table: TableRef) -> tuple[str, ...]:
-    """The primary-key columns of `table` in key order; empty when it has none."""
+@dataclass(frozen=True, slots=True)
+class UniqueIndex:
+    """A unique index; `keys_rows` when every part is a whole NOT NULL column, so that no two
+    rows can share its values (NULLs repeat in a unique index)."""
+
+    name: str
+    columns: tuple[str, ...]
+    keys_rows: bool
+
+    def __str__(self) -> str:
+        return f"{self.name} ({', '.join(self.columns)})"
+
+
+def row_key(
+    conn: pymysql.connections.Connection[Any], table: TableRef, unique_key: str | None = None
+) -> tuple[str, ...]:
+    """The columns that key `table`'s rows (`choose_row_key`); NoPrimaryKey naming the ways
+    out when none does."""
+    parts: dict[str, list[tuple[str | None, bool]]] = {}
     with conn.cursor() as cursor:
-        cursor.execute(_PRIMARY_KEY, (table.schema, table.name))
-        return tuple(str(name) for (name,) in cursor.fetchall())
+        cursor.execute(_UNIQUE_INDEXES, (table.schema, table.name))
+        for name, column, whole in cursor.fetchall():
+            parts.setdefault(str(name), []).append((column, bool(whole)))
+    indexes = [
+        UniqueIndex(
+            name,
+            tuple(str(c) for c, _ in columns if c is not None),
+            all(c is not None and whole for c, whole in columns),
+        )
+        for name, columns in parts.items()
+    ]
+    return choose_row_key(table, indexes, unique_key)
+
+
+def choose_row_key(
+    table: TableRef, indexes: list[UniqueIndex], unique_key: str | None
+) -> tuple[str, ...]:
+    """The primary key; without one the unique index `unique_key` names (`[source]
+    unique_keys`), which must key rows; without that the only unique index that keys rows.
+    Anything else is NoPrimaryKey naming what to do."""
+    by_name = {i.name: i for i in indexes}
+    if "PRIMARY" in by_name:
+        if unique_key is not None:
+            raise NoPrimaryKey(
+                f"[source] unique_keys names index {unique_key} for {table}, which has a primary "
+                "key: it is keyed by its primary key; remove the entry"
+            )
+        return by_name["PRIMARY"].columns
+    usable = [i for i in indexes if i.keys_rows]
+    if unique_key is not None:
+        chosen = by_name.get(unique_key)
+        if chosen is None or not chosen.keys_rows:
+            why = "does not exist" if chosen is None else "has a nullable or prefix column"
+            raise NoPrimaryKey(
+                f"[source] unique_keys names index {unique_key} for {table}, which {why}; "
+                f"its unique indexes on whole NOT NULL columns: "
+                f"{', '.join(map(str, usable)) or 'none'}"
+            )
+        return chosen.columns
+    if len(usable) == 1:
+        return usable[0].columns
+    if usable:
+        raise NoPrimaryKey(
+            f"table {table} has no primary key and {len(usable)} unique indexes that could key "
+            f"it: {', '.join(map(str, usable))}; choose one in the TOML: [source] unique_keys = "
+            f'{{ "{table}" = "{usable[0].name}" }}'
+        )
+    nullable = [str(i) for i in indexes]
+    also = f" (its unique indexes {', '.join(nullable)} have nullable or prefix columns)"
+    raise NoPrimaryKey(
+        f"table {table} has no primary key and no unique index on whole NOT NULL columns"
+        f"{also if nullable else ''}: DBLog chunks and reconciles by a key; add a primary key "
+        f"(ALTER TABLE {table} ADD PRIMARY KEY (...)) or a unique index on NOT NULL columns, "
+        "or stop capturing it"
+    )
 
 
 def _column(row: tuple[Any, ...], *, is_json: bool) -> ColumnInfo:

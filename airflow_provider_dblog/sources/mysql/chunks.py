@@ -46,7 +46,7 @@ from airflow_provider_dblog.sources.base import (
 )
 from airflow_provider_dblog.sources.filter_text import MYSQL, scan_filter
 from airflow_provider_dblog.sources.keyset import TableShape, split_keys
-from airflow_provider_dblog.sources.mysql.catalog import ColumnInfo, primary_key, table_shape
+from airflow_provider_dblog.sources.mysql.catalog import ColumnInfo, row_key, table_shape
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.sources.mysql.converters import (
     converter,
@@ -293,7 +293,9 @@ class MysqlChunkSource:
                 raw: tuple[tuple[Any, ...], ...] = cursor.fetchall()
                 description = cursor.description or ()
                 # The SELECT holds the table's metadata lock until the transaction ends.
-                key_columns = primary_key(cursor.connection, chunk.table)
+                key_columns = row_key(
+                    cursor.connection, chunk.table, self._config.unique_keys.get(chunk.table)
+                )
             except pymysql.err.OperationalError as exc:
                 if exc.args[0] != _UNKNOWN_COLUMN:
                     raise
@@ -392,7 +394,8 @@ class MysqlChunkSource:
 
     def _reshape(self, table: TableRef) -> _Shape:
         with self._session() as cursor:
-            shape = self._shapes[table] = table_shape(cursor.connection, table)
+            unique_key = self._config.unique_keys.get(table)
+            shape = self._shapes[table] = table_shape(cursor.connection, table, unique_key)
         return shape
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -45,6 +45,9 @@ class MysqlSourceConfig:
     watermark_table: str = "watermark"
     server_id: int = 0x5DB10000
     server_id_span: int = 1 << 16
+    unique_keys: Mapping[TableRef, str] = field(default_factory=dict)
+    """For a captured table without a primary key, the unique index (on NOT NULL columns) that
+    keys its rows, by name; needed only when it has several (`catalog.choose_row_key`)."""
 
     @property
     def type(self) -> str:
@@ -82,14 +85,17 @@ class MysqlSourceConfig:
 
         Table names without a database are in the DSN's database."""
         dsn = section.get("dsn")
+        default_schema = _dsn_parts(dsn).database if isinstance(dsn, str) else None
         options, tables = read_section(
             section,
             cls,
             kind="mysql",
-            typed={"server_id": int, "server_id_span": int},
+            typed={"server_id": int, "server_id_span": int, "unique_keys": dict},
             table_word="database",
-            default_schema=_dsn_parts(dsn).database if isinstance(dsn, str) else None,
+            default_schema=default_schema,
         )
+        if "unique_keys" in options:
+            options["unique_keys"] = _unique_keys(options["unique_keys"], tables, default_schema)
         return cls(tables=tables, **options)
 
     @property
@@ -169,3 +175,21 @@ def _dsn_parts(dsn: str) -> _DsnParts:
 def _redact(dsn: str) -> str:
     """The dsn with anything between ':' and '@' in its authority hidden."""
     return re.sub(r"(//[^:/@]*):[^@]*@", r"\1:***@", dsn)
+
+
+def _unique_keys(
+    given: Mapping[str, Any], tables: tuple[TableRef, ...], default_schema: str | None
+) -> dict[TableRef, str]:
+    """`unique_keys = { "db.table" = "index" }`: each a captured table and an index name."""
+    chosen = {}
+    for name, index in given.items():
+        try:
+            table = TableRef.parse(name, default_schema=default_schema)
+        except ValueError as exc:
+            raise SourceError(f"[source] unique_keys: {exc}") from None
+        if table not in tables:
+            raise SourceError(f"[source] unique_keys names {table}, which is not captured")
+        if not isinstance(index, str) or not index:
+            raise SourceError(f"[source] unique_keys: {table} needs an index name, got {index!r}")
+        chosen[table] = index
+    return chosen

@@ -16,7 +16,8 @@ from typing import Any
 import pymysql
 
 from airflow_provider_dblog.core.event import TableRef
-from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError, UnknownTable
+from airflow_provider_dblog.sources.base import SourceError, UnknownTable
+from airflow_provider_dblog.sources.mysql.catalog import row_key
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.sources.mysql.converters import quote_name
 
@@ -28,12 +29,8 @@ SHOW GLOBAL VARIABLES WHERE Variable_name IN
   'binlog_order_commits')
 """
 
-_TABLE_FACTS = """
-SELECT t.TABLE_TYPE,
-       EXISTS (SELECT 1 FROM information_schema.STATISTICS s
-               WHERE s.TABLE_SCHEMA = t.TABLE_SCHEMA AND s.TABLE_NAME = t.TABLE_NAME
-                 AND s.INDEX_NAME = 'PRIMARY')
-FROM information_schema.TABLES t WHERE t.TABLE_SCHEMA = %s AND t.TABLE_NAME = %s
+_TABLE_TYPE = """
+SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s
 """
 
 _REPLICATION_CLIENT = ("REPLICATION CLIENT", "BINLOG MONITOR", "SUPER")
@@ -103,18 +100,13 @@ def check_grants(user: str, privileges: Collection[str]) -> None:
         )
 
 
-def check_table(table: TableRef, facts: tuple[str, bool] | None) -> None:
-    """`facts` is (TABLE_TYPE, has primary key), None when the table is unknown."""
-    if facts is None:
+def check_table(table: TableRef, kind: str | None) -> None:
+    """`kind` is the table's TABLE_TYPE, None when the table is unknown. Its key is checked
+    apart (`catalog.row_key`)."""
+    if kind is None:
         raise UnknownTable(f"captured table {table} does not exist: create it or stop capturing it")
-    kind, has_primary_key = facts
     if kind not in ("BASE TABLE", "SYSTEM VERSIONED"):
         raise UnknownTable(f"{table} is a {kind.lower()}, not a table: capture tables only")
-    if not has_primary_key:
-        raise NoPrimaryKey(
-            f"captured table {table} has no primary key: DBLog chunks and reconciles by primary "
-            f"key; add one (ALTER TABLE {table} ADD PRIMARY KEY (...)) or stop capturing it"
-        )
 
 
 def check_binlog_retained(binlog_file: str, available: Sequence[str]) -> None:
@@ -133,9 +125,8 @@ def preflight(config: MysqlSourceConfig) -> None:
     """Raise the first reason `config` cannot be used as a source; return if it can."""
     with config.connect() as conn:
         _check_server(conn)
-        for table in config.tables:
-            check_table(table, _table_facts(conn, table))
-        if _table_facts(conn, config.watermark) is None:
+        _check_captured(conn, config)
+        if _table_type(conn, config.watermark) is None:
             raise SourceError(
                 f"watermark table {config.watermark} does not exist: run ensure_setup"
             )
@@ -145,8 +136,7 @@ def ensure_setup(config: MysqlSourceConfig) -> None:
     """Create the watermark database and table (with its one row) if missing; check the rest."""
     with config.connect() as conn:
         _check_server(conn)
-        for table in config.tables:
-            check_table(table, _table_facts(conn, table))
+        _check_captured(conn, config)
         watermark = f"{quote_name(config.watermark_database)}.{quote_name(config.watermark_table)}"
         with conn.cursor() as cursor:
             # Asked first: CREATE DATABASE IF NOT EXISTS needs the global CREATE privilege
@@ -196,10 +186,15 @@ def _check_server(conn: pymysql.connections.Connection[Any]) -> None:
     check_grants(f"'{user}'@'{host}'", privileges)
 
 
-def _table_facts(
-    conn: pymysql.connections.Connection[Any], table: TableRef
-) -> tuple[str, bool] | None:
+def _table_type(conn: pymysql.connections.Connection[Any], table: TableRef) -> str | None:
     with conn.cursor() as cursor:
-        cursor.execute(_TABLE_FACTS, (table.schema, table.name))
+        cursor.execute(_TABLE_TYPE, (table.schema, table.name))
         row = cursor.fetchone()
-    return None if row is None else (str(row[0]), bool(row[1]))
+    return None if row is None else str(row[0])
+
+
+def _check_captured(conn: pymysql.connections.Connection[Any], config: MysqlSourceConfig) -> None:
+    """Every captured table exists and has a key (`catalog.row_key`)."""
+    for table in config.tables:
+        check_table(table, _table_type(conn, table))
+        row_key(conn, table, config.unique_keys.get(table))

@@ -53,7 +53,7 @@ class MysqlSource:
 
     def describe(self, table: TableRef) -> TableSchema:
         with closing(self.config.connect()) as conn:
-            return table_schema(conn, table_shape(conn, table))
+            return table_schema(conn, table_shape(conn, table, self.config.unique_keys.get(table)))
 
     def lineage_name(self, table: TableRef) -> tuple[str, str]:
         """`mysql://host:port` and `database.table` (OpenLineage's MySQL naming): a MySQL

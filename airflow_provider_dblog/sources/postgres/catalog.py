@@ -23,12 +23,17 @@ from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, UnknownTable
 from airflow_provider_dblog.sources.keyset import TableShape
 
-_PRIMARY_KEY = """
+_ROW_KEY = """
 SELECT a.attname
 FROM pg_index i
 JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-WHERE i.indrelid = %s AND i.indisprimary
+WHERE i.indrelid = %s AND (
+    i.indisprimary OR (
+        i.indisreplident
+        AND NOT EXISTS (SELECT 1 FROM pg_index p WHERE p.indrelid = i.indrelid AND p.indisprimary)
+    )
+)
 ORDER BY k.ord
 """
 
@@ -77,8 +82,11 @@ class ColumnInfo:
     """The type as SQL spells it (format_type), for casting key parameters."""
 
 
-def primary_key(conn: psycopg.Connection[TupleRow], relation_oid: int) -> tuple[str, ...]:
-    return tuple(name for (name,) in conn.execute(_PRIMARY_KEY, (relation_oid,)))
+def row_key(conn: psycopg.Connection[TupleRow], relation_oid: int) -> tuple[str, ...]:
+    """The columns that key the table's rows: its primary key, or without one its replica
+    identity index (a unique index on NOT NULL columns, which updates and deletes carry in
+    the log); empty when it has neither (`setup.check_table` names the ways out)."""
+    return tuple(name for (name,) in conn.execute(_ROW_KEY, (relation_oid,)))
 
 
 VISIBLE_WAIT_S: Final = 1.0
@@ -112,7 +120,7 @@ def describe_relation(
             break
         sleep(0.01)
     described = tuple(Column(*row[:4]) for row in rows)
-    return TableSchema(described, primary_key(conn, relation_oid))
+    return TableSchema(described, row_key(conn, relation_oid))
 
 
 def describe_table(conn: psycopg.Connection[TupleRow], table: TableRef) -> TableSchema:
@@ -122,18 +130,22 @@ def describe_table(conn: psycopg.Connection[TupleRow], table: TableRef) -> Table
         raise UnknownTable(f"table {table} does not exist")
     (oid,) = row
     columns = tuple(Column(*c) for c in conn.execute(_DESCRIBE_TABLE, (oid,)))
-    return TableSchema(columns, primary_key(conn, oid))
+    return TableSchema(columns, row_key(conn, oid))
 
 
 def table_shape(conn: psycopg.Connection[TupleRow], table: TableRef) -> TableShape[ColumnInfo]:
-    """Columns and primary key of `table`; UnknownTable or NoPrimaryKey otherwise."""
+    """Columns and key (`row_key`) of `table`; UnknownTable or NoPrimaryKey otherwise."""
     row = conn.execute(_TABLE_OID, (table.schema, table.name)).fetchone()
     if row is None:
         raise UnknownTable(f"table {table} does not exist")
     (oid,) = row
     columns = tuple(ColumnInfo(*c) for c in conn.execute(_COLUMNS, (oid,)))
     by_name = {c.name: c for c in columns}
-    key = tuple(by_name[name] for name in primary_key(conn, oid))
+    key = tuple(by_name[name] for name in row_key(conn, oid))
     if not key:
-        raise NoPrimaryKey(f"table {table} has no primary key: add one to dump it")
+        raise NoPrimaryKey(
+            f"table {table} has no primary key and no replica identity index: add a primary "
+            "key, or key it by a unique index on NOT NULL columns (ALTER TABLE ... REPLICA "
+            "IDENTITY USING INDEX ...) to dump it"
+        )
     return TableShape(table, columns, key)

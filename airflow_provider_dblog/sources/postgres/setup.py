@@ -21,10 +21,27 @@ from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 _TABLE_FACTS = """
 SELECT c.relkind::text,
        c.relreplident::text,
-       EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+       EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
+       ARRAY(
+           SELECT format('%%I (%%s)', x.relname,
+                         (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.ord)
+                          FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+                          JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum))
+           FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid
+           WHERE i.indrelid = c.oid AND i.indisunique AND i.indimmediate AND i.indpred IS NULL
+             AND i.indexprs IS NULL
+             AND NOT EXISTS (
+                 SELECT 1 FROM unnest(i.indkey) AS k(attnum)
+                 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+                 WHERE NOT a.attnotnull)
+           ORDER BY x.relname)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relname = %s
 """
+"""A table's kind, replica identity, whether it has a primary key, and the unique indexes
+that could key it (immediate, not partial, on plain NOT NULL columns) as `name (columns)`."""
+
+TableFacts = tuple[str, str, bool, list[str]]
 
 _PUBLISHED = """
 SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s
@@ -59,17 +76,35 @@ def check_replication_role(role: str, can_replicate: bool) -> None:
         )
 
 
-def check_table(table: TableRef, facts: tuple[str, str, bool] | None) -> None:
-    """`facts` is (relkind, relreplident, has primary key), None when the table is unknown."""
+def check_table(table: TableRef, facts: TableFacts | None) -> None:
+    """`facts` is `_TABLE_FACTS`'s row, None when the table is unknown. A table is keyed by its
+    primary key, or, without one, by its replica identity index: the unique index on NOT NULL
+    columns that its updates and deletes carry in the log (`catalog.row_key`)."""
     if facts is None:
         raise UnknownTable(f"captured table {table} does not exist: create it or stop capturing it")
-    kind, identity, has_primary_key = facts
+    kind, identity, has_primary_key, candidates = facts
     if kind not in ("r", "p"):
         raise UnknownTable(f"{table} is not a table (relkind {kind!r}): capture tables only")
     if not has_primary_key:
+        if identity == "i":
+            return
+        if candidates:
+            ways = "; ".join(
+                f"ALTER TABLE {table} REPLICA IDENTITY USING INDEX {c.split(' ', 1)[0]}"
+                for c in candidates
+            )
+            unique = f"its unique indexes on NOT NULL columns: {', '.join(candidates)}. Key it by "
+            unique += f"one of them ({ways}), or add a primary key"
+        else:
+            unique = (
+                "it has no unique index on NOT NULL columns either (a unique index on nullable "
+                "columns cannot key rows: NULLs repeat). Add a primary key "
+                f"(ALTER TABLE {table} ADD PRIMARY KEY (...)), or a unique index on NOT NULL "
+                "columns and make it the replica identity"
+            )
         raise NoPrimaryKey(
-            f"captured table {table} has no primary key: DBLog chunks and reconciles by primary "
-            f"key; add one (ALTER TABLE {table} ADD PRIMARY KEY (...)) or stop capturing it"
+            f"captured table {table} has no primary key, and its replica identity names no "
+            f"unique index: DBLog chunks and reconciles by a key; {unique}; or stop capturing it"
         )
     if identity not in ("d", "f"):
         raise SourceError(
@@ -211,11 +246,9 @@ def _identifier(table: TableRef) -> sql.Identifier:
     return sql.Identifier(table.schema, table.name)
 
 
-def _table_facts(
-    conn: psycopg.Connection[TupleRow], table: TableRef
-) -> tuple[str, str, bool] | None:
+def _table_facts(conn: psycopg.Connection[TupleRow], table: TableRef) -> TableFacts | None:
     row = conn.execute(_TABLE_FACTS, (table.schema, table.name)).fetchone()
-    return None if row is None else (row[0], row[1], row[2])
+    return None if row is None else (row[0], row[1], row[2], list(row[3]))
 
 
 def _published(conn: psycopg.Connection[TupleRow], publication: str) -> set[TableRef] | None:

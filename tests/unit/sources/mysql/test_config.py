@@ -6,6 +6,7 @@ import pytest
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.base import SourceError
+from airflow_provider_dblog.sources.factory import parse_source_config
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 
 SECTION = {
@@ -63,3 +64,17 @@ def test_a_password_in_the_dsn_is_not_echoed_back() -> None:
     with pytest.raises(SourceError) as error:
         MysqlSourceConfig.from_section({**SECTION, "dsn": "postgres://dblog:s3cret@db/shop"})
     assert "s3cret" not in str(error.value)
+
+
+def test_unique_keys_are_read_from_the_toml() -> None:
+    section = {
+        "type": "mysql",
+        "name": "m",
+        "dsn": "mysql://u@h/app",
+        "tables": ["app.twice", "readings"],
+        "unique_keys": {"twice": "twice_b"},
+    }
+    config = parse_source_config(section)
+    assert config.unique_keys == {TableRef("app", "twice"): "twice_b"}  # type: ignore[attr-defined]
+    with pytest.raises(SourceError, match=r"unique_keys names app\.other, which is not captured"):
+        parse_source_config({**section, "unique_keys": {"other": "i"}})

@@ -285,16 +285,19 @@ def test_replication_role_rule() -> None:
 
 def test_table_rules() -> None:
     table = TableRef("public", "t")
-    setup.check_table(table, ("r", "d", True))
-    setup.check_table(table, ("p", "f", True))
+    setup.check_table(table, ("r", "d", True, []))
+    setup.check_table(table, ("p", "f", True, []))
+    setup.check_table(table, ("r", "i", False, ["t_code (code)"]))  # keyed by that index
     with pytest.raises(UnknownTable, match="does not exist"):
         setup.check_table(table, None)
     with pytest.raises(UnknownTable, match="not a table"):
-        setup.check_table(table, ("v", "d", False))
-    with pytest.raises(NoPrimaryKey, match="ADD PRIMARY KEY"):
-        setup.check_table(table, ("r", "d", False))
+        setup.check_table(table, ("v", "d", False, []))
+    with pytest.raises(NoPrimaryKey, match=r"ADD PRIMARY KEY.*unique index on NOT NULL"):
+        setup.check_table(table, ("r", "d", False, []))
+    with pytest.raises(NoPrimaryKey, match="REPLICA IDENTITY USING INDEX a; ALTER TABLE"):
+        setup.check_table(table, ("r", "f", False, ["a (x)", "b (y, z)"]))
     with pytest.raises(SourceError, match="REPLICA IDENTITY NOTHING"):
-        setup.check_table(table, ("r", "n", True))
+        setup.check_table(table, ("r", "n", True, []))
 
 
 def test_publication_and_slot_rules() -> None:
