@@ -213,10 +213,12 @@ class DBLogHook(BaseHook):
         chunk_size: int | None = None,
         parallelism: int = 1,
         mode: str | None = None,
+        where: str | None = None,
     ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
         """A validated request, checked as `dblog dump` checks it (`dump.request`): the
-        tables' primary keys and the key values are judged by the source, which must be set
-        up for dumps; the keys come back normalised. Stores nothing."""
+        tables' primary keys, the key values and a filter (`where`, for one table and no
+        keys) are judged by the source, which must be set up for dumps; the keys come back
+        normalised. Stores nothing."""
         self.export_secrets()
         source = source_for(self.config.source).chunk_source()
         try:
@@ -229,6 +231,7 @@ class DBLogHook(BaseHook):
                 chunk_size=chunk_size,
                 parallelism=parallelism,
                 mode=mode,
+                where=where,
             )
         finally:
             source.close()

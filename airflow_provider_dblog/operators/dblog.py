@@ -38,16 +38,25 @@ from airflow_provider_dblog.triggers.outcome import ENDED, DumpOutcome
 
 class DBLogCheckDumpRequestOperator(BaseOperator):
     """Check a dump request without running it: unknown tables, tables without a primary
-    key, malformed keys, key values their column's type refuses (judged by the source's
-    database), a source no tailer has set up and sizes below 1 fail the task at once (no
-    retry), naming the problem; a source or Redis that cannot be reached fails it as
-    retryable. Put it first in a DAG so
-    that bad params fail the run before anything waits.
+    key, malformed keys, key values their column's type refuses and filters the source
+    refuses (both judged by the source's database), a source no tailer has set up and sizes
+    below 1 fail the task at once (no retry), naming the problem; a source or Redis that
+    cannot be reached fails it as retryable. Put it first in a DAG so that bad params fail
+    the run before anything waits.
 
     :param dblog_conn_id: the `dblog` connection.
     :param tables: tables ("schema.table"); None or empty: every captured table.
     :param keys: primary keys of the one table given: a list of JSON values (a scalar, a list
         in key order, or an object by column), or text as `dblog dump --keys` takes it.
+    :param where: only the rows of the one table given that match this condition, in the
+        source's SQL on that table's own columns (`"region = 'eu' AND updated >=
+        '2026-11-23'"`); not with `keys`. A row matching it when its chunk is read is
+        re-sent; a row that stops matching later is not deleted downstream (its change
+        travels in the log). The source refuses, before anything is stored, a syntax error,
+        an unknown column, a second statement, a subquery or another table, and a function
+        with side effects (README, "Filtered dumps"). None or blank: no filter.
+    :param subset_only: refuse a request that gives neither `keys` nor `where`, so that a
+        repair never dumps a whole table by mistake.
     :param chunk_size: rows per chunk; None: the mode's default, 10,000 sequenced (the log
         waits behind a chunk's rows at its hw) and 100,000 direct (a Spark job per chunk costs
         a fixed ~135 ms, see docs/operations.md, Sizing).
@@ -64,18 +73,22 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
         dblog_conn_id: str = DBLogHook.default_conn_name,
         tables: list[str] | str | None = None,
         keys: list[Any] | str | None = None,
+        where: str | None = None,
         chunk_size: int | str | None = None,
         parallelism: int | str = 1,
         mode: str | None = None,
+        subset_only: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.dblog_conn_id = dblog_conn_id
         self.tables = tables
         self.keys = keys
+        self.where = where
         self.chunk_size = chunk_size
         self.parallelism = parallelism
         self.mode = mode
+        self.subset_only = subset_only
 
     @cached_property
     def hook(self) -> DBLogHook:
@@ -90,10 +103,22 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
             chunk_size=self.chunk_size,
             parallelism=self.parallelism,
             mode=self.mode,
+            where=self.where,
+            subset_only=self.subset_only,
         )
         tables = [str(t) for t in request.tables]
-        self.log.info("dump request is valid: %s of %s", request.kind.value, ", ".join(tables))
-        return {"kind": request.kind.value, "tables": tables, "keys": len(request.keys)}
+        self.log.info(
+            "dump request is valid: %s of %s%s",
+            request.kind.value,
+            ", ".join(tables),
+            _filtered(request.where),
+        )
+        return {
+            "kind": request.kind.value,
+            "tables": tables,
+            "keys": len(request.keys),
+            "where": request.where,
+        }
 
 
 class DBLogDumpOperator(BaseOperator):
@@ -105,8 +130,9 @@ class DBLogDumpOperator(BaseOperator):
 
     :param dblog_conn_id: the `dblog` connection (Redis state store, source, TOML path).
     :param spark_conn_id: the Spark connection (master, deploy mode, spark-submit binary).
-    :param tables: see `DBLogCheckDumpRequestOperator`; likewise `keys`, `chunk_size` and
-        `parallelism` and `mode`.
+    :param tables: see `DBLogCheckDumpRequestOperator`; likewise `keys`, `where` (a filter:
+        only the rows of the one table given that match it, checked by the source before
+        anything is stored), `chunk_size`, `parallelism`, `mode` and `subset_only`.
     :param dump_id: the dump's id; default: stable per task instance, so retries resume.
     :param tasks_per_chunk: Spark tasks that read one chunk (default: Spark's parallelism).
     :param window_timeout_s: how long a chunk waits for the tailer before it is retried.
@@ -132,9 +158,11 @@ class DBLogDumpOperator(BaseOperator):
         dblog_conn_id: str = DBLogHook.default_conn_name,
         tables: list[str] | str | None = None,
         keys: list[Any] | str | None = None,
+        where: str | None = None,
         chunk_size: int | str | None = None,
         parallelism: int | str = 1,
         mode: str | None = None,
+        subset_only: bool = False,
         spark_conn_id: str = "spark_default",
         dump_id: str | None = None,
         tasks_per_chunk: int | None = None,
@@ -151,9 +179,11 @@ class DBLogDumpOperator(BaseOperator):
         self.dblog_conn_id = dblog_conn_id
         self.tables = tables
         self.keys = keys
+        self.where = where
         self.chunk_size = chunk_size
         self.parallelism = parallelism
         self.mode = mode
+        self.subset_only = subset_only
         self.spark_conn_id = spark_conn_id
         self.dump_id = dump_id
         self.tasks_per_chunk = tasks_per_chunk
@@ -189,16 +219,19 @@ class DBLogDumpOperator(BaseOperator):
             chunk_size=self.chunk_size,
             parallelism=self.parallelism,
             mode=self.mode,
+            where=self.where,
+            subset_only=self.subset_only,
         )
         status = hook.submit_or_resume(request, key_columns)
         if status.state is DumpState.DONE:
             self.log.info("dump %s is already done", dump_id)
             return self._finish(DumpOutcome.of(dump_id, status), context)
         self.log.info(
-            "dump %s: %s of %s, chunk size %d, parallelism %d, %d chunks done before",
+            "dump %s: %s of %s%s, chunk size %d, parallelism %d, %d chunks done before",
             dump_id,
             request.kind.value,
             ", ".join(str(t) for t in request.tables),
+            _filtered(request.where),
             request.chunk_size,
             request.parallelism,
             status.chunks,
@@ -275,6 +308,11 @@ class DBLogDumpOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._launcher is not None:
             self._launcher.kill()
+
+
+def _filtered(where: str | None) -> str:
+    """A request's filter as its log lines show it after the tables."""
+    return "" if where is None else f" where {where}"
 
 
 class _DumpControlOperator(BaseOperator):

@@ -22,7 +22,15 @@ from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.sources.base import SourceUnavailable
 from airflow_provider_dblog.state import StateStoreUnavailable
 
-REQUEST_FIELDS = ("dblog_conn_id", "tables", "keys", "chunk_size", "parallelism", "mode")
+REQUEST_FIELDS = (
+    "dblog_conn_id",
+    "tables",
+    "keys",
+    "where",
+    "chunk_size",
+    "parallelism",
+    "mode",
+)
 """The templated fields of an operator that takes a dump request."""
 
 
@@ -75,6 +83,17 @@ def optional_list(name: str, value: Any) -> list[Any] | None:
     return list(value)
 
 
+def optional_filter(value: Any) -> str | None:
+    """None, or a filter's text (blank text from a form means: no filter)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise AirflowFailException(
+            f"where must be a condition in the source's SQL, as text; got {value!r}"
+        )
+    return value if value.strip() else None
+
+
 def checked_request(
     hook: DBLogHook,
     dump_id: str,
@@ -84,15 +103,24 @@ def checked_request(
     chunk_size: Any,
     parallelism: Any,
     mode: Any = None,
+    where: Any = None,
+    subset_only: bool = False,
 ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
     """The request the params describe, validated against the source (its tables' primary
-    keys) and the key columns of its tables. A bad request fails without retry
-    (`AirflowFailException`), naming the problem; a source or Redis out of reach fails as
-    retryable (`AirflowException`)."""
+    keys, the key values, the filter) and the key columns of its tables. `subset_only`
+    refuses a request that names neither keys nor a filter (a repair never dumps a whole
+    table by mistake). A bad request fails without retry (`AirflowFailException`), naming the
+    problem; a source or Redis out of reach fails as retryable (`AirflowException`)."""
     tables_given = optional_list("tables", tables)
     keys_given: str | list[Any] | None = optional_list("keys", keys)
     if isinstance(keys, str) and keys.strip():
         keys_given = keys  # text, as `dblog dump --keys` takes it
+    where_given = optional_filter(where)
+    if subset_only and keys_given is None and where_given is None:
+        raise AirflowFailException(
+            "bad dump request: give keys or a filter (where): this task re-sends chosen rows "
+            "of one table, never the whole table"
+        )
     try:
         return hook.build_request(
             dump_id,
@@ -101,6 +129,7 @@ def checked_request(
             chunk_size=None if chunk_size in (None, "") else positive_int("chunk_size", chunk_size),
             parallelism=positive_int("parallelism", parallelism),
             mode=None if mode in (None, "") else str(mode),
+            where=where_given,
         )
     except (SourceUnavailable, StateStoreUnavailable) as exc:
         raise AirflowException(f"cannot check the dump request now: {exc}") from None

@@ -1,7 +1,7 @@
 """The dump request checks behind the Airflow hook and operators, on real PostgreSQL and Redis:
-the same refusals as `dblog dump` (key values against their columns' types, a source no
-tailer has set up, unknown tables), failing the task without retry and storing nothing; a
-source out of reach fails it as retryable."""
+the same refusals as `dblog dump` (key values against their columns' types, filters the
+server refuses, a source no tailer has set up, unknown tables), failing the task without
+retry and storing nothing; a source out of reach fails it as retryable."""
 
 from __future__ import annotations
 
@@ -97,6 +97,100 @@ def test_bad_requests_fail_the_check_and_the_dump_without_retry(
             operator.execute(context())
         assert message in str(failed.value)
         assert "\n" not in str(failed.value)
+    assert checks.store.dumps.ids() == []
+
+
+BAD_FILTERS = {
+    "syntax-error": (["public.accounts"], None, "owner = = 'x'", "on public.accounts is not valid"),
+    "unknown-column": (["public.accounts"], None, "no_such_column = 1", "no_such_column"),
+    "second-statement": (["public.accounts"], None, "id = 1; DROP TABLE accounts", "no ';'"),
+    "subquery": (["public.accounts"], None, "id IN (SELECT n FROM orders)", "no subquery"),
+    "other-table": (["public.accounts"], None, "EXISTS (TABLE orders)", "reads table"),
+    "sleep": (["public.accounts"], None, "pg_sleep(1) IS NOT NULL", "volatile"),
+    "sequence": (["public.accounts"], None, "id = nextval('e2e_version_seq')", "volatile"),
+    "breaks-out": (["public.accounts"], None, "id = 1) OR (true", "closes a parenthesis"),
+    "not-captured": (["public.nope"], None, "id > 1", "table public.nope is not captured"),
+    "no-table": (None, None, "id > 1", "needs exactly one table and no keys"),
+    "two-tables": (["public.accounts", "public.orders"], None, "id > 1", "exactly one table"),
+    "with-keys": (["public.accounts"], "1,2", "id > 1", "exactly one table and no keys"),
+    "not-text": (["public.accounts"], None, True, "where must be a condition"),
+}  # fmt: skip
+"""(tables, keys, where, what the failure says): what `dblog dump --where` refuses."""
+
+
+@pytest.mark.parametrize(
+    ("tables", "keys", "where", "message"), BAD_FILTERS.values(), ids=list(BAD_FILTERS)
+)
+def test_bad_filters_fail_the_check_and_the_dump_without_retry(
+    checks: Checks, tables: Any, keys: Any, where: Any, message: str
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_dblog.operators.dblog import (
+        DBLogCheckDumpRequestOperator,
+        DBLogDumpOperator,
+    )
+
+    for operator in (
+        DBLogCheckDumpRequestOperator(
+            task_id="check", dblog_conn_id="dblog_checks", tables=tables, keys=keys, where=where
+        ),
+        DBLogDumpOperator(
+            task_id="dump", dblog_conn_id="dblog_checks", tables=tables, keys=keys, where=where
+        ),
+    ):
+        with pytest.raises(AirflowFailException) as failed:
+            operator.execute(context())
+        assert message in str(failed.value), str(failed.value)
+        assert str(failed.value).startswith(("bad dump request: ", "where must be"))
+    assert checks.store.dumps.ids() == []
+
+
+def test_a_good_filter_is_checked_by_the_source_and_shown_by_the_check(checks: Checks) -> None:
+    """A filter on the clock (`now()`, stable) is taken; the check task's result shows it as
+    the source trimmed it, and a filter passed to the hook comes back in the request."""
+    from airflow_provider_dblog.hooks.dblog import DBLogHook
+    from airflow_provider_dblog.operators.dblog import DBLogCheckDumpRequestOperator
+
+    where = "  active AND updated <= now() AND owner LIKE '%7%' "
+    request, _ = DBLogHook("dblog_checks").build_request(
+        "filtered", tables=["public.accounts"], where=where
+    )
+    assert (request.kind.value, request.where) == ("table", where.strip())
+    check = DBLogCheckDumpRequestOperator(
+        task_id="check", dblog_conn_id="dblog_checks", tables="public.accounts", where=where
+    )
+    assert check.execute(context()) == {
+        "kind": "table",
+        "tables": ["public.accounts"],
+        "keys": 0,
+        "where": where.strip(),
+    }
+    blank = DBLogCheckDumpRequestOperator(
+        task_id="check", dblog_conn_id="dblog_checks", tables="public.accounts", where=" "
+    )
+    assert blank.execute(context())["where"] is None
+    assert checks.store.dumps.ids() == []
+
+
+def test_a_repair_needs_keys_or_a_filter(checks: Checks) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_dblog.operators.dblog import DBLogCheckDumpRequestOperator
+
+    def check(**request: Any) -> Any:
+        return DBLogCheckDumpRequestOperator(
+            task_id="check",
+            dblog_conn_id="dblog_checks",
+            tables=["public.accounts"],
+            subset_only=True,
+            **request,
+        ).execute(context())
+
+    with pytest.raises(AirflowFailException, match="give keys or a filter"):
+        check(keys=None, where="")
+    assert check(keys="1,2")["keys"] == 2
+    assert check(where="id < 5")["where"] == "id < 5"
     assert checks.store.dumps.ids() == []
 
 

@@ -1,5 +1,5 @@
 """What the dump operators take from params and templates: the dump id of a task instance,
-counts and lists as forms and templates give them, refused with the param's name."""
+counts, lists and filters as forms and templates give them, refused with the param's name."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.operators.request import (
+    checked_request,
     default_dump_id,
     dump_id_for,
     non_negative,
+    optional_filter,
     optional_list,
     positive_int,
 )
@@ -92,3 +95,38 @@ def test_non_negative_takes_zero_and_up(value: Any, whole: bool, number: float) 
 def test_non_negative_refuses_the_rest_naming_the_param(value: Any, whole: bool) -> None:
     with pytest.raises(AirflowFailException, match=r"^delay_ms must be a"):
         non_negative("delay_ms", value, whole=whole)
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [(None, None), ("", None), ("  \n", None), ("active", "active"), (" n > 1 ", " n > 1 ")],
+)
+def test_optional_filter_reads_a_blank_form_field_as_no_filter(value: Any, where: Any) -> None:
+    """The text is the source's to trim and judge (`ChunkSource.check_filter`)."""
+    assert optional_filter(value) == where
+
+
+@pytest.mark.parametrize("value", [True, 5, ["active"], {"active": True}])
+def test_optional_filter_refuses_what_is_no_text_naming_the_param(value: Any) -> None:
+    with pytest.raises(AirflowFailException, match=r"^where must be a condition .* as text"):
+        optional_filter(value)
+
+
+@pytest.mark.parametrize(("keys", "where"), [(None, None), ("", ""), ([], "   ")])
+def test_a_subset_only_request_without_keys_or_filter_fails_before_the_source(
+    keys: Any, where: Any
+) -> None:
+    """Refused before the hook reads its connection: none named so exists."""
+    hook = DBLogHook("dblog_no_such_connection")
+    with pytest.raises(AirflowFailException, match="give keys or a filter") as refused:
+        checked_request(
+            hook,
+            "d",
+            tables=["public.orders"],
+            keys=keys,
+            where=where,
+            chunk_size=None,
+            parallelism=1,
+            subset_only=True,
+        )
+    assert str(refused.value).startswith("bad dump request: ")
