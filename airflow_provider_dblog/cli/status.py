@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 from typing import Any
+from datetime import UTC, datetime
 
 from airflow_provider_dblog.cli.common import (
     add_config_option,
@@ -21,10 +22,12 @@ from airflow_provider_dblog.cli.common import (
 from airflow_provider_dblog.core import values
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import JsonValue
-from airflow_provider_dblog.state import DumpStatus, StateStore, TailerHealth
+from airflow_provider_dblog.state import DumpStatus, StateStore, TablesChange, TailerHealth
 
 REASON_WIDTH = 100
 
+_TABLES_SHOWN = 3
+"""The newest changes of the captured tables the table shows (`--json` has them all)."""
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     status = subparsers.add_parser("status", help="tailer health and dumps")
@@ -57,7 +60,12 @@ def status_json(store: StateStore) -> dict[str, JsonValue]:
         status = store.dumps.status(dump)
         if status is not None:
             dumps.append(_status_json(dump, status))
-    return {"tailer": None if health is None else health.to_json(), "dumps": dumps}
+    tables: list[JsonValue] = [c.to_json() for c in store.tailer.tables_changes()]
+    return {
+        "tailer": None if health is None else health.to_json(),
+        "tables": tables,
+        "dumps": dumps,
+    }
 
 
 def status_table(store: StateStore) -> str:
@@ -71,6 +79,7 @@ def status_table(store: StateStore) -> str:
     lines = [
         _tailer_line(store.tailer.health()),
         f"{'dump':{width}}  {'state':9} {'chunks':>8} {'rows':>10} {'retried':>7}  reason",
+        *_tables_lines(store.tailer.tables_changes()),
     ]
     cut = []
     for dump, status in rows:
@@ -87,6 +96,18 @@ def status_table(store: StateStore) -> str:
 
 
 def _tailer_line(health: TailerHealth | None) -> str:
+def _tables_lines(changes: list[TablesChange]) -> list[str]:
+    """The captured tables' changes a running tailer took (SIGHUP), the newest first."""
+    lines = []
+    for change in changes[:_TABLES_SHOWN]:
+        at = datetime.fromtimestamp(change.at_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        added = ", ".join(f"+{t}" for t in change.added)
+        removed = ", ".join(f"-{t}" for t in change.removed)
+        what = ", ".join(part for part in (added, removed) if part) or "no change"
+        lines.append(f"tables: {what} (reloaded {at} UTC by {change.owner})")
+    return lines
+
+
     if health is None:
         return "tailer: no heartbeat (not running?)"
     m = health.metrics

@@ -47,7 +47,7 @@ from airflow_provider_dblog.state.errors import (
 )
 from airflow_provider_dblog.state.keys import SourceKeys
 from airflow_provider_dblog.state.store import StateStore
-from airflow_provider_dblog.state.tailer import TailerHealth, TailerStore
+from airflow_provider_dblog.state.tailer import TablesChange, TailerHealth, TailerStore
 from airflow_provider_dblog.state.windows import (
     Mark,
     StoredRows,
@@ -73,6 +73,7 @@ __all__ = [
     "StateStoreUnavailable",
     "StoredDump",
     "StoredRows",
+    "TablesChange",
     "TailerHealth",
     "TailerStore",
     "UnknownDump",

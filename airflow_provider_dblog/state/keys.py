@@ -34,6 +34,9 @@ every key of a source lives in one slot and every Lua script of the stores may t
 | P tailer:heartbeat     | hash   | owner, at_ms (Redis clock), metrics (JSON); expires (PX)    |
 | P tailer:schemas       | hash   | table ("schema.name") -> its last durable schema event:     |
 |                        |        | JSON {version, schema, position}                            |
+| P tailer:tables        | list   | changes of the captured tables a running tailer took, the   |
+|                        |        | newest first (the last 20): JSON {at_ms, owner, added,      |
+|                        |        | removed}                                                    |
 
 A direct window's hash also holds, once the tailer recorded it at hw, lw_position and
 hw_position (JSON) and changed (the JSON list of the keys that changed inside it).
@@ -65,6 +68,7 @@ class SourceKeys:
         "tailer_lease",
         "tailer_resume",
         "tailer_schemas",
+        "tailer_tables",
         "tailer_token",
     )
 
@@ -83,6 +87,7 @@ class SourceKeys:
         self.tailer_lease = self.prefix + "tailer:lease"
         self.tailer_heartbeat = self.prefix + "tailer:heartbeat"
         self.tailer_schemas = self.prefix + "tailer:schemas"
+        self.tailer_tables = self.prefix + "tailer:tables"
 
     def window(self, window_id: str) -> str:
         return f"{self.prefix}window:{window_id}"

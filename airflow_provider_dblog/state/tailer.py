@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from airflow_provider_dblog.core.event import JsonValue, TableRef
@@ -69,6 +69,24 @@ def tailer_health_from(
         age_ms=seconds * 1000 + micros // 1000 - at_ms,
         metrics=json.loads(data["metrics"]),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TablesChange:
+    """Captured tables a running tailer started (`added`) or stopped (`removed`) following."""
+
+    at_ms: int
+    owner: str
+    added: tuple[TableRef, ...]
+    removed: tuple[TableRef, ...]
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "at_ms": self.at_ms,
+            "owner": self.owner,
+            "added": [str(t) for t in self.added],
+            "removed": [str(t) for t in self.removed],
+        }
 
 
 class TailerStore(RedisStore):
@@ -235,6 +253,41 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
     )
+
+    # KEYS: tables. ARGV: the change's JSON without at_ms, how many to keep.
+    _TABLES = (
+        NOW_MS
+        + """
+local change = cjson.decode(ARGV[1])
+change['at_ms'] = now
+redis.call('LPUSH', KEYS[1], cjson.encode(change))
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+return 1
+"""
+    )
+
+    @reachable
+    def record_tables(
+        self, owner: str, added: Sequence[TableRef], removed: Sequence[TableRef]
+    ) -> None:
+        """A running tailer took a new list of captured tables (a reload): what `dblog
+        status` shows, with the time on the Redis clock."""
+        change = {"owner": owner, "added": [str(t) for t in added]}
+        change["removed"] = [str(t) for t in removed]
+        self._eval(self._TABLES, keys=[self.keys.tailer_tables], args=[compact_json(change), 20])
+
+    @reachable
+    def tables_changes(self) -> list[TablesChange]:
+        """The captured tables' changes a running tailer took, newest first."""
+        return [
+            TablesChange(
+                int(data["at_ms"]),
+                str(data["owner"]),
+                tuple(TableRef.parse(t) for t in data["added"] or ()),
+                tuple(TableRef.parse(t) for t in data["removed"] or ()),
+            )
+            for data in map(json.loads, self._r.lrange(self.keys.tailer_tables, 0, -1))
+        ]
 
     @reachable
     def beat(self, owner: str, metrics: Mapping[str, JsonValue], ttl_s: float = 30) -> None:

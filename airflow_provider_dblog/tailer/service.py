@@ -76,6 +76,8 @@ class Tailer:
         self.stats = TailerStats()
         self._reader: LogReader | None = None
         """The current session's reader, which the metrics ask for the log backlog."""
+        self._reload = threading.Event()
+        self._next_source: Source | None = None
         self.metrics = TailerMetrics(self.stats, self._log_backlog)
 
     @classmethod
@@ -104,6 +106,16 @@ class Tailer:
                 raise TimeoutError(f"the tailer of {self._source.name} did not beat in time")
             time.sleep(0.05)
         return thread
+
+    def reload(self, source: Source) -> None:
+        """Follow `source` from now on (the same source, with other captured tables: a reload
+        of the TOML). The current session ends at its next transaction boundary, everything
+        handed over made durable, and the next one reads from the acknowledged position with
+        `source`'s reader, without giving up the lease: a table added is followed from there,
+        one removed is no longer. The change is recorded for `dblog status`. `source` must be
+        set up (`ensure_setup`) already."""
+        self._next_source = source
+        self._reload.set()
 
     def run(self, stop: threading.Event) -> None:
         """Lead while holding the lease; after losing it, wait again as a standby."""
@@ -148,8 +160,10 @@ class Tailer:
             while not stop.is_set():
                 started = time.monotonic()
                 try:
-                    self._session(leadership).run(stop)
-                    return
+                    self._session(leadership).run(_StopOrReload(stop, self._reload))
+                    if not self._reload.is_set():
+                        return
+                    continue  # the next session takes the reload
                 except _UNAVAILABLE as exc:
                     what = _what_is_unavailable(exc)
                     if time.monotonic() - started > self._settings.reconnect_max_s:
@@ -177,6 +191,8 @@ class Tailer:
         if self._output is None:
             assert not isinstance(self._open_output, Output)
             self._output = self._open_output()
+        if self._reload.is_set():
+            self._take_reload(leadership)
         db = self._source.database()
         self.stats.state = "leading"
         self._reader = self._source.log_reader(self._store.tailer.load_resume())
@@ -190,6 +206,25 @@ class Tailer:
             settings=self._settings,
             stats=self.stats,
         )
+
+    def _take_reload(self, leadership: Leadership) -> None:
+        source, self._next_source = self._next_source, None
+        self._reload.clear()
+        if source is None:
+            return
+        before, after = set(self._source.tables), set(source.tables)
+        added, removed = sorted(after - before, key=str), sorted(before - after, key=str)
+        self._source = source
+        log.info(
+            "tailer %s follows the reloaded tables: added %s, removed %s",
+            leadership.owner,
+            ", ".join(map(str, added)) or "none",
+            ", ".join(map(str, removed)) or "none",
+        )
+        try:
+            self._store.tailer.record_tables(leadership.owner, added, removed)
+        except StateStoreUnavailable as exc:
+            log.warning("could not record the reloaded tables for dblog status: %s", exc)
 
     # -- lease --------------------------------------------------------------------------------
 
@@ -239,6 +274,16 @@ class Tailer:
         """The current reader's backlog, if it has a reader that can say (metrics thread)."""
         reader = self._reader
         return reader.log_backlog() if isinstance(reader, ReportsLogBacklog) else None
+
+
+class _StopOrReload:
+    """A session ends at its next transaction boundary on either."""
+
+    def __init__(self, stop: threading.Event, reload: threading.Event) -> None:
+        self._stop, self._reload = stop, reload
+
+    def is_set(self) -> bool:
+        return self._stop.is_set() or self._reload.is_set()
 
 
 def _what_is_unavailable(exc: BaseException) -> str:

@@ -22,10 +22,10 @@ described has no schema to compare with: its rows go out as read.)
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.encoded_rows import EncodedRows
@@ -71,6 +71,14 @@ from airflow_provider_dblog.tailer.writer import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class StopSignal(Protocol):
+    """What a session asks at each transaction boundary: whether to end there (a
+    `threading.Event`, or the tailer's stop-or-reload)."""
+
+    def is_set(self) -> bool: ...
+
 
 _BOUNDARIES = (TransactionEnd, Idle)
 """Where a session may stop."""
@@ -144,7 +152,7 @@ class Session:
     def _token(self) -> int:
         return self._leadership.token
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: StopSignal) -> None:
         """Until `stop` (at a transaction boundary, everything handed over made durable and
         acknowledged), or until an error ends the session; the writer is stopped either way."""
         self._writer.start()

@@ -463,13 +463,15 @@ class TailProcess:
     env: dict[str, str]
     log: Path
     module: str | None = None
+    extra: tuple[str, ...] = ()
+    """More `dblog tail` options."""
     process: subprocess.Popen[bytes] = field(init=False)
 
     def __post_init__(self) -> None:
         self.start()
 
     def start(self) -> None:
-        argv = [DBLOG, "tail", "--config", str(self.config), "--owner", self.owner]
+        argv = [DBLOG, "tail", "--config", str(self.config), "--owner", self.owner, *self.extra]
         if self.module is not None:
             argv = [sys.executable, "-m", self.module, str(self.config), self.owner]
         with self.log.open("ab") as out:
@@ -480,6 +482,10 @@ class TailProcess:
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(30)
+
+    def reload(self) -> None:
+        """SIGHUP: `dblog tail` reads its TOML again."""
+        self.process.send_signal(signal.SIGHUP)
 
     def stop(self) -> int:
         if self.process.poll() is None:
