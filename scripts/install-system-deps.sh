@@ -10,6 +10,9 @@
 #                            MariaDB tailer's kill test (a load generator no one here wrote)
 #   chromium                 a headless browser for the test of Airflow's trigger forms
 #                            (driven through its DevTools protocol; nothing downloads another)
+#   prometheus               /usr/bin/prometheus and /usr/bin/promtool: the checks and unit tests
+#                            of docker/prometheus/ (alert rules, scrape configuration) and the
+#                            test that scrapes a real tailer with the real server
 # The tests start their own servers (airflow_provider_dblog/devservices); the system services
 # are not needed, so they are kept from starting during installation.
 #
@@ -18,7 +21,7 @@
 set -euo pipefail
 
 PACKAGES=(postgresql-15 mariadb-server redis-server openjdk-17-jre-headless libpostgresql-jdbc-java
-    sysbench chromium)
+    sysbench chromium prometheus)
 
 missing=()
 for package in "${PACKAGES[@]}"; do
@@ -47,7 +50,7 @@ if ! command -v apt-get >/dev/null; then
     exit 1
 fi
 
-# Keep the packages' own services (ports 5432, 3306, 6379) from starting: policy-rc.d
+# Keep the packages' own services (ports 5432, 3306, 6379, 9090) from starting: policy-rc.d
 # answering 101 is Debian's switch for that. Leave an existing policy alone.
 if [[ ! -e /usr/sbin/policy-rc.d ]]; then
     printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
