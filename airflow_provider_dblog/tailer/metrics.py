@@ -7,8 +7,9 @@ never the global one, so two tailers in one process (or in one test run) do not 
 Nothing here is on the read path. The session counts in plain `TailerStats` fields and dicts
 (one dict increment per log event, one per chunk), and a collector reads them only when
 scraped; a `prometheus_client` counter per event would cost several times more. The writer
-observes the output batch latency histogram once per batch. The log backlog is asked of the
-current session's reader at scrape time, on a connection of its own (see `ReportsLogBacklog`).
+observes the output batch latency histogram once per batch, and counts a batch whose write
+raised (`output_failure` says why). The log backlog is asked of the current session's reader
+at scrape time, on a connection of its own (see `ReportsLogBacklog`).
 
 The metrics, their types, labels and meaning are listed in docs/architecture.md ("Metrics");
 `dblog_tailer_` is every name's prefix.
@@ -29,6 +30,7 @@ from prometheus_client.registry import Collector
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import JsonValue, Op
 from airflow_provider_dblog.core.reconciler import FailureReason
+from airflow_provider_dblog.outputs.base import OutputFenced, OutputUnavailable
 from airflow_provider_dblog.sources.base import LogBacklog
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,9 @@ STATES = (
 )
 """The values of `dblog_tailer_state`'s label: `TailerStats.state` up to its colon."""
 
+OUTPUT_FAILURES = ("unavailable", "fenced", "error")
+"""The values of `dblog_tailer_output_batches_failed_total`'s label (`output_failure`)."""
+
 
 def _batch_histogram() -> Histogram:
     """Registered by `TailerMetrics` in the tailer's own registry (never the global one)."""
@@ -51,6 +56,18 @@ def _batch_histogram() -> Histogram:
         "One output write of a batch, until durable.",
         registry=None,
     )
+
+
+def output_failure(exc: BaseException) -> str:
+    """Why an output write failed, as `dblog_tailer_output_batches_failed_total` says it:
+    `unavailable` (the session starts again after a backoff and writes the batch again),
+    `fenced` (a newer leader wrote there: this tailer stands by), `error` (anything else: the
+    tailer stops)."""
+    if isinstance(exc, OutputUnavailable):
+        return "unavailable"
+    if isinstance(exc, OutputFenced):
+        return "fenced"
+    return "error"
 
 
 @dataclass
@@ -80,6 +97,8 @@ class TailerStats:
     windows_opened: int = 0
     windows_failed_by_reason: dict[FailureReason, int] = field(default_factory=dict)
     output_batch_seconds: Histogram = field(default_factory=_batch_histogram)
+    output_batches_failed: dict[str, int] = field(default_factory=dict)
+    """Output writes that raised, by `output_failure` (the writer's thread counts them)."""
 
     def count(self, schema: str, table: str, op: Op, events: int = 1) -> None:
         key = (schema, table, op)
@@ -182,6 +201,16 @@ class _StatsCollector(Collector):
         yield GaugeMetricFamily(
             "dblog_tailer_windows_open", "Windows open now.", stats.open_windows
         )
+        batches = CounterMetricFamily(
+            "dblog_tailer_output_batches_failed",
+            "Output writes of a batch that raised, by reason (nothing of it acknowledged).",
+            labels=["reason"],
+        )
+        # Every reason from the start, at 0: a first failure is then an increase Prometheus sees.
+        failed_batches = dict(stats.output_batches_failed)
+        for why in OUTPUT_FAILURES:
+            batches.add_metric([why], failed_batches.get(why, 0))
+        yield batches
         heartbeat = stats.metrics()
         yield GaugeMetricFamily(
             "dblog_tailer_lag_seconds",

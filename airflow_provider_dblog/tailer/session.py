@@ -133,6 +133,7 @@ class Session:
             schemas=store.tailer,
             directs=store.directs,
             batch_seconds=stats.output_batch_seconds,
+            batches_failed=stats.output_batches_failed,
         )
         self._stamped = False
         """The reader builds row events with `self._schemas`' versions: none to stamp here."""

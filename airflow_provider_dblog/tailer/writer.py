@@ -35,6 +35,7 @@ from airflow_provider_dblog.core.event import Event
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.schema_versions import KnownSchema
 from airflow_provider_dblog.outputs.base import Output
+from airflow_provider_dblog.tailer.metrics import output_failure
 from airflow_provider_dblog.tailer.settings import TailerSettings
 
 STOP: Final = object()
@@ -194,11 +195,14 @@ class Writer(threading.Thread):
         schemas: SchemaSaver,
         directs: DirectRecorder,
         batch_seconds: Histogram | None = None,
+        batches_failed: dict[str, int] | None = None,
     ) -> None:
         super().__init__(name="dblog-writer", daemon=True)
         self._output = output
         self._batch_seconds = batch_seconds
         """Observes how long each output write takes (once per batch)."""
+        self._batches_failed = batches_failed
+        """Counts each output write that raised, by `output_failure` (`TailerStats`)."""
         self._windows = windows
         self._schemas = schemas
         self._directs = directs
@@ -318,7 +322,13 @@ class Writer(threading.Thread):
                 marks.append(item)
         if events:
             started = time.perf_counter()
-            self._output.write_items(events, self._token)
+            try:
+                self._output.write_items(events, self._token)
+            except BaseException as exc:
+                if (failed := self._batches_failed) is not None:
+                    reason = output_failure(exc)
+                    failed[reason] = failed.get(reason, 0) + 1
+                raise
             if self._batch_seconds is not None:
                 self._batch_seconds.observe(time.perf_counter() - started)
         for item in marks:

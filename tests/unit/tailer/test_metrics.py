@@ -13,11 +13,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from airflow_provider_dblog.core.event import Op
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.reconciler import FailureReason
+from airflow_provider_dblog.outputs.base import OutputError, OutputFenced, OutputUnavailable
 from airflow_provider_dblog.sources.base import LogBacklog, SourceUnavailable
 from airflow_provider_dblog.tailer import TailerSettings
-from airflow_provider_dblog.tailer.metrics import STATES, TailerMetrics, TailerStats
+from airflow_provider_dblog.tailer.metrics import (
+    OUTPUT_FAILURES,
+    STATES,
+    TailerMetrics,
+    TailerStats,
+)
 from airflow_provider_dblog.tailer.writer import STOP, Writer
-from tests.unit.tailer.test_writer import Journal, event
+from tests.unit.tailer.test_writer import Failing, Journal, event
 
 pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[3]
@@ -33,6 +39,7 @@ EXPECTED = {
     "dblog_tailer_windows_open": ("gauge", set()),
     "dblog_tailer_output_batch_seconds": ("histogram", set()),
     "dblog_tailer_output_batch_seconds_created": ("gauge", set()),  # the client's own
+    "dblog_tailer_output_batches_failed": ("counter", {"reason"}),
     "dblog_tailer_lag_seconds": ("gauge", set()),
     "dblog_tailer_log_behind_bytes": ("gauge", set()),
     "dblog_tailer_log_retained_bytes": ("gauge", set()),
@@ -95,6 +102,8 @@ def test_names_types_and_labels_as_scraped() -> None:
     assert value("dblog_tailer_lease_token", "dblog_tailer_lease_token") == 7
     states = {s: value("dblog_tailer_state", "dblog_tailer_state", state=s) for s in STATES}
     assert states == {s: (1 if s == "leading" else 0) for s in STATES}
+    failed = {r: value("dblog_tailer_output_batches_failed", reason=r) for r in OUTPUT_FAILURES}
+    assert failed == dict.fromkeys(OUTPUT_FAILURES, 0), "each reason is there before a failure"
 
 
 def _labels(samples: dict[tuple[tuple[str, str], ...], float]) -> set[str]:
@@ -149,6 +158,46 @@ def test_the_writer_times_each_output_write_once() -> None:
     families = scrape(TailerMetrics(stats, lambda: None))
     count = (("__name__", "dblog_tailer_output_batch_seconds_count"),)
     assert families["dblog_tailer_output_batch_seconds"][1][count] == 2
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (OutputUnavailable("connection refused"), "unavailable"),
+        (OutputFenced("the stream", 1, 2), "fenced"),
+        (OutputError("column missing"), "error"),
+        (OSError("disk full"), "error"),
+    ],
+)
+def test_the_writer_counts_a_batch_whose_write_raised_by_reason(
+    error: BaseException, reason: str
+) -> None:
+    """One failed write, one count under its reason; the writer still fails with the error
+    (the session handles it as before) and times no write that did not finish."""
+    stats = TailerStats()
+    output = Failing(error)
+    writer = Writer(
+        output,
+        output.windows,
+        1,
+        TailerSettings(batch_events=2, buffer_items=100),
+        schemas=output.windows,
+        directs=output.windows,
+        batch_seconds=stats.output_batch_seconds,
+        batches_failed=stats.output_batches_failed,
+    )
+    for item in [event(1, 0), event(1, 1), event(1, 2), STOP]:
+        writer.put(item)
+    writer.run()
+    assert writer.failure is error
+    families = scrape(TailerMetrics(stats, lambda: None))
+    counts = {
+        dict(k[1:])["reason"]: v
+        for k, v in families["dblog_tailer_output_batches_failed"][1].items()
+    }
+    assert counts == {r: (1 if r == reason else 0) for r in OUTPUT_FAILURES}
+    count = (("__name__", "dblog_tailer_output_batch_seconds_count"),)
+    assert families["dblog_tailer_output_batch_seconds"][1][count] == 0
 
 
 def test_every_metric_is_documented_and_every_documented_one_exists() -> None:
