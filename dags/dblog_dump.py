@@ -7,14 +7,19 @@ watermarks, without locking the tables or stalling the log. Its trigger form tak
 - **keys** empty: whole tables; or primary keys of the one table chosen, as
   `dblog dump --keys` takes them: `1,2,3`, or JSON `[["eu", 1], ["us", 2]]` for a
   composite key.
+- **where** empty: no filter; or a condition in the source's SQL on the one table chosen
+  (no keys): only the rows matching it when they are read are re-sent, e.g.
+  `region = 'eu' AND updated >= '2026-11-23'`. A row that stops matching later is not
+  deleted downstream.
 - **chunk_size**: rows per chunk; **parallelism**: chunks in flight at once.
 - **mode**: sequenced (the tailer emits the rows) or direct (the dump writes them into a
   target keyed by primary key); empty: the deployment's default.
 
-The run checks the request first (`check_request`: unknown tables, malformed keys, counts
-below 1 fail there, in words, before anything is registered), waits for a healthy tailer,
-then runs the dump on Spark (`dump`). The dump task's XCom holds the rows, chunks and retried
-windows, and where the Spark driver's log is; a retry resumes from the last completed chunk.
+The run checks the request first (`check_request`: unknown tables, malformed keys, a filter
+the source refuses, counts below 1 fail there, in words, before anything is registered),
+waits for a healthy tailer, then runs the dump on Spark (`dump`). The dump task's XCom holds
+the rows, chunks and retried windows, and where the Spark driver's log is; a retry resumes
+from the last completed chunk.
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ from airflow_provider_dblog.operators.params import (
     mode_param,
     parallelism_param,
     tables_param,
+    where_param,
 )
 
 with DAG(
     dag_id="dblog_dump",
-    description="DBLog dump on demand: tables or keys, chunk size, parallelism",
+    description="DBLog dump on demand: tables, keys or a filter, chunk size, parallelism",
     doc_md=__doc__,
     schedule=None,
     **DAG_DEFAULTS,
@@ -46,7 +52,8 @@ with DAG(
             description="The dblog connection of the source (the table choices are its own)",
         ),
         "tables": tables_param(captured_table_names(DBLOG_CONN_ID)),
-        "keys": keys_param(required=False),
+        "keys": keys_param(when_empty="whole tables, or the rows matching **where**"),
+        "where": where_param(),
         "chunk_size": chunk_size_param(),
         "parallelism": parallelism_param(1),
         "mode": mode_param(),
@@ -56,6 +63,7 @@ with DAG(
         dblog_conn_id=ParamValue("source"),
         tables=ParamValue("tables"),
         keys=ParamValue("keys"),
+        where=ParamValue("where"),
         chunk_size=ParamValue("chunk_size"),
         parallelism=ParamValue("parallelism"),
         mode=ParamValue("mode"),

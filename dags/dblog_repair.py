@@ -1,17 +1,25 @@
 """### dblog_repair: re-send given rows of one table
 
-Re-emits the current rows of the given primary keys of one table, e.g. keys a consumer
-reported wrong. Trigger it from its form (Trigger), or from the REST API with
-`{"conf": {"table": "public.orders", "keys": [["eu", 1]]}}`:
+Re-emits the current rows of one table that a consumer reported wrong: the rows of the given
+primary keys, or the rows matching a filter (a subset a bug touched, without listing its
+keys). Trigger it from its form (Trigger), or from the REST API with
+`{"conf": {"table": "public.orders", "keys": [["eu", 1]]}}` or
+`{"conf": {"table": "public.orders", "where": "region = 'eu' AND n > 100"}}`:
 
 - **table**: `schema.table`, one of the captured tables.
 - **keys**: as `dblog dump --keys` takes them: `17,42`, or JSON `[["eu", 1], ["us", 2]]`
   for a composite key (one list per key, in primary-key order).
-- **chunk_size**: keys per chunk.
+- **where**: instead of keys, a condition in the source's SQL on the table's own columns:
+  the rows matching it when they are read are re-sent; a row that stops matching later is
+  not deleted downstream (its change travels in the log). Give keys or where, not both.
+- **chunk_size**: keys per chunk; with a filter, rows of the table read per chunk (those
+  matching it are sent).
 
-The run checks the request first (`check_request`: an unknown table or a key that does not
-fit the table's primary key fails there, in words), waits for a healthy tailer, then runs
-the dump on Spark (`dump`), whose XCom holds the rows and chunks and the Spark driver's log.
+The run checks the request first (`check_request`: an unknown table, a key that does not
+fit the table's primary key, a filter the source refuses (a syntax error, an unknown column,
+another table, a function with side effects), or neither keys nor a filter fails there, in
+words), waits for a healthy tailer, then runs the dump on Spark (`dump`), whose XCom holds
+the rows and chunks and the Spark driver's log.
 """
 
 from __future__ import annotations
@@ -25,22 +33,26 @@ from airflow_provider_dblog.operators.params import (
     chunk_size_param,
     keys_param,
     table_param,
+    where_param,
 )
 
 with DAG(
     dag_id="dblog_repair",
-    description="DBLog repair: dump the given primary keys of one table",
+    description="DBLog repair: dump given primary keys, or rows matching a filter, of one table",
     doc_md=__doc__,
     schedule=None,
     **DAG_DEFAULTS,
     params={
         "table": table_param(captured_table_names(DBLOG_CONN_ID)),
-        "keys": keys_param(required=True),
+        "keys": keys_param(when_empty="the rows matching **where** (give one of the two)"),
+        "where": where_param(),
         "chunk_size": chunk_size_param(1000),
     },
 ) as dag:
     dump_chain(
         tables=[ParamValue("table")],
         keys=ParamValue("keys"),
+        where=ParamValue("where"),
         chunk_size=ParamValue("chunk_size"),
+        subset_only=True,
     )

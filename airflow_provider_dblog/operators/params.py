@@ -7,13 +7,14 @@ array with `examples` is a multi-select of those values; a type list of more tha
 type is a text box whose text is kept as JSON when it parses to one of the types, as the raw
 text otherwise; a number field clamps what is typed to the schema's `minimum` and `maximum`
 when it loses focus, silently. So the counts here carry no bounds: `check_request` refuses a
-count below 1 in words, and the text of `keys` reaches the request unchanged. The help is
-each schema's `description_md`, which the form renders as Markdown (`description` it shows as
-plain text).
+count below 1 in words, and the text of `keys` and `where` reaches the request unchanged. The
+help is each schema's `description_md`, which the form renders as Markdown (`description` it
+shows as plain text).
 
 The values reach the operators through `ParamValue`, not `{{ params.x }}`: Jinja's native
 rendering runs `ast.literal_eval` on a string it renders, so keys typed as `1e3`, `None` or
-`True` would arrive as a float, as nothing (a whole-table dump) or as a bool.
+`True` would arrive as a float, as nothing (a whole-table dump) or as a bool, and a filter
+typed as `TRUE` as a bool.
 """
 
 from __future__ import annotations
@@ -84,19 +85,32 @@ def table_param(choices: list[str]) -> Param:
     return Param(description_md="The table (`schema.table`).", **schema)
 
 
-def keys_param(*, required: bool) -> Param:
-    """Primary keys of one table as text (what `dblog dump --keys` takes) or a JSON array."""
-    if required:
-        return Param(
-            type=["string", "array"],
-            minLength=1,
-            minItems=1,
-            description_md=f"Primary keys of the table. {KEYS_HELP}",
-        )
+def keys_param(*, when_empty: str) -> Param:
+    """Optional primary keys of one table as text (what `dblog dump --keys` takes) or a JSON
+    array; `when_empty` says what the dump is without them."""
     return Param(
         None,
         type=["string", "array", "null"],
-        description_md=f"Primary keys of the one table chosen. {KEYS_HELP} Empty: whole tables.",
+        description_md=f"Primary keys of the one table chosen. {KEYS_HELP} Empty: {when_empty}.",
+    )
+
+
+def where_param() -> Param:
+    """An optional filter: text, so what is typed reaches `check_request` as typed, where the
+    source judges it (`ChunkSource.check_filter`)."""
+    return Param(
+        None,
+        type=["string", "null"],
+        description_md=(
+            "Only the rows matching this condition, written in the source database's SQL on "
+            "the table's own columns, e.g. `region = 'eu' AND updated >= '2026-11-23'`. Needs "
+            "exactly one table and no keys. A row that matches when its chunk is read is "
+            "re-sent; a row that stops matching later is not deleted downstream (its change "
+            "travels in the log like any other). Refused before anything runs, naming the "
+            "problem: a syntax error, an unknown column, a second statement, a subquery or "
+            "another table, a function with side effects (`random()`, `nextval()`, "
+            "`pg_sleep()`; `now()` is fine). Empty: no filter."
+        ),
     )
 
 

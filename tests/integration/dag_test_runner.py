@@ -22,11 +22,14 @@ RESULT_MARK = "DBLOG-DAG-TEST-RESULT "
 
 def main() -> None:
     runs = json.loads(sys.argv[1])
-    bag = DagBag(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
-    assert not bag.import_errors, bag.import_errors
     for dag_id, conf in runs:
         print(START_MARK, flush=True)
         print(START_MARK, file=sys.stderr, flush=True)
+        # Each run parses the DAGs afresh, as a task process does: a task's params are merged
+        # into the DAG's own `Param` objects (`process_params`), so a run of a DAG object used
+        # before would inherit the values of params that its conf leaves out.
+        bag = DagBag(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+        assert not bag.import_errors, bag.import_errors
         dag = bag.get_dag(dag_id)
         try:
             run = dag.test(run_conf=conf)

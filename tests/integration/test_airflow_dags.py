@@ -1,8 +1,9 @@
 """The three DAGs run with `dag.test()` against real PostgreSQL, Redis and Spark (local[2]),
 with a tailer applying the log and the dump rows into a SQL target: each run ends with the
 target equal to the source (the repair: exactly the keys given, composite keys in the shape
-the trigger form sends them). Bad params fail the run at its first task, naming the problem,
-before anything waits. The repair DAG also runs on a MariaDB source whose password comes from
+the trigger form sends them, or exactly the rows matching a filter). Bad params (a bad
+filter among them) fail the run at its first task, naming the problem, before anything
+waits. The repair DAG also runs on a MariaDB source whose password comes from
 an existing `mysql` connection (`source_conn_id`), its tailer writing NDJSON: the repair emits
 exactly the keys given, as the source has them.
 
@@ -122,6 +123,35 @@ def test_repair_dag_fixes_exactly_the_composite_keys_given_in_the_forms_shape(
     assert status.rows == len(keys) and status.chunks == -(-len(keys) // 4)
 
 
+def test_repair_dag_re_sends_exactly_the_rows_matching_a_filter(
+    pipeline: Pipeline, run_dag: RunDag
+) -> None:
+    """A filter typed as text (its `%` and quotes reach the server as typed), read on Spark in
+    chunks of 40 rows of the key, each cut into sub-ranges that keep the filter."""
+    where = "active AND owner LIKE '%7%'"
+    result = run_dag("dblog_repair", {"table": "public.accounts", "where": where, "chunk_size": 40})
+    assert_succeeded(result)
+    wait_caught_up(pipeline.dbs)
+    with psycopg.connect(pipeline.dbs.source_dsn) as conn:
+        expected = [
+            r[0]
+            for r in conn.execute(
+                f"SELECT row_to_json(t)::text FROM accounts t WHERE {where} ORDER BY id"
+            )
+        ]
+    assert 0 < len(expected) < ROWS // 4, "the filter must pick a few rows out of many"
+    target = snapshot(pipeline.dbs.target_dsn)
+    assert target["accounts"] == expected
+    assert all(not rows for table, rows in target.items() if table != "accounts")
+    (dump_id,) = pipeline.store.dumps.ids()
+    stored = pipeline.store.dumps.get(dump_id)
+    status = pipeline.store.dumps.status(dump_id)
+    assert stored is not None and stored.request.where == where
+    assert status is not None and status.state is DumpState.DONE
+    # Every chunk is a key range of 40 rows, whatever the filter matches in it.
+    assert status.rows == len(expected) and status.chunks >= ROWS // 40
+
+
 def test_repair_dag_on_mariadb_takes_the_password_from_a_mysql_connection(
     airflow_home: Path, mariadb: MariaDBInfo, redis_server: RedisInfo, tmp_path: Path
 ) -> None:
@@ -213,6 +243,31 @@ BAD_PARAMS = {
         "dblog_dump",
         {"chunk_size": 0},
         "chunk_size must be a whole number of at least 1, got 0",
+    ),
+    "filter-syntax-error": (
+        "dblog_repair",
+        {"table": "public.accounts", "where": "owner = = 'x'"},
+        "the filter on public.accounts is not valid: syntax error",
+    ),
+    "filter-volatile": (
+        "dblog_dump",
+        {"tables": ["public.accounts"], "where": "id < random() * 10"},
+        "the filter on public.accounts calls random(), which is volatile",
+    ),
+    "filter-and-keys": (
+        "dblog_repair",
+        {"table": "public.accounts", "keys": "1,2", "where": "id > 1"},
+        "a filter (where) needs exactly one table and no keys",
+    ),
+    "filter-of-every-table": (
+        "dblog_dump",
+        {"where": "id > 1"},
+        "a filter (where) needs exactly one table and no keys",
+    ),
+    "repair-of-nothing": (
+        "dblog_repair",
+        {"table": "public.accounts"},
+        "give keys or a filter (where)",
     ),
 }
 

@@ -5,8 +5,10 @@ In `dblog_dump`'s form the optional fields (the chunk size among them: empty is 
 default) carry no "required" asterisk and a chunk size of 0 stays 0 (no silent clamp to 1).
 From `dblog_repair`'s page, its docs; then from its form a repair of composite keys typed as
 `dblog dump --keys` takes them, which succeeds and leaves exactly those rows in the target,
-with the rows, chunks and the Spark driver's log in the dump task's XCom; and a repair of a
-table that is not captured, which fails its first task saying so. The connection test the
+with the rows, chunks and the Spark driver's log in the dump task's XCom; a repair of a
+table that is not captured, which fails its first task saying so; and a repair by a filter
+typed into its form (sent as typed) that calls a volatile function, which fails its first
+task naming it. The connection test the
 Test button runs says "this connection", not the random id Airflow tests it under.
 
 Screenshots of each step are kept in a directory the test prints (`screenshots_dir`).
@@ -33,6 +35,7 @@ from tests.integration.spark_support import running_pipeline
 
 pytestmark = pytest.mark.integration
 ROWS = 60
+VOLATILE_FILTER = "active AND id < random() * 100"
 
 
 def open_trigger_form(page: Page, airflow: AirflowServer, dag_id: str) -> None:
@@ -73,10 +76,12 @@ def test_a_person_repairs_composite_keys_from_the_trigger_form(
                 "Object.fromEntries([...document.querySelectorAll('[role=group] label')]"
                 ".map(l => [l.innerText.split('\\n')[0].trim(), l.innerText.includes('*')]))"
             )
-            assert {k: required.get(k) for k in ("source", "tables", "keys", "chunk_size")} == {
+            shown = ("source", "tables", "keys", "where", "chunk_size")
+            assert {k: required.get(k) for k in shown} == {
                 "source": True,
                 "tables": False,
                 "keys": False,
+                "where": False,  # empty: no filter
                 "chunk_size": False,  # empty: the mode's default
             }, required
             page.type_into("[name=element_chunk_size]", "0")
@@ -103,7 +108,24 @@ def test_a_person_repairs_composite_keys_from_the_trigger_form(
             page.type_into("#element_table", "public.nope")
             page.type_into("#element_keys", "1,2")
             bad_run = trigger_from_form(page)
+
+            # A repair by a filter the source refuses: it calls a volatile function.
+            open_trigger_form(page, airflow, "dblog_repair")
+            page.type_into("#element_table", "public.accounts")
+            page.type_into("#element_where", VOLATILE_FILTER)
+            page.screenshot(shots / "3b-repair-filter-form.png")
+            filter_run = trigger_from_form(page)
             try:
+                state = airflow.wait_run("dblog_repair", filter_run, 300, fail_fast=True)
+                report = airflow.report("dblog_repair", filter_run)
+                assert state == "failed", report
+                assert airflow.task_states("dblog_repair", filter_run)["check_request"] == "failed"
+                check_log = airflow.task_log("dblog_repair", filter_run, "check_request", 1)
+                assert "calls random(), which is volatile" in check_log, report
+                sent = airflow.api("GET", f"/api/v2/dags/dblog_repair/dagRuns/{filter_run}")
+                assert sent["conf"]["where"] == VOLATILE_FILTER, sent["conf"]
+                assert not sent["conf"].get("keys"), sent["conf"]
+
                 state = airflow.wait_run("dblog_repair", bad_run, 120, fail_fast=True)
                 report = airflow.report("dblog_repair", bad_run)
                 assert state == "failed", report

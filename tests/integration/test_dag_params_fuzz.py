@@ -1,5 +1,6 @@
 """A fuzz of the DAG params (Hypothesis) against a real source and Redis: a good conf of the
-shape the trigger form sends, with one field replaced by an arbitrary value. Each conf is
+shape the trigger form sends (keys, or a filter), with one field replaced by an arbitrary
+value (a filter among them: text the source's server judges). Each conf is
 either refused by the DAG's params schema, naming that param (the trigger fails), or passes
 it and then the run's first task, `check_request`, accepts it or fails without retry naming
 that field. Either way nothing is registered in the state store.
@@ -26,23 +27,44 @@ from tests.integration.spark_support import Pipeline, running_pipeline
 pytestmark = pytest.mark.integration
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
-GOOD = {
-    "dblog_dump": {
-        "source": "dblog_default",
-        "tables": ["public.orders"],
-        "keys": '[["eu", 1], ["us", 2]]',
-        "chunk_size": 100,
-        "parallelism": 1,
-    },
-    "dblog_repair": {"table": "public.accounts", "keys": "1,2,3", "chunk_size": 100},
-}
-"""A conf each DAG's check accepts, as the form sends it."""
+GOOD = [
+    (
+        "dblog_dump",
+        {
+            "source": "dblog_default",
+            "tables": ["public.orders"],
+            "keys": '[["eu", 1], ["us", 2]]',
+            "where": None,
+            "chunk_size": 100,
+            "parallelism": 1,
+        },
+    ),
+    (
+        "dblog_dump",
+        {
+            "source": "dblog_default",
+            "tables": ["public.orders"],
+            "keys": None,
+            "where": "region = 'eu' AND n % 2 = 0",
+            "chunk_size": 100,
+            "parallelism": 1,
+        },
+    ),
+    ("dblog_repair", {"table": "public.accounts", "keys": "1,2,3", "chunk_size": 100}),
+    (
+        "dblog_repair",
+        {"table": "public.accounts", "keys": None, "where": "active AND id < 9", "chunk_size": 7},
+    ),
+]
+"""Confs each DAG's check accepts, as the form sends them: keys, or a filter."""
 
 NAMED_BY = {
     "source": ("source", "conn_id", "connection"),
-    "tables": ("table", "key"),  # another table: the keys may not fit its primary key
-    "table": ("table", "key"),
+    # Another table: the keys may not fit its primary key, the filter its columns.
+    "tables": ("table", "key", "filter"),
+    "table": ("table", "key", "filter"),
     "keys": ("key",),
+    "where": ("filter", "where"),
     "chunk_size": ("chunk_size",),
     "parallelism": ("parallelism",),
 }
@@ -66,11 +88,21 @@ key_values = st.one_of(
     st.lists(st.integers() | st.text(max_size=3) | st.none(), max_size=3),
     st.fixed_dictionaries({"region": st.text(max_size=3), "n": st.integers()}),
 )
+filter_texts = st.lists(
+    st.sampled_from(
+        ["id", "n", "active", "region", " = ", " > ", "1", "'eu'", " AND ", " OR ", "(", ")",
+         ";", "--", "/*", "$$", "'", '"', "now()", "random()", "pg_sleep(0)", "SELECT",
+         " orders", "%", "{{ x }}", " "]
+    ),
+    max_size=7,
+).map("".join)  # fmt: skip
+"""Filters made of the pieces of good and bad ones: the source's server judges them."""
 FIELD_VALUES = {
     "source": st.text(alphabet=st.characters(codec="ascii", categories=["L", "N"]), max_size=12),
     "tables": json_values | st.lists(table_names, max_size=3),
     "table": json_values | table_names,
     "keys": json_values | key_texts | st.lists(key_values, max_size=4),
+    "where": json_values | filter_texts | st.text(max_size=30),
     "chunk_size": json_values | st.integers(min_value=-3, max_value=3),
     "parallelism": json_values | st.integers(min_value=-3, max_value=3),
 }
@@ -79,8 +111,8 @@ FIELD_VALUES = {
 @st.composite
 def confs(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
     """(DAG id, the field replaced, the conf)."""
-    dag_id = draw(st.sampled_from(sorted(GOOD)))
-    conf = dict(GOOD[dag_id])
+    dag_id, good = draw(st.sampled_from(GOOD))
+    conf = dict(good)
     field = draw(st.sampled_from(sorted(conf)))
     conf[field] = draw(FIELD_VALUES[field])
     return dag_id, field, conf
@@ -121,7 +153,7 @@ def test_every_bad_param_fails_the_trigger_or_the_first_task_naming_it(
     outcomes: dict[str, int] = {}
 
     @settings(
-        max_examples=150,
+        max_examples=200,
         deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )

@@ -62,8 +62,8 @@ def test_every_dag_imports_with_its_docs_tasks_and_params() -> None:
     assert set(bag.dag_ids) == {"dblog_backfill", "dblog_dump", "dblog_repair", "dblog_on_change"}
     expected_params = {
         "dblog_backfill": {"tables", "chunk_size", "parallelism", "mode"},
-        "dblog_dump": {"source", "tables", "keys", "chunk_size", "parallelism", "mode"},
-        "dblog_repair": {"table", "keys", "chunk_size"},
+        "dblog_dump": {"source", "tables", "keys", "where", "chunk_size", "parallelism", "mode"},
+        "dblog_repair": {"table", "keys", "where", "chunk_size"},
     }
     for dag_id, params in expected_params.items():
         dag = bag.dags[dag_id]
@@ -86,7 +86,7 @@ def test_optional_params_are_optional_in_the_form_and_counts_say_what_they_are()
     assert required == {
         "dblog_backfill": {"parallelism"},
         "dblog_dump": {"source", "parallelism"},
-        "dblog_repair": {"table", "keys"},
+        "dblog_repair": {"table"},  # keys or where: `check_request` asks for one of them
     }
     # An empty chunk size is the mode's default (`dump/request.py`).
     assert [bag.dags[d].params["chunk_size"] for d in ("dblog_backfill", "dblog_dump")] == [
@@ -137,6 +137,36 @@ def test_the_keys_typed_into_the_form_reach_the_request_as_sent(text: str, keys:
         assert (task.chunk_size, task.parallelism) == (50, 1)
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["TRUE", "None", "1e3 < n", "region = 'eu' AND note LIKE '%{{ x }}%'", "  n > 1  "],
+)
+def test_the_filter_typed_into_the_form_reaches_the_request_as_typed(text: str) -> None:
+    """No Jinja on the way: `TRUE` stays text (not a bool), `{{ x }}` stays in the LIKE."""
+    for dag_id, conf in (
+        ("dblog_dump", {"tables": ["public.orders"], "where": text}),
+        ("dblog_repair", {"table": "public.orders", "where": text}),
+    ):
+        dag = dag_bag().dags[dag_id]
+        params = copy.deepcopy(dag.params)
+        params.update(conf)
+        context: Any = {"params": params.validate()}
+        for task_id in ("check_request", "dump"):
+            task = copy.deepcopy(dag.get_task(task_id))
+            task.render_template_fields(context)
+            assert (task.tables, task.keys, task.where) == (["public.orders"], None, text)
+
+
+def test_an_empty_filter_box_sends_no_filter() -> None:
+    dag = dag_bag().dags["dblog_dump"]
+    params = copy.deepcopy(dag.params)
+    assert dag.params["where"] is None and dag_bag().dags["dblog_repair"].params["where"] is None
+    params.update({"where": None})
+    task = copy.deepcopy(dag.get_task("dump"))
+    task.render_template_fields({"params": params.validate()})  # type: ignore[arg-type]
+    assert task.where is None
+
+
 def test_the_repair_form_sends_its_one_table_as_a_list_of_one() -> None:
     dag = dag_bag().dags["dblog_repair"]
     params = copy.deepcopy(dag.params)
@@ -144,6 +174,9 @@ def test_the_repair_form_sends_its_one_table_as_a_list_of_one() -> None:
     task = copy.deepcopy(dag.get_task("check_request"))
     task.render_template_fields({"params": params.validate()})  # type: ignore[arg-type]
     assert (task.tables, task.keys, task.chunk_size) == (["public.orders"], '[["eu", 1]]', 10)
+    # A repair never dumps a whole table: without keys or a filter its check refuses it.
+    assert task.subset_only and dag.get_task("dump").subset_only
+    assert not dag_bag().dags["dblog_dump"].get_task("check_request").subset_only
 
 
 def test_the_captured_tables_are_the_forms_choices(
@@ -180,8 +213,9 @@ def test_without_a_readable_config_the_forms_take_table_names_as_text(
         ("dblog_dump", {"tables": [1]}, "tables"),
         ("dblog_dump", {"keys": 5}, "keys"),
         ("dblog_dump", {"source": ""}, "source"),
-        ("dblog_repair", {"table": "public.accounts", "keys": []}, "keys"),
-        ("dblog_repair", {"table": "public.accounts", "keys": ""}, "keys"),
+        ("dblog_dump", {"where": 5}, "where"),
+        ("dblog_dump", {"where": ["active"]}, "where"),
+        ("dblog_repair", {"table": "public.accounts", "where": True}, "where"),
         ("dblog_repair", {"keys": [1]}, "table"),
     ],
 )
