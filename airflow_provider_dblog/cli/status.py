@@ -1,16 +1,17 @@
 """`dblog status`: the tailer's health and every dump, for people and for scripts.
 
 The table gives each dump one line, its reason cut to the first line (a database error's
-statement and hint follow on lines of their own); `--dump ID` shows one dump whole (request,
-progress per table, controls, driver, the full reason), and `--json` prints the same as JSON.
+statement and hint follow on lines of their own); `--dump ID` shows one dump whole (request
+with its filter, progress per table, controls, driver, the full reason), and `--json` prints
+the same as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 from datetime import UTC, datetime
+from typing import Any
 
 from airflow_provider_dblog.cli.common import (
     add_config_option,
@@ -25,9 +26,9 @@ from airflow_provider_dblog.core.event import JsonValue
 from airflow_provider_dblog.state import DumpStatus, StateStore, TablesChange, TailerHealth
 
 REASON_WIDTH = 100
-
 _TABLES_SHOWN = 3
 """The newest changes of the captured tables the table shows (`--json` has them all)."""
+
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     status = subparsers.add_parser("status", help="tailer health and dumps")
@@ -78,8 +79,8 @@ def status_table(store: StateStore) -> str:
     width = max([len("dump"), *(len(d) for d, _ in rows)])
     lines = [
         _tailer_line(store.tailer.health()),
-        f"{'dump':{width}}  {'state':9} {'chunks':>8} {'rows':>10} {'retried':>7}  reason",
         *_tables_lines(store.tailer.tables_changes()),
+        f"{'dump':{width}}  {'state':9} {'chunks':>8} {'rows':>10} {'retried':>7}  reason",
     ]
     cut = []
     for dump, status in rows:
@@ -95,7 +96,6 @@ def status_table(store: StateStore) -> str:
     return "\n".join(lines)
 
 
-def _tailer_line(health: TailerHealth | None) -> str:
 def _tables_lines(changes: list[TablesChange]) -> list[str]:
     """The captured tables' changes a running tailer took (SIGHUP), the newest first."""
     lines = []
@@ -108,6 +108,7 @@ def _tables_lines(changes: list[TablesChange]) -> list[str]:
     return lines
 
 
+def _tailer_line(health: TailerHealth | None) -> str:
     if health is None:
         return "tailer: no heartbeat (not running?)"
     m = health.metrics
@@ -137,6 +138,7 @@ def dump_detail(store: StateStore, dump: str) -> dict[str, JsonValue]:
         "kind": request.kind.value,
         "tables": [str(t) for t in request.tables],
         "keys": [list(k) for k in request.keys],
+        "where": request.where,
         "chunk_size": request.chunk_size,
         "parallelism": request.parallelism,
     }
@@ -161,6 +163,11 @@ def detail_text(detail: dict[str, Any]) -> str:
         f"dump {detail['dump_id']}: {detail['state']}",
         f"  request   {request['kind']} of {', '.join(request['tables'])}{keys}, "
         f"chunk size {request['chunk_size']}, parallelism {request['parallelism']}",
+    ]
+    if request.get("where"):  # the filter, a line of its text to a line of output
+        first, *rest = request["where"].splitlines()
+        lines += [f"  where     {first}", *(f"            {line}" for line in rest)]
+    lines += [
         f"  done      {detail['chunks']} chunks, {detail['rows']} rows, "
         f"{detail['windows_retried']} windows retried",
         f"  driver    {detail['driver'] or 'none beating'}",

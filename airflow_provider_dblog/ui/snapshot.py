@@ -198,6 +198,7 @@ class LiveView:
                 "max_rows_per_s": controls.max_rows_per_s,
             },
             "tables": tables,
+            "where": None if stored is None else stored.request.where,
         }
 
     def _first_key(self, dump_id: str, progress: TableProgress) -> tuple[int, int] | None:

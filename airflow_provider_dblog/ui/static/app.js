@@ -175,7 +175,7 @@ function dumpCard(id) {
   const card = el("div", { class: "dump", "data-dump-id": id },
     el("div", { class: "head" }, el("b", {}, `dump ${id}`), el("span", { class: "state" }),
       el("span", { class: "counters" }), el("span", { class: "pace" })),
-    el("div", { class: "reason" }), el("div", { class: "tables" }),
+    el("div", { class: "reason" }), el("div", { class: "filter" }), el("div", { class: "tables" }),
     el("div", { class: "controls" },
       el("button", { "data-action": "pause" }, "pause"), el("button", { "data-action": "resume" }, "resume"),
       el("button", { "data-action": "cancel" }, "cancel"),
@@ -196,6 +196,10 @@ function fillDump(card, d) {
     c.max_rows_per_s == null ? "no rate limit" : `${num(c.max_rows_per_s)} rows/s`}` : "";
   card.dataset.paused = c && c.paused ? "yes" : "no";
   $(".reason", card).textContent = d.reason;
+  // The filter is user SQL: shown as text, never parsed as HTML.
+  const filter = $(".filter", card);
+  filter.hidden = !d.where;
+  filter.replaceChildren(...(d.where ? [el("span", {}, "where "), el("code", {}, d.where)] : []));
   const tables = $(".tables", card);
   for (const t of d.tables) {
     let row = tables.querySelector(`.progress[data-table="${CSS.escape(t.table)}"]`);

@@ -1,7 +1,7 @@
 """The dump commands through the `dblog` executable: `dump` (with `--parallelism`,
-`--max-rows-per-s`, `--dump-id` and `--resume`), `status`, `pause`, `resume`, `cancel` and
-`throttle`, against a running `dblog tail`, each command a subprocess reading a TOML file and
-its passwords from the environment.
+`--max-rows-per-s`, `--dump-id`, `--resume` and `--where`), `status`, `pause`, `resume`,
+`cancel` and `throttle`, against a running `dblog tail`, each command a subprocess reading a
+TOML file and its passwords from the environment.
 
 What a control did is read from Redis (the dump's status and progress). A throttle's effect is
 shown by a lower bound on time, which the dump's own waits guarantee: it holds on any machine,
@@ -247,6 +247,27 @@ def most_at_once(windows: Sequence[WindowStatus]) -> int:
         [(w.registered_ms, 1) for w in windows] + [(w.updated_ms, -1) for w in windows]
     )
     return max(accumulate(change for _, change in moments), default=0)
+
+
+def test_status_shows_a_dumps_filter_line_by_line(cli: Cli) -> None:
+    """A filtered dump's `dblog status --dump ID` shows its filter under its request, each of
+    its lines aligned; `--json` gives it to scripts; the dump read only the matching rows."""
+    where = "active\n  AND id % 7 = 0"
+    done = cli.run("dump", "--dump-id", "filtered", "--table", "public.accounts", "--where", where)
+    assert done.returncode == 0, said(done)
+    with psycopg.connect(cli.dbs.source_dsn) as conn:
+        (matching,) = conn.execute(f"SELECT count(*) FROM accounts WHERE {where}").fetchone() or (
+            0,
+        )
+    assert 0 < matching < ROWS // 7
+    assert cli.status("filtered").rows == matching
+    detail = cli.run("status", "--dump", "filtered")
+    assert detail.returncode == 0, said(detail)
+    lines = detail.stdout.splitlines()
+    assert lines[1].startswith("  request   table of public.accounts, chunk size"), lines
+    assert lines[2:4] == ["  where     active", "              AND id % 7 = 0"], lines
+    as_json = json.loads(cli.run("status", "--dump", "filtered", "--json").stdout)
+    assert as_json["request"]["where"] == where and as_json["request"]["keys"] == []
 
 
 def test_parallelism_and_max_rows_per_s(cli: Cli) -> None:

@@ -5,7 +5,8 @@ first high watermark waits until the page has shown its window open, so the page
 show a window open and then closed without depending on timing. Through the page's buttons
 the dump is paused, throttled and resumed (the store's controls change each time) and a
 pending dump is cancelled; the page then shows every table at 100% and the dump done, and the
-source's own updates counted per table. The last screenshot is kept (see `screenshots_dir`).
+source's own updates counted per table. A filtered dump's card shows its filter beside its
+table, as text whatever markup it holds. The last screenshot is kept (see `screenshots_dir`).
 """
 
 from __future__ import annotations
@@ -265,6 +266,44 @@ def test_controls_refuse_what_the_command_line_refuses(
     assert post("api%3Adump/resume", {}).status_code == 409
     snapshot = httpx.get(f"{ui}/api/snapshot").json()
     assert [d["state"] for d in snapshot["dumps"]] == ["cancelled"]
+
+
+HOSTILE_FILTER = """owner <> '<img src=x onerror="document.title=42">' AND id < 50"""
+"""A filter a source takes (checked below) that is also markup: the page must show it as text."""
+
+
+def test_a_filtered_dump_shows_its_filter_as_text_beside_its_table(
+    dbs: Databases, redis_server: RedisInfo, ui: str, tmp_path: Path
+) -> None:
+    store = StateStore(redis_server.client(), dbs.config.name)
+    accounts = dbs.table("accounts")
+    chunks = dbs.source.chunk_source()
+    try:
+        where = chunks.check_filter(accounts, HOSTILE_FILTER)
+    finally:
+        chunks.close()
+    store.dumps.create(
+        DumpRequest("ui-filtered", DumpKind.TABLE, (accounts,), chunk_size=CHUNK, where=where)
+    )
+    store.dumps.create(DumpRequest("ui-whole", DumpKind.TABLE, (accounts,), chunk_size=CHUNK))
+    assert [d["where"] for d in httpx.get(f"{ui}/api/snapshot").json()["dumps"]] == [None, where]
+    shots = screenshots_dir("ui-filter-")
+    with chromium(tmp_path) as page, _screenshot_on_failure(page, shots):
+        page.navigate(ui)
+        card = dump_card("ui-filtered")
+        shown = page.wait(f"{card}?.querySelector('.filter code')?.textContent", "the filter")
+        assert shown == where
+        assert page.evaluate(f"{card}.querySelector('.filter').innerText") == f"where {where}"
+        # Beside its table: the filter's line comes right before the table's progress.
+        assert page.evaluate(
+            f"{card}.querySelector('.filter').nextElementSibling.querySelector('.progress')"
+            ".dataset.table"
+        ) == str(accounts)
+        assert page.evaluate("document.querySelectorAll('.dump img').length") == 0
+        assert page.evaluate("document.title") != "42"
+        assert page.evaluate(f"{dump_card('ui-whole')}.querySelector('.filter').hidden") is True
+        page.screenshot(shots / "filtered-dump.png")
+    print(f"screenshots: {shots}")
 
 
 @contextmanager
