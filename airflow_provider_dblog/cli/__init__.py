@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_dblog.cli import demo, dev_services, dump, prune, status, tail, ui
+from airflow_provider_dblog.cli import demo, dev_services, dump, lake, prune, status, tail, ui
 from airflow_provider_dblog.cli.common import one_line
 from airflow_provider_dblog.core.errors import DBLogError
 
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     tail.register(subparsers)
     dump.register(subparsers)
     prune.register(subparsers)
+    lake.register(subparsers)
     status.register(subparsers)
     ui.register(subparsers)
     dev_services.register(subparsers)

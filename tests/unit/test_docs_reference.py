@@ -82,8 +82,8 @@ def _synopses(text: str) -> Iterator[tuple[list[str], set[str]]]:
     for span in re.findall(r"`(dblog [^`]+)`", text.replace("\\|", "|")):
         words = span.split()
         names = words[1].split("|")
-        if names == ["dev-services"] and len(words) > 2:
-            names = [f"dev-services {n}" for n in words[2].split("|")]
+        if len(words) > 2 and any(c.startswith(f"{words[1]} ") for c in DBLOG):
+            names = [f"{words[1]} {n}" for n in words[2].split("|")]  # `dblog lake maintain`
         yield [n for n in names if n in DBLOG], set(FLAG.findall(span))
 
 
@@ -200,6 +200,9 @@ NOT_CODE = {
     "source.origin": "a field of the event's JSON",
     "spark.pyspark.python": "a Spark setting",
     "dblog_positions.deleted": "a column of the SQL target's positions table",
+    "delta.targetFileSize": "a Delta table property",
+    "delta.deletedFileRetentionDuration": "a Delta table property",
+    "delta.logRetentionDuration": "a Delta table property",
 }
 """Dotted names the docs show that are not Python: each says what it is instead."""
 EXTERNAL = {"DeltaTable": "deltalake", "dag": "airflow.sdk.DAG"}
