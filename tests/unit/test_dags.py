@@ -59,7 +59,13 @@ def sent_by_text_box(schema: dict[str, Any], text: str) -> Any:
 
 def test_every_dag_imports_with_its_docs_tasks_and_params() -> None:
     bag = dag_bag()
-    assert set(bag.dag_ids) == {"dblog_backfill", "dblog_dump", "dblog_repair", "dblog_on_change"}
+    assert set(bag.dag_ids) == {
+        "dblog_backfill",
+        "dblog_dump",
+        "dblog_repair",
+        "dblog_on_change",
+        "dblog_lake_maintenance",
+    }
     expected_params = {
         "dblog_backfill": {"tables", "chunk_size", "parallelism", "mode"},
         "dblog_dump": {"source", "tables", "keys", "where", "chunk_size", "parallelism", "mode"},
