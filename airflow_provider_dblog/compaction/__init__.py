@@ -6,5 +6,7 @@ highest position. `spark_jobs/compact.py` is its application.
 `segments.py` cuts the event files into the pieces executors read, and keeps the read cursor;
 `changes.py` parses and folds a run's segments, on Spark's executors or in the driver;
 `evolution.py` creates new tables and folds schema events into them; `table_fold.py` writes one
-table's part of a run; `run.py` is a run, under the output directory's lock.
+table's part of a run; `run.py` is a run, under the output directory's lock;
+`maintenance.py` is the tables' upkeep under the same lock (compact small files, vacuum files
+no version within the retention names, checkpoint the log: `dblog lake maintain`).
 """
