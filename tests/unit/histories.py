@@ -8,19 +8,26 @@ any tailer (`TailerDriver`): the model in simulation.py, or the production `Sess
 What the actions reach: writes of one to three rows (inserts, updates, deletes, and primary-key
 changes, which the log shows as a delete then a create, often into another open window's range),
 in three tables of which two share their key values; transactions in the log that chunk reads
-cannot see yet; two dumps at once, often of the same table; chunk reads landing anywhere inside
+cannot see yet; two dumps at once, often of the same table; table dumps with a filter on the
+row's version (`FILTERS`: a write may flip whether a row matches), planned by the `TablePlanner`
+under test given that filter, as the dump runner plans them; chunk reads landing anywhere inside
 their windows; a dump abandoning a window before or after its hw is in the log, racing the
 tailer's claim; dump crashes; window expiry; the output holding the writer's batch (nothing
 handed over since is durable) and tailer restarts from the last acknowledged position or, if the
 source lost acknowledgements, an earlier one.
 
 Checked for every history:
-- replaying the output gives exactly the final source tables;
+- replaying the output gives exactly the final source tables (the initial writes go through the
+  log, so the output holds every row whether a dump, filtered or not, reads it);
 - positions strictly increase in output order;
-- every row present and untouched throughout a dump is emitted by that dump;
+- every row present and untouched throughout a dump, and matching its filter if it has one, is
+  emitted by that dump;
 - a window whose rows are emitted is closed, and a closed window emits exactly the rows of its
-  chunk whose key no log event of its table changed between lw and hw, each with its values as
-  of hw (what Algorithm 1 promises; later writes cannot hide a stale or missing row here);
+  chunk (its keys, or every key of its range; a full LIMIT chunk's range ends at its last row)
+  that match its filter when read and whose key no log event of its table changed between lw
+  and hw, each with its values as of hw (what Algorithm 1 promises; later writes cannot hide a
+  stale or missing row here). Such a row is unchanged from lw to hw, so its values at hw are
+  those the read saw: no row that did not match when read is emitted;
 - no row of a window its dump abandoned is emitted.
 
 Direct histories (`direct_histories`, the model only) run direct dumps: their windows' rows go
@@ -34,7 +41,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import hypothesis
@@ -42,11 +49,12 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.direct import DumpMode, tombstone_horizon
-from airflow_provider_dblog.core.dump_plan import DumpKind
+from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind
 from airflow_provider_dblog.core.event import Event, Key, Op, Origin, TableRef
 from airflow_provider_dblog.core.position import Position
 from tests.unit.simulation import (
     ENDED,
+    FILTERS,
     KEY_COLUMNS,
     TABLE_B,
     TABLES,
@@ -60,6 +68,7 @@ from tests.unit.simulation import (
     Transaction,
     Watermark,
     WriteKind,
+    matches,
 )
 
 # -- the actions ----------------------------------------------------------------------------
@@ -141,6 +150,8 @@ class DumpSpec:
     parallelism: int
     bounded: bool
     mode: DumpMode = DumpMode.SEQUENCED
+    where: str | None = None
+    """A table dump's filter, one of `FILTERS`."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +227,11 @@ actions = st.builds(action, st.sampled_from(_NAMES), st.integers(0, 2**38 - 1))
 _SEQUENCED = st.just(DumpMode.SEQUENCED)
 
 
+def _table_dump_only(spec: DumpSpec) -> DumpSpec:
+    """A filter applies to a table dump only (`DumpRequest`)."""
+    return spec if spec.kind is DumpKind.TABLE else replace(spec, where=None)
+
+
 def dump_specs(
     table: st.SearchStrategy[TableRef],
     mode: st.SearchStrategy[DumpMode] = _SEQUENCED,
@@ -229,7 +245,8 @@ def dump_specs(
         parallelism=st.integers(1, 3),
         bounded=st.booleans(),
         mode=mode,
-    )
+        where=st.one_of(st.none(), st.sampled_from(sorted(FILTERS))),
+    ).map(_table_dump_only)
 
 
 def _two_dumps(first: DumpSpec) -> st.SearchStrategy[tuple[DumpSpec, ...]]:
@@ -362,6 +379,7 @@ def run_history(
             spec.bounded,
             spec.mode,
             target,
+            where=spec.where,
         )
         for i, spec in enumerate(history.dumps)
     ]
@@ -465,6 +483,8 @@ def check_output(
     refused = any(d.abandons_refused for d in dumps)
     hypothesis.event(f"abandons refused (the claim won): {'yes' if refused else 'no'}")
     hypothesis.event(f"dump rows emitted: {'yes' if dump_events else 'no'}")
+    filtered = any(d.where is not None for d in dumps)
+    hypothesis.event(f"filtered dumps: {'yes' if filtered else 'no'}")
 
     assert replay(output) == source.tables, "replaying the output does not give the source"
 
@@ -481,11 +501,13 @@ def check_output(
             for key in rows
         }
         for table in dump.tables:
-            for key in at_start[table]:
-                wanted = dump.keys is None or key in dump.keys
+            for key, row in at_start[table].items():
+                # Untouched, the row keeps its values: matching at the start, it matches throughout.
+                wanted = (dump.keys is None or key in dump.keys) and matches(dump.where, row)
                 if wanted and (table, key) not in touched[dump.dump_id]:
                     assert (table, key) in emitted, (
-                        f"{table} {key} present throughout dump {dump.dump_id}, never dumped"
+                        f"{table} {key} present throughout dump {dump.dump_id}"
+                        f"{f' and matching {dump.where!r}' if dump.where else ''}, never dumped"
                     )
         leaked = [e for e in dump_events if e.source.window_id in dump.abandoned]
         assert not leaked, f"rows of abandoned windows emitted: {leaked[:3]}"
@@ -500,16 +522,17 @@ def check_windows(
             assert event.source.window_id is not None
             emitted.setdefault(event.source.window_id, {})[event.key_value()] = event.after
     commits = {e.value: e.commit for e in source.log if isinstance(e, Watermark)}
-    reads = {w: flight for dump in dumps for w, flight in dump.reads.items()}
+    reads = {w: (flight, dump) for dump in dumps for w, flight in dump.reads.items()}
     for window_id in emitted:
         assert windows.state(window_id) == "closed", f"window {window_id} emitted, not closed"
     written = {w: rows for dump in dumps for w, rows in dump.written.items()}
-    for window_id, flight in reads.items():
+    left_out = stopped_matching = False
+    for window_id, (flight, dump) in reads.items():
         if windows.state(window_id) != "closed":
             continue
         if flight.window.mode is DumpMode.DIRECT and window_id not in written:
             continue  # recorded, and its dump crashed before writing: retried elsewhere
-        table = flight.window.table
+        table, where = flight.window.table, dump.where
         lw, hw = commits[flight.lw], commits[flight.hw]
         changed = {
             key
@@ -519,13 +542,54 @@ def check_windows(
             if t == table
         }
         columns = KEY_COLUMNS[table]
-        chunk_keys = (tuple(row[c] for c in columns) for row in flight.rows)
-        wanted = {k: source.row_at(table, k, hw) for k in chunk_keys if k not in changed}
+        read_keys = [tuple(row[c] for c in columns) for row in flight.rows]
+        extent = _chunk_extent(flight.chunk, read_keys, source)
+        at_hw = {
+            k: row
+            for k in extent
+            if k not in changed
+            for row in (source.row_at(table, k, hw),)
+            if row is not None
+        }
+        wanted = {k: row for k, row in at_hw.items() if matches(where, row)}
+        left_out |= len(wanted) < len(at_hw)
+        stopped_matching |= where is not None and any(
+            row is not None and not matches(where, row)
+            for k in wanted
+            for at, row in source.versions[(table, k)]
+            if at > hw
+        )
         got = written[window_id] if window_id in written else emitted.get(window_id, {})
+        unmatched = sorted(k for k, row in got.items() if row is None or not matches(where, row))
+        assert not unmatched, (
+            f"window {window_id} of {table} emitted {unmatched}, rows its filter {where!r} did "
+            "not match when read"
+        )
         assert got == wanted, (
             f"window {window_id} of {table} emitted {sorted(got)}, Algorithm 1 wants "
             f"{sorted(wanted)} with their values at hw"
+            f"{f' (those matching {where!r})' if where else ''}"
         )
+    hypothesis.event(f"filtered windows leaving rows out: {'yes' if left_out else 'no'}")
+    stopped = "yes" if stopped_matching else "no"
+    hypothesis.event(f"rows a filtered window emitted, updated later not to match: {stopped}")
+
+
+def _chunk_extent(chunk: Chunk, read_keys: list[Key], source: Source) -> set[Key]:
+    """Every key of the table `chunk` covers: its keys, or those of its range. A LIMIT chunk's
+    range ends at its last row when the read filled the LIMIT, else at its bound."""
+    if chunk.keys is not None:
+        return set(chunk.keys)
+    upto = chunk.upto
+    if chunk.limit is not None and len(read_keys) >= chunk.limit:
+        upto = read_keys[-1]
+    return {
+        key
+        for table, key in source.versions
+        if table == chunk.table
+        and (chunk.after is None or key > chunk.after)
+        and (upto is None or key <= upto)
+    }
 
 
 def mutant_search(examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:

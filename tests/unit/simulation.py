@@ -1,7 +1,8 @@
 """A model of DBLog's moving parts around the pure core, for property-based tests.
 
 A source database (tables as dicts), its change log (a list of committed transactions and
-watermark writes), dumps that plan chunks with `TablePlanner` and read them between watermarks,
+watermark writes), dumps that plan chunks with `TablePlanner` and read them between watermarks
+(a filtered dump's chunks read only the rows matching its filter, one of `FILTERS`),
 the window states they share with the tailer (`ModelWindows`, the state machine of
 `state.WindowStore`), and `ModelTailer`, a synchronous model of the production `Session`. The
 histories in `histories.py` drive these, and drive the production `Session` with the same
@@ -10,6 +11,7 @@ histories in `histories.py` drive these, and drive the production `Session` with
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -39,6 +41,20 @@ WriteKind = Literal["upsert", "delete", "move"]
 RowOp = tuple[WriteKind, TableRef, Key, Key]
 """One row operation of a transaction: kind, table, key, and the key a `move` moves the row to
 (ignored by the other kinds)."""
+
+
+FILTERS: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "v % 2 = 0": lambda row: row["v"] % 2 == 0,
+    "v % 2 = 1": lambda row: row["v"] % 2 == 1,
+    "v % 3 = 0": lambda row: row["v"] % 3 == 0,
+}
+"""The filters a dump may carry (`Chunk.where`), as the model source evaluates them. Every write
+of a row gives it the next version of the source, so a write may flip whether it matches."""
+
+
+def matches(where: str | None, row: dict[str, Any]) -> bool:
+    """Whether `row` is one a chunk with filter `where` (None: no filter) reads."""
+    return where is None or FILTERS[where](row)
 
 
 def row_for(table: TableRef, key: Key, version: int) -> dict[str, Any]:
@@ -201,12 +217,16 @@ class Source:
         return ChunkRead(self._select(rows, chunk), txids)
 
     def _select(self, rows: dict[Key, dict[str, Any]], chunk: Chunk) -> list[dict[str, Any]]:
+        """The chunk's query: its keys or key range, narrowed by its filter, then its LIMIT."""
         if chunk.keys is not None:
-            return [dict(rows[k]) for k in chunk.keys if k in rows]
+            keys = [k for k in chunk.keys if k in rows and matches(chunk.where, rows[k])]
+            return [dict(rows[k]) for k in keys]
         keys = sorted(
             k
             for k in rows
-            if (chunk.after is None or k > chunk.after) and (chunk.upto is None or k <= chunk.upto)
+            if (chunk.after is None or k > chunk.after)
+            and (chunk.upto is None or k <= chunk.upto)
+            and matches(chunk.where, rows[k])
         )
         if chunk.limit is not None:
             keys = keys[: chunk.limit]
@@ -532,6 +552,9 @@ class Dump:
     mode: DumpMode = DumpMode.SEQUENCED
     target: PositionTarget | None = None
     """Where a direct dump writes its rows."""
+    where: str | None = None
+    """The dump's filter (`DumpRequest.where`), one of `FILTERS`: the planner puts it in every
+    chunk, as the dump runner does."""
     progress: dict[TableRef, TableProgress] = field(default_factory=dict)
     flights: list[Flight] = field(default_factory=list)
     windows_failed: int = 0
@@ -558,6 +581,7 @@ class Dump:
                 self.chunk_size,
                 self.keys,
                 bounded=self.bounded,
+                where=self.where,
             )
             for t in self.tables
         }
