@@ -28,6 +28,10 @@ Checked for every history:
   and hw, each with its values as of hw (what Algorithm 1 promises; later writes cannot hide a
   stale or missing row here). Such a row is unchanged from lw to hw, so its values at hw are
   those the read saw: no row that did not match when read is emitted;
+- a dump's closed windows' chunks cover every key it was given, or every key of its table up to
+  the maximum key it captured, whatever its filter matched;
+- a filtered dump's chunks are key ranges bounded by split keys, never LIMIT chunks: the filter
+  narrows a chunk, it never drives the paging;
 - no row of a window its dump abandoned is emitted.
 
 Direct histories (`direct_histories`, the model only) run direct dumps: their windows' rows go
@@ -49,7 +53,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.direct import DumpMode, tombstone_horizon
-from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind
+from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, TablePlanner
 from airflow_provider_dblog.core.event import Event, Key, Op, Origin, TableRef
 from airflow_provider_dblog.core.position import Position
 from tests.unit.simulation import (
@@ -345,6 +349,7 @@ def run_history(
     start_tailer: Callable[[Source], TailerDriver],
     *,
     horizon: Horizon = tombstone_horizon,
+    planner: type[TablePlanner] = TablePlanner,
 ) -> None:
     source = Source()
     for write in history.initial:
@@ -380,6 +385,7 @@ def run_history(
             spec.mode,
             target,
             where=spec.where,
+            planner=planner,
         )
         for i, spec in enumerate(history.dumps)
     ]
@@ -509,6 +515,11 @@ def check_output(
                         f"{table} {key} present throughout dump {dump.dump_id}"
                         f"{f' and matching {dump.where!r}' if dump.where else ''}, never dumped"
                     )
+        if dump.where is not None:
+            paged = [c for c in dump.chunks if c.limit is not None]
+            assert not paged, (
+                f"filtered dump {dump.dump_id} paged by its filter: LIMIT chunks {paged[:2]}"
+            )
         leaked = [e for e in dump_events if e.source.window_id in dump.abandoned]
         assert not leaked, f"rows of abandoned windows emitted: {leaked[:3]}"
 
@@ -527,6 +538,7 @@ def check_windows(
         assert windows.state(window_id) == "closed", f"window {window_id} emitted, not closed"
     written = {w: rows for dump in dumps for w, rows in dump.written.items()}
     left_out = stopped_matching = False
+    covered: dict[tuple[str, TableRef], set[Key]] = {}
     for window_id, (flight, dump) in reads.items():
         if windows.state(window_id) != "closed":
             continue
@@ -544,6 +556,7 @@ def check_windows(
         columns = KEY_COLUMNS[table]
         read_keys = [tuple(row[c] for c in columns) for row in flight.rows]
         extent = _chunk_extent(flight.chunk, read_keys, source)
+        covered.setdefault((dump.dump_id, table), set()).update(extent)
         at_hw = {
             k: row
             for k in extent
@@ -573,6 +586,24 @@ def check_windows(
     hypothesis.event(f"filtered windows leaving rows out: {'yes' if left_out else 'no'}")
     stopped = "yes" if stopped_matching else "no"
     hypothesis.event(f"rows a filtered window emitted, updated later not to match: {stopped}")
+    for dump in dumps:
+        for table in dump.tables:
+            missing = sorted(
+                _to_read(dump, table, source) - covered.get((dump.dump_id, table), set())
+            )
+            assert not missing, (
+                f"dump {dump.dump_id} of {table} never read keys {missing}: no closed window's "
+                "chunk covers them"
+            )
+
+
+def _to_read(dump: Dump, table: TableRef, source: Source) -> set[Key]:
+    """The keys a dump's chunks must cover, whatever its filter matched: the keys it was
+    given, or every key up to the table's maximum key when the dump started."""
+    if dump.keys is not None:
+        return set(dump.keys)
+    max_key = dump.progress[table].max_key
+    return {k for t, k in source.versions if t == table and max_key is not None and k <= max_key}
 
 
 def _chunk_extent(chunk: Chunk, read_keys: list[Key], source: Source) -> set[Key]:

@@ -555,6 +555,8 @@ class Dump:
     where: str | None = None
     """The dump's filter (`DumpRequest.where`), one of `FILTERS`: the planner puts it in every
     chunk, as the dump runner does."""
+    planner: type[TablePlanner] = TablePlanner
+    """The planner under test: production's, or a broken one (tests/unit/broken_planners.py)."""
     progress: dict[TableRef, TableProgress] = field(default_factory=dict)
     flights: list[Flight] = field(default_factory=list)
     windows_failed: int = 0
@@ -564,6 +566,8 @@ class Dump:
     """Windows whose chunk read missed a committed transaction."""
     reads: dict[str, Flight] = field(default_factory=dict)
     """Every window whose rows were stored, by id."""
+    chunks: list[Chunk] = field(default_factory=list)
+    """Every chunk put in flight, retries included."""
     written: dict[str, dict[Key, dict[str, Any]]] = field(default_factory=dict)
     """The rows a direct dump wrote into the target, by window."""
     abandoned_after_hw: int = 0
@@ -576,7 +580,7 @@ class Dump:
 
     def _restart_planners(self) -> None:
         self.planners = {
-            t: TablePlanner(
+            t: self.planner(
                 TableProgress.from_json(self.progress[t].to_json()),
                 self.chunk_size,
                 self.keys,
@@ -621,6 +625,7 @@ class Dump:
         flight = Flight(chunk, window, f"lw{n}", f"hw{n}")
         self.windows.register(window, flight.lw, flight.hw)
         self.flights.append(flight)
+        self.chunks.append(chunk)
 
     def _retry(self, flight: Flight) -> None:
         self.flights.remove(flight)
