@@ -1,9 +1,9 @@
 """Property-based histories against the model tailer: whatever the interleaving, the output is a
 faithful change stream (see `histories.py` for what a history holds and what is checked).
 
-The last test runs the same histories against deliberately broken reconcilers and requires
-that hypothesis catches each of them. tests/integration/tailer/test_properties.py plays the
-same histories against the production `Session`.
+The later tests run the same histories against deliberately broken reconcilers and dump
+planners and require that hypothesis catches each of them. tests/integration/tailer/
+test_properties.py plays the same histories against the production `Session`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.direct import DumpMode, tombstone_horizon
-from airflow_provider_dblog.core.dump_plan import DumpKind
+from airflow_provider_dblog.core.dump_plan import DumpKind, TablePlanner
 from airflow_provider_dblog.core.reconciler import Reconciler
+from tests.unit.broken_planners import (
+    FilterDrivesLimitChunks,
+    TakesASparseChunkAsTheLast,
+)
 from tests.unit.broken_reconcilers import (
     BROKEN_RECONCILERS,
     DirectRowsOverwriteEverything,
@@ -45,13 +49,14 @@ def run_model(
     history: History,
     reconciler_class: type[Reconciler] = Reconciler,
     horizon: Horizon = tombstone_horizon,
+    planner: type[TablePlanner] = TablePlanner,
 ) -> None:
     windows = ModelWindows()
 
     def start_tailer(source: Source) -> ModelTailer:
         return ModelTailer(source, windows, reconciler_class)
 
-    run_history(history, windows, start_tailer, horizon=horizon)
+    run_history(history, windows, start_tailer, horizon=horizon, planner=planner)
 
 
 @settings(
@@ -83,6 +88,55 @@ def test_broken_reconcilers_are_caught(broken: type[Reconciler]) -> None:
 
     with pytest.raises(AssertionError):
         broken_run()
+
+
+@pytest.mark.parametrize(
+    ("broken", "failure"),
+    [
+        pytest.param(TakesASparseChunkAsTheLast, "never read keys", id="sparse-chunk-as-last"),
+        pytest.param(FilterDrivesLimitChunks, "paged by its filter", id="limit-chunks"),
+    ],
+)
+def test_planners_that_page_by_the_filter_are_caught(
+    broken: type[TablePlanner], failure: str
+) -> None:
+    @mutant_search(MUTANT_EXAMPLES)
+    @given(histories)
+    def broken_run(history: History) -> None:
+        run_model(history, planner=broken)
+
+    with pytest.raises(AssertionError, match=failure):
+        broken_run()
+
+
+SPARSE_FIRST_CHUNK = History(
+    initial=(
+        Write((("upsert", TABLE_A, (2,), (2,)),)),  # version 1: matches
+        Write((("upsert", TABLE_A, (1,), (1,)),)),  # version 2: does not
+    ),
+    dumps=(DumpSpec(DumpKind.TABLE, TABLE_A, 0, 1, 1, False, where="v % 2 = 1"),),
+    actions=(),  # the dump runs to its end after the actions
+)
+"""What hypothesis shrinks `TakesASparseChunkAsTheLast`'s failures to: the first chunk, account
+1, matches no row, and account 2, which matches, lies in the range after it."""
+
+
+@pytest.mark.parametrize(
+    ("planner", "caught"),
+    [(TablePlanner, False), (TakesASparseChunkAsTheLast, True)],
+    ids=["planner", "sparse-chunk-as-last"],
+)
+def test_a_row_after_a_sparse_chunk_is_dumped(planner: type[TablePlanner], caught: bool) -> None:
+    @mutant_search(1)
+    @given(st.just(SPARSE_FIRST_CHUNK))
+    def play(history: History) -> None:
+        run_model(history, planner=planner)
+
+    if caught:
+        with pytest.raises(AssertionError, match=r"\(2,\) present .* matching .*, never dumped"):
+            play()
+    else:
+        play()
 
 
 def test_rows_that_overwrite_everything_are_caught() -> None:
