@@ -10,6 +10,7 @@ password, how the writer process reaches it), `drop_databases` drops either and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -270,6 +271,13 @@ def make_source(request: pytest.FixtureRequest, rows: int, seed_value: int) -> S
         return make_mysql_databases(info, rows, seed_value=seed_value)
     pg: PostgresInfo = request.getfixturevalue("pg15")
     return make_databases(pg, rows, target=True, seed_value=seed_value)
+
+
+def capturing(dbs: SourceDatabases, *names: str) -> SourceDatabases:
+    """`dbs` with a config that captures its tables `names` only (for `write_config`)."""
+    tables = tuple(dbs.table(n) for n in names)
+    config = dataclasses.replace(dbs.config, tables=tables)  # type: ignore[type-var]
+    return dataclasses.replace(dbs, config=config)
 
 
 def drop_databases(dbs: SourceDatabases) -> None:

@@ -1,7 +1,8 @@
 """Tables without a primary key, keyed by a unique index on NOT NULL columns, on PostgreSQL (the
 replica identity index) and MariaDB (the only such index, or the one `[source] unique_keys`
-names): followed by the tailer and dumped while writes run, updates of the unique columns in
-place among them, the NDJSON replays to the source, every event keyed by the index's columns.
+names): followed by the tailer and dumped while writes run (updates of the unique columns in
+place among them) and the tailer is SIGKILLed once, the NDJSON replays to the source, every
+event keyed by the index's columns.
 Tables that no index can key are refused by setup, naming the ways out."""
 
 from __future__ import annotations
@@ -21,22 +22,26 @@ from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Op, Origin, TableRef
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import run_dump
-from airflow_provider_dblog.outputs import NdjsonOutput, read_events
+from airflow_provider_dblog.outputs import read_events
 from airflow_provider_dblog.sources.base import NoPrimaryKey, Source
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import DumpState, StateStore
-from airflow_provider_dblog.tailer import Tailer, TailerSettings
 from tests.integration.e2e_support import (
     SOURCES,
     MysqlDatabases,
     SourceDatabases,
+    TailProcess,
     backwards,
+    capturing,
+    cli_env,
     drop_databases,
     make_source,
     materialize,
     source_state,
     state_differences,
     wait_caught_up,
+    wait_until,
+    write_config,
 )
 
 pytestmark = pytest.mark.integration
@@ -97,28 +102,51 @@ def test_a_table_keyed_by_a_unique_index_is_followed_and_dumped(
     captured.ensure_setup()
     assert key_of(captured, readings) == ("sensor", "at")
     store = StateStore(redis_server.client(), dbs.config.name)
-    output = NdjsonOutput(tmp_path / "events")
-    tailer = Tailer(captured, store, output, owner="t", settings=TailerSettings(window_ttl_s=30))
-    stop = threading.Event()
-    thread = tailer.start(stop)
+    config = write_config(
+        tmp_path / "dblog.toml",
+        capturing(dbs, "readings"),
+        redis_server,
+        {"type": "ndjson", "directory": str(tmp_path / "events")},
+        {"heartbeat_s": 0.2, "window_ttl_s": 10, "reconnect_max_s": 2, "lease_ttl_ms": 2000},
+    )
+    tail = TailProcess(config, "tailer", cli_env(dbs, redis_server), tmp_path / "tail.log")
     try:
+        wait_until(lambda: store.tailer.health() is not None, 30, "the tailer's first heartbeat")
         store.dumps.create(DumpRequest("unique", DumpKind.TABLE, (readings,), chunk_size=40))
         writes = threading.Thread(target=write_while_dumping, args=(dbs,), daemon=True)
+        ended: list[DumpState] = []
+        dump = threading.Thread(
+            target=lambda: ended.append(
+                run_dump(store, captured.chunk_source, "unique", window_timeout_s=10)
+            ),
+            daemon=True,
+        )
         writes.start()
-        state = run_dump(store, captured.chunk_source, "unique", window_timeout_s=30)
+        dump.start()
+        wait_until(
+            lambda: chunks_done(store, "unique") >= 2 or not dump.is_alive(), 120, "2 chunks"
+        )
+        tail.kill()  # mid-dump and mid-writes: its windows expire and are read again
+        tail.start()
+        dump.join(180)
         writes.join(120)
-        assert state is DumpState.DONE and not writes.is_alive()
+        assert ended == [DumpState.DONE] and not writes.is_alive(), ended
         wait_caught_up(dbs, store=store)
+        assert tail.stop() == 0, (tmp_path / "tail.log").read_text()[-3000:]
     finally:
-        stop.set()
-        thread.join(30)
-        output.close()
+        if tail.alive():
+            tail.kill()
     events = [e for e in read_events(tmp_path / "events") if e.source.table == "readings"]
-    rows = [e for e in events if e.op not in (Op.SCHEMA, Op.TRUNCATE)]
-    assert {tuple(e.key) for e in rows} == {("sensor", "at")}
-    assert {e.source.origin for e in rows} == {Origin.LOG, Origin.DUMP}
+    changes = [e for e in events if e.op not in (Op.SCHEMA, Op.TRUNCATE)]
+    assert {tuple(e.key) for e in changes} == {("sensor", "at")}
+    assert {e.source.origin for e in changes} == {Origin.LOG, Origin.DUMP}
     assert backwards(events) == []
     assert state_differences(source_state(captured, [readings]), materialize(events)) == []
+
+
+def chunks_done(store: StateStore, dump_id: str) -> int:
+    status = store.dumps.status(dump_id)
+    return 0 if status is None else status.chunks
 
 
 def write_while_dumping(dbs: SourceDatabases) -> None:

@@ -1,12 +1,12 @@
 """Tables added to and removed from capture while `dblog tail` runs, on PostgreSQL and MariaDB:
 the TOML edited and SIGHUP sent, under a write workload. A table added is followed from the
-reload on and, with `--dump-added`, dumped by the tailer's process, so the NDJSON rebuilds it;
+reload on and, with `--dump-added`, dumped by the tailer's process, so the NDJSON rebuilds it,
+through a SIGKILL of the tailer;
 a table removed has no event committed after the reload; both reloads are recorded for
 `dblog status`. A reload that changes anything else is refused and changes nothing."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 from collections.abc import Iterator
@@ -24,6 +24,7 @@ from tests.integration.e2e_support import (
     TailProcess,
     Writer,
     backwards,
+    capturing,
     cli_env,
     drop_databases,
     make_source,
@@ -44,12 +45,6 @@ def source(request: pytest.FixtureRequest) -> Iterator[SourceDatabases]:
     databases = make_source(request, 300, random.randrange(1 << 30))
     yield databases
     drop_databases(databases)
-
-
-def capturing(dbs: SourceDatabases, *names: str) -> SourceDatabases:
-    """`dbs` with a config that captures `names` only (for `write_config`)."""
-    tables = tuple(dbs.table(n) for n in names)
-    return dataclasses.replace(dbs, config=dataclasses.replace(dbs.config, tables=tables))  # type: ignore[type-var]
 
 
 def test_tables_added_and_removed_by_a_reload_under_writes(
@@ -75,6 +70,14 @@ def test_tables_added_and_removed_by_a_reload_under_writes(
         tail.reload()
         wait_until(lambda: recorded(store, added=[orders]), 60, "the reload adding orders")
         wait_until(lambda: dump_of(store, orders) is DumpState.DONE, 180, "orders dumped")
+        leads = (tmp_path / "tail.log").read_text().count("holds the lease")
+        tail.kill()  # a restarted tailer reads the edited TOML: it follows orders from the start
+        tail.start()
+        wait_until(
+            lambda: (tmp_path / "tail.log").read_text().count("holds the lease") > leads,
+            60,
+            "the restarted tailer leading (its SIGHUP handler in place)",
+        )
 
         write_config(path, capturing(dbs, "orders"), redis_server, output, tailer)
         tail.reload()
