@@ -53,6 +53,8 @@ def scan_filter(text: str, syntax: FilterSyntax) -> frozenset[str]:
     `InvalidRequest` naming what is wrong."""
     if not text.strip():
         raise InvalidRequest("the filter is empty: give a condition on the table's columns")
+    if any(ord(c) < 32 and c not in "\t\n\r" for c in text):
+        raise InvalidRequest("the filter holds a control character (a NUL, ...): remove it")
     calls: set[str] = set()
     depth, i, n = 0, 0, len(text)
     while i < n:

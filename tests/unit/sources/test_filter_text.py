@@ -60,6 +60,7 @@ def test_mysql_conditions_pass_with_the_functions_they_call(text: str, calls: se
         ("name = 'unterminated", "unterminated"),
         ('"unterminated = 1', "unterminated"),
         ("name = $$x", r"unterminated \$\$"),
+        ("id = 1\x00; DROP TABLE t", "control character"),
     ],
 )
 def test_postgres_refusals_name_the_problem(text: str, refusal: str) -> None:
