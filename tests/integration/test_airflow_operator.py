@@ -54,10 +54,16 @@ def pipeline(
         yield pipeline
 
 
-def spark_submits() -> list[psutil.Process]:
-    """spark-submit JVMs started by this process (directly or through the launcher script)."""
+def spark_submits(dump_id: str) -> list[psutil.Process]:
+    """spark-submit JVMs this process started for `dump_id` (named `dblog-dump-<id>`): an
+    earlier test's detached application may still be ending beside them on a loaded machine."""
     children = psutil.Process().children(recursive=True)
-    return [p for p in children if "SparkSubmit" in " ".join(_cmdline(p))]
+    return [
+        p
+        for p in children
+        for line in [" ".join(_cmdline(p))]
+        if "SparkSubmit" in line and f"dblog-dump-{dump_id}" in line
+    ]
 
 
 def _cmdline(process: psutil.Process) -> list[str]:
@@ -98,17 +104,21 @@ def test_on_kill_cancels_and_a_retry_resumes(pipeline: Pipeline) -> None:
         return status is not None and status.chunks >= 3
 
     wait_until(some_chunks, 120, "the Spark dump completing 3 chunks")
-    assert spark_submits(), "no spark-submit runs while the dump does"
+    assert spark_submits("killed"), "no spark-submit runs while the dump does"
     first.on_kill()
     thread.join(60)
     assert not thread.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], AirflowException)
-    # The driver is killed before it reads the cancel: the dump stays unfinished, to resume.
-    assert "ended running without finishing" in str(errors[0]), errors[0]
-    assert "a retry resumes it" in str(errors[0])
+    # on_kill writes the cancel, then kills the processes: a driver killed first leaves the
+    # dump running, one that read the cancel between two chunks (a loaded machine) ends it
+    # cancelled. The retry below resumes it either way.
+    said = str(errors[0])
+    assert ("ended running without finishing" in said and "a retry resumes it" in said) or (
+        "was cancelled" in said
+    ), said
     status = store.dumps.status("killed")
     assert status is not None and status.state is not DumpState.DONE
-    wait_until(lambda: not spark_submits(), 60, "spark-submit gone after on_kill")
+    wait_until(lambda: not spark_submits("killed"), 60, "spark-submit gone after on_kill")
     done_before = status.chunks
     assert 3 <= done_before < ROWS // 20
 
