@@ -148,6 +148,7 @@ class Session:
         self._acknowledged = 0
         self._handed_commit = 0
         self._next_beat = 0.0
+        self._next_checkpoint = 0.0
 
     @property
     def _token(self) -> int:
@@ -174,13 +175,14 @@ class Session:
                     self._other(item)
                     if isinstance(item, _BOUNDARIES) and stop.is_set():
                         break
-                self._acknowledge_durable()
                 now = time.monotonic()
+                if now >= self._next_checkpoint:
+                    self._acknowledge_durable(now)
                 if now >= self._next_beat:
                     self._next_beat = now + self._settings.heartbeat_s
                     self.housekeeping(now)
             self._writer.finish()
-            self._acknowledge_durable()
+            self._acknowledge_durable(time.monotonic())
         finally:
             self._stats.open_windows = 0  # its windows end with it: the next session drops them
             stopped = self._writer.halt(self._settings.writer_stop_s)
@@ -274,11 +276,16 @@ class Session:
         self._writer.put(item)
 
     def idle(self, item: Idle) -> None:
+        """The reader is at the log's end for now. A server says so between two commits of a
+        busy stream too, so the checkpoint still waits for `checkpoint_s`; at an idle log the
+        reader's idle items keep coming (a second apart at most), and the next one saves it."""
         self._writer.hand_over()
         drained = self._writer.idle.is_set() and self._writer.durable_commit >= self._handed_commit
         self._stats.caught_up = drained
         if drained and item.log_end > self._acknowledged:
-            self._acknowledge(item.log_end)
+            now = time.monotonic()
+            if now >= self._next_checkpoint:
+                self._acknowledge(item.log_end, now)
 
     # -- table-level events, chunks, windows, acknowledgements ---------------------------------
 
@@ -466,15 +473,16 @@ class Session:
         reason = f"{failed.reason}: {failed.detail}"
         self._store.windows.fail(failed.window.window_id, reason, self._token)
 
-    def _acknowledge_durable(self) -> None:
+    def _acknowledge_durable(self, now: float) -> None:
         durable = self._writer.durable_commit
         if durable > self._acknowledged:
-            self._acknowledge(durable)
+            self._acknowledge(durable, now)
 
-    def _acknowledge(self, commit: int) -> None:
+    def _acknowledge(self, commit: int, now: float) -> None:
         """Tell the reader `commit` is durable and save the checkpoint with the reader's resume
         point, under the fence: the next session's reader starts there."""
         self._acknowledged = commit
+        self._next_checkpoint = now + self._settings.checkpoint_s
         resume = self._reader.acknowledge(commit)
         self._store.tailer.save_checkpoint(commit, self._token, resume)
 

@@ -1,5 +1,5 @@
-"""How a tailer paces itself (window expiry, batches, buffer, lease, beats and backoff) and where
-it serves its metrics."""
+"""How a tailer paces itself (window expiry, batches, buffer, checkpoints, lease, beats and
+backoff) and where it serves its metrics."""
 
 from __future__ import annotations
 
@@ -17,6 +17,11 @@ class TailerSettings:
     buffer_items: int = 20_000
     """The buffer between the reader and the writer holds about this many events and marks (a
     chunk row counts one per KiB of its line if that is more)."""
+    checkpoint_s: float = 0.2
+    """The checkpoint (and the source's acknowledgement of what is durable) is saved at most
+    this often: a Redis round trip a transaction would cost small transactions most of their
+    read. At an idle log it is saved at the reader's next idle beat after that (a second at
+    most), and at a stop at once; a tailer killed reads about this much of the log again."""
     lease_ttl_ms: int = 10_000
     heartbeat_s: float = 1.0
     reconnect_max_s: float = 30.0
