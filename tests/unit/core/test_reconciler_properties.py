@@ -93,7 +93,10 @@ def test_broken_reconcilers_are_caught(broken: type[Reconciler]) -> None:
 @pytest.mark.parametrize(
     ("broken", "failure"),
     [
-        pytest.param(TakesASparseChunkAsTheLast, "never read keys", id="sparse-chunk-as-last"),
+        # Caught by the planner's own check, or by a row it left out never being dumped.
+        pytest.param(
+            TakesASparseChunkAsTheLast, "never read keys|never dumped", id="sparse-chunk-as-last"
+        ),
         pytest.param(FilterDrivesLimitChunks, "paged by its filter", id="limit-chunks"),
     ],
 )
