@@ -87,6 +87,7 @@ PG_RECVLOGICAL = SYSTEM_BIN_DIR / "pg_recvlogical"
 class Sizes:
     p1_rows: int
     p1_rows_per_tx: int
+    p1s_rows: int
     p3_rate: float
     p3_seconds: float
     p3_dump_rows: int
@@ -102,6 +103,7 @@ class Sizes:
         return cls(
             200_000,
             1000,
+            100_000,
             200.0,
             10.0,
             1_000_000,
@@ -115,7 +117,7 @@ class Sizes:
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(20_000, 1000, 200.0, 3.0, 100_000, 5000, 100_000, 20_000, 10_000, 10_000, 1)
+        return cls(20_000, 1000, 8_000, 200.0, 3.0, 100_000, 5000, 100_000, 20_000, 10_000, 10_000, 1)
 
 
 @dataclass
@@ -160,25 +162,27 @@ class P4Result:
 # -- P1: read throughput ----------------------------------------------------------------------
 
 
-def bench_p1(env: Env, sizes: Sizes) -> P1Result:
-    name, ceiling_slot = "bench_p1", "bench_p1_ceiling"
-    env.sql("CREATE TABLE public.p1_rows (id bigint PRIMARY KEY, name text, n int, ts timestamptz)")
-    source = env.source(name, ["public.p1_rows"])
+def bench_p1(env: Env, rows: int, rows_per_tx: int, name: str = "bench_p1") -> P1Result:
+    """The tailer and pg_recvlogical reading one backlog of `rows` inserts committed
+    `rows_per_tx` a transaction: 1000 measures rows, 4 (sysbench's size) a transaction's cost."""
+    ceiling_slot, table = f"{name}_ceiling", f"{name}_rows"
+    env.sql(f"CREATE TABLE public.{table} (id bigint PRIMARY KEY, name text, n int, ts timestamptz)")
+    source = env.source(name, [f"public.{table}"])
     source.ensure_setup()
     env.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (ceiling_slot,))
-    say(f"P1: writing a backlog of {sizes.p1_rows} inserts ({sizes.p1_rows_per_tx} per tx)")
-    with psycopg.connect(env.pg.dsn, autocommit=True) as conn:
-        for start in range(0, sizes.p1_rows, sizes.p1_rows_per_tx):
-            end = min(start + sizes.p1_rows_per_tx, sizes.p1_rows)
-            conn.execute(
-                "INSERT INTO p1_rows SELECT i, 'name-' || i, i %% 1000, now()"
-                " FROM generate_series(%s::bigint, %s::bigint) AS i",
-                (start + 1, end),
-            )
+    say(f"{name}: writing a backlog of {rows} inserts ({rows_per_tx} per tx)")
+    env.sql(
+        f"CREATE PROCEDURE {name}_fill(total bigint, per_tx bigint) LANGUAGE plpgsql AS $$"
+        " BEGIN FOR lo IN 1..total BY per_tx LOOP"
+        f" INSERT INTO {table} SELECT i, 'name-' || i, i % 1000, now()"
+        "  FROM generate_series(lo, least(lo + per_tx - 1, total)) AS i;"
+        " COMMIT; END LOOP; END $$"
+    )
+    env.sql(f"CALL {name}_fill(%s, %s)", (rows, rows_per_tx))
     end_lsn = env.wal_lsn()
 
-    say("P1: pg_recvlogical (pgoutput) reading the backlog")
-    ceiling_file = env.base / "p1-ceiling.bin"
+    say(f"{name}: pg_recvlogical (pgoutput) reading the backlog")
+    ceiling_file = env.base / f"{name}-ceiling.bin"
     command = [
         str(PG_RECVLOGICAL),
         "--dbname",
@@ -206,14 +210,14 @@ def bench_p1(env: Env, sizes: Sizes) -> P1Result:
     ceiling_s = time.monotonic() - started
     env.drop_slot(ceiling_slot)
 
-    say("P1: our tailer reading the backlog into NDJSON")
-    output = TimedNdjson(env.base / "p1-out")
+    say(f"{name}: our tailer reading the backlog into NDJSON")
+    output = TimedNdjson(env.base / f"{name}-out")
     started = time.monotonic()
     with RunningTailer(env, source, output):
-        wait_until(lambda: output.durable_events >= sizes.p1_rows, 600, "P1 tailer catch-up")
+        wait_until(lambda: output.durable_events >= rows, 600, f"{name} tailer catch-up")
         ours_s = time.monotonic() - started
     env.drop_slot(name)
-    return P1Result(sizes.p1_rows, ours_s, ceiling_s, ceiling_file.stat().st_size)
+    return P1Result(rows, ours_s, ceiling_s, ceiling_file.stat().st_size)
 
 
 # -- P1b: read throughput on MariaDB ----------------------------------------------------------
@@ -816,6 +820,7 @@ def p3_ratio(p3: list[LatencyResult], index: int = 1) -> float:
 
 def report(
     p1: P1Result | None,
+    p1s: P1Result | None,
     p1b: P1bResult | None,
     p1b_heavy: P1bResult | None,
     p3: list[LatencyResult] | None,
@@ -833,6 +838,13 @@ def report(
             f"{'P1 ours: tailer -> NDJSON (events/s)':<44} {p1.ours_rate:>14,.0f}",
             f"{'P1 ceiling: pg_recvlogical pgoutput (ev/s)':<44} {p1.ceiling_rate:>14,.0f}",
             f"{'P1 ratio ours/ceiling':<44} {p1.ours_rate / p1.ceiling_rate:>14.3f}",
+        ]
+    if p1s is not None:
+        lines += [
+            f"{'P1s backlog (inserts, 4 a transaction)':<44} {p1s.rows:>14,}",
+            f"{'P1s ours: tailer -> NDJSON (events/s)':<44} {p1s.ours_rate:>14,.0f}",
+            f"{'P1s ceiling: pg_recvlogical (events/s)':<44} {p1s.ceiling_rate:>14,.0f}",
+            f"{'P1s ratio ours/ceiling':<44} {p1s.ours_rate / p1s.ceiling_rate:>14.3f}",
         ]
     if p1b is not None:
         lines += [
@@ -893,7 +905,7 @@ def report(
     return "\n".join(lines)
 
 
-FIGURES = ("P1", "P1b", "P3", "P4", "P4m", "P4b", "E")
+FIGURES = ("P1", "P1s", "P1b", "P3", "P4", "P4m", "P4b", "E")
 
 
 def parse_only(text: str | None) -> frozenset[str]:
@@ -926,6 +938,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     load_before = load_average()
     p1: P1Result | None = None
+    p1s: P1Result | None = None
     p1b: P1bResult | None = None
     p1b_heavy: P1bResult | None = None
     p3: list[LatencyResult] | None = None
@@ -946,11 +959,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         rds = stack.enter_context(RedisServer(base / "redis"))
         env = Env(base, pg.info, rds.info, mariadb.info if mariadb is not None else None)
         if "P1" in only:
-            p1 = bench_p1(env, sizes)
+            p1 = bench_p1(env, sizes.p1_rows, sizes.p1_rows_per_tx)
             print(
                 f"P1 ours {p1.ours_rate:.0f} events/s, ceiling {p1.ceiling_rate:.0f} events/s "
                 f"(pg_recvlogical, pgoutput proto 1, {p1.ceiling_bytes:,} bytes), "
                 f"ratio {p1.ours_rate / p1.ceiling_rate:.3f}",
+                flush=True,
+            )
+        if "P1s" in only:
+            p1s = bench_p1(env, sizes.p1s_rows, 4, "bench_p1s")
+            print(
+                f"P1s ours {p1s.ours_rate:.0f} events/s, ceiling {p1s.ceiling_rate:.0f} "
+                f"events/s (4 inserts a transaction), ratio "
+                f"{p1s.ours_rate / p1s.ceiling_rate:.3f}",
                 flush=True,
             )
         if "P1b" in only:
@@ -1016,7 +1037,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"(best of {len(emission)}, {sizes.emission_rows} rows a chunk)",
                 flush=True,
             )
-    print(report(p1, p1b, p1b_heavy, p3, p4, p4m, p4b, emission))
+    print(report(p1, p1s, p1b, p1b_heavy, p3, p4, p4m, p4b, emission))
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     print(f"load average (1, 5, 15 min): {load_before} at the start, {load_average()} at the end")
     return 0
