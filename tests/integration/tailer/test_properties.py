@@ -58,6 +58,7 @@ COMMAND_TIMEOUT_S = 30.0
 
 SETTINGS = TailerSettings(
     batch_events=1,
+    checkpoint_s=0.0,  # acknowledge what is durable at once: the histories follow every ack
     heartbeat_s=3600.0,  # housekeeping (lease, expiry) runs at a session's start and on Expire
     window_ttl_s=3600.0,
     lease_ttl_ms=3_600_000,
