@@ -117,7 +117,9 @@ class Sizes:
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(20_000, 1000, 8_000, 200.0, 3.0, 100_000, 5000, 100_000, 20_000, 10_000, 10_000, 1)
+        return cls(
+            20_000, 1000, 8_000, 200.0, 3.0, 100_000, 5000, 100_000, 20_000, 10_000, 10_000, 1
+        )
 
 
 @dataclass
@@ -166,7 +168,9 @@ def bench_p1(env: Env, rows: int, rows_per_tx: int, name: str = "bench_p1") -> P
     """The tailer and pg_recvlogical reading one backlog of `rows` inserts committed
     `rows_per_tx` a transaction: 1000 measures rows, 4 (sysbench's size) a transaction's cost."""
     ceiling_slot, table = f"{name}_ceiling", f"{name}_rows"
-    env.sql(f"CREATE TABLE public.{table} (id bigint PRIMARY KEY, name text, n int, ts timestamptz)")
+    env.sql(
+        f"CREATE TABLE public.{table} (id bigint PRIMARY KEY, name text, n int, ts timestamptz)"
+    )
     source = env.source(name, [f"public.{table}"])
     source.ensure_setup()
     env.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (ceiling_slot,))

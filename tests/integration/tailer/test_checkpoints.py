@@ -43,8 +43,8 @@ def test_a_stream_of_small_transactions_saves_few_checkpoints_and_the_last_one(
 ) -> None:
     """300 one-row transactions committed one after another are all written, with a checkpoint
     saved at most once a `checkpoint_s` (without that pause the tailer saved one every few
-    commits: 84 in a fifth of a second); once the log is idle, the checkpoint and the slot stand past the
-    last of them."""
+    commits: 84 in a fifth of a second); once the log is idle, the checkpoint and the slot
+    stand past the last of them."""
     dbs = source
     dbs.source.ensure_setup()
     store = StateStore(redis_server.client(), dbs.config.name)
