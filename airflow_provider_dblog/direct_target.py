@@ -98,8 +98,10 @@ def default_mode(config: Config) -> DumpMode:
     """The mode of a dump that names none: direct in a deployment with a lake (its rows go
     into the lake tables without passing through the tailer), else sequenced, the one every
     output takes (SQL apply keeps sequenced dumps by default, so an existing deployment's dumps
-    behave as they did)."""
-    return DumpMode.DIRECT if config.lake_root is not None else DumpMode.SEQUENCED
+    behave as they did). A read-only source's dumps are sequenced."""
+    if config.lake_root is None or config.source.read_only:
+        return DumpMode.SEQUENCED
+    return DumpMode.DIRECT
 
 
 def check_direct_target(config: Config) -> None:

@@ -70,6 +70,11 @@ class ChunkRows:
     `rows` are the rows as read, or as the reader encoded them (`EncodedRows`): the tailer
     takes a stored chunk a slice at a time, each slice a `ChunkRows` of its own whose
     `emitted_before` counts the rows the slices before it emitted, so positions go on.
+
+    A read-only window's watermarks are log positions (`state/positional.py`): `hw` is one every
+    transaction the read saw commits below; `snapshot_end` one below which the read saw every
+    commit, when the server can say (MariaDB's snapshot position). A window opened at an lw
+    past `snapshot_end` read a snapshot older than lw: stale.
     """
 
     window_id: str
@@ -78,6 +83,8 @@ class ChunkRows:
     schema_version: int
     invisible_txids: frozenset[int] = frozenset()
     emitted_before: int = 0
+    hw: int | None = None
+    snapshot_end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +313,13 @@ class Reconciler:
                     FailureReason.STALE_READ,
                     f"transaction {txid} committed before lw but was invisible to the read",
                 )
+        end = chunk.snapshot_end
+        if end is not None and closed.lw_position.commit >= end:
+            return Failed(
+                window,
+                FailureReason.STALE_READ,
+                f"the read's snapshot ends at {end}, before lw at {closed.lw_position.commit + 1}",
+            )
         return None
 
     def _encoded_page(self, closed: Closed, chunk: ChunkRows, rows: EncodedRows) -> PageLines:

@@ -4,13 +4,17 @@ Register the window, write lw, read the chunk (a non-stale read), put the rows i
 write hw, then wait for the tailer to close the window. The rows are in Redis before hw is in
 the log, so the tailer never waits for the dump. If the window does not close in time the dump
 abandons it; the tailer and the dump race on that transition in Redis and exactly one wins.
+
+A read-only source (`ChunkSource.read_only`) writes nothing: the tailer arms the window at its
+read position instead of meeting lw, and closes it once it has read past the hw the read stored
+with the rows (`state/positional.py`).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
 from airflow_provider_dblog.core.dump_plan import Chunk
@@ -68,6 +72,9 @@ def read_in_process(
     """The `ChunkReader` of `dblog dump`: one query on this process's connection."""
     read = source.read_chunk(chunk)
     rows = ChunkRows(window_id, key_columns, read.rows, 0, read.invisible_txids)
+    if read.snapshot is not None:
+        end = read.snapshot.hw if read.snapshot.exact else None
+        rows = replace(rows, hw=read.snapshot.hw, snapshot_end=end)
     if not store.windows.put_rows(window_id, rows):
         return None
     last_key = key_of(read.rows[-1], key_columns) if read.rows else None
@@ -140,15 +147,22 @@ def between_watermarks(
     ttl_s = max(window_timeout_s * 10, WINDOW_KEYS_MIN_TTL_S)
     store.windows.register(window, lw, hw, chunk_to_json(chunk), ttl_s=ttl_s)
     try:
-        source.write_watermark(lw)
+        if source.read_only:
+            not_armed = _armed(store, window, window_timeout_s)
+            if not_armed is not None:
+                return not_armed
+        else:
+            source.write_watermark(lw)
         result = read(window.window_id)
         if result is None:
             # The tailer already ended this window (it expired, or hw came before lw):
             # writing hw would only be ignored.
-            status = store.windows.state(window.window_id)
-            reason = status.reason if status else "window vanished"
-            return ChunkOutcome(False, 0, None, reason)
-        source.write_watermark(hw)
+            return _ended(store, window)
+        if source.read_only:
+            if not store.positional.ready(window.window_id):
+                return _ended(store, window)
+        else:
+            source.write_watermark(hw)
     except BaseException:
         store.windows.abandon(window.window_id)
         raise
@@ -161,3 +175,23 @@ def between_watermarks(
     if status.state is not WindowState.CLOSED:
         return ChunkOutcome(False, 0, None, status.reason or f"window {status.state}")
     return result
+
+
+def _armed(store: StateStore, window: Window, timeout_s: float) -> ChunkOutcome | None:
+    """Add a read-only window for the tailer to arm and wait until it has: None once armed,
+    else the outcome of a chunk to retry."""
+    store.positional.add(window.window_id)
+    status = store.positional.wait_armed(store.windows, window.window_id, timeout_s)
+    if status.state is WindowState.OPEN:
+        return None
+    reason = f"window not armed by the tailer in {timeout_s}s (is dblog tail running?)"
+    if status.state is WindowState.REGISTERED and store.windows.abandon(window.window_id, reason):
+        return ChunkOutcome(False, 0, None, reason)
+    return _ended(store, window)
+
+
+def _ended(store: StateStore, window: Window) -> ChunkOutcome:
+    """The outcome of a window the tailer ended before the dump was done with it."""
+    status = store.windows.state(window.window_id)
+    reason = status.reason if status else "window vanished"
+    return ChunkOutcome(False, 0, None, reason)

@@ -106,6 +106,11 @@ def build_request(
     if where is not None:
         where = source.check_filter(refs[0], where)
     source.check_ready()
+    if source.read_only and dump_mode is DumpMode.DIRECT:
+        raise InvalidRequest(
+            "the source is read-only: its dumps are sequenced (a direct dump's windows need "
+            "watermarks written into the source); dump with mode 'sequenced'"
+        )
     if keys is not None:
         kind = DumpKind.KEYS
     elif tables is None:

@@ -79,8 +79,15 @@ def read_parts(
                 connections.healthy = False
                 results.append((index, None, None, str(exc)))
                 break
+            snapshot = read.snapshot
             stored = connections.windows.append_rows(
-                window_id, index, read.rows, key_columns, read.invisible_txids
+                window_id,
+                index,
+                read.rows,
+                key_columns,
+                read.invisible_txids,
+                hw=None if snapshot is None else snapshot.hw,
+                snapshot_end=snapshot.hw if snapshot is not None and snapshot.exact else None,
             )
             last = key_of(read.rows[-1], key_columns) if read.rows else None
             results.append((index, stored, last, None))

@@ -51,6 +51,19 @@ class ChunkRead:
 
     rows: Sequence[Row]
     invisible_txids: frozenset[int] = field(default_factory=frozenset)
+    snapshot: ReadSnapshot | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSnapshot:
+    """Where a chunk read's snapshot lies in the log, for read-only windows (see
+    `ChunkRows`): every transaction the read saw commits below `hw` (PostgreSQL: the WAL
+    insert position read after the snapshot was taken; MariaDB: the binlog position of the
+    snapshot); when `exact`, the read saw every transaction that commits below `hw` too
+    (MariaDB's). PostgreSQL names the transactions it did not see instead."""
+
+    hw: int
+    exact: bool
 
 
 class LogReader(Protocol):
@@ -151,11 +164,18 @@ class ChunkSource(Protocol):
         cannot be reached."""
         ...
 
+    @property
+    def read_only(self) -> bool:
+        """Never write to the source: the dump's watermarks are log positions
+        (`state/positional.py`), and `write_watermark` refuses."""
+        ...
+
     def check_ready(self) -> None:
         """Raise `NotSetUp` when this source cannot take a dump yet: its watermark table is
-        missing or does not hold exactly one row (no tailer has set the source up). The message
-        names what to run (`dblog tail`, which creates it). Only reads; `SourceUnavailable`
-        when the server cannot be reached."""
+        missing or does not hold exactly one row (no tailer has set the source up); for a
+        read-only source, its log position (slot) is not set up, or the server cannot say
+        where a snapshot lies. The message names what to run (`dblog tail`, which creates it).
+        Only reads; `SourceUnavailable` when the server cannot be reached."""
         ...
 
     def max_key(self, table: TableRef) -> Key | None: ...
@@ -203,6 +223,11 @@ class SourceConfig(Protocol):
     @property
     def password_env(self) -> str | None:
         """The environment variable holding the source's password, if any."""
+        ...
+
+    @property
+    def read_only(self) -> bool:
+        """`[source] read_only`: nothing is ever written to the source (`ChunkSource`)."""
         ...
 
 

@@ -21,6 +21,8 @@ from airflow_provider_dblog.core.event import JsonValue, Key, freeze
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from airflow_provider_dblog.sources.base import ReadSnapshot
+
 
 class TextKind(Enum):
     """What a column's text is to the converters, so a target may take it without them."""
@@ -56,6 +58,7 @@ class ChunkText:
     rows: int
     last_key: Key | None
     invisible_txids: frozenset[int]
+    snapshot: ReadSnapshot | None = None
 
 
 def last_key(columns: Sequence[TextColumn], key: Sequence[str]) -> Key | None:

@@ -7,10 +7,12 @@ store per concern, each over the keys `keys.py` spells for a source:
   tailer's meeting point;
 - `DirectWindowStore` (direct.py): what the tailer records at a direct window's hw, and the
   direct windows whose rows are not yet committed (the tombstone horizon);
+- `PositionalWindowStore` (positional.py): read-only windows, whose watermarks are log
+  positions the tailer arms and closes them at;
 - `DumpStore` (dumps.py): dump requests, their status, counters, progress, controls and the
   beat of the process running them, written by Airflow, the CLI and the dump;
 - `TailerStore` (tailer.py): the tailer's lease and fencing token, checkpoint and heartbeat;
-- `StateStore` (store.py): the four on one client, for callers that need several;
+- `StateStore` (store.py): the five on one client, for callers that need several;
 - `AsyncStateReader` (async_reader.py): what Airflow's triggers poll, on redis.asyncio.
 
 Every check-then-write that two processes may race on is one Lua script, beside the method that
@@ -46,6 +48,7 @@ from airflow_provider_dblog.state.errors import (
     UnknownWindow,
 )
 from airflow_provider_dblog.state.keys import SourceKeys
+from airflow_provider_dblog.state.positional import PendingWindow, PositionalWindowStore
 from airflow_provider_dblog.state.store import StateStore
 from airflow_provider_dblog.state.tailer import TablesChange, TailerHealth, TailerStore
 from airflow_provider_dblog.state.windows import (
@@ -67,6 +70,8 @@ __all__ = [
     "FencedOut",
     "Mark",
     "MissingRows",
+    "PendingWindow",
+    "PositionalWindowStore",
     "SourceKeys",
     "StateStore",
     "StateStoreError",

@@ -18,6 +18,10 @@ every key of a source lives in one slot and every Lua script of the stores may t
 | P window:<id>:ended    | list   | one element once the window ended (waiters block on it)     |
 | P direct:pending       | hash   | window id -> its lw position (JSON), for each direct window |
 |                        |        | the tailer recorded whose rows are not yet committed        |
+| P window:<id>:armed    | list   | one element once the tailer armed a read-only window        |
+| P positional           | set    | the ids of the read-only windows not yet seen ended         |
+| P positional:last      | string | "<commit> <seq>": the last position the tailer gave a       |
+|                        |        | read-only window's rows, so none is given twice             |
 | P dumps                | list   | dump ids in the order they were created                     |
 | P dump:<id>            | string | the DumpRequest and the tables' key columns (JSON)          |
 | P dump:<id>:status     | hash   | state, reason, chunks, rows, windows_retried,               |
@@ -38,11 +42,17 @@ every key of a source lives in one slot and every Lua script of the stores may t
 |                        |        | newest first (the last 20): JSON {at_ms, owner, added,      |
 |                        |        | removed}                                                    |
 
+A read-only window's hash also holds `armed_at`, the commit position the tailer armed it at
+(it had read every commit below it), and `ready` once its rows are stored; its rowsmeta holds
+`hw` (every commit the reads saw is below it) and, when the reads can tell, `snapshot_end`
+(they saw every commit below it).
+
 A direct window's hash also holds, once the tailer recorded it at hw, lw_position and
 hw_position (JSON) and changed (the JSON list of the keys that changed inside it).
 
 The window keys belong to `WindowStore` (windows.py), except what direct windows add, which
-belongs to `DirectWindowStore` (direct.py); the dump keys to `DumpStore` (dumps.py),
+belongs to `DirectWindowStore` (direct.py), and what read-only windows add, which belongs to
+`PositionalWindowStore` (positional.py); the dump keys to `DumpStore` (dumps.py),
 the tailer keys to `TailerStore` (tailer.py); `AsyncStateReader` reads some of the last two.
 """
 
@@ -61,6 +71,8 @@ class SourceKeys:
     __slots__ = (
         "direct_pending",
         "dumps",
+        "positional",
+        "positional_last",
         "prefix",
         "source",
         "tailer_checkpoint",
@@ -81,6 +93,8 @@ class SourceKeys:
         self.prefix = f"dblog:{{{source}}}:"
         self.dumps = self.prefix + "dumps"
         self.direct_pending = self.prefix + "direct:pending"
+        self.positional = self.prefix + "positional"
+        self.positional_last = self.prefix + "positional:last"
         self.tailer_checkpoint = self.prefix + "tailer:checkpoint"
         self.tailer_resume = self.prefix + "tailer:resume"
         self.tailer_token = self.prefix + "tailer:token"
@@ -100,6 +114,9 @@ class SourceKeys:
 
     def window_ended(self, window_id: str) -> str:
         return self.window(window_id) + ":ended"
+
+    def window_armed(self, window_id: str) -> str:
+        return self.window(window_id) + ":armed"
 
     def watermark(self, value: str) -> str:
         return f"{self.prefix}wm:{value}"

@@ -7,16 +7,19 @@ import redis
 from airflow_provider_dblog.state.base import address_of
 from airflow_provider_dblog.state.direct import DirectWindowStore
 from airflow_provider_dblog.state.dumps import DumpStore
+from airflow_provider_dblog.state.positional import PositionalWindowStore
 from airflow_provider_dblog.state.tailer import TailerStore
 from airflow_provider_dblog.state.windows import WindowStore
 
 
 class StateStore:
-    """The windows, direct windows, dumps and tailer stores of one source, on one client."""
+    """The windows (direct and read-only ones' too), dumps and tailer stores of one source, on
+    one client."""
 
     def __init__(self, client: redis.Redis, source: str) -> None:
         self.windows = WindowStore(client, source)
         self.directs = DirectWindowStore(client, source)
+        self.positional = PositionalWindowStore(client, source)
         self.dumps = DumpStore(client, source)
         self.tailer = TailerStore(client, source)
         self.source = source

@@ -123,6 +123,8 @@ class StoredRows:
     columns: frozenset[tuple[str, ...]]
     """Each column list the rows were read with: more than one when parts were read on both
     sides of an ALTER."""
+    snapshot_end: int | None = None
+    """A read-only window's: the lowest of its reads' `ChunkRows.snapshot_end`."""
 
 
 def _pages(rows: EncodedRows) -> list[bytes]:
@@ -241,6 +243,10 @@ return 1
         read_with = _read_with(chunk.rows, columns)
         if read_with:
             meta["columns:0"] = read_with
+        if chunk.hw is not None:
+            meta["hw"] = chunk.hw
+        if chunk.snapshot_end is not None:
+            meta["snapshot_end"] = chunk.snapshot_end
         with self._r.pipeline() as pipe:
             while True:
                 try:
@@ -263,10 +269,16 @@ return 1
                     continue
 
     # KEYS: window, rows, rowsmeta. ARGV: part, row count, key_columns json, invisible_txids json,
-    # columns json ('' for no rows), rows format, pages... Returns {1, rows stored for the
-    # part}, {0, 0} (window past open), {-1, 0} (unknown). A part is stored once: a Spark task
-    # run again (retry, speculation) appends nothing more.
+    # columns json ('' for no rows), rows format, hw, snapshot_end ('' for none), pages...
+    # Returns {1, rows stored for the part}, {0, 0} (window past open), {-1, 0} (unknown). A part
+    # is stored once: a Spark task run again (retry, speculation) appends nothing more. hw is
+    # the parts' highest, snapshot_end their lowest (compared as digit strings: a position may
+    # pass a Lua number's 53 bits).
     _APPEND_ROWS = """
+local function above(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {-1, 0} end
 if state ~= 'registered' and state ~= 'open' then return {0, 0} end
@@ -279,9 +291,17 @@ redis.call('HSETNX', KEYS[3], 'format', ARGV[6])
 redis.call('HSET', KEYS[3], 'part:' .. ARGV[1], ARGV[2], 'invisible_txids:' .. ARGV[1], ARGV[4])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], 'columns:' .. ARGV[1], ARGV[5]) end
 redis.call('HINCRBY', KEYS[3], 'rows', ARGV[2])
+if ARGV[7] ~= '' then
+  local hw = redis.call('HGET', KEYS[3], 'hw')
+  if (not hw) or above(ARGV[7], hw) then redis.call('HSET', KEYS[3], 'hw', ARGV[7]) end
+end
+if ARGV[8] ~= '' then
+  local had = redis.call('HGET', KEYS[3], 'snapshot_end')
+  if (not had) or above(had, ARGV[8]) then redis.call('HSET', KEYS[3], 'snapshot_end', ARGV[8]) end
+end
 redis.call('PEXPIRE', KEYS[3], ttl)
-if #ARGV > 6 then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, 7))
+if #ARGV > 8 then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 9))
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
 return {1, tonumber(ARGV[2])}
@@ -296,12 +316,16 @@ return {1, tonumber(ARGV[2])}
         key_columns: Sequence[str],
         invisible_txids: frozenset[int],
         columns: Sequence[str] = (),
+        *,
+        hw: int | None = None,
+        snapshot_end: int | None = None,
     ) -> int | None:
         """Encode one part of a window's chunk rows (a sub-range read by one Spark task) and add
         it in one atomic script, so rows reach Redis straight from the reader, never via the
         dump's driver. The window's rows are the union of its parts and its invisible txids the
-        union of theirs; `columns` as for `put_rows`. A part already stored is kept as it is (a
-        task run twice appends once). Returns the rows stored for the part, or None if the
+        union of theirs; `columns` as for `put_rows`; a read-only window's `hw` the highest of
+        theirs, its `snapshot_end` the lowest. A part already stored is kept as it is (a task
+        run twice appends once). Returns the rows stored for the part, or None if the
         window is past open: the chunk is retried."""
         status, stored = self._eval(
             self._APPEND_ROWS,
@@ -317,6 +341,8 @@ return {1, tonumber(ARGV[2])}
                 compact_json(sorted(invisible_txids)),
                 _read_with(rows, columns),
                 _ROWS_FORMAT,
+                "" if hw is None else hw,
+                "" if snapshot_end is None else snapshot_end,
                 *_pages(encode_rows(rows, key_columns)),
             ],
         )
@@ -361,6 +387,7 @@ return {1, tonumber(ARGV[2])}
             pages=int(elements) // 2,
             invisible_txids=frozenset(txids),
             columns=frozenset(columns),
+            snapshot_end=int(meta["snapshot_end"]) if "snapshot_end" in meta else None,
         )
 
     def row_slices(self, stored: StoredRows) -> Iterator[EncodedRows]:

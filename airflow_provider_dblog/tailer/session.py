@@ -17,6 +17,14 @@ agrees with the read its schema is emitted at hw, just before the rows (a direct
 written by the dump, are positioned after hw); otherwise the window fails and the chunk is read
 again. A chunk whose parts were read with different columns fails too. (A table the log never
 described has no schema to compare with: its rows go out as read.)
+
+Read-only windows (`state/positional.py`) have no watermark in the log: between two
+transactions, at most every `_POSITIONAL_POLL_S` and at every idle beat, the session asks the
+store for them. It arms a registered one at its read position (lw: every commit below it read),
+closes an open one once it has read every commit below the hw its reads stored, and fails one
+armed by an earlier session (whose changes since lw this one never saw). The rows of a window it
+closes take positions in the gap after the last commit read (`_gap`), at seqs the store hands out
+once, so a later tailer closing a window in the same gap places its rows after them.
 """
 
 from __future__ import annotations
@@ -60,7 +68,14 @@ from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.core.schema_versions import SchemaTracker
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.sources.base import LogReader, StampsSchemaVersions
-from airflow_provider_dblog.state import FencedOut, MissingRows, StateStore, StoredRows
+from airflow_provider_dblog.state import (
+    FencedOut,
+    MissingRows,
+    PendingWindow,
+    StateStore,
+    StoredRows,
+    WindowState,
+)
 from airflow_provider_dblog.tailer.metrics import TailerStats
 from airflow_provider_dblog.tailer.settings import TailerSettings
 from airflow_provider_dblog.tailer.writer import (
@@ -81,6 +96,10 @@ class StopSignal(Protocol):
 
 
 _BOUNDARIES = (TransactionEnd, Idle)
+
+_POSITIONAL_POLL_S = 0.05
+"""How often, at most, the session asks for read-only windows to arm or close: a read-only
+chunk waits about this long twice, and an idle log's beats (`Idle`) come about as often."""
 """Where a session may stop."""
 
 _CHANGES_BETWEEN_CHECKS = 63
@@ -149,6 +168,14 @@ class Session:
         self._handed_commit = 0
         self._next_beat = 0.0
         self._next_checkpoint = 0.0
+        self._delivered = 0
+        """Every commit below it has been read (0: nothing yet)."""
+        self._gap = 0
+        """A commit position no transaction has, above every one read and below every one to
+        come: where a read-only window's rows go out."""
+        self._armed: set[str] = set()
+        """The read-only windows this session armed that are still open."""
+        self._next_poll = 0.0
 
     @property
     def _token(self) -> int:
@@ -274,6 +301,12 @@ class Session:
         self._handed_commit = item.commit
         self._stats.last_commit = item.commit
         self._writer.put(item)
+        # The next commit lies above this one by a commit record (PostgreSQL) or a transaction's
+        # events (MySQL), so commit + 1 is a position no transaction has.
+        self._delivered = self._gap = item.commit + 1
+        now = time.monotonic()
+        if now >= self._next_poll:
+            self._poll_positional(now)
 
     def idle(self, item: Idle) -> None:
         """The reader is at the log's end for now. A server says so between two commits of a
@@ -282,10 +315,14 @@ class Session:
         self._writer.hand_over()
         drained = self._writer.idle.is_set() and self._writer.durable_commit >= self._handed_commit
         self._stats.caught_up = drained
-        if drained and item.log_end > self._acknowledged:
-            now = time.monotonic()
-            if now >= self._next_checkpoint:
-                self._acknowledge(item.log_end, now)
+        now = time.monotonic()
+        if drained and item.log_end > self._acknowledged and now >= self._next_checkpoint:
+            self._acknowledge(item.log_end, now)
+        if item.log_end > self._delivered:
+            # Every commit below the log's end is read; none lies at the end less one.
+            self._delivered, self._gap = item.log_end, item.log_end - 1
+        if now >= self._next_poll:
+            self._poll_positional(now)
 
     # -- table-level events, chunks, windows, acknowledgements ---------------------------------
 
@@ -418,6 +455,7 @@ class Session:
             EncodedRows((), ()),
             version,
             stored.invisible_txids,
+            snapshot_end=stored.snapshot_end,
         )
         checked = self._reconciler.chunk_events(closed, chunk)
         if isinstance(checked, Failed):
@@ -463,7 +501,61 @@ class Session:
         """`TailerStats.open_windows` follows every window that opens or ends, not the next
         heartbeat: `dblog_tailer_windows_open` may be scraped at any moment."""
         self._opened_at.pop(window_id, None)
+        self._armed.discard(window_id)
         self._stats.open_windows = len(self._opened_at)
+
+    # -- read-only windows ---------------------------------------------------------------------
+
+    def _poll_positional(self, now: float) -> None:
+        """Arm, close or fail the read-only windows waiting on this tailer (a commit boundary:
+        no transaction is half read)."""
+        self._next_poll = now + _POSITIONAL_POLL_S
+        if not self._delivered:
+            return  # no position read yet to arm at
+        for pending in self._store.positional.pending():
+            window_id = pending.window.window_id
+            if pending.state is WindowState.REGISTERED:
+                self._arm(pending)
+            elif window_id not in self._armed:
+                self._window_ended(window_id)
+                detail = "armed before the tailer restarted: its changes since lw were not seen"
+                self._fail(Failed(pending.window, FailureReason.HW_WITHOUT_LW, detail))
+            elif pending.ready and pending.hw is None:
+                self._window_ended(window_id)
+                detail = "its reads stored no hw: the server did not say where their snapshot lies"
+                self._fail(Failed(pending.window, FailureReason.MISSING_CHUNK, detail))
+            elif pending.hw is not None and self._delivered >= pending.hw:
+                self._close_positional(pending)
+
+    def _arm(self, pending: PendingWindow) -> None:
+        window = pending.window
+        if not self._store.positional.arm(window.window_id, self._token, self._delivered):
+            return  # abandoned by the dump meanwhile
+        opened = self._reconciler.low_watermark(window, Position(self._delivered - 1, 0))
+        if isinstance(opened, Failed):
+            self._fail(opened)
+            return
+        self._armed.add(window.window_id)
+        self._opened_at[window.window_id] = time.monotonic()
+        self._stats.windows_opened += 1
+        self._stats.open_windows = len(self._opened_at)
+
+    def _close_positional(self, pending: PendingWindow) -> None:
+        """hw is behind the read: the window ends in the gap after the last commit read, its
+        rows at seqs reserved for them."""
+        window = pending.window
+        stored = self._stored_rows(window, "chunk rows are not in the store")
+        self._window_ended(window.window_id)
+        if stored is None:
+            return
+        base = self._store.positional.reserve(self._gap, stored.rows + 1, self._token)
+        closed = self._reconciler.high_watermark(window, Position(self._gap, base))
+        if isinstance(closed, Failed):
+            self._fail(closed)
+        elif window.mode is DumpMode.DIRECT:
+            self._record_direct(closed)
+        else:
+            self._emit_chunk(closed)
 
     def _fail(self, failed: Failed) -> None:
         log.info("window %s failed: %s (%s)", failed.window.window_id, failed.reason, failed.detail)

@@ -37,10 +37,12 @@ from pymysql.cursors import Cursor
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, Key, TableRef, freeze
+from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
 from airflow_provider_dblog.sources.base import (
     ChunkRead,
     InvalidKey,
     NotSetUp,
+    ReadSnapshot,
     SourceError,
     SourceUnavailable,
 )
@@ -66,8 +68,13 @@ if TYPE_CHECKING:
     from airflow_provider_dblog.sources.text_chunks import ChunkText
 
 _Shape = TableShape[ColumnInfo]
-_Text = tuple[_Shape, tuple[tuple[Any, ...], ...], tuple[TextReader, ...]]
-"""A chunk read: the shape it was read with, its undecoded rows, and how to read each column."""
+_Text = tuple[_Shape, tuple[tuple[Any, ...], ...], tuple[TextReader, ...], ReadSnapshot | None]
+"""A chunk read: the shape it was read with, its undecoded rows, how to read each column, and
+where its snapshot lies in the binlog (MariaDB; None on MySQL, which does not say)."""
+
+_SNAPSHOT_STATUS = (
+    "SHOW STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')"
+)
 
 LOST_SERVER_CODES = frozenset((1053, 1927, 2003, 2006, 2013, 4031))
 """Error codes of a lost server: shutdown in progress, connection killed (MariaDB), can't
@@ -87,6 +94,19 @@ SIDE_EFFECTS = frozenset(
     )
 )  # fmt: skip
 """Built-in functions a filter may not call: they block, draw random values or change state."""
+
+
+def snapshot_position(status: dict[str, Any]) -> ReadSnapshot | None:
+    """MariaDB's binlog position of the snapshot: the read sees exactly the transactions
+    before it. A transaction's commit position is its first event's offset, 19 bytes or more
+    below the end of its last event, so every transaction seen commits below the position less
+    one, and every one below that was seen: a reader idle at the log's end says it has read
+    every commit up to the end less one (`Idle`), which is then past hw."""
+    file, offset = status.get("binlog_snapshot_file"), status.get("binlog_snapshot_position")
+    if not file or offset in (None, ""):
+        return None
+    end = mysql_commit(binlog_file_number(str(file)), int(offset))
+    return ReadSnapshot(end - 1, exact=True)
 
 
 class MysqlChunkSource:
@@ -123,8 +143,8 @@ class MysqlChunkSource:
     def read_chunk(self, chunk: Chunk) -> ChunkRead:
         """Read the chunk in a consistent snapshot (no invisible transactions: see the module
         docstring), with the table's current columns."""
-        _, raw, readers = self._read_text(chunk)
-        return ChunkRead(load_rows(raw, readers))
+        _, raw, readers, snapshot = self._read_text(chunk)
+        return ChunkRead(load_rows(raw, readers), snapshot=snapshot)
 
     def read_chunk_text(self, chunk: Chunk) -> ChunkText:
         """`read_chunk`, the rows as text columns in Arrow (`text_chunks.py`): for a target
@@ -132,9 +152,11 @@ class MysqlChunkSource:
         from airflow_provider_dblog.sources.mysql.text_chunks import text_columns
         from airflow_provider_dblog.sources.text_chunks import ChunkText, last_key
 
-        shape, raw, readers = self._read_text(chunk)
+        shape, raw, readers, snapshot = self._read_text(chunk)
         columns = text_columns(raw, readers)
-        return ChunkText(columns, len(raw), last_key(columns, shape.key_columns), frozenset())
+        return ChunkText(
+            columns, len(raw), last_key(columns, shape.key_columns), frozenset(), snapshot
+        )
 
     def _read_text(self, chunk: Chunk) -> _Text:
         """The chunk's undecoded rows, read with the table's current columns (read again with
@@ -159,6 +181,8 @@ class MysqlChunkSource:
     def write_watermark(self, value: str) -> None:
         """An UPDATE that sets the value the row holds logs nothing, so a repeated value is
         refused rather than silently lost (the dump writes a new UUID each time)."""
+        if self._config.read_only:
+            raise SourceError(f"source {self._config.name} is read-only: no watermark is written")
         table = KEYSET.table(self._config.watermark)
         with self._session() as cursor:
             changed = cursor.execute(f"UPDATE {table} SET value = %s WHERE id = 1", (value,))
@@ -176,7 +200,20 @@ class MysqlChunkSource:
             "would not log it; every watermark value must be new"
         )
 
+    @property
+    def read_only(self) -> bool:
+        return self._config.read_only
+
     def check_ready(self) -> None:
+        if self._config.read_only:
+            with self._session() as cursor:
+                cursor.execute(_SNAPSHOT_STATUS)
+                if not cursor.fetchall():
+                    raise SourceError(
+                        f"source {self._config.name} is read-only, which needs MariaDB: MySQL "
+                        "does not give the binlog position of a snapshot"
+                    )
+            return
         table = KEYSET.table(self._config.watermark)
         with self._session() as cursor:
             try:
@@ -288,6 +325,8 @@ class MysqlChunkSource:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
             try:
+                cursor.execute(_SNAPSHOT_STATUS)
+                snapshot = snapshot_position({str(k).lower(): v for k, v in cursor.fetchall()})
                 with undecoded(cursor.connection):
                     cursor.execute(query, params)
                 raw: tuple[tuple[Any, ...], ...] = cursor.fetchall()
@@ -311,7 +350,7 @@ class MysqlChunkSource:
             text_reader(c, at, description[at][1])
             for c, at in zip(shape.columns, positions, strict=True)
         )
-        return shape, raw, readers
+        return shape, raw, readers, snapshot
 
     def _cast(self, table: TableRef, column: ColumnInfo, values: list[JsonValue]) -> list[Any]:
         """`values` stored into a temporary one-column table of `column`'s type and read back

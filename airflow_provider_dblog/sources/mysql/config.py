@@ -48,6 +48,9 @@ class MysqlSourceConfig:
     unique_keys: Mapping[TableRef, str] = field(default_factory=dict)
     """For a captured table without a primary key, the unique index (on NOT NULL columns) that
     keys its rows, by name; needed only when it has several (`catalog.choose_row_key`)."""
+    read_only: bool = False
+    """Never write to the source: no watermark table, watermarks are binlog positions
+    (`state/positional.py`). MariaDB only: MySQL does not say where a snapshot lies."""
 
     @property
     def type(self) -> str:
@@ -90,7 +93,12 @@ class MysqlSourceConfig:
             section,
             cls,
             kind="mysql",
-            typed={"server_id": int, "server_id_span": int, "unique_keys": dict},
+            typed={
+                "server_id": int,
+                "server_id_span": int,
+                "unique_keys": dict,
+                "read_only": bool,
+            },
             table_word="database",
             default_schema=default_schema,
         )

@@ -1,10 +1,10 @@
 """Making a MySQL/MariaDB database a DBLog source, and checking that it is one.
 
 `ensure_setup` creates what is missing (the watermark database and table with its one row) and
-is safe to run again. `preflight` only reads, and raises a SourceError subclass whose message
-says what to change. `check_binlog_retained` is for the log reader: can it resume from its
-checkpoint's binlog file? The `check_*` functions are the pure rules, taking values read from
-the server.
+is safe to run again; a read-only source has none. `preflight` only reads, and raises a
+SourceError subclass whose message says what to change. `check_binlog_retained` is for the log
+reader: can it resume from its checkpoint's binlog file? The `check_*` functions are the pure
+rules, taking values read from the server.
 """
 
 from __future__ import annotations
@@ -100,6 +100,17 @@ def check_grants(user: str, privileges: Collection[str]) -> None:
         )
 
 
+def check_snapshot_positions(variables: Mapping[str, str]) -> None:
+    """A read-only source's chunk reads say where their snapshot lies in the binlog: MariaDB's
+    binlog_snapshot_position does; MySQL has no such thing."""
+    if not is_mariadb(variables):
+        raise SourceError(
+            "read_only needs MariaDB: its chunk reads take the binlog position of their "
+            "snapshot (binlog_snapshot_position), which MySQL does not give; set read_only = "
+            "false and grant the watermark table's writes"
+        )
+
+
 def check_table(table: TableRef, kind: str | None) -> None:
     """`kind` is the table's TABLE_TYPE, None when the table is unknown. Its key is checked
     apart (`catalog.row_key`)."""
@@ -126,14 +137,20 @@ def preflight(config: MysqlSourceConfig) -> None:
     with config.connect() as conn:
         _check_server(conn)
         _check_captured(conn, config)
-        if _table_type(conn, config.watermark) is None:
+        if config.read_only:
+            check_snapshot_positions(server_variables(conn))
+        elif _table_type(conn, config.watermark) is None:
             raise SourceError(
                 f"watermark table {config.watermark} does not exist: run ensure_setup"
             )
 
 
 def ensure_setup(config: MysqlSourceConfig) -> None:
-    """Create the watermark database and table (with its one row) if missing; check the rest."""
+    """Create the watermark database and table (with its one row) if missing; check the rest.
+    A read-only source creates nothing: it is only checked."""
+    if config.read_only:
+        preflight(config)
+        return
     with config.connect() as conn:
         _check_server(conn)
         _check_captured(conn, config)

@@ -24,10 +24,12 @@ from psycopg.rows import TupleRow
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, Key, TableRef, freeze
+from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.sources.base import (
     ChunkRead,
     InvalidKey,
     NotSetUp,
+    ReadSnapshot,
     SourceError,
     SourceUnavailable,
 )
@@ -49,6 +51,8 @@ _Shape = TableShape[ColumnInfo]
 # first), so filtering on 'committed' would miss exactly the stale case. The reconciler fails a
 # window only for the ones it met in the log before lw, so the others cost nothing.
 _INVISIBLE = "SELECT x::text FROM pg_snapshot_xip(%s::pg_snapshot) AS x"
+_SNAPSHOT = "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text"
+_SLOT = "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s"
 
 _XID_MASK = 0xFFFF_FFFF
 
@@ -151,7 +155,21 @@ class PostgresChunkSource:
             )
         return where
 
+    @property
+    def read_only(self) -> bool:
+        return self._config.read_only
+
     def check_ready(self) -> None:
+        if self._config.read_only:
+            with self._session() as conn:
+                slot = conn.execute(_SLOT, (self._config.slot,)).fetchone()
+            if slot is None:
+                raise NotSetUp(
+                    f"source {self._config.name} is not set up for dumps: its slot "
+                    f"{self._config.slot} does not exist. Start the tailer first (dblog tail "
+                    "creates it), then dump"
+                )
+            return
         query = sql.SQL("SELECT count(*) FROM {}").format(KEYSET.table(self._config.watermark))
         with self._session() as conn:
             try:
@@ -226,8 +244,8 @@ class PostgresChunkSource:
         def rows(conn: _Conn, query: sql.Composed, params: Any, shape: _Shape) -> Any:
             return load_rows(conn.execute(query, params).pgresult, shape.columns)
 
-        _, read, invisible = self._read(chunk, rows)
-        return ChunkRead(read, invisible)
+        _, read, invisible, snapshot = self._read(chunk, rows)
+        return ChunkRead(read, invisible, snapshot)
 
     def read_chunk_text(self, chunk: Chunk) -> ChunkText:
         """`read_chunk`, the rows as text columns in Arrow (`text_chunks.py`): for a target
@@ -238,28 +256,33 @@ class PostgresChunkSource:
         def columns(conn: _Conn, query: sql.Composed, params: Any, shape: _Shape) -> Any:
             return text_columns(conn.execute(query, params).pgresult, shape.columns)
 
-        shape, read, invisible = self._read(chunk, columns)
+        shape, read, invisible, snapshot = self._read(chunk, columns)
         rows = len(read[0].text) if read else 0
-        return ChunkText(read, rows, last_key(read, shape.key_columns), invisible)
+        return ChunkText(read, rows, last_key(read, shape.key_columns), invisible, snapshot)
 
     def _read(
         self,
         chunk: Chunk,
         fetch: Callable[[_Conn, sql.Composed, Any, _Shape], Any],
-    ) -> tuple[_Shape, Any, frozenset[int]]:
-        """The chunk's query run by `fetch` in the read's transaction (see `read_chunk`)."""
+    ) -> tuple[_Shape, Any, frozenset[int], ReadSnapshot]:
+        """The chunk's query run by `fetch` in the read's transaction (see `read_chunk`), and
+        where its snapshot lies: every transaction it sees wrote its commit record before the
+        snapshot was taken, so below the WAL insert position read after it."""
         with self._session() as conn, conn.transaction():
             lock = sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE")
             conn.execute(lock.format(KEYSET.table(chunk.table)))
             shape = self._shapes[chunk.table] = table_shape(conn, chunk.table)
             query, params = KEYSET.chunk(shape, chunk, KEYSET.names(shape.columns))
-            snapshot_row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+            snapshot_row = conn.execute(_SNAPSHOT).fetchone()
             assert snapshot_row is not None
             read = fetch(conn, query, params, shape)
             invisible = conn.execute(_INVISIBLE, (snapshot_row[0],)).fetchall()
-        return shape, read, frozenset(int(x) & _XID_MASK for (x,) in invisible)
+        snapshot = ReadSnapshot(parse_pg_lsn(snapshot_row[1]), exact=False)
+        return shape, read, frozenset(int(x) & _XID_MASK for (x,) in invisible), snapshot
 
     def write_watermark(self, value: str) -> None:
+        if self._config.read_only:
+            raise SourceError(f"source {self._config.name} is read-only: no watermark is written")
         query = sql.SQL("UPDATE {} SET value = %s").format(KEYSET.table(self._config.watermark))
         with self._session() as conn:
             rowcount = conn.execute(query, (value,)).rowcount

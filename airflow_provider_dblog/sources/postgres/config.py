@@ -45,6 +45,10 @@ class PostgresSourceConfig:
     watermark_schema: str = "dblog"
     watermark_table: str = "watermark"
     replica_identity_full: bool = False
+    read_only: bool = False
+    """Never write to the source: no watermark table, watermarks are WAL positions
+    (`state/positional.py`); the publication must exist (creating one takes owning the
+    tables)."""
 
     @property
     def type(self) -> str:
@@ -73,6 +77,11 @@ class PostgresSourceConfig:
                 f"slot {self.slot!r}: a replication slot name is 1 to 63 lower-case letters, "
                 "digits or underscores"
             )
+        if self.read_only and self.replica_identity_full:
+            raise SourceError(
+                "replica_identity_full alters the captured tables, read_only never writes: "
+                "set the replica identity yourself (ALTER TABLE ... REPLICA IDENTITY FULL)"
+            )
         for what, value in (
             ("publication", self.publication),
             ("watermark_schema", self.watermark_schema),
@@ -90,7 +99,7 @@ class PostgresSourceConfig:
             section,
             cls,
             kind="postgres",
-            typed={"replica_identity_full": bool},
+            typed={"replica_identity_full": bool, "read_only": bool},
             table_word="schema",
             default_schema="public",
         )

@@ -63,14 +63,15 @@ class PostgresLogReader:
 
     `items()` connects (again, after SourceUnavailable) and streams from the slot's confirmed
     flush position. When nothing arrives for `idle_after` seconds outside a transaction it asks
-    the server for a keepalive and yields `Idle(server WAL end)`.
+    the server for a keepalive and yields `Idle(server WAL end)`: often, since an idle log's
+    beats are when the tailer arms and closes read-only windows.
     """
 
     def __init__(
         self,
         config: PostgresSourceConfig,
         *,
-        idle_after: float = 1.0,
+        idle_after: float = 0.1,
         status_interval: float = 10.0,
         remembered_commits: int = 100_000,
     ) -> None:

@@ -1,14 +1,15 @@
 """Making a PostgreSQL database a DBLog source, and checking that it is one.
 
 `ensure_setup` creates what is missing (watermark schema and table with its one row, the
-publication, the pgoutput slot) and is safe to run again. `preflight` only reads, and raises a
-SourceError subclass whose message says what to change. The `check_*` functions are the pure
-rules, taking values read from the server.
+publication, the pgoutput slot) and is safe to run again; for a read-only source, only the slot
+(the publication must exist: creating one takes owning the tables). `preflight` only reads,
+and raises a SourceError subclass whose message says what to change. The `check_*` functions
+are the pure rules, taking values read from the server.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 
 import psycopg
 from psycopg import sql
@@ -119,7 +120,12 @@ def check_publication(
 ) -> None:
     """`published` is None when the publication does not exist."""
     if published is None:
-        raise SourceError(f"publication {publication!r} does not exist: run ensure_setup")
+        tables = ", ".join(str(t) for t in wanted)
+        raise SourceError(
+            f"publication {publication!r} does not exist: run ensure_setup (dblog tail), or "
+            f"have the tables' owner run CREATE PUBLICATION {publication} FOR TABLE {tables} "
+            f"WITH (publish = '{PUBLISH}') (a read-only source does not create it)"
+        )
     missing = [str(t) for t in wanted if t not in published]
     if missing:
         raise SourceError(
@@ -150,27 +156,44 @@ def check_slot(slot: str, facts: tuple[str | None, str | None] | None, database:
         )
 
 
+_MAY_SELECT = "SELECT has_table_privilege(quote_ident(%s) || '.' || quote_ident(%s), 'SELECT')"
+
+
 def preflight(config: PostgresSourceConfig) -> None:
     """Raise the first reason `config` cannot be used as a source; return if it can."""
     with config.connect() as conn:
         _check_server(conn)
         for table in config.tables:
             check_table(table, _table_facts(conn, table))
-        if _table_facts(conn, config.watermark) is None:
+        if config.read_only:
+            check_readable(_unreadable(conn, config.tables))
+        elif _table_facts(conn, config.watermark) is None:
             raise SourceError(
                 f"watermark table {config.watermark} does not exist: run ensure_setup"
             )
-        check_publication(
-            config.publication,
-            _published(conn, config.publication),
-            (*config.tables, config.watermark),
-        )
+        check_publication(config.publication, _published(conn, config.publication), _wanted(config))
         check_published_operations(config.publication, _operations(conn, config.publication))
         check_slot(config.slot, _slot_facts(conn, config.slot), _database(conn))
 
 
+def check_readable(unreadable: Sequence[TableRef]) -> None:
+    """A read-only source's role reads the captured tables: `unreadable` are those it may not
+    SELECT from."""
+    if unreadable:
+        names = ", ".join(str(t) for t in unreadable)
+        raise SourceError(
+            f"the role may not read {names}: GRANT SELECT ON {names} TO it (a read-only "
+            "source needs SELECT on the captured tables and REPLICATION, nothing more)"
+        )
+
+
 def ensure_setup(config: PostgresSourceConfig) -> None:
-    """Create the watermark table, publication and slot if missing; check everything else."""
+    """Create the watermark table, publication and slot if missing; check everything else.
+    A read-only source only gets its slot (REPLICATION is enough): the rest is checked."""
+    if config.read_only:
+        _ensure_slot(config)
+        preflight(config)
+        return
     with config.connect() as conn:
         _check_server(conn)
         for table in config.tables:
@@ -196,7 +219,7 @@ def ensure_setup(config: PostgresSourceConfig) -> None:
                 conn.execute(
                     sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(_identifier(table))
                 )
-        wanted = (*config.tables, config.watermark)
+        wanted = _wanted(config)
         published = _published(conn, config.publication)
         publication = sql.Identifier(config.publication)
         if published is None:
@@ -221,6 +244,11 @@ def ensure_setup(config: PostgresSourceConfig) -> None:
                         publication, sql.SQL(", ").join(_identifier(t) for t in missing)
                     )
                 )
+    _ensure_slot(config)
+
+
+def _ensure_slot(config: PostgresSourceConfig) -> None:
+    with config.connect() as conn:
         slot = _slot_facts(conn, config.slot)
         if slot is None:
             conn.execute(
@@ -228,6 +256,20 @@ def ensure_setup(config: PostgresSourceConfig) -> None:
             )
         else:
             check_slot(config.slot, slot, _database(conn))
+
+
+def _wanted(config: PostgresSourceConfig) -> tuple[TableRef, ...]:
+    """The tables the publication publishes: the captured ones and the watermark table."""
+    return config.tables if config.read_only else (*config.tables, config.watermark)
+
+
+def _unreadable(conn: psycopg.Connection[TupleRow], tables: Sequence[TableRef]) -> list[TableRef]:
+    found = []
+    for table in tables:
+        row = conn.execute(_MAY_SELECT, (table.schema, table.name)).fetchone()
+        if row is None or not row[0]:
+            found.append(table)
+    return found
 
 
 def _check_server(conn: psycopg.Connection[TupleRow]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from airflow_provider_dblog.core.event import (
@@ -178,6 +180,25 @@ def test_invisible_transaction_committed_before_lw_fails_the_window() -> None:
     assert isinstance(stale, Failed) and stale.reason is FailureReason.STALE_READ
     fine = rec.chunk_events(closed, chunk(window, "k1", "k9", invisible=frozenset({78, 99})))
     assert isinstance(fine, list) and [e.key["k"] for e in fine] == ["k9"]
+
+
+def test_a_read_whose_snapshot_ends_before_a_positional_lw_is_stale() -> None:
+    """A read-only window armed when every commit below 11 was read (lw at 10): a read that saw
+    exactly the commits below 11 or more is fine, one that saw only those below 10 missed
+    commits the tailer had read before it armed the window."""
+    for snapshot_end, stale in ((10, True), (11, False), (40, False)):
+        rec = Reconciler("src", "db")
+        window = Window("w1", "d1", T)
+        rec.low_watermark(window, Position(10, 0))
+        closed = rec.high_watermark(window, Position(41, 0))
+        assert isinstance(closed, Closed)
+        read = replace(chunk(window, "k1"), snapshot_end=snapshot_end)
+        decided = rec.chunk_events(closed, read)
+        if stale:
+            assert isinstance(decided, Failed) and decided.reason is FailureReason.STALE_READ
+            assert "snapshot ends at 10, before lw at 11" in decided.detail
+        else:
+            assert isinstance(decided, list) and [e.key["k"] for e in decided] == ["k1"]
 
 
 def test_rows_of_another_window_are_refused() -> None:

@@ -1,5 +1,6 @@
 """The MySQL source's preflight rules on values as MySQL 8 and MariaDB report them (the
-integration tests meet them on a real MariaDB; MySQL-only rules are checked here)."""
+integration tests meet them on a real MariaDB; MySQL-only rules are checked here), and where a
+read-only source's snapshot lies."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import logging
 
 import pytest
 
-from airflow_provider_dblog.sources.base import SourceError
+from airflow_provider_dblog.core.position import mysql_commit
+from airflow_provider_dblog.sources.base import ReadSnapshot, SourceError
+from airflow_provider_dblog.sources.mysql.chunks import snapshot_position
 from airflow_provider_dblog.sources.mysql.setup import (
     check_binlog,
     check_binlog_retained,
     check_grants,
+    check_snapshot_positions,
     row_metadata_is_full,
 )
 
@@ -70,3 +74,19 @@ def test_a_purged_checkpoint_file_is_named_with_the_oldest_kept() -> None:
     check_binlog_retained("binlog.000007", ["binlog.000007", "binlog.000008"])
     with pytest.raises(SourceError, match=r"binlog\.000003 .*oldest kept: binlog\.000007"):
         check_binlog_retained("binlog.000003", ["binlog.000008", "binlog.000007"])
+
+
+def test_a_read_only_source_needs_mariadb() -> None:
+    check_snapshot_positions({"version": "10.11.6-MariaDB-0+deb12u1"})
+    with pytest.raises(SourceError, match=r"read_only needs MariaDB.*binlog_snapshot_position"):
+        check_snapshot_positions(MYSQL8)
+
+
+def test_the_snapshot_position_bounds_the_commits_the_read_saw() -> None:
+    """A snapshot at offset 1000 of binlog 3 saw the transactions whose first event starts
+    below 1000; hw, one below, is what an idle reader's `Idle` reaches (the end less one)."""
+    found = snapshot_position(
+        {"binlog_snapshot_file": "mariadb-bin.000003", "binlog_snapshot_position": "1000"}
+    )
+    assert found == ReadSnapshot(mysql_commit(3, 999), exact=True)
+    assert snapshot_position({}) is None  # MySQL: no such status
