@@ -27,6 +27,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default="postgres",
         help="the source database to start (mariadb: the target is the NDJSON stream)",
     )
+    parser.add_argument(
+        "--read-only",
+        action="store_true",
+        help="a read-only source: nothing is written to it, the watermarks are log positions",
+    )
     parser.set_defaults(func=_demo)
 
 
@@ -51,6 +56,7 @@ def _demo(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size,
         parallelism=args.parallelism,
         write_seconds=args.write_seconds,
+        read_only=args.read_only,
     )
     print(
         f"\nsummary: {summary.rows_seeded} rows seeded, {summary.writes} write transactions "

@@ -191,6 +191,9 @@ class MariaDBDemo(DemoBackend):
             "watermark_database": info.dbname,
         }
 
+    def prepare_read_only(self) -> None:
+        """Nothing: the binlog and the snapshot's position are there for any reader."""
+
     def output(self) -> tuple[Output, str]:
         running = f"binlog tailer running into NDJSON in {self.events_dir}"
         return NdjsonOutput(self.events_dir), running

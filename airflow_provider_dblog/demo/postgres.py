@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from airflow_provider_dblog.core.event import Key, TableRef
@@ -152,6 +153,12 @@ class PostgresDemo(DemoBackend):
             "tables": [str(t) for t in TABLES],
             "slot": self.slot,
         }
+
+    def prepare_read_only(self) -> None:
+        """The publication, as the tables' owner (it publishes every operation by default)."""
+        tables = sql.SQL(", ").join(sql.Identifier(t.schema, t.name) for t in TABLES)
+        with psycopg.connect(self.pg.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE PUBLICATION dblog FOR TABLE {}").format(tables))
 
     def output(self) -> tuple[Output, str]:
         return SqlApplyOutput(self.target_dsn, monotonic=True), "tailer running"

@@ -182,6 +182,11 @@ class DemoBackend(ABC):
         password's variable)."""
 
     @abstractmethod
+    def prepare_read_only(self) -> None:
+        """What an administrator does before a read-only source can be captured (PostgreSQL:
+        the publication, which only the tables' owner can create)."""
+
+    @abstractmethod
     def output(self) -> tuple[Output, str]:
         """The tailer's output into the target, and how the story says the tailer runs."""
 
@@ -215,9 +220,11 @@ def run_demo(
     chunk_size: int = 500,
     parallelism: int = 2,
     write_seconds: float = 2.0,
+    read_only: bool = False,
     say: Callable[[str], None] = print,
 ) -> DemoSummary:
-    """The story on `backend`'s database, in `work_dir` (default: a temp dir)."""
+    """The story on `backend`'s database, in `work_dir` (default: a temp dir); with
+    `read_only`, a source nothing is written to (its watermarks are log positions)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dblog-demo-") as tmp:
         base = work_dir or Path(tmp)
@@ -230,6 +237,7 @@ def run_demo(
                 chunk_size,
                 parallelism,
                 write_seconds,
+                read_only,
                 say,
                 started,
             )
@@ -242,19 +250,20 @@ def _story(
     chunk_size: int,
     parallelism: int,
     write_seconds: float,
+    read_only: bool,
     say: Callable[[str], None],
     started: float,
 ) -> DemoSummary:
     rng = random.Random(42)
     seeded = backend.seed(rows, rng)
     say(f"seeded {seeded} rows in {backend.sample_tables}")
+    if read_only:
+        backend.prepare_read_only()
+        say("read-only source: no watermark table, the watermarks are log positions")
 
     os.environ[PASSWORD_ENV] = backend.password
-    source = source_for(
-        parse_source_config(
-            {**backend.source_section(), "name": "demo", "password_env": PASSWORD_ENV}
-        )
-    )
+    section = {**backend.source_section(), "name": "demo", "password_env": PASSWORD_ENV}
+    source = source_for(parse_source_config({**section, "read_only": read_only}))
     tables = source.tables
     source.ensure_setup()
     store = StateStore(redis_client, source.name)

@@ -49,8 +49,14 @@ def test_demo_converges_under_writes(
     [
         (["--rows", "200", "--chunk-size", "40"], "600 rows seeded", "(the SQL target)"),
         (["--source", "mariadb", "--rows", "100"], "300 rows seeded", "(the NDJSON replayed)"),
+        (["--rows", "200", "--read-only"], "read-only source", "(the SQL target)"),
+        (
+            ["--source", "mariadb", "--rows", "100", "--read-only"],
+            "read-only source",
+            "(the NDJSON replayed)",
+        ),
     ],
-    ids=["postgres", "mariadb"],
+    ids=["postgres", "mariadb", "postgres-read-only", "mariadb-read-only"],
 )
 def test_demo_command_prints_a_verified_summary(
     capsys: pytest.CaptureFixture[str], argv: list[str], seeded: str, target: str
