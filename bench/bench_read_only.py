@@ -1,0 +1,124 @@
+"""Read-only dumps against dumps that write watermarks: the same table dumped by `dblog dump`'s
+runner (in this process, sequenced) through a tailer in a thread, on PostgreSQL and MariaDB.
+
+A read-only window waits for the tailer twice (arming, then passing hw) where a written one
+waits for the tailer to meet two watermark rows; the bench prints rows/s of each, the best of
+`--runs` alternating runs, and their ratio (issue 25's goal: read-only / written >= 0.9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from support import Env, RunningTailer, TimedNdjson, load_average, say, wait_until
+
+from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
+from airflow_provider_dblog.devservices.mariadb import MariaDBServer
+from airflow_provider_dblog.devservices.postgres import PostgresServer
+from airflow_provider_dblog.devservices.redis import RedisServer
+from airflow_provider_dblog.dump.runner import run_dump
+from airflow_provider_dblog.sources.factory import parse_source_config, source_for
+from airflow_provider_dblog.tailer import tune_gc
+
+CHUNK_SIZE = 10_000
+PARALLELISM = 2
+
+
+def prepare(env: Env, kind: str, rows: int) -> str:
+    """The bench table with `rows` rows; its name as a source lists it."""
+    if kind == "postgres":
+        env.sql("CREATE TABLE public.ro_rows (id bigint PRIMARY KEY, name text, n int, v numeric)")
+        env.sql(
+            "INSERT INTO ro_rows SELECT i, 'name-' || i, i %% 1000, i / 7.0"
+            " FROM generate_series(1, %s) AS i",
+            (rows,),
+        )
+        env.sql("CREATE PUBLICATION ro_read_only FOR TABLE ro_rows")  # as the owner would
+        return "public.ro_rows"
+    env.mariadb_one(
+        "CREATE TABLE ro_rows (id bigint PRIMARY KEY, name varchar(64), n int, v decimal(20,6))"
+    )
+    env.mariadb_one(
+        f"INSERT INTO ro_rows SELECT seq, concat('name-', seq), seq % 1000, seq / 7"
+        f" FROM seq_1_to_{rows}"
+    )
+    return "ro_rows"
+
+
+def dump_rate(env: Env, kind: str, table: str, read_only: bool, run: int) -> float:
+    """Rows/s of one full dump of the table, a tailer of the source's own running."""
+    name = f"ro_{kind}_{'read_only' if read_only else 'written'}"
+    section = {**env.source_section(name, [table], kind), "read_only": read_only}
+    if kind == "postgres":
+        section["publication"] = "ro_read_only" if read_only else name
+    source = source_for(parse_source_config(section))
+    source.ensure_setup()
+    store = env.store(name)
+    output = TimedNdjson(env.base / f"{name}-{run}")
+    with RunningTailer(env, source, output) as tailer:
+        wait_until(lambda: store.tailer.health() is not None, 60, "the tailer leading")
+        dump_id = f"d{run}"
+        store.dumps.create(
+            DumpRequest(
+                dump_id,
+                DumpKind.TABLE,
+                source.tables,
+                chunk_size=CHUNK_SIZE,
+                parallelism=PARALLELISM,
+            )
+        )
+        started = time.monotonic()
+        state = run_dump(store, source.chunk_source, dump_id)
+        seconds = time.monotonic() - started
+        assert state == "done", f"the dump ended {state}"
+        assert tailer.alive()
+    status = store.dumps.status(dump_id)
+    assert status is not None
+    return status.rows / seconds
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=300_000, help="rows in the bench table")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each mode, alternating")
+    parser.add_argument("--only", choices=("postgres", "mariadb"), help="one database only")
+    args = parser.parse_args(argv)
+    tune_gc()
+    load_before = load_average()
+    kinds = [args.only] if args.only else ["postgres", "mariadb"]
+    lines = ["", f"{'source':<10} {'written rows/s':>15} {'read-only rows/s':>17} {'ratio':>7}"]
+    with (
+        tempfile.TemporaryDirectory(prefix="dblog-bench-ro-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
+        base = Path(tmp)
+        say(f"starting the servers in {base}")
+        pg = stack.enter_context(PostgresServer(base / "pg"))
+        mariadb = stack.enter_context(MariaDBServer(base / "mariadb"))
+        rds = stack.enter_context(RedisServer(base / "redis"))
+        env = Env(base, pg.info, rds.info, mariadb.info)
+        for kind in kinds:
+            table = prepare(env, kind, args.rows)
+            best = {False: 0.0, True: 0.0}
+            for run in range(args.runs):
+                for read_only in (False, True):
+                    rate = dump_rate(env, kind, table, read_only, run)
+                    mode = "read-only" if read_only else "written"
+                    say(f"{kind} {mode} run {run + 1}: {rate:,.0f} rows/s")
+                    best[read_only] = max(best[read_only], rate)
+            ratio = best[True] / best[False]
+            lines.append(f"{kind:<10} {best[False]:>15,.0f} {best[True]:>17,.0f} {ratio:>7.3f}")
+    print("\n".join(lines))
+    print(f"\n{args.rows:,} rows, chunk size {CHUNK_SIZE:,}, parallelism {PARALLELISM}")
+    print(f"load average (1, 5, 15 min): {load_before} at the start, {load_average()} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
