@@ -170,14 +170,18 @@ class MariaDBServer(ServerProcess):
     def _bootstrap(self) -> None:
         with self._admin_connect() as conn, conn.cursor() as cursor:
             cursor.execute(f"CREATE DATABASE `{APP_DB}`")
-            # PyMySQL quotes the parameter on the client; the server logs no statements.
-            cursor.execute(f"CREATE USER '{APP_USER}'@'%%' IDENTIFIED BY %s", (self.password,))
-            cursor.execute(f"GRANT ALL ON `{APP_DB}`.* TO '{APP_USER}'@'%'")
-            cursor.execute(
-                f"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{APP_USER}'@'%'"
-            )
+            self._create_app_user(cursor)
         with pymysql.connect(**self.info.connect_kwargs(), connect_timeout=5) as conn:
             conn.ping()
+
+    def _create_app_user(self, cursor: pymysql.cursors.Cursor) -> None:
+        # PyMySQL quotes the parameter on the client; the server logs no statements, and
+        # sql_log_bin = 0 keeps the statement (with the password in clear) out of the binlog
+        # that binlog readers and replicas read.
+        cursor.execute("SET sql_log_bin = 0")
+        cursor.execute(f"CREATE USER '{APP_USER}'@'%%' IDENTIFIED BY %s", (self.password,))
+        cursor.execute(f"GRANT ALL ON `{APP_DB}`.* TO '{APP_USER}'@'%'")
+        cursor.execute(f"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{APP_USER}'@'%'")
 
     @property
     def info(self) -> MariaDBInfo:
