@@ -13,6 +13,7 @@ roles, so the `dblog` role logs in with the primary's password.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import secrets
 from pathlib import Path
@@ -255,7 +256,8 @@ class PostgresReplica(PostgresServer):
             return self.start()
         except BaseException:
             self.kill()
-            self.drop_slot()
+            with contextlib.suppress(Exception):  # the start's error is the one to report
+                self.drop_slot()
             raise
 
     def __exit__(
