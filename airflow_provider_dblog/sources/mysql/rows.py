@@ -22,7 +22,7 @@ bound as globals of the function: no text from the database is ever part of the 
 
 from __future__ import annotations
 
-import base64
+import binascii
 import datetime
 import decimal
 import json
@@ -50,6 +50,15 @@ _DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _DIGIT_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 """Bytes a group of 0..9 decimal digits takes in the binary DECIMAL format."""
 _CACHE_LIMIT = 1 << 14
+_GLOBALS = {
+    "TWO": tuple(f"{n:02d}" for n in range(64)),
+    "SECOND": tuple(f"{n:02d}." for n in range(64)),
+    "THREE": tuple(f"{n:03d}" for n in range(1000)),
+    "BE8": struct.Struct(">Q").unpack_from,
+}
+"""What the generated code of temporal values reads besides its columns' own: seconds (0-63:
+six bits, as the binlog's) with and without their point, thousandths, and eight big-endian
+bytes read as one integer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +69,7 @@ class ColumnRead:
 
     code: str
     function: object = None
-    """A function, or a tuple the code indexes (an enum's members)."""
+    """A function, or a table the code indexes (an enum's members, a set's values)."""
 
 
 class FloatSeen:
@@ -87,13 +96,13 @@ def compile_image(
     `present`. `names` and `columns` are the map's columns in table order (`None` where the
     catalog does not have the column); its JSON columns set `floats`."""
     indexes = [i for i in range(len(names)) if present[i >> 3] >> (i & 7) & 1]
-    namespace: dict[str, object] = {"SourceError": SourceError, "TABLE": str(table)}
+    namespace: dict[str, object] = {"SourceError": SourceError, "TABLE": str(table), **_GLOBALS}
     nulls = (len(indexes) + 7) // 8
     lines = [
         "def image(d, p):",
         "    c = -1",
         "    try:",
-        f"        nulls = int.from_bytes(d[p : p + {nulls}], 'little')" if nulls else "",
+        f"        nulls = {_little_endian(nulls)}" if nulls else "",
         f"        p += {nulls}",
     ]
     for bit, i in enumerate(indexes):
@@ -175,18 +184,13 @@ def column_read(
     if kind == ev.TYPE_DOUBLE:
         return ColumnRead("{v} = {f}(d, p)[0]\np += 8", struct.Struct("<d").unpack_from)
     if kind == ev.TYPE_NEWDECIMAL:
-        reader, size = _decimal_reader(metadata >> 8, metadata & 0xFF)
-        return ColumnRead(f"{{v}} = {{f}}(d, p)\np += {size}", reader)
+        return _decimal(metadata >> 8, metadata & 0xFF)
     if kind == ev.TYPE_DATE:
-        return ColumnRead("{v} = {f}(d, p)\np += 3", _date_at)
+        return ColumnRead(f"{{v}} = {{f}}[{_little_endian(3)}]\np += 3", _Texts(_date))
     if kind == ev.TYPE_DATETIME2:
-        return ColumnRead(
-            f"{{v}} = {{f}}(d, p)\np += {5 + (metadata + 1) // 2}", _datetime2(metadata)
-        )
+        return _datetime2(metadata)
     if kind == ev.TYPE_TIMESTAMP2:
-        return ColumnRead(
-            f"{{v}} = {{f}}(d, p)\np += {4 + (metadata + 1) // 2}", _timestamp2(metadata)
-        )
+        return _timestamp2(metadata)
     if kind == ev.TYPE_TIME2:
         return ColumnRead(f"{{v}} = {{f}}(d, p)\np += {3 + (metadata + 1) // 2}", _time2(metadata))
     if kind == ev.TYPE_DATETIME:
@@ -205,9 +209,9 @@ def column_read(
     if kind in (ev.TYPE_BLOB, ev.TYPE_TINY_BLOB, ev.TYPE_MEDIUM_BLOB, ev.TYPE_LONG_BLOB):
         return _string(metadata, _spelling(column, floats, text=False))
     if kind == ev.TYPE_GEOMETRY:
-        return _string(metadata, _base64)
+        return _string(metadata, _BASE64)
     if kind == ev.TYPE_JSON:
-        return _string(metadata, _mysql_json(floats))
+        return _string(metadata, _called(_mysql_json(floats)))
     if kind == ev.TYPE_STRING:
         return _string_type(table, name, metadata, column, floats)
     raise SourceError(
@@ -222,42 +226,48 @@ _FIXED_INTEGERS = {
     ev.TYPE_LONG: (4, "i", "I"),
     ev.TYPE_LONGLONG: (8, "q", "Q"),
 }
-_LENGTH_READS = {
-    1: "n = d[p]",
-    2: "n = d[p] | d[p + 1] << 8",
-    3: "n = int.from_bytes(d[p : p + 3], 'little')",
-    4: "n = int.from_bytes(d[p : p + 4], 'little')",
-}
 
 
-def _string(length_bytes: int, spell: Callable[[bytes], JsonValue] | None) -> ColumnRead:
-    """A value prefixed by its length in `length_bytes` bytes; `spell` turns its bytes into the
-    JSON value (None: decoded as UTF-8)."""
-    head = f"{_LENGTH_READS[length_bytes]}\ns = p + {length_bytes}\np = s + n\n"
-    if spell is None:
-        return ColumnRead(head + "{v} = d[s:p].decode()")
-    return ColumnRead(head + "{v} = {f}(d[s:p])", spell)
+def _little_endian(size: int) -> str:
+    """The code reading `size` bytes at `p` as a little-endian integer (up to three bytes by
+    index: a fraction of the cost of a slice and `int.from_bytes`)."""
+    if size <= 3:
+        return " | ".join(f"d[p + {i}] << {8 * i}" if i else "d[p]" for i in range(size))
+    return f"int.from_bytes(d[p : p + {size}], 'little')"
 
 
-def _spelling(
-    column: ColumnInfo | None, floats: FloatSeen, *, text: bool
-) -> Callable[[bytes], JsonValue] | None:
-    """How a string's bytes become its JSON value: text in its character set (None: UTF-8,
-    decoded inline), JSON parsed, binary as base64. A column the catalog does not have is
-    text or base64 as its binlog type (`text`) suggests."""
+def _string(length_bytes: int, spelling: ColumnRead) -> ColumnRead:
+    """A value prefixed by its length in `length_bytes` bytes; `spelling` is the code turning
+    its bytes, `d[s:p]`, into the JSON value."""
+    head = f"n = {_little_endian(length_bytes)}\ns = p + {length_bytes}\np = s + n\n"
+    return ColumnRead(head + spelling.code, spelling.function)
+
+
+_UTF8 = ColumnRead("{v} = d[s:p].decode()")
+_BASE64 = ColumnRead("{v} = {f}(d[s:p], newline=False).decode('ascii')", binascii.b2a_base64)
+
+
+def _called(function: Callable[[bytes], JsonValue]) -> ColumnRead:
+    return ColumnRead("{v} = {f}(d[s:p])", function)
+
+
+def _spelling(column: ColumnInfo | None, floats: FloatSeen, *, text: bool) -> ColumnRead:
+    """How a string's bytes become its JSON value: text in its character set, JSON parsed,
+    binary as base64. A column the catalog does not have is text or base64 as its binlog
+    type (`text`) suggests."""
     if column is None:
-        return _lenient_text if text else _base64
+        return _called(_lenient_text) if text else _BASE64
     kind = column.data_type
     if kind == "json":
-        return _json_text(floats)
+        return _called(_json_text(floats))
     if kind == "binary":
-        return _padded(column.length or 0)
+        return _called(_padded(column.length or 0))
     if kind not in _TEXT_TYPES:
-        return _base64
+        return _BASE64
     codec = encoding(column.charset)
     if codec == "utf-8":
-        return None
-    return lambda data: data.decode(codec)
+        return _UTF8
+    return _called(lambda data: data.decode(codec))
 
 
 def _string_type(
@@ -275,15 +285,15 @@ def _string_type(
         members = ("",) + (
             column.members if column is not None and column.data_type == "enum" else ()
         )
-        index = "d[p]" if second == 1 else "d[p] | d[p + 1] << 8"
+        index = _little_endian(second)
         if len(members) == 1:  # no members known: the index, as the server counts it
             return ColumnRead(f"{{v}} = {index}\np += {second}")
         return ColumnRead(f"{{v}} = {{f}}[{index}]\np += {second}", members)
     if real == ev.TYPE_SET:
         members = column.members if column is not None and column.data_type == "set" else ()
         return ColumnRead(
-            f"{{v}} = {{f}}(int.from_bytes(d[p : p + {second}], 'little'))\np += {second}",
-            _set_spelling(members),
+            f"{{v}} = {{f}}[{_little_endian(second)}]\np += {second}",
+            _Texts(_set_value(members)),
         )
     if real == ev.TYPE_STRING:
         return _string(1 if length < 256 else 2, _spelling(column, floats, text=True))
@@ -298,10 +308,6 @@ def _type_name(kind: int, column: ColumnInfo | None) -> str:
 
 
 # -- converters the generated code calls ------------------------------------------------------
-
-
-def _base64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def _json_text(floats: FloatSeen) -> Callable[[bytes], JsonValue]:
@@ -335,24 +341,18 @@ def _padded(length: int) -> Callable[[bytes], JsonValue]:
     """binary(n) is padded to its length with zero bytes; the binlog strips them."""
 
     def padded(data: bytes) -> JsonValue:
-        return base64.b64encode(data.ljust(length, b"\0")).decode("ascii")
+        return binascii.b2a_base64(data.ljust(length, b"\0"), newline=False).decode("ascii")
 
     return padded
 
 
-def _set_spelling(members: tuple[str, ...]) -> Callable[[int], JsonValue]:
+def _set_value(members: tuple[str, ...]) -> Callable[[int], str]:
     """A SET's bitmask as its members in definition order, comma-separated."""
-    cache: dict[int, str] = {}
 
-    def spell(mask: int) -> JsonValue:
-        found = cache.get(mask)
-        if found is None:
-            if mask >> len(members):
-                raise ValueError(f"set bits {mask:b} beyond its {len(members)} members")
-            found = ",".join(m for i, m in enumerate(members) if mask >> i & 1)
-            if len(cache) < _CACHE_LIMIT:
-                cache[mask] = found
-        return found
+    def spell(mask: int) -> str:
+        if mask >> len(members):
+            raise ValueError(f"set bits {mask:b} beyond its {len(members)} members")
+        return ",".join(m for i, m in enumerate(members) if mask >> i & 1)
 
     return spell
 
@@ -364,47 +364,42 @@ def _float_at(data: bytes, pos: int) -> JsonValue:
     return float32(_FLOAT(data, pos)[0])
 
 
-def _decimal_reader(precision: int, scale: int) -> tuple[Callable[[bytes, int], str], int]:
-    """MySQL's binary DECIMAL(precision, scale) and its size: groups of nine digits in four
-    big-endian bytes, the leftover digits of each side in fewer, the first bit flipped for the
-    sign and every bit inverted for a negative value. Spelled with the scale kept, as
-    `converters.converter` spells the Decimal a chunk query gives. Compiled per type: the
-    groups' shifts and powers of ten are constants of straight-line code."""
+def _decimal(precision: int, scale: int) -> ColumnRead:
+    """MySQL's binary DECIMAL(precision, scale): groups of nine digits in four big-endian
+    bytes, the leftover digits of each side in fewer, the first bit flipped for the sign and
+    every bit inverted for a negative value. Read as one integer whose groups make the whole
+    part and the fraction, spelled by one `%` format with the scale kept, as
+    `converters.converter` spells the Decimal a chunk query gives."""
     if not 0 <= scale <= precision or precision == 0:
         raise SourceError(f"binlog: decimal({precision},{scale}) is not a valid column type")
-    whole, rest = divmod(scale, 9)
-    fraction = [(32, 9)] * whole + ([(_DIGIT_BYTES[rest] * 8, rest)] if rest else [])
     whole, rest = divmod(precision - scale, 9)
     integer = ([(_DIGIT_BYTES[rest] * 8, rest)] if rest else []) + [(32, 9)] * whole
-    groups = list(reversed(integer + fraction))  # the last group first: the lowest bits
-    size = sum(bits for bits, _ in groups) // 8
-    terms, shift, digits = [], 0, 0
-    for bits, width in groups:
-        terms.append(f"(raw >> {shift} & {(1 << bits) - 1}) * {10**digits}")
-        shift, digits = shift + bits, digits + width
-    top = 1 << (size * 8 - 1)
-    lines = [
-        "def decimal(d, p):",
-        f"    raw = int.from_bytes(d[p : p + {size}], 'big')",
-        f"    if raw & {top}:",
-        f"        raw ^= {top}",
-        "        sign = ''",
-        "    else:",
-        f"        raw ^= {(1 << size * 8) - 1 - top}",
-        "        sign = '-'",
-        f"    text = str({' + '.join(terms)})",
-    ]
-    if scale:
-        lines += [
-            f"    text = text.rjust({scale + 1}, '0')",
-            f"    return sign + text[:-{scale}] + '.' + text[-{scale}:]",
-        ]
-    else:
-        lines.append("    return sign + text")
-    namespace: dict[str, object] = {}
-    exec(compile("\n".join(lines) + "\n", "<binlog decimal>", "exec"), namespace)
-    function: Callable[[bytes, int], str] = namespace["decimal"]  # type: ignore[assignment]
-    return function, size
+    whole, rest = divmod(scale, 9)
+    fraction = [(32, 9)] * whole + ([(_DIGIT_BYTES[rest] * 8, rest)] if rest else [])
+    size = sum(bits for bits, _ in integer + fraction) // 8
+    top = size * 8 - 1
+    values: list[str] = []
+    shift = 0  # from the last group, the lowest bits
+    for groups in (fraction, integer):
+        terms, digits = [], 0
+        for bits, width in reversed(groups):
+            mask = (1 << min(bits, top - shift)) - 1  # the sign bit is no digit's
+            term = f"(r >> {shift} & {mask})" if shift else f"(r & {mask})"
+            terms.append(f"{term} * {10**digits}" if digits else term)
+            shift, digits = shift + bits, digits + width
+        if terms:
+            values.insert(0, " + ".join(reversed(terms)))
+    spelling = ("%d" if integer else "0") + (f".%0{scale}d" if scale else "")
+    arguments = ", ".join(values)
+    return ColumnRead(
+        f"r = {_big_endian(size)}\n"
+        f"if r >> {top}:\n"
+        f"    {{v}} = '{spelling}' % ({arguments},)\n"
+        "else:\n"
+        f"    r ^= {(1 << size * 8) - 1}\n"
+        f"    {{v}} = '-{spelling}' % ({arguments},)\n"
+        f"p += {size}"
+    )
 
 
 def _day(year: int, month: int, day: int) -> str | None:
@@ -416,80 +411,105 @@ def _day(year: int, month: int, day: int) -> str | None:
     return f"{year:04d}-{month:02d}-{day:02d}"
 
 
-_dates: dict[int, str | None] = {}
+def _date(packed: int) -> str | None:
+    """DATE: year, month and day in 15, 4 and 5 bits; a zero or invalid date is null."""
+    return _day(packed >> 9, packed >> 5 & 15, packed & 31)
 
 
-def _date_at(data: bytes, pos: int) -> JsonValue:
-    packed = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
-    try:
-        return _dates[packed]
-    except KeyError:
-        text = _day(packed >> 9, packed >> 5 & 15, packed & 31)
-        if len(_dates) < _CACHE_LIMIT:
-            _dates[packed] = text
+def _big_endian(size: int) -> str:
+    """The code reading `size` bytes at `p` as a big-endian integer."""
+    return "BE8(d, p)[0]" if size == 8 else f"int.from_bytes(d[p : p + {size}], 'big')"
+
+
+def _clock(fsp: int, text: str, second: str, fraction: str) -> str:
+    """Code appending a temporal value's seconds and `fsp` fraction digits to `text` (the
+    value up to its minute): `second` and `fraction` are the integers' expressions, the
+    fraction as its bytes hold it. Spelled from tables of digits, the cheapest way Python has
+    (a `%` format costs about twice as much); an odd `fsp` stores one digit more than it shows,
+    always 0."""
+    if not fsp:
+        return f"{text} += TWO[{second}]"
+    if fsp == 6:
+        return (
+            f"u = {fraction}\n"
+            f"{text} = ''.join(({text}, SECOND[{second}], THREE[u // 1000], THREE[u % 1000]))"
+        )
+    shown = f"{fraction} // 10" if fsp % 2 else fraction
+    return f"{text} += SECOND[{second}] + '%0{fsp}d' % ({shown},)"
+
+
+def _datetime2(fsp: int) -> ColumnRead:
+    """DATETIME(fsp): 40 bits big-endian (sign, year*13+month, day, hour, minute, second),
+    then the fraction, read as one integer. Its text up to the minute comes from a table
+    (`_Texts`) by those bits, the rest from tables of digits (`_clock`). A zero or invalid
+    date is null, as on the chunk path."""
+    size = 5 + (fsp + 1) // 2
+    bits = (size - 5) * 8
+    clock = _clock(fsp, "{v}", f"r >> {bits} & 63", f"(r & {(1 << bits) - 1})")
+    return ColumnRead(
+        f"r = {_big_endian(size)}\n"
+        f"{{v}} = {{f}}[r >> {bits + 6}]\n"
+        "if {v} is not None:\n"
+        + "".join(f"    {line}\n" for line in clock.split("\n"))
+        + f"p += {size}",
+        _Texts(_datetime_minute),
+    )
+
+
+def _timestamp2(fsp: int) -> ColumnRead:
+    """TIMESTAMP(fsp): UTC seconds, 32 bits big-endian, then the fraction, read as one
+    integer; its text up to the minute from a table (`_Texts`), the rest from tables of
+    digits (`_clock`). The zero timestamp is null."""
+    size = 4 + (fsp + 1) // 2
+    bits = (size - 4) * 8
+    clock = _clock(fsp, "{v}", "e % 60", f"(r & {(1 << bits) - 1})")
+    return ColumnRead(
+        f"r = {_big_endian(size)}\n"
+        "if r:\n"
+        f"    e = r >> {bits}\n"
+        "    {v} = {f}[e // 60]\n"
+        + "".join(f"    {line}\n" for line in clock.split("\n"))
+        + "else:\n"
+        "    {v} = None\n"
+        f"p += {size}",
+        _Texts(_timestamp_minute),
+    )
+
+
+class _Texts(dict[int, str | None]):
+    """A column's texts by the integer its bytes pack (a date, a minute, a set's bitmask),
+    each spelled once by `spell`: rows written close together share them, and the generated
+    code reads one by indexing, with no call. Bounded: past `_CACHE_LIMIT` texts it starts
+    again empty."""
+
+    __slots__ = ("_spell",)
+
+    def __init__(self, spell: Callable[[int], str | None]) -> None:
+        super().__init__()
+        self._spell = spell
+
+    def __missing__(self, packed: int) -> str | None:
+        text = self._spell(packed)
+        if len(self) >= _CACHE_LIMIT:
+            self.clear()
+        self[packed] = text
         return text
 
 
-def _fraction(fsp: int) -> tuple[int, int, int]:
-    """A temporal value's fraction bytes for `fsp` digits, and the factor turning them into
-    microseconds: (bytes, bits, factor)."""
-    size = (fsp + 1) // 2
-    return size, size * 8, (1, 10_000, 100, 1)[size]
+def _datetime_minute(bits: int) -> str | None:
+    """A DATETIME's bits down to its minute (sign, year*13+month, day, hour, minute) spelled;
+    None for a zero or invalid date or a negative value."""
+    minute = bits - (0x8000000000 >> 6)
+    year_month, day = minute >> 16, minute >> 11 & 31
+    text = _day(year_month // 13, year_month % 13, day)
+    if text is None or minute < 0:
+        return None
+    return f"{text} {minute >> 6 & 31:02d}:{minute & 63:02d}:"
 
 
-def _datetime2(fsp: int) -> Callable[[bytes, int], JsonValue]:
-    """DATETIME(fsp): 40 bits big-endian (sign, year*13+month, day, hour, minute, second),
-    then the fraction, read as one integer. A zero or invalid date is null, as on the chunk
-    path."""
-    size, bits, factor = _fraction(fsp)
-    end, mask, cut = 5 + size, (1 << bits) - 1, fsp + 1
-    seconds: dict[int, str | None] = {}
-
-    def read(data: bytes, pos: int) -> JsonValue:
-        whole = int.from_bytes(data[pos : pos + end], "big")
-        packed = (whole >> bits) - 0x8000000000
-        text = seconds.get(packed, "")
-        if text == "":
-            day_part, time_part = packed >> 17, packed & 0x1FFFF
-            year_month = day_part >> 5
-            day = _day(year_month // 13, year_month % 13, day_part & 31)
-            text = None
-            if day is not None and packed >= 0:
-                hour, minute, second = time_part >> 12, time_part >> 6 & 63, time_part & 63
-                text = f"{day} {hour:02d}:{minute:02d}:{second:02d}"
-            if len(seconds) >= _CACHE_LIMIT:
-                seconds.clear()
-            seconds[packed] = text
-        if text is None or not bits:
-            return text
-        return text + f".{(whole & mask) * factor:06d}"[:cut]
-
-    return read
-
-
-def _timestamp2(fsp: int) -> Callable[[bytes, int], JsonValue]:
-    """TIMESTAMP(fsp): UTC seconds, 32 bits big-endian, then the fraction, read as one
-    integer; the zero timestamp is null."""
-    size, bits, factor = _fraction(fsp)
-    end, mask, cut = 4 + size, (1 << bits) - 1, fsp + 1
-    seconds: dict[int, str] = {}
-
-    def read(data: bytes, pos: int) -> JsonValue:
-        whole = int.from_bytes(data[pos : pos + end], "big")
-        if whole == 0:
-            return None
-        epoch = whole >> bits
-        text = seconds.get(epoch)
-        if text is None:
-            text = (_EPOCH + datetime.timedelta(seconds=epoch)).strftime("%Y-%m-%d %H:%M:%S")
-            if len(seconds) >= _CACHE_LIMIT:
-                seconds.clear()
-            seconds[epoch] = text
-        if not bits:
-            return text
-        return text + f".{(whole & mask) * factor:06d}"[:cut]
-
-    return read
+def _timestamp_minute(minute: int) -> str:
+    """A TIMESTAMP's minutes since the epoch spelled, in UTC."""
+    return (_EPOCH + datetime.timedelta(minutes=minute)).strftime("%Y-%m-%d %H:%M:")
 
 
 def _time2(fsp: int) -> Callable[[bytes, int], JsonValue]:
