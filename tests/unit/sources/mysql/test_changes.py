@@ -183,6 +183,55 @@ def test_a_key_change_is_a_delete_then_a_create() -> None:
     ]
 
 
+def test_rows_whose_json_holds_floats_are_spelled_as_encode_spells_them() -> None:
+    """msgspec spells floats otherwise than `json`: a row whose document held one is spelled
+    by the standard encoder, the rows around it by msgspec, and every line is `encode`'s."""
+    json_note = ColumnInfo("note", "json", "longtext", "utf8mb4", "utf8mb4_bin")
+    m = BinlogMapper(
+        source="shop",
+        db="shop",
+        captured=[ORDERS],
+        watermark=WATERMARK,
+        columns=lambda _: TableColumns(described("id", "note"), (infos("id")[0], json_note)),
+    )
+    m.table_map(MAPS[0])
+    docs = ['{"a": 1e16, "b": [0.1]}', '{"a": 1}', "1.0", '"x"']
+    items = run(
+        m,
+        [
+            Begin(at(10), 0, standalone=False),
+            rows(
+                RowKind.INSERT,
+                ORDERS_ID,
+                COLUMNS,
+                [{"id": i, "note": d} for i, d in enumerate(docs)],
+            ),
+            rows(
+                RowKind.UPDATE,
+                ORDERS_ID,
+                COLUMNS,
+                [
+                    ({"id": 0, "note": docs[1]}, {"id": 0, "note": docs[0]}),
+                    ({"id": 1, "note": docs[0]}, {"id": 5, "note": docs[1]}),
+                ],
+            ),
+            rows(
+                RowKind.DELETE,
+                ORDERS_ID,
+                COLUMNS,
+                [{"id": i, "note": d} for i, d in enumerate(docs)],
+            ),
+            Xid(),
+        ],
+    )
+    lines = [item.event.line for item in items if isinstance(item, Change)]
+    assert len(lines) == 11
+    for item in items:
+        if isinstance(item, Change):
+            assert item.event.line == (encode(item.event.event()) + "\n").encode()
+    assert b'"a":1e+16' in lines[0] and b'"a":1}' in lines[1]
+
+
 def test_watermark_updates_take_a_position_and_other_tables_are_skipped() -> None:
     catalog = Catalog()
     items = run(
