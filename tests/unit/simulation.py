@@ -4,9 +4,14 @@ A source database (tables as dicts), its change log (a list of committed transac
 watermark writes), dumps that plan chunks with `TablePlanner` and read them between watermarks
 (a filtered dump's chunks read only the rows matching its filter, one of `FILTERS`),
 the window states they share with the tailer (`ModelWindows`, the state machine of
-`state.WindowStore`), and `ModelTailer`, a synchronous model of the production `Session`. The
-histories in `histories.py` drive these, and drive the production `Session` with the same
-`Source` and `Dump` (tests/integration/tailer/test_properties.py).
+`state.WindowStore` and `state.PositionalWindowStore`), and `ModelTailer`, a synchronous model of
+the production `Session`. The histories in `histories.py` drive these, and drive the production
+`Session` with the same `Source` and `Dump` (tests/integration/tailer/test_properties.py).
+
+Read-only dumps (`Dump.read_only`) write no watermark: the tailer arms their windows at its read
+position between two transactions, the read stores its rows with an hw taken from the source's
+log position (`Snapshot` says how), and the tailer closes the window once it has read every
+commit below hw, its rows positioned in the gap after the last commit it read.
 """
 
 from __future__ import annotations
@@ -38,6 +43,12 @@ KEY_COLUMNS = {TABLE_A: ("id",), TABLE_B: ("region", "n"), TABLE_C: ("id",)}
 SOURCE_NAME, DB = "sim", "db"
 
 WriteKind = Literal["upsert", "delete", "move"]
+
+Snapshot = Literal["invisible", "exact"]
+"""How a read-only dump's read says where its snapshot lies (`sources.base.ReadSnapshot`):
+`invisible` as PostgreSQL's, hw the log's end read after the snapshot, the committed
+transactions the read missed named; `exact` as MariaDB's, a snapshot of every commit below a
+log position, which is hw and `snapshot_end` both, and nothing named."""
 RowOp = tuple[WriteKind, TableRef, Key, Key]
 """One row operation of a transaction: kind, table, key, and the key a `move` moves the row to
 (ignored by the other kinds)."""
@@ -108,6 +119,10 @@ def log_items(entry: LogEntry) -> list[LogItem]:
 class ChunkRead:
     rows: list[dict[str, Any]]
     invisible_txids: frozenset[int]
+    hw: int | None = None
+    """A read-only read's: every transaction it saw commits below it."""
+    snapshot_end: int | None = None
+    """An exact read's: it saw every transaction that commits below it."""
 
 
 @dataclass
@@ -137,6 +152,13 @@ class Source:
     def next_commit(self) -> int:
         self._commit += 10
         return self._commit
+
+    @property
+    def log_end(self) -> int:
+        """Where the log ends now: every commit below it is in the log, and the next one
+        starts just above it (MySQL's `Idle(end - 1)`; PostgreSQL's WAL end likewise lies
+        between two commits)."""
+        return self._commit + 9
 
     def write(
         self, ops: tuple[RowOp, ...], *, invisible: bool = False
@@ -216,6 +238,28 @@ class Source:
         txids = frozenset(tx.txid for tx in self.invisible)
         return ChunkRead(self._select(rows, chunk), txids)
 
+    def read_positional(self, chunk: Chunk, snapshot: Snapshot) -> ChunkRead:
+        """A read-only dump's read: `invisible`, as `read_chunk` with hw the log's end read
+        after the snapshot; `exact`, a snapshot of every commit below the first one a read
+        cannot see yet (all of them when none), which is its hw and its end."""
+        if snapshot == "invisible":  # hw: where the WAL's last commit record ends
+            return replace(self.read_chunk(chunk), hw=self._commit + 5)
+        missed = min((tx.commit for tx in self.invisible), default=None)
+        end = self.log_end if missed is None else missed - 1
+        return replace(self.read_at(chunk, end), hw=end, snapshot_end=end)
+
+    def read_at(self, chunk: Chunk, commit: int) -> ChunkRead:
+        """The chunk as of `commit` (every transaction committed up to it, none after), with
+        no transaction named: what a replica that has applied the log up to there reads."""
+        rows = {
+            key: row
+            for (table, key) in self.versions
+            if table == chunk.table
+            for row in (self.row_at(table, key, commit),)
+            if row is not None
+        }
+        return ChunkRead(self._select(rows, chunk), frozenset())
+
     def _select(self, rows: dict[Key, dict[str, Any]], chunk: Chunk) -> list[dict[str, Any]]:
         """The chunk's query: its keys or key range, narrowed by its filter, then its LIMIT."""
         if chunk.keys is not None:
@@ -258,9 +302,29 @@ class DumpWindows(Protocol):
 
     def abandon(self, window_id: str) -> bool: ...
 
+    def add_positional(self, window_id: str) -> None:
+        """A read-only window, for the tailer to arm (`PositionalWindowStore.add`)."""
+        ...
+
+    def ready(self, window_id: str) -> bool:
+        """Its read stored its rows and hw (`PositionalWindowStore.ready`); False if the
+        window is no longer open."""
+        ...
+
+
+@dataclass(frozen=True)
+class PendingPositional:
+    """`state.PendingWindow`: a read-only window the tailer has to arm, close or fail."""
+
+    window: Window
+    state: str
+    ready: bool
+    hw: int | None
+
 
 class ModelWindows:
-    """The window states of `state.WindowStore`, in memory: the same moves, the same refusals."""
+    """The window states of `state.WindowStore` and `state.PositionalWindowStore`, in memory:
+    the same moves, the same refusals."""
 
     def __init__(self) -> None:
         self.marks: dict[str, tuple[Window, str]] = {}  # value -> (window, lw|hw)
@@ -269,6 +333,11 @@ class ModelWindows:
         self.records: dict[str, DirectRecord] = {}
         self.pending: dict[str, Position] = {}
         """Direct windows recorded whose rows are not committed, with their lws."""
+        self.positional: dict[str, Window] = {}
+        """The read-only windows not yet seen ended."""
+        self.readied: set[str] = set()
+        self.last_reserved: tuple[int, int] | None = None
+        """`positional:last`: the last seq handed out, at which commit."""
 
     # -- the dump's side ----------------------------------------------------------------------
 
@@ -289,6 +358,16 @@ class ModelWindows:
     def abandon(self, window_id: str) -> bool:
         return self._move(window_id, "abandoned", "registered", "open")
 
+    def add_positional(self, window_id: str) -> None:
+        window = next(w for w, _ in self.marks.values() if w.window_id == window_id)
+        self.positional[window_id] = window
+
+    def ready(self, window_id: str) -> bool:
+        if self.states[window_id] != "open":
+            return False
+        self.readied.add(window_id)
+        return True
+
     def record_of(self, window_id: str) -> DirectRecord | None:
         return self.records.get(window_id)
 
@@ -305,6 +384,33 @@ class ModelWindows:
 
     def open(self, window_id: str) -> bool:
         return self._move(window_id, "open", "registered")
+
+    def pending_positional(self) -> list[PendingPositional]:
+        """`PositionalWindowStore.pending`: those ended leave the set."""
+        found = []
+        for window_id, window in list(self.positional.items()):
+            state = self.states[window_id]
+            if state not in ("registered", "open"):
+                del self.positional[window_id]
+                continue
+            ready = window_id in self.readied
+            chunk = self.chunks.get(window_id)
+            hw = chunk.hw if ready and chunk is not None else None
+            found.append(PendingPositional(window, state, ready, hw))
+        return found
+
+    def arm(self, window_id: str) -> bool:
+        """`PositionalWindowStore.arm`: registered -> open."""
+        return self._move(window_id, "open", "registered")
+
+    def reserve(self, commit: int, count: int) -> int:
+        """`PositionalWindowStore.reserve`: `count` seqs at `commit` after the returned one,
+        never handed out before, whichever tailer asks."""
+        base = 0
+        if self.last_reserved is not None and self.last_reserved[0] == commit:
+            base = self.last_reserved[1] + 1
+        self.last_reserved = (commit, base + count)
+        return base
 
     def claim(self, window_id: str) -> bool:
         return self._move(window_id, "closing", "open")
@@ -398,7 +504,13 @@ class ModelTailer:
     """A synchronous model of `tailer.session.Session`: reads the log from the last
     acknowledged position, feeds the reconciler under test, and hands events and marks over
     as the writer would. Normally everything handed over is durable at once; while `held`,
-    nothing is (the writer is stuck in the output), and a restart drops it."""
+    nothing is (the writer is stuck in the output), and a restart drops it.
+
+    Read-only windows as `Session._poll_positional` moves them, at every commit boundary (a
+    transaction's end, and the log's end when `tail` reaches it, as an `Idle`): armed at the
+    read position, closed once it passed their hw, failed when armed by an earlier session.
+    `bounds` keeps where each one it closed opened and closed, as log positions: its rows are
+    checked against the source at those (`histories.check_windows`)."""
 
     def __init__(
         self, source: Source, windows: ModelWindows, reconciler_class: type[Reconciler]
@@ -410,11 +522,19 @@ class ModelTailer:
         self.acks = [0]
         self.held = False
         self.lost_batches = 0
+        self.bounds: dict[str, tuple[int, int]] = {}
+        """Each read-only window closed: the commit its lw lies at and its rows' commit."""
         self._restart_at(0)
 
     def _restart_at(self, commit: int) -> None:
         self.reconciler = self.reconciler_class(SOURCE_NAME, DB)
         self.pending: list[Event | _WindowDurable | TransactionEnd] = []
+        self.delivered = 0
+        """Every commit below it has been read (0: nothing yet)."""
+        self.gap = 0
+        """A commit no transaction has, above every one read, below every one to come."""
+        self.armed: dict[str, int] = {}
+        """The read-only windows this session armed, still open, with the commit of their lw."""
         self.at = next(
             (i for i, entry in enumerate(self.source.log) if entry.commit > commit),
             len(self.source.log),
@@ -428,10 +548,14 @@ class ModelTailer:
     def replays(self) -> int:
         return self.output.replays
 
-    def tail(self, entries: int) -> None:
+    def tail(self, entries: int, idle_first: bool = False) -> None:
+        """Read up to `entries` log entries; with `idle_first`, the reader first says it is at
+        the end of what it has read (a keepalive that came before the next transaction)."""
+        if idle_first and self.at:
+            self._idle(self.source.log[self.at - 1].commit + 9)
         for _ in range(entries):
             if self.at >= len(self.source.log):
-                return
+                break
             entry = self.source.log[self.at]
             self.at += 1
             for item in log_items(entry):
@@ -442,8 +566,64 @@ class ModelTailer:
                     self._watermark(item)
                 elif isinstance(item, TransactionEnd):
                     self.pending.append(item)
+                    self.delivered = self.gap = item.commit + 1
+                    self._poll_positional()
             if not self.held:
                 self._flush()
+        if self.at >= len(self.source.log):
+            self._idle(self.source.log_end)
+
+    def _idle(self, log_end: int) -> None:
+        """`Session.idle`: every commit below the log's end is read; none lies at its end less
+        one."""
+        if log_end > self.delivered:
+            self.delivered, self.gap = log_end, log_end - 1
+        self._poll_positional()
+        if not self.held:
+            self._flush()
+
+    def _poll_positional(self) -> None:
+        if not self.delivered:
+            return
+        for pending in self.windows.pending_positional():
+            window_id = pending.window.window_id
+            if pending.state == "registered":
+                self._arm(pending.window)
+            elif window_id not in self.armed:
+                self.windows.fail(window_id)  # armed by an earlier session
+            elif pending.ready and pending.hw is None:
+                del self.armed[window_id]
+                self.windows.fail(window_id)
+            elif pending.hw is not None and self.delivered >= pending.hw:
+                self._close_positional(pending.window)
+
+    def arm_at(self) -> int:
+        """The read position a window is armed at: every commit below it read."""
+        return self.delivered
+
+    def _arm(self, window: Window) -> None:
+        if not self.windows.arm(window.window_id):
+            return
+        lw = self.arm_at() - 1
+        opened = self.reconciler.low_watermark(window, Position(lw, 0))
+        if isinstance(opened, Failed):
+            self.windows.fail(window.window_id)
+            return
+        self.armed[window.window_id] = self.delivered - 1
+
+    def _close_positional(self, window: Window) -> None:
+        lw = self.armed.pop(window.window_id)
+        chunk = self.windows.rows(window.window_id)
+        if chunk is None:
+            self.windows.fail(window.window_id)
+            return
+        base = self.windows.reserve(self.gap, len(chunk.rows) + 1)
+        closed = self.reconciler.high_watermark(window, Position(self.gap, base))
+        if isinstance(closed, Failed):
+            self.windows.fail(window.window_id)
+            return
+        self.bounds[window.window_id] = (lw, self.gap)
+        self._closed(closed, chunk)
 
     def _watermark(self, item: WatermarkWrite) -> None:
         known = self.windows.lookup_watermark(item.value)
@@ -466,6 +646,11 @@ class ModelTailer:
         if chunk is None:
             self.windows.fail(window.window_id)
             return
+        self._closed(closed, chunk)
+
+    def _closed(self, closed: Closed, chunk: ChunkRows) -> None:
+        """Emit a closed window's rows, or record a direct one's."""
+        window = closed.window
         if window.mode is DumpMode.DIRECT:
             self._record(closed, chunk)
             return
@@ -518,6 +703,7 @@ class ModelTailer:
     def expire(self) -> None:
         """Every open window's hw is late: each expires and fails."""
         for window, _ in list(self.reconciler.open_windows()):
+            self.armed.pop(window.window_id, None)
             if self.reconciler.expire(window.window_id) is not None:
                 self.windows.fail(window.window_id)
 
@@ -533,6 +719,7 @@ class Flight:
     lw: str
     hw: str
     state: str = "registered"  # registered -> lw -> read -> hw
+    """A read-only flight's: registered -> lw (the tailer armed it) -> read -> hw (ready)."""
     rows: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -557,6 +744,9 @@ class Dump:
     chunk, as the dump runner does."""
     planner: type[TablePlanner] = TablePlanner
     """The planner under test: production's, or a broken one (tests/unit/broken_planners.py)."""
+    read_only: Snapshot | None = None
+    """A read-only dump's reads (`ChunkSource.read_only`): no watermark is written, the tailer
+    arms each window and closes it past the hw the read stored."""
     progress: dict[TableRef, TableProgress] = field(default_factory=dict)
     flights: list[Flight] = field(default_factory=list)
     windows_failed: int = 0
@@ -624,8 +814,19 @@ class Dump:
         window = Window(f"w{n}", self.dump_id, chunk.table, self.mode)
         flight = Flight(chunk, window, f"lw{n}", f"hw{n}")
         self.windows.register(window, flight.lw, flight.hw)
+        if self.read_only is not None:
+            self.windows.add_positional(window.window_id)
         self.flights.append(flight)
         self.chunks.append(chunk)
+
+    def read(self, flight: Flight) -> ChunkRead:
+        """The flight's chunk read (`ChunkSource.read_chunk`)."""
+        if self.read_only is None:
+            return self.source.read_chunk(flight.chunk)
+        return self.source.read_positional(flight.chunk, self.read_only)
+
+    def armed(self, flight: Flight) -> None:
+        """The dump saw the tailer arm a read-only flight's window (`wait_armed` returned)."""
 
     def _retry(self, flight: Flight) -> None:
         self.flights.remove(flight)
@@ -639,14 +840,29 @@ class Dump:
             return
         flight = self.flights[index % len(self.flights)]
         window_id = flight.window.window_id
-        if flight.state == "registered":
+        if flight.state == "registered" and self.read_only is not None:
+            state = self.windows.state(window_id)
+            if state in ("failed", "abandoned"):
+                self._retry(flight)
+            elif state == "open":
+                self.armed(flight)
+                flight.state = "lw"
+        elif flight.state == "registered":
             self.source.watermark(flight.lw)
             flight.state = "lw"
         elif flight.state == "lw":
-            read = self.source.read_chunk(flight.chunk)
+            read = self.read(flight)
             columns = KEY_COLUMNS[flight.chunk.table]
             kept = () if self.mode is DumpMode.DIRECT else read.rows  # direct: rows stay here
-            chunk = ChunkRows(window_id, columns, kept, 1, read.invisible_txids)
+            chunk = ChunkRows(
+                window_id,
+                columns,
+                kept,
+                1,
+                read.invisible_txids,
+                hw=read.hw,
+                snapshot_end=read.snapshot_end,
+            )
             if not self.windows.put_rows(window_id, chunk):
                 self._retry(flight)  # the tailer ended the window first
                 return
@@ -655,6 +871,11 @@ class Dump:
             flight.rows = read.rows
             self.reads[window_id] = flight
             flight.state = "read"
+        elif flight.state == "read" and self.read_only is not None:
+            if not self.windows.ready(window_id):
+                self._retry(flight)  # the tailer ended the window first
+                return
+            flight.state = "hw"
         elif flight.state == "read":
             self.source.watermark(flight.hw)
             flight.state = "hw"
@@ -701,6 +922,14 @@ class Dump:
             self._retry(flight)
         else:
             self.abandons_refused += 1
+
+    def give_up(self, index: int) -> None:
+        """`run_chunk` after its second wait: a window still closing (the tailer that claimed
+        it died before its rows were durable, and a read-only window has no hw in the log for
+        the next one to fail it at) is given up, and the chunk retried."""
+        flight = self.flights[index % len(self.flights)]
+        if self.windows.state(flight.window.window_id) == "closing":
+            self._retry(flight)
 
     def _save(self, planner: TablePlanner) -> None:
         self.progress[planner.table] = TableProgress.from_json(planner.progress.to_json())

@@ -14,8 +14,11 @@ command (feed some log entries, expire windows, end the session) runs inside the
 `items()`, and the history waits until the session asks for its next item. After every feed the
 reader yields `Idle` until everything handed over is acknowledged, so window states and
 acknowledged positions are the same on every run, as Hypothesis needs; while the output holds,
-until the writer is stuck in it. `batch_events = 1` makes the writer take one item at a time,
-so which marks a held batch keeps back does not depend on timing.
+until the writer is stuck in it; at the log's end that `Idle` is the log's end. `batch_events =
+1` makes the writer take one item at a time, so which marks a held batch keeps back does not
+depend on timing, and the session looks for read-only windows at every commit boundary
+(`_POSITIONAL_POLL_S` is 0 here), not every so often, so where it arms and closes them does not
+either.
 
 Half the model's examples (`DBLOG_PROPERTY_EXAMPLES` / 2): each costs a thread per session
 and a few hundred Redis calls.
@@ -30,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from unittest import mock
 
 import pytest
 import redis
@@ -37,11 +41,20 @@ from hypothesis import HealthCheck, given, settings
 
 from airflow_provider_dblog.core.event import Event, TableRef
 from airflow_provider_dblog.core.log import Idle, LogItem
-from airflow_provider_dblog.core.reconciler import ChunkRows, Reconciler, Window
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.reconciler import (
+    ChunkRows,
+    Closed,
+    Failed,
+    Opened,
+    Reconciler,
+    Window,
+)
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs.base import Output, OutputUnavailable
 from airflow_provider_dblog.state import StateStore
+from airflow_provider_dblog.tailer import session as session_module
 from airflow_provider_dblog.tailer.metrics import TailerStats
 from airflow_provider_dblog.tailer.session import Leadership, Session
 from airflow_provider_dblog.tailer.settings import TailerSettings
@@ -71,6 +84,7 @@ class RedisWindows:
 
     def __init__(self, store: StateStore) -> None:
         self._windows = store.windows
+        self._positional = store.positional
 
     def register(self, window: Window, lw: str, hw: str) -> None:
         self._windows.register(window, lw, hw, {}, ttl_s=3600)
@@ -85,6 +99,12 @@ class RedisWindows:
 
     def abandon(self, window_id: str) -> bool:
         return self._windows.abandon(window_id)
+
+    def add_positional(self, window_id: str) -> None:
+        self._positional.add(window_id)
+
+    def ready(self, window_id: str) -> bool:
+        return self._positional.ready(window_id)
 
 
 class HoldingOutput(Output):
@@ -126,6 +146,8 @@ class _Feed:
     items: list[LogItem]
     handed: int
     """The commit of the last transaction handed over so far in this session."""
+    end: int
+    """What the `Idle`s after the items say: the log's end once every entry is fed."""
 
 
 @dataclass(frozen=True)
@@ -167,17 +189,17 @@ class ScriptedLog:
                 command.action()
             else:
                 yield from command.items
-                yield from self._settle(command.handed)
+                yield from self._settle(command.handed, command.end)
             self.done.put(None)
 
-    def _settle(self, handed: int) -> Iterator[LogItem]:
+    def _settle(self, handed: int, end: int) -> Iterator[LogItem]:
         """Until everything handed over is acknowledged, or the writer is stuck in the held
         output; the last `Idle` lets the session acknowledge what became durable before."""
         while True:
             settled = self.acknowledged >= handed or (self._output.held and self._output.blocked)
             if not settled:
                 time.sleep(0.0001)  # the writer thread's turn
-            yield Idle(handed)
+            yield Idle(end)
             if settled:
                 return
 
@@ -205,6 +227,8 @@ class SessionDriver:
         assert token is not None
         self._leadership = Leadership("property", token)
         self.lost_batches = 0
+        self.bounds: dict[str, tuple[int, int]] = {}
+        """Each window closed, as the session opened and closed it in its reconciler."""
         self._acks = [0]
         """The source's acknowledged position after each command: where a restart reads from."""
         self._thread: threading.Thread | None = None
@@ -240,8 +264,25 @@ class SessionDriver:
         self._thread.start()
 
     def _new_reconciler(self, source_name: str, db: str) -> Reconciler:
-        self._reconciler = self._reconciler_class(source_name, db)
-        return self._reconciler
+        """The reconciler under test, noting where each window opens and closes (`bounds`)."""
+        reconciler = self._reconciler_class(source_name, db)
+        low, high = reconciler.low_watermark, reconciler.high_watermark
+        lws: dict[str, int] = {}
+
+        def low_watermark(window: Window, position: Position) -> Opened | Failed:
+            lws[window.window_id] = position.commit
+            return low(window, position)
+
+        def high_watermark(window: Window, position: Position) -> Closed | Failed:
+            closed = high(window, position)
+            if isinstance(closed, Closed) and window.window_id in lws:
+                self.bounds[window.window_id] = (lws[window.window_id], position.commit)
+            return closed
+
+        reconciler.low_watermark = low_watermark  # type: ignore[method-assign]
+        reconciler.high_watermark = high_watermark  # type: ignore[method-assign]
+        self._reconciler = reconciler
+        return reconciler
 
     def _serve(self, session: Session) -> None:
         try:
@@ -267,21 +308,27 @@ class SessionDriver:
         if self._reader.acknowledged > self._acks[-1]:
             self._acks.append(self._reader.acknowledged)
 
-    def tail(self, entries: int) -> None:
+    def tail(self, entries: int, idle_first: bool = False) -> None:
         items: list[LogItem] = []
+        if idle_first and self._at:
+            items.append(Idle(self.source.log[self._at - 1].commit + 9))
         entries_read = self.source.log[self._at : self._at + entries]
         for entry in entries_read:
             items.extend(log_items(entry))
             self._handed = entry.commit
         self._at += len(entries_read)
-        self._do(_Feed(items, self._handed))
+        self._do(_Feed(items, self._handed, self._log_end()))
+
+    def _log_end(self) -> int:
+        """Where the `Idle`s of a feed say the log ends: its end once every entry is read."""
+        return self.source.log_end if self._at >= len(self.source.log) else self._handed
 
     def hold(self) -> None:
         self._output.set_mode("hold")
 
     def release(self) -> None:
         self._output.set_mode("pass")
-        self._do(_Feed([], self._handed))
+        self._do(_Feed([], self._handed, self._log_end()))
 
     def restart(self, acks_lost: int) -> None:
         self._end()
@@ -335,7 +382,8 @@ def run_production(
         return drivers[-1]
 
     try:
-        run_history(history, RedisWindows(store), start_tailer)
+        with mock.patch.object(session_module, "_POSITIONAL_POLL_S", 0.0):
+            run_history(history, RedisWindows(store), start_tailer)
     finally:
         for driver in drivers:
             driver.close()
