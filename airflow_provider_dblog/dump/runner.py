@@ -391,8 +391,10 @@ def retry_chunk(
 
 
 def _count_retry(store: StateStore, dump_id: str, reason: str) -> None:
+    """Count a retried window and say why in the dump's status while it waits."""
     try:
         store.dumps.count(dump_id, windows_retried=1)
+        store.dumps.note(dump_id, f"retrying a chunk: {reason}")
     except StateStoreUnavailable:
         log.warning("could not count a retried window of %s: the state store is away", dump_id)
 

@@ -44,6 +44,11 @@ class SourceUnavailable(DBLogError):
     """The server went away or refused the connection; retrying later may succeed."""
 
 
+class ReplicaBehind(SourceUnavailable):
+    """The read replica has not applied what a chunk needs within its wait: the dump waits for
+    it as for a source away, and the message says how far behind it is."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkRead:
     """Rows of one chunk in key order, and the transactions the read's snapshot did not see
@@ -87,6 +92,12 @@ class LogReader(Protocol):
         being read, when a dump chunk's rows have other columns than the log last described
         (an ALTER the log has not shown yet); raises `SourceUnavailable` if the server went
         away."""
+        ...
+
+    def log_end(self) -> int:
+        """A position every commit in the log so far lies below (one query on a connection
+        of its own): a session started again arms read-only windows only once it has read
+        up to it, past everything an earlier session emitted."""
         ...
 
     def close(self) -> None: ...

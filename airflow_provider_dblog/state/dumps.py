@@ -208,13 +208,17 @@ if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('HINCRBY', KEYS[2], 'chunks', 1)
 redis.call('HINCRBY', KEYS[2], 'rows', ARGV[3])
+if redis.call('HGET', KEYS[2], 'state') == 'running' then
+  redis.call('HSET', KEYS[2], 'reason', '')
+end
 return 1
 """
 
     @reachable
     def chunk_done(self, dump_id: str, progress: TableProgress, rows: int) -> None:
         """A chunk ended: its table's progress and the dump's counters move in one step, so a
-        dump killed at any moment never counts a chunk it will read again, nor misses one."""
+        dump killed at any moment never counts a chunk it will read again, nor misses one. A
+        running dump's `note` is cleared: it moves again."""
         result = self._eval(
             self._CHUNK_DONE,
             keys=[self.keys.dump_progress(dump_id), self.keys.dump_status(dump_id)],
@@ -231,6 +235,20 @@ return 1
     @reachable
     def status(self, dump_id: str) -> DumpStatus | None:
         return dump_status_from(self._r.hgetall(self.keys.dump_status(dump_id)))
+
+    # KEYS: status. ARGV: the note. 1: noted; 0: not running.
+    _NOTE = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'reason', ARGV[1])
+return 1
+"""
+
+    @reachable
+    def note(self, dump_id: str, why: str) -> bool:
+        """What a running dump waits for (a chunk retried: a source or replica behind or away,
+        a window not closed), kept as its reason, which `dblog status` and the live view show,
+        until its next chunk ends. False if the dump is not running."""
+        return bool(self._eval(self._NOTE, keys=[self.keys.dump_status(dump_id)], args=[why]))
 
     # KEYS: status. ARGV: state, reason. Returns 1, 0 (finished already), -1 (no such dump).
     _MARK = (

@@ -171,6 +171,13 @@ class MysqlLogReader:
             return None if self._saved is None else self._saved.to_text()
         return self._acks.acknowledge(commit).to_text()
 
+    def log_end(self) -> int:
+        """The binlog's end less one: every transaction's first event starts below it, and a
+        reader idle at the end says so (`Idle(end - 1)`)."""
+        with self._config.connect() as conn, conn.cursor() as cursor:
+            end = _log_end(cursor, mariadb=False)
+        return mysql_commit(binlog_file_number(end.file), end.offset) - 1
+
     def log_backlog(self) -> LogBacklog:
         """The binlog bytes from the last acknowledged point to the log's end, on a connection
         of its own (the metrics thread asks). The server keeps binlogs by age, not for this

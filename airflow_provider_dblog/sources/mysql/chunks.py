@@ -43,6 +43,7 @@ from airflow_provider_dblog.sources.base import (
     InvalidKey,
     NotSetUp,
     ReadSnapshot,
+    ReplicaBehind,
     SourceError,
     SourceUnavailable,
 )
@@ -110,11 +111,13 @@ def snapshot_position(status: dict[str, Any]) -> ReadSnapshot | None:
 
 
 class MysqlChunkSource:
-    """`ChunkSource` on one autocommit PyMySQL connection, opened on first use."""
+    """`ChunkSource` on one autocommit PyMySQL connection, opened on first use, and one to the
+    `read_replica` if there is one, which reads the chunks."""
 
     def __init__(self, config: MysqlSourceConfig) -> None:
         self._config = config
         self._conn: pymysql.connections.Connection[Any] | None = None
+        self._replica: pymysql.connections.Connection[Any] | None = None
         self._shapes: dict[TableRef, _Shape] = {}
 
     def key_columns(self, table: TableRef) -> tuple[str, ...]:
@@ -311,9 +314,10 @@ class MysqlChunkSource:
         return where
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None and conn.open:
-            conn.close()
+        for conn in (self._conn, self._replica):
+            if conn is not None and conn.open:
+                conn.close()
+        self._conn = self._replica = None
 
     def _read(self, shape: _Shape, chunk: Chunk) -> _Text | None:
         """The chunk's undecoded rows (`text_values.py`), or None if the table's columns are
@@ -321,12 +325,20 @@ class MysqlChunkSource:
         floats = [c for c in shape.columns if read_expression(c) != quote_name(c.name)]
         every = KEYSET.join([f"{KEYSET.table(chunk.table)}.*", *map(read_expression, floats)])
         query, params = KEYSET.chunk(shape, chunk, every)
-        with self._session() as cursor:
+        replica = self._config.read_replica is not None
+        if replica:
+            self._replica_caught_up()
+        with self._session(replica=replica) as cursor:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
             try:
-                cursor.execute(_SNAPSHOT_STATUS)
-                snapshot = snapshot_position({str(k).lower(): v for k, v in cursor.fetchall()})
+                snapshot: ReadSnapshot | None
+                if replica:
+                    snapshot = self._primary_end()
+                else:
+                    cursor.execute(_SNAPSHOT_STATUS)
+                    status = {str(k).lower(): v for k, v in cursor.fetchall()}
+                    snapshot = snapshot_position(status)
                 with undecoded(cursor.connection):
                     cursor.execute(query, params)
                 raw: tuple[tuple[Any, ...], ...] = cursor.fetchall()
@@ -399,14 +411,52 @@ class MysqlChunkSource:
         convert = converter(column)
         return [freeze(convert(v)) for v in stored]
 
+    def _replica_caught_up(self) -> None:
+        """Wait until the read replica has applied the primary's GTID position of now: every
+        commit the tailer had read when it armed the window, or the written lw (MariaDB applies
+        a domain's transactions in order). Raises `ReplicaBehind` after `replica_wait_s`."""
+        with self._session() as cursor:
+            cursor.execute("SELECT @@gtid_binlog_pos")
+            row = cursor.fetchone()
+        wanted = str(row[0]) if row else ""
+        with self._session(replica=True) as cursor:
+            cursor.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (wanted, self._config.replica_wait_s))
+            waited = cursor.fetchone()
+            if waited is not None and waited[0] == 0:
+                return
+            cursor.execute("SELECT @@gtid_slave_pos")
+            found = cursor.fetchone()
+        applied = found[0] if found else "?"
+        raise ReplicaBehind(
+            f"the read replica of {self._config.name} has applied GTID {applied}, not yet "
+            f"{wanted}, which a chunk needs, after {self._config.replica_wait_s}s (is its SQL "
+            "thread running?)"
+        )
+
+    def _primary_end(self) -> ReadSnapshot:
+        """A replica read's hw: the primary's binlog end, read after the replica's snapshot
+        was taken; every transaction that snapshot sees committed on the primary before."""
+        with self._session() as cursor:
+            cursor.execute("SHOW MASTER STATUS")
+            row = cursor.fetchone()
+        if row is None:
+            raise SourceError(f"source {self._config.name} shows no binlog (SHOW MASTER STATUS)")
+        end = mysql_commit(binlog_file_number(str(row[0])), int(row[1]))
+        return ReadSnapshot(end - 1, exact=False)
+
     @contextmanager
-    def _session(self) -> Iterator[Cursor]:
-        """A cursor on the connection (opened if there is none: `SourceUnavailable` if it
-        cannot be); a server lost while it is used raises `SourceUnavailable` and drops the
-        connection, so the next call connects again."""
-        if self._conn is None or not self._conn.open:
-            self._conn = self._config.connect()
-        conn = self._conn
+    def _session(self, *, replica: bool = False) -> Iterator[Cursor]:
+        """A cursor on the connection to the source, or to its `read_replica` (opened if there
+        is none: `SourceUnavailable` if it cannot be); a server lost while it is used raises
+        `SourceUnavailable` and drops both, so the next call connects again."""
+        replica = replica and self._config.read_replica is not None
+        conn = self._replica if replica else self._conn
+        if conn is None or not conn.open:
+            conn = self._config.connect(replica=replica)
+            if replica:
+                self._replica = conn
+            else:
+                self._conn = conn
         try:
             with conn.cursor() as cursor:
                 yield cursor
@@ -422,10 +472,11 @@ class MysqlChunkSource:
             ) from exc
 
     def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(pymysql.Error):  # already gone: nothing to tell it
-                conn.close()
+        for conn in (self._conn, self._replica):
+            if conn is not None:
+                with contextlib.suppress(pymysql.Error):  # already gone: nothing to tell it
+                    conn.close()
+        self._conn = self._replica = None
 
     def _shape(self, table: TableRef) -> _Shape:
         shape = self._shapes.get(table)

@@ -51,6 +51,13 @@ class MysqlSourceConfig:
     read_only: bool = False
     """Never write to the source: no watermark table, watermarks are binlog positions
     (`state/positional.py`). MariaDB only: MySQL does not say where a snapshot lies."""
+    read_replica: str | None = None
+    """The DSN (`mysql://user@host:port/database`) of a MariaDB replica of this server by GTID
+    (the same user and password): chunk reads go there, each once the replica has applied
+    the primary's GTID position of the moment its window opened (`MASTER_GTID_WAIT`)."""
+    replica_wait_s: int = 60
+    """How long a chunk waits for the replica before the window is retried (the dump waits
+    for a lagging replica as for a source away, saying its lag)."""
 
     @property
     def type(self) -> str:
@@ -76,6 +83,12 @@ class MysqlSourceConfig:
         ):
             if not _IDENTIFIER.fullmatch(value):
                 raise SourceError(f"{what} {value!r}: 1 to 64 letters, digits, '_' or '$'")
+        if self.read_replica is not None and _dsn_parts(self.read_replica).password is not None:
+            raise SourceError(
+                "the read_replica dsn must not hold the password: the source's password_env is used"
+            )
+        if self.replica_wait_s < 1:
+            raise SourceError(f"replica_wait_s must be at least 1, got {self.replica_wait_s}")
         if not (self.server_id_span >= 1 and 1 <= self.server_id < _U32 - self.server_id_span):
             raise SourceError(
                 f"server_id {self.server_id} with server_id_span {self.server_id_span}: "
@@ -98,6 +111,7 @@ class MysqlSourceConfig:
                 "server_id_span": int,
                 "unique_keys": dict,
                 "read_only": bool,
+                "replica_wait_s": int,
             },
             table_word="database",
             default_schema=default_schema,
@@ -122,11 +136,12 @@ class MysqlSourceConfig:
     def database(self) -> str | None:
         return _dsn_parts(self.dsn).database
 
-    def connect_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for `pymysql.connect`, password included: never log them.
+    def connect_kwargs(self, *, replica: bool = False) -> dict[str, Any]:
+        """Keyword arguments for `pymysql.connect` (to the `read_replica` with `replica`),
+        password included: never log them.
 
         The binlog stream (`wire.BinlogStream`) connects with them too."""
-        parts = _dsn_parts(self.dsn)
+        parts = _dsn_parts(self.read_replica if replica and self.read_replica else self.dsn)
         kwargs: dict[str, Any] = {
             "host": parts.host,
             "port": parts.port,
@@ -145,13 +160,16 @@ class MysqlSourceConfig:
             kwargs["password"] = password
         return kwargs
 
-    def connect(self) -> pymysql.connections.Connection[Any]:
-        """An autocommit connection. One that cannot be made raises SourceUnavailable."""
+    def connect(self, *, replica: bool = False) -> pymysql.connections.Connection[Any]:
+        """An autocommit connection (to the `read_replica` with `replica`). One that cannot be
+        made raises SourceUnavailable."""
+        kwargs = self.connect_kwargs(replica=replica)
         try:
-            return pymysql.connect(**self.connect_kwargs(), autocommit=True, connect_timeout=10)
+            return pymysql.connect(**kwargs, autocommit=True, connect_timeout=10)
         except pymysql.err.OperationalError as exc:
+            which = "the read replica of " if replica and self.read_replica else ""
             raise SourceUnavailable(
-                f"cannot connect to MySQL source {self.name}: {exc.args[-1]}"
+                f"cannot connect to {which}MySQL source {self.name}: {exc.args[-1]}"
             ) from exc
 
 

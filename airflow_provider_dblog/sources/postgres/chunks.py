@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from airflow_provider_dblog.sources.base import (
     InvalidKey,
     NotSetUp,
     ReadSnapshot,
+    ReplicaBehind,
     SourceError,
     SourceUnavailable,
 )
@@ -52,6 +54,11 @@ _Shape = TableShape[ColumnInfo]
 # window only for the ones it met in the log before lw, so the others cost nothing.
 _INVISIBLE = "SELECT x::text FROM pg_snapshot_xip(%s::pg_snapshot) AS x"
 _SNAPSHOT = "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text"
+_REPLICA_SNAPSHOT = "SELECT pg_current_snapshot()::text, pg_last_wal_replay_lsn()::text"
+"""On a standby: every transaction the snapshot sees was replayed, its commit record below the
+replay position read after it."""
+_REPLAYED = "SELECT pg_last_wal_replay_lsn()::text, pg_is_wal_replay_paused()"
+_REPLICA_POLL_S = 0.02
 _SLOT = "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s"
 
 _XID_MASK = 0xFFFF_FFFF
@@ -78,11 +85,13 @@ shutdowns (57P01 admin_shutdown is what a fast shutdown sends every session)."""
 
 
 class PostgresChunkSource:
-    """`ChunkSource` on one autocommit connection, opened on first use."""
+    """`ChunkSource` on one autocommit connection, opened on first use, and one to the
+    `read_replica` if there is one, which reads the chunks."""
 
     def __init__(self, config: PostgresSourceConfig) -> None:
         self._config = config
         self._conn: psycopg.Connection[TupleRow] | None = None
+        self._replica: psycopg.Connection[TupleRow] | None = None
         self._shapes: dict[TableRef, _Shape] = {}
 
     def key_columns(self, table: TableRef) -> tuple[str, ...]:
@@ -268,12 +277,15 @@ class PostgresChunkSource:
         """The chunk's query run by `fetch` in the read's transaction (see `read_chunk`), and
         where its snapshot lies: every transaction it sees wrote its commit record before the
         snapshot was taken, so below the WAL insert position read after it."""
-        with self._session() as conn, conn.transaction():
+        replica = self._config.read_replica is not None
+        if replica:
+            self._replica_caught_up()
+        with self._session(replica=replica) as conn, conn.transaction():
             lock = sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE")
             conn.execute(lock.format(KEYSET.table(chunk.table)))
             shape = self._shapes[chunk.table] = table_shape(conn, chunk.table)
             query, params = KEYSET.chunk(shape, chunk, KEYSET.names(shape.columns))
-            snapshot_row = conn.execute(_SNAPSHOT).fetchone()
+            snapshot_row = conn.execute(_REPLICA_SNAPSHOT if replica else _SNAPSHOT).fetchone()
             assert snapshot_row is not None
             read = fetch(conn, query, params, shape)
             invisible = conn.execute(_INVISIBLE, (snapshot_row[0],)).fetchall()
@@ -293,29 +305,58 @@ class PostgresChunkSource:
             )
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        for conn in (self._conn, self._replica):
+            if conn is not None:
+                conn.close()
+        self._conn = self._replica = None
 
     @contextmanager
-    def _session(self) -> Iterator[psycopg.Connection[TupleRow]]:
-        """The connection (opened if there is none: `SourceUnavailable` if it cannot be); a
-        server lost while it is used raises `SourceUnavailable` and drops it, so the next call
-        connects again."""
-        if self._conn is None or self._conn.closed:
-            conn = self._config.connect()
+    def _session(self, *, replica: bool = False) -> Iterator[psycopg.Connection[TupleRow]]:
+        """The connection to the source, or to its `read_replica` (opened if there is none:
+        `SourceUnavailable` if it cannot be); a server lost while it is used raises
+        `SourceUnavailable` and drops both, so the next call connects again."""
+        replica = replica and self._config.read_replica is not None
+        conn = self._replica if replica else self._conn
+        if conn is None or conn.closed:
+            conn = self._config.connect(replica=replica)
             conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-            self._conn = conn
-        conn = self._conn
+            if replica:
+                self._replica = conn
+            else:
+                self._conn = conn
         try:
             yield conn
         except psycopg.Error as exc:
             if not (conn.closed or (exc.sqlstate or "").startswith(_LOST_STATES)):
                 raise
             self.close()
-            raise SourceUnavailable(
-                f"lost the PostgreSQL source {self._config.name}: {exc}"
-            ) from exc
+            which = "read replica of the PostgreSQL source" if replica else "PostgreSQL source"
+            raise SourceUnavailable(f"lost the {which} {self._config.name}: {exc}") from exc
+
+    def _replica_caught_up(self) -> None:
+        """Wait until the read replica has replayed the WAL the primary has flushed now: every
+        commit the tailer had read when it armed the window, or the written lw. Raises
+        `ReplicaBehind`, naming the lag, after `replica_wait_s`."""
+        with self._session() as conn:
+            row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+        assert row is not None
+        wanted = parse_pg_lsn(row[0])
+        deadline = time.monotonic() + self._config.replica_wait_s
+        with self._session(replica=True) as replica:
+            while True:
+                found = replica.execute(_REPLAYED).fetchone()
+                assert found is not None
+                replayed = parse_pg_lsn(found[0]) if found[0] else 0
+                if replayed >= wanted:
+                    return
+                if time.monotonic() >= deadline:
+                    paused = " (its replay is paused)" if found[1] else ""
+                    raise ReplicaBehind(
+                        f"the read replica of {self._config.name} has replayed the WAL up to "
+                        f"{found[0]}, {wanted - replayed} bytes short of {row[0]}, which a "
+                        f"chunk needs, after {self._config.replica_wait_s}s{paused}"
+                    )
+                time.sleep(_REPLICA_POLL_S)
 
     def _shape(self, table: TableRef) -> _Shape:
         shape = self._shapes.get(table)

@@ -49,6 +49,13 @@ class PostgresSourceConfig:
     """Never write to the source: no watermark table, watermarks are WAL positions
     (`state/positional.py`); the publication must exist (creating one takes owning the
     tables)."""
+    read_replica: str | None = None
+    """The DSN of a hot standby of this server (the same role and password): chunk reads go
+    there, each once the standby has replayed what the primary had flushed when its window
+    opened, so the dump's reads cost the primary nothing but a position a chunk."""
+    replica_wait_s: int = 60
+    """How long a chunk waits for the standby to replay up to its window before the window is
+    retried (the dump waits for a lagging standby as for a source away, saying its lag)."""
 
     @property
     def type(self) -> str:
@@ -77,6 +84,18 @@ class PostgresSourceConfig:
                 f"slot {self.slot!r}: a replication slot name is 1 to 63 lower-case letters, "
                 "digits or underscores"
             )
+        if self.read_replica is not None:
+            try:
+                replica = conninfo_to_dict(self.read_replica)
+            except psycopg.ProgrammingError as exc:
+                raise SourceError(f"the read_replica dsn is malformed: {exc}") from None
+            if "password" in replica:
+                raise SourceError(
+                    "the read_replica dsn must not hold the password: the source's "
+                    "password_env is used"
+                )
+        if self.replica_wait_s < 1:
+            raise SourceError(f"replica_wait_s must be at least 1, got {self.replica_wait_s}")
         if self.read_only and self.replica_identity_full:
             raise SourceError(
                 "replica_identity_full alters the captured tables, read_only never writes: "
@@ -99,7 +118,7 @@ class PostgresSourceConfig:
             section,
             cls,
             kind="postgres",
-            typed={"replica_identity_full": bool, "read_only": bool},
+            typed={"replica_identity_full": bool, "read_only": bool, "replica_wait_s": int},
             table_word="schema",
             default_schema="public",
         )
@@ -109,10 +128,14 @@ class PostgresSourceConfig:
     def watermark(self) -> TableRef:
         return TableRef(self.watermark_schema, self.watermark_table)
 
-    def connect(self, *, replication: bool = False) -> psycopg.Connection[TupleRow]:
-        """An autocommit connection; `replication=True` opens a logical replication one.
+    def connect(
+        self, *, replication: bool = False, replica: bool = False
+    ) -> psycopg.Connection[TupleRow]:
+        """An autocommit connection; `replication=True` opens a logical replication one,
+        `replica=True` one to the `read_replica`.
 
         A connection that cannot be made raises SourceUnavailable (retry later)."""
+        dsn = self.read_replica if replica and self.read_replica is not None else self.dsn
         # Any: psycopg.connect's keywords differ in type (autocommit is a bool, the rest
         # connection parameters), so one dict of them can be typed no closer.
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 10}
@@ -123,14 +146,15 @@ class PostgresSourceConfig:
                     f"the environment variable {self.password_env} (password_env) is not set"
                 )
             kwargs["password"] = password
-        extra = conninfo_to_dict(self.dsn).get("options")
+        extra = conninfo_to_dict(dsn).get("options")
         kwargs["options"] = f"{extra} {SESSION_OPTIONS}" if extra else SESSION_OPTIONS
         if replication:
             kwargs["replication"] = "database"
         try:
-            return psycopg.connect(self.dsn, **kwargs)
+            return psycopg.connect(dsn, **kwargs)
         except psycopg.OperationalError as exc:
+            which = "read_replica" if dsn is not self.dsn else "dsn"
             raise SourceUnavailable(
-                f"cannot connect to PostgreSQL source {self.name} (check [source] dsn and "
+                f"cannot connect to PostgreSQL source {self.name} (check [source] {which} and "
                 f"password_env): {exc}"
             ) from exc

@@ -204,6 +204,13 @@ class PostgresLogReader:
             raise SourceError(f"replication slot {self._config.slot!r} does not exist")
         return LogBacklog(int(row[0]), None if row[1] is None else max(0, int(row[1])))
 
+    def log_end(self) -> int:
+        """The WAL flushed so far: every commit record the slot can decode starts below it."""
+        with self._config.connect() as conn:
+            row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+        assert row is not None
+        return parse_pg_lsn(row[0])
+
     # -- connection ---------------------------------------------------------------------------
 
     def _connect(self) -> _Stream:
