@@ -175,6 +175,10 @@ class Session:
         come: where a read-only window's rows go out."""
         self._armed: set[str] = set()
         """The read-only windows this session armed that are still open."""
+        self._arm_from: int | None = None
+        """The log's end when this session first looked for read-only windows: it arms none
+        before it has read up to there, past whatever an earlier session emitted (a change it
+        reads again would drop the chunk's row, and the output would drop the change)."""
         self._next_poll = 0.0
 
     @property
@@ -515,15 +519,17 @@ class Session:
         for pending in self._store.positional.pending():
             window_id = pending.window.window_id
             if pending.state is WindowState.REGISTERED:
-                self._arm(pending)
+                if self._arm_from is None:
+                    self._arm_from = self._reader.log_end()
+                if self._delivered >= self._arm_from:
+                    self._arm(pending)
             elif window_id not in self._armed:
                 self._window_ended(window_id)
                 detail = "armed before the tailer restarted: its changes since lw were not seen"
                 self._fail(Failed(pending.window, FailureReason.HW_WITHOUT_LW, detail))
             elif pending.ready and pending.hw is None:
-                self._window_ended(window_id)
                 detail = "its reads stored no hw: the server did not say where their snapshot lies"
-                self._fail(Failed(pending.window, FailureReason.MISSING_CHUNK, detail))
+                self._end_armed(pending.window, FailureReason.MISSING_CHUNK, detail)
             elif pending.hw is not None and self._delivered >= pending.hw:
                 self._close_positional(pending)
 
@@ -540,14 +546,25 @@ class Session:
         self._stats.windows_opened += 1
         self._stats.open_windows = len(self._opened_at)
 
+    def _end_armed(self, window: Window, reason: FailureReason, detail: str) -> None:
+        """Fail an armed window before its hw: it leaves the reconciler too."""
+        self._window_ended(window.window_id)
+        self._reconciler.expire(window.window_id)
+        self._fail(Failed(window, reason, detail))
+
     def _close_positional(self, pending: PendingWindow) -> None:
         """hw is behind the read: the window ends in the gap after the last commit read, its
         rows at seqs reserved for them."""
         window = pending.window
-        stored = self._stored_rows(window, "chunk rows are not in the store")
-        self._window_ended(window.window_id)
-        if stored is None:
+        try:
+            stored = self._store.windows.stored_rows(window.window_id)
+        except MissingRows as exc:
+            self._end_armed(window, FailureReason.MISSING_CHUNK, str(exc))
             return
+        if stored is None:
+            self._end_armed(window, FailureReason.MISSING_CHUNK, "chunk rows are not in the store")
+            return
+        self._window_ended(window.window_id)
         base = self._store.positional.reserve(self._gap, stored.rows + 1, self._token)
         closed = self._reconciler.high_watermark(window, Position(self._gap, base))
         if isinstance(closed, Failed):

@@ -394,7 +394,6 @@ def run_history(
     horizon: Horizon = tombstone_horizon,
     planner: type[TablePlanner] = TablePlanner,
     dump_class: type[Dump] = Dump,
-    replays_in_read_only_windows: bool = False,
 ) -> None:
     source = Source()
     for write in history.initial:
@@ -445,16 +444,6 @@ def run_history(
         prone = (w for d in dumps for w in d.stale_prone)
         return bool(source.invisible) or any(windows.state(w) not in ENDED for w in prone)
 
-    # Known gap: a restarted tailer arms a read-only window at its read position even while it
-    # reads again what an earlier session emitted, so a change it meets again there (a replay,
-    # which the output drops) leaves the chunk, and a row untouched throughout the dump is never
-    # dumped (`REPLAY_INSIDE_A_READ_ONLY_WINDOW` in test_reconciler_properties.py). Until the
-    # tailer arms only past what was emitted before, a history with a read-only dump loses no
-    # acknowledgement: its restarts read again only what was never durable.
-    # (`replays_in_read_only_windows` lets them, to show the gap.)
-    read_only = any(spec.read_only is not None for spec in history.dumps)
-    read_only = read_only and not replays_in_read_only_windows
-
     for action in history.actions:
         match action:
             case Write(ops, invisible):
@@ -484,7 +473,7 @@ def run_history(
                 tailer.release()
             case Restart(acks_lost):
                 if not stale_read_pending():
-                    tailer.restart(0 if read_only else acks_lost)
+                    tailer.restart(acks_lost)
             case Expire():
                 tailer.expire()
         if target is not None:

@@ -535,6 +535,8 @@ class ModelTailer:
         """A commit no transaction has, above every one read, below every one to come."""
         self.armed: dict[str, int] = {}
         """The read-only windows this session armed, still open, with the commit of their lw."""
+        self.arm_from: int | None = None
+        """`Session._arm_from`: the log's end when the session first met a window to arm."""
         self.at = next(
             (i for i, entry in enumerate(self.source.log) if entry.commit > commit),
             len(self.source.log),
@@ -588,7 +590,10 @@ class ModelTailer:
         for pending in self.windows.pending_positional():
             window_id = pending.window.window_id
             if pending.state == "registered":
-                self._arm(pending.window)
+                if self.arm_from is None:
+                    self.arm_from = self.source.log_end
+                if self.delivered >= self.arm_from:
+                    self._arm(pending.window)
             elif window_id not in self.armed:
                 self.windows.fail(window_id)  # armed by an earlier session
             elif pending.ready and pending.hw is None:

@@ -172,8 +172,9 @@ class ScriptedLog:
     """A `LogReader` whose items come from the history, one command at a time: it runs each
     command in the session's thread and reports back once the session asks for more."""
 
-    def __init__(self, output: HoldingOutput) -> None:
+    def __init__(self, output: HoldingOutput, source: Source) -> None:
         self._output = output
+        self._source = source
         self.commands: queue.Queue[_Command] = queue.Queue()
         self.done: queue.Queue[BaseException | None] = queue.Queue()
         self.acknowledged = 0
@@ -208,6 +209,9 @@ class ScriptedLog:
 
     def describe(self, table: TableRef) -> TableSchema:
         raise AssertionError(f"{table} was never described, so its catalog is never asked")
+
+    def log_end(self) -> int:
+        return self._source.log_end
 
     def close(self) -> None:
         pass
@@ -247,7 +251,7 @@ class SessionDriver:
             (i for i, e in enumerate(self.source.log) if e.commit > commit), len(self.source.log)
         )
         self._handed = 0
-        self._reader = ScriptedLog(self._output)
+        self._reader = ScriptedLog(self._output, self.source)
         self._stats = TailerStats()
         self._session = Session(
             source_name=SOURCE_NAME,
