@@ -88,7 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=300_000, help="rows in the bench table")
     parser.add_argument("--runs", type=int, default=3, help="runs of each mode, alternating")
     parser.add_argument("--only", choices=("postgres", "mariadb"), help="one database only")
+    parser.add_argument("--quick", action="store_true", help="5,000 rows, one run of each")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rows, args.runs = 5_000, 1
     tune_gc()
     load_before = load_average()
     kinds = [args.only] if args.only else ["postgres", "mariadb"]

@@ -1,5 +1,6 @@
 """`bench/bench_pipeline.py --quick`, `bench/bench_spark_dump.py --quick`,
-`bench/bench_lake.py --quick` and `bench/bench_sustained.py --quick` run to the end and print
+`bench/bench_lake.py --quick`, `bench/bench_sustained.py --quick` and
+`bench/bench_read_only.py --quick` run to the end and print
 their figures.
 
 Only that the benchmark works is checked; its numbers are never compared with a threshold.
@@ -21,7 +22,7 @@ SCRIPT = BENCH / "bench_pipeline.py"
 NUMBER = r"\d+(?:\.\d+)?"
 
 
-def test_bench_quick_prints_p1_p1b_p1b_heavy_p3_p4_p4b_e() -> None:
+def test_bench_quick_prints_p1_p1s_p1b_p1b_heavy_p3_p4_p4b_e() -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick"],
         capture_output=True,
@@ -32,6 +33,12 @@ def test_bench_quick_prints_p1_p1b_p1b_heavy_p3_p4_p4b_e() -> None:
     out = done.stdout
     assert re.search(
         rf"^P1 ours {NUMBER} events/s, ceiling {NUMBER} events/s .*ratio {NUMBER}", out, re.M
+    ), out
+    assert re.search(
+        rf"^P1s ours {NUMBER} events/s, ceiling {NUMBER} events/s \(4 inserts a transaction\), "
+        rf"ratio {NUMBER}",
+        out,
+        re.M,
     ), out
     assert re.search(
         rf"^P1b ours {NUMBER} events/s, ceiling {NUMBER} events/s .*library {NUMBER} events/s "
@@ -145,3 +152,17 @@ def test_sustained_bench_quick_prints_each_run_on_both_databases() -> None:
             out,
             re.M,
         ), out
+
+
+def test_read_only_bench_quick_prints_both_modes_on_both_databases() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_read_only.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for database in ("postgres", "mariadb"):
+        assert re.search(rf"^{database}\s+[\d,]+\s+[\d,]+\s+{NUMBER}$", out, re.M), out
+    assert re.search(rf"^load average \(1, 5, 15 min\): {NUMBER} ", out, re.M), out
