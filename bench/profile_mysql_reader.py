@@ -1,9 +1,12 @@
 """Where the MySQL/MariaDB log reader's time goes: `MysqlLogReader` alone (no tailer, no
-output) reading a backlog of single-row inserts (each its own rows event after a table map,
-as OLTP writes log them) on a private MariaDB, timed in CPU seconds and optionally profiled.
+output) reading a backlog of inserts on a private MariaDB, timed in CPU seconds and optionally
+profiled. By default single-row inserts (each its own rows event after a table map, as OLTP
+writes log them); `--batch` rows an INSERT, as P1b heavy writes them (1000: rows events of
+about 8 KiB, some fifty rows each).
 
     .venv/bin/python bench/profile_mysql_reader.py                 # 50k rows of the P1b table
-    .venv/bin/python bench/profile_mysql_reader.py --heavy         # the P1b heavy table's types
+    .venv/bin/python bench/profile_mysql_reader.py --heavy         # P1b heavy's table and rows
+    .venv/bin/python bench/profile_mysql_reader.py --heavy --batch 1000   # as P1b heavy logs them
     .venv/bin/python bench/profile_mysql_reader.py --profile       # and cProfile's top functions
 
 Another checkout's reader is measured with `PYTHONPATH=<checkout>`, to compare two readers on
@@ -22,6 +25,7 @@ import time
 from pathlib import Path
 
 import pymysql
+from bench_pipeline import HEAVY_TABLE, heavy_row
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.log import Change, Idle
@@ -29,30 +33,31 @@ from airflow_provider_dblog.devservices.mariadb import MariaDBServer
 from airflow_provider_dblog.sources.mysql.binlog import MysqlLogReader
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.sources.mysql.setup import ensure_setup
+from airflow_provider_dblog.tailer import tune_gc
 
 PASSWORD_ENV = "DBLOG_BENCH_PROFILE_PASSWORD"
 PLAIN = "CREATE TABLE t (id bigint PRIMARY KEY, name varchar(40), n int, ts datetime(6))"
-HEAVY = (
-    "CREATE TABLE t (id bigint PRIMARY KEY, d decimal(20,6), ts datetime(6), j json, b blob,"
-    " e enum('x','y','z'), s set('a','b','c'))"
-)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=50_000)
-    parser.add_argument("--heavy", action="store_true", help="the heavy types' table")
+    parser.add_argument("--heavy", action="store_true", help="P1b heavy's table and rows")
+    parser.add_argument(
+        "--batch", type=int, default=1, help="rows an INSERT (default 1; 1000 a transaction)"
+    )
     parser.add_argument("--profile", action="store_true", help="print cProfile's top 20")
     args = parser.parse_args(argv)
+    tune_gc()  # as `dblog tail` collects
     with tempfile.TemporaryDirectory() as tmp, MariaDBServer(Path(tmp)) as server:
         info = server.info
         os.environ[PASSWORD_ENV] = info.password
         with pymysql.connect(**info.connect_kwargs()) as conn, conn.cursor() as cursor:
-            cursor.execute(HEAVY if args.heavy else PLAIN)
+            cursor.execute(HEAVY_TABLE if args.heavy else PLAIN)
         config = MysqlSourceConfig(
             name="profile",
             dsn=f"mysql://{info.user}@{info.host}:{info.port}/{info.dbname}",
-            tables=(TableRef(info.dbname, "t"),),
+            tables=(TableRef(info.dbname, "p1b_heavy" if args.heavy else "t"),),
             password_env=PASSWORD_ENV,
         )
         ensure_setup(config)
@@ -60,21 +65,18 @@ def main(argv: list[str] | None = None) -> int:
         items = reader.items()
         assert isinstance(next(items), Idle)
         with pymysql.connect(**info.connect_kwargs()) as conn, conn.cursor() as cursor:
-            for start in range(0, args.rows, 1000):
-                ids = range(start, min(start + 1000, args.rows))
-                if args.heavy:
-                    cursor.executemany(
-                        "INSERT INTO t VALUES (%s, %s, UTC_TIMESTAMP(6), %s, %s, 'y', 'a,c')",
-                        [
-                            (i, f"{i}.123456", f'{{"a": {i}, "b": [1, 2, "x"]}}', os.urandom(50))
-                            for i in ids
-                        ],
-                    )
-                else:
-                    cursor.executemany(
-                        "INSERT INTO t VALUES (%s, %s, %s, UTC_TIMESTAMP(6))",
-                        [(i, f"name-{i}", i % 1000) for i in ids],
-                    )
+            for first in range(1, args.rows + 1, 1000):  # a transaction
+                last = min(first + 999, args.rows)
+                for start in range(first, last + 1, args.batch):  # an INSERT
+                    ids = range(start, min(start + args.batch - 1, last) + 1)
+                    if args.heavy:
+                        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(ids))
+                        rows = [value for i in ids for value in heavy_row(i)]
+                        cursor.execute(f"INSERT INTO p1b_heavy VALUES {values}", rows)
+                    else:
+                        values = ", ".join(["(%s, %s, %s, UTC_TIMESTAMP(6))"] * len(ids))
+                        rows = [value for i in ids for value in (i, f"name-{i}", i % 1000)]
+                        cursor.execute(f"INSERT INTO t VALUES {values}", rows)
                 conn.commit()
         profile = cProfile.Profile() if args.profile else None
         read = 0
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     one, five, fifteen = os.getloadavg()
     print(
         f"{read} rows in {seconds:.2f} s ({read / seconds:,.0f} rows/s), {cpu:.2f} CPU s "
-        f"({read / cpu:,.0f} rows per CPU second); load {one:.2f} {five:.2f} {fifteen:.2f}"
+        f"({read / cpu:,.0f} rows per CPU second, {cpu / read * 1e6:.1f} µs a row); "
+        f"load {one:.2f} {five:.2f} {fifteen:.2f}"
     )
     if profile is not None:
         pstats.Stats(profile).sort_stats("tottime").print_stats(20)
