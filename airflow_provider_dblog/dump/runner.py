@@ -98,6 +98,7 @@ def run_dump(
         return status.state
     sources = [open_source() for _ in range(parallelism)]
     try:
+        store.check_server()  # a Redis that evicts keys would lose windows and progress
         with (
             _beating(store, dump_id),
             ThreadPoolExecutor(parallelism, thread_name_prefix="dblog-chunk") as pool,

@@ -8,6 +8,7 @@ from airflow_provider_dblog.state.base import address_of
 from airflow_provider_dblog.state.direct import DirectWindowStore
 from airflow_provider_dblog.state.dumps import DumpStore
 from airflow_provider_dblog.state.positional import PositionalWindowStore
+from airflow_provider_dblog.state.server import check_no_eviction
 from airflow_provider_dblog.state.tailer import TailerStore
 from airflow_provider_dblog.state.windows import WindowStore
 
@@ -20,7 +21,12 @@ class StateStore:
         self.windows = WindowStore(client, source)
         self.directs = DirectWindowStore(client, source)
         self.positional = PositionalWindowStore(client, source)
+        self._client = client
         self.dumps = DumpStore(client, source)
         self.tailer = TailerStore(client, source)
         self.source = source
         self.address = address_of(client)
+
+    def check_server(self) -> None:
+        """Refuse a Redis that may evict keys (`state.server`)."""
+        check_no_eviction(self._client)

@@ -151,12 +151,20 @@ class Tailer:
                     f"tailer {self._owner} stopped: {type(exc).__name__}: {exc}"
                 ) from exc
 
+    def _check_redis(self) -> None:
+        """Refuse a Redis that evicts keys (`EvictingRedis` ends the tailer): it would lose
+        windows and the checkpoint silently. One that cannot be reached now is met by the
+        session, which waits it out."""
+        with contextlib.suppress(StateStoreUnavailable):
+            self._store.check_server()
+
     def _lead(self, stop: threading.Event, leadership: Leadership) -> None:
         log.info("tailer %s holds the lease (token %d)", leadership.owner, leadership.token)
         self.stats.lease_token = leadership.token
         delay = 0.5
         opened_here = self._output is None
         try:
+            self._check_redis()
             while not stop.is_set():
                 started = time.monotonic()
                 try:
