@@ -4,6 +4,9 @@ runner (in this process, sequenced) through a tailer in a thread, on PostgreSQL 
 A read-only window waits for the tailer twice (arming, then passing hw) where a written one
 waits for the tailer to meet two watermark rows; the bench prints rows/s of each, the best of
 `--runs` alternating runs, and their ratio (issue 25's goal: read-only / written >= 0.9).
+On PostgreSQL it also reads the chunks from a hot standby (`read_replica`, read-only) and
+prints the primary's CPU seconds per million rows dumped, beside the same with the reads on
+the primary (issue 25's goal: near zero).
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from support import Env, RunningTailer, TimedNdjson, load_average, say, wait_until
+from support import Env, RunningTailer, TimedNdjson, load_average, say, tree_cpu_s, wait_until
 
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.devservices.mariadb import MariaDBServer
+from airflow_provider_dblog.devservices.pg_replica import PostgresReplica
 from airflow_provider_dblog.devservices.postgres import PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.dump.runner import run_dump
@@ -51,12 +55,24 @@ def prepare(env: Env, kind: str, rows: int) -> str:
     return "ro_rows"
 
 
-def dump_rate(env: Env, kind: str, table: str, read_only: bool, run: int) -> float:
-    """Rows/s of one full dump of the table, a tailer of the source's own running."""
-    name = f"ro_{kind}_{'read_only' if read_only else 'written'}"
+def dump_rate(
+    env: Env,
+    kind: str,
+    table: str,
+    read_only: bool,
+    run: int,
+    primary: int | None,
+    replica: str | None = None,
+) -> tuple[float, float]:
+    """Rows/s of one full dump of the table, a tailer of the source's own running, and the CPU
+    seconds a million rows of the server process `primary` and its children (0 without)."""
+    mode = "replica" if replica else "read_only" if read_only else "written"
+    name = f"ro_{kind}_{mode}"
     section = {**env.source_section(name, [table], kind), "read_only": read_only}
     if kind == "postgres":
         section["publication"] = "ro_read_only" if read_only else name
+    if replica is not None:
+        section["read_replica"] = replica
     source = source_for(parse_source_config(section))
     source.ensure_setup()
     store = env.store(name)
@@ -73,14 +89,16 @@ def dump_rate(env: Env, kind: str, table: str, read_only: bool, run: int) -> flo
                 parallelism=PARALLELISM,
             )
         )
+        cpu_before = tree_cpu_s(primary) if primary else 0.0
         started = time.monotonic()
         state = run_dump(store, source.chunk_source, dump_id)
         seconds = time.monotonic() - started
+        cpu = (tree_cpu_s(primary) - cpu_before) if primary else 0.0
         assert state == "done", f"the dump ended {state}"
         assert tailer.alive()
     status = store.dumps.status(dump_id)
     assert status is not None
-    return status.rows / seconds
+    return status.rows / seconds, cpu / status.rows * 1e6
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,18 +124,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         mariadb = stack.enter_context(MariaDBServer(base / "mariadb"))
         rds = stack.enter_context(RedisServer(base / "redis"))
         env = Env(base, pg.info, rds.info, mariadb.info)
+        cpu_lines: list[str] = []
         for kind in kinds:
             table = prepare(env, kind, args.rows)
             best = {False: 0.0, True: 0.0}
+            primary_cpu = {False: 0.0, True: 0.0}
             for run in range(args.runs):
                 for read_only in (False, True):
-                    rate = dump_rate(env, kind, table, read_only, run)
+                    server = pg.pid if kind == "postgres" else None
+                    rate, cpu = dump_rate(env, kind, table, read_only, run, server)
                     mode = "read-only" if read_only else "written"
                     say(f"{kind} {mode} run {run + 1}: {rate:,.0f} rows/s")
                     best[read_only] = max(best[read_only], rate)
+                    primary_cpu[read_only] = cpu
             ratio = best[True] / best[False]
             lines.append(f"{kind:<10} {best[False]:>15,.0f} {best[True]:>17,.0f} {ratio:>7.3f}")
-    print("\n".join(lines))
+            if kind == "postgres":
+                standby = stack.enter_context(PostgresReplica(pg, base / "pg-replica"))
+                standby.info.wait_caught_up()
+                dsn = f"host={standby.info.host} port={standby.info.port} dbname={pg.info.dbname}"
+                dsn += f" user={pg.info.user}"
+                rate, cpu = dump_rate(env, kind, table, True, args.runs, pg.pid, replica=dsn)
+                cpu_lines.append(
+                    f"postgres primary CPU s a million rows dumped: {primary_cpu[True]:.2f} "
+                    f"reading it, {cpu:.2f} reading the standby ({rate:,.0f} rows/s there)"
+                )
+    print("\n".join(lines + cpu_lines))
     print(f"\n{args.rows:,} rows, chunk size {CHUNK_SIZE:,}, parallelism {PARALLELISM}")
     print(f"load average (1, 5, 15 min): {load_before} at the start, {load_average()} at the end")
     return 0
