@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from airflow_provider_dblog.core.reconciler import Window
 from airflow_provider_dblog.state.base import FENCE, NOW_MS, RedisStore, reachable, text
 from airflow_provider_dblog.state.errors import FencedOut, UnknownWindow
-from airflow_provider_dblog.state.windows import WindowState, WindowStatus, WindowStore, _window
+from airflow_provider_dblog.state.windows import WindowState, WindowStatus, WindowStore, window_of
 
 _WAIT_SLICE_S = 1.0
 """The longest a blocking wait runs before the state is read again."""
@@ -81,7 +81,7 @@ return found
         for state, ready, hw, snapshot_end, window_id, dump_id, table, mode in self._eval(
             self._PENDING, keys=[self.keys.positional]
         ):
-            window = _window(
+            window = window_of(
                 {
                     "window_id": text(window_id),
                     "dump_id": text(dump_id),

@@ -104,8 +104,9 @@ class WindowStatus:
     updated_ms: int
 
 
-def _window(data: Mapping[str, str]) -> Window:
-    # A window registered before windows had modes is sequenced.
+def window_of(data: Mapping[str, str]) -> Window:
+    """The window a stored hash (or watermark entry) describes; one registered before windows
+    had modes is sequenced."""
     mode = DumpMode(data.get("mode", DumpMode.SEQUENCED))
     return Window(data["window_id"], data["dump_id"], TableRef.parse(data["table"]), mode)
 
@@ -217,7 +218,7 @@ return 1
             return None
         data = json.loads(raw)
         mark: Mark = "lw" if data["mark"] == "lw" else "hw"
-        return _window(data), mark
+        return window_of(data), mark
 
     @reachable
     def put_rows(self, window_id: str, chunk: ChunkRows, columns: Sequence[str] = ()) -> bool:
@@ -527,7 +528,7 @@ return 1
             return None
         data = decode_hash(raw)
         return WindowStatus(
-            window=_window(data),
+            window=window_of(data),
             state=WindowState(data["state"]),
             reason=data["reason"],
             chunk=json.loads(data["chunk"]),
