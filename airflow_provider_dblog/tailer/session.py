@@ -98,8 +98,12 @@ class StopSignal(Protocol):
 _BOUNDARIES = (TransactionEnd, Idle)
 
 _POSITIONAL_POLL_S = 0.05
-"""How often, at most, the session asks for read-only windows to arm or close: a read-only
-chunk waits about this long twice, and an idle log's beats (`Idle`) come about as often."""
+"""How often, at most, the session asks for read-only windows to arm or close while there are
+some: a read-only chunk waits about this long twice, and an idle log's beats (`Idle`) come
+about as often."""
+_QUIET_POLLS = 5
+"""While none is about, it asks this many times less often: under a write load each question
+is a Redis round trip the log's reading waits for."""
 """Where a session may stop."""
 
 _CHANGES_BETWEEN_CHECKS = 63
@@ -513,10 +517,12 @@ class Session:
     def _poll_positional(self, now: float) -> None:
         """Arm, close or fail the read-only windows waiting on this tailer (a commit boundary:
         no transaction is half read)."""
-        self._next_poll = now + _POSITIONAL_POLL_S
         if not self._delivered:
             return  # no position read yet to arm at
-        for pending in self._store.positional.pending():
+        found = self._store.positional.pending()
+        quiet = not found and not self._armed
+        self._next_poll = now + _POSITIONAL_POLL_S * (_QUIET_POLLS if quiet else 1)
+        for pending in found:
             window_id = pending.window.window_id
             if pending.state is WindowState.REGISTERED:
                 if self._arm_from is None:
