@@ -62,15 +62,9 @@ class PostgresSourceConfig:
         return "postgres"
 
     def __post_init__(self) -> None:
-        try:
-            params = conninfo_to_dict(self.dsn)
-        except psycopg.ProgrammingError as exc:
-            raise SourceError(f"the PostgreSQL dsn is malformed: {exc}") from None
-        if "password" in params:
-            raise SourceError(
-                "the PostgreSQL dsn must not hold the password: put it in an environment "
-                "variable and name that variable in password_env"
-            )
+        for option, dsn in (("dsn", self.dsn), ("read_replica", self.read_replica)):
+            if dsn is not None:
+                _check_dsn(option, dsn)
         check_common(
             label="PostgreSQL",
             name=self.name,
@@ -84,16 +78,6 @@ class PostgresSourceConfig:
                 f"slot {self.slot!r}: a replication slot name is 1 to 63 lower-case letters, "
                 "digits or underscores"
             )
-        if self.read_replica is not None:
-            try:
-                replica = conninfo_to_dict(self.read_replica)
-            except psycopg.ProgrammingError as exc:
-                raise SourceError(f"the read_replica dsn is malformed: {exc}") from None
-            if "password" in replica:
-                raise SourceError(
-                    "the read_replica dsn must not hold the password: the source's "
-                    "password_env is used"
-                )
         if self.replica_wait_s < 1:
             raise SourceError(f"replica_wait_s must be at least 1, got {self.replica_wait_s}")
         if self.read_only and self.replica_identity_full:
@@ -158,3 +142,16 @@ class PostgresSourceConfig:
                 f"cannot connect to PostgreSQL source {self.name} (check [source] {which} and "
                 f"password_env): {exc}"
             ) from exc
+
+
+def _check_dsn(option: str, dsn: str) -> None:
+    """A DSN that parses and holds no password (it comes from `password_env`)."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise SourceError(f"the PostgreSQL {option} is malformed: {exc}") from None
+    if "password" in params:
+        raise SourceError(
+            f"the PostgreSQL {option} must not hold the password: put it in an environment "
+            "variable and name that variable in password_env"
+        )
