@@ -424,12 +424,14 @@ def write_config(
     *,
     port: int | None = None,
     password_env: str | None = None,
+    source: list[str] | None = None,
 ) -> Path:
-    """A `dblog` TOML file for this source (passwords only by environment variable name)."""
+    """A `dblog` TOML file for this source (passwords only by environment variable name);
+    `source`: its `[source]` lines but name, password_env and tables, if not `dbs`'s own."""
     lines = [
         "[source]",
         f'name = "{dbs.config.name}"',
-        *dbs.toml_source(port),
+        *(dbs.toml_source(port) if source is None else source),
         f'password_env = "{password_env or dbs.password_env}"',
         "tables = [" + ", ".join(f'"{t}"' for t in dbs.config.tables) + "]",
         "",

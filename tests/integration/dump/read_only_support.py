@@ -13,7 +13,8 @@ import pymysql
 
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.sources.base import SourceConfig
-from tests.integration.e2e_support import REDIS_PASSWORD_ENV, MysqlDatabases, SourceDatabases
+from tests.integration.e2e_support import MysqlDatabases, SourceDatabases
+from tests.integration.e2e_support import write_config as e2e_config
 
 RO_PASSWORD_ENV = "E2E_RO_PASSWORD"
 
@@ -87,25 +88,6 @@ def write_config(
 ) -> Path:
     """`dblog tail`'s TOML: the `[source]` lines `toml` (but name, password_env and tables),
     NDJSON events beside `path`, a short lease."""
-    lines = [
-        "[source]",
-        f'name = "{dbs.config.name}"',
-        *toml,
-        f'password_env = "{password_env}"',
-        "tables = [" + ", ".join(f'"{t}"' for t in dbs.config.tables) + "]",
-        "",
-        "[redis]",
-        f'url = "redis://{redis.host}:{redis.port}/{redis.db}"',
-        f'password_env = "{REDIS_PASSWORD_ENV}"',
-        "",
-        "[output]",
-        'type = "ndjson"',
-        f'directory = "{path.parent / "events"}"',
-        "",
-        "[tailer]",
-        "heartbeat_s = 0.2",
-        "lease_ttl_ms = 2000",
-        "",
-    ]
-    path.write_text("\n".join(lines))
-    return path
+    output = {"type": "ndjson", "directory": str(path.parent / "events")}
+    tailer = {"heartbeat_s": 0.2, "lease_ttl_ms": 2000}
+    return e2e_config(path, dbs, redis, output, tailer, password_env=password_env, source=toml)
