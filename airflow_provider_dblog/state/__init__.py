@@ -12,7 +12,9 @@ store per concern, each over the keys `keys.py` spells for a source:
 - `DumpStore` (dumps.py): dump requests, their status, counters, progress, controls and the
   beat of the process running them, written by Airflow, the CLI and the dump;
 - `TailerStore` (tailer.py): the tailer's lease and fencing token, checkpoint and heartbeat;
-- `StateStore` (store.py): the five on one client, for callers that need several;
+- `CompactorStore` (compactor.py): the compaction follower's lease, fencing token and
+  heartbeat (`lease.Lease` is the lease both services hold);
+- `StateStore` (store.py): the six on one client, for callers that need several;
 - `AsyncStateReader` (async_reader.py): what Airflow's triggers poll, on redis.asyncio.
 
 Every check-then-write that two processes may race on is one Lua script, beside the method that
@@ -30,6 +32,7 @@ client's own retry policy does.
 """
 
 from airflow_provider_dblog.state.async_reader import AsyncStateReader
+from airflow_provider_dblog.state.compactor import CompactorHealth, CompactorStore
 from airflow_provider_dblog.state.direct import DirectWindowStore
 from airflow_provider_dblog.state.dumps import (
     DumpControls,
@@ -62,6 +65,8 @@ from airflow_provider_dblog.state.windows import (
 __all__ = [
     "AlreadyExists",
     "AsyncStateReader",
+    "CompactorHealth",
+    "CompactorStore",
     "DirectWindowStore",
     "DumpControls",
     "DumpState",

@@ -24,6 +24,16 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """Lua: `now`, the Redis server's clock in ms, so the dump, the tailer and Airflow on different
 hosts compare timestamps on one clock."""
 
+BEAT = (
+    NOW_MS
+    + """
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'at_ms', now, 'metrics', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+)
+"""Lua: a service's heartbeat. KEYS: the heartbeat hash. ARGV: owner, metrics JSON, ttl_ms."""
+
 FENCE = """
 if ARGV[1] ~= '' and redis.call('GET', KEYS[#KEYS]) ~= ARGV[1] then return -1 end
 """

@@ -41,6 +41,10 @@ every key of a source lives in one slot and every Lua script of the stores may t
 | P tailer:tables        | list   | changes of the captured tables a running tailer took, the   |
 |                        |        | newest first (the last 20): JSON {at_ms, owner, added,      |
 |                        |        | removed}                                                    |
+| P compact:token        | string | the last fencing token the compaction's lease handed out    |
+| P compact:lease        | hash   | owner, token of the folding `dblog lake compact --follow`;  |
+|                        |        | expires (PX)                                                |
+| P compact:heartbeat    | hash   | owner, at_ms (Redis clock), metrics (JSON); expires (PX)    |
 
 A read-only window's hash also holds `armed_at`, the commit position the tailer armed it at
 (it had read every commit below it), and `ready` once its rows are stored; its rowsmeta holds
@@ -53,7 +57,8 @@ hw_position (JSON) and changed (the JSON list of the keys that changed inside it
 The window keys belong to `WindowStore` (windows.py), except what direct windows add, which
 belongs to `DirectWindowStore` (direct.py), and what read-only windows add, which belongs to
 `PositionalWindowStore` (positional.py); the dump keys to `DumpStore` (dumps.py),
-the tailer keys to `TailerStore` (tailer.py); `AsyncStateReader` reads some of the last two.
+the tailer keys to `TailerStore` (tailer.py), the compaction keys to `CompactorStore`
+(compactor.py); `AsyncStateReader` reads some of the tailer and dump keys.
 """
 
 from __future__ import annotations
@@ -69,6 +74,9 @@ class SourceKeys:
     """The keys of one source (see the table above), its name checked once."""
 
     __slots__ = (
+        "compact_heartbeat",
+        "compact_lease",
+        "compact_token",
         "direct_pending",
         "dumps",
         "positional",
@@ -102,6 +110,9 @@ class SourceKeys:
         self.tailer_heartbeat = self.prefix + "tailer:heartbeat"
         self.tailer_schemas = self.prefix + "tailer:schemas"
         self.tailer_tables = self.prefix + "tailer:tables"
+        self.compact_token = self.prefix + "compact:token"
+        self.compact_lease = self.prefix + "compact:lease"
+        self.compact_heartbeat = self.prefix + "compact:heartbeat"
 
     def window(self, window_id: str) -> str:
         return f"{self.prefix}window:{window_id}"

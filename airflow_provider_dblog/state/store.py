@@ -5,6 +5,7 @@ from __future__ import annotations
 import redis
 
 from airflow_provider_dblog.state.base import address_of
+from airflow_provider_dblog.state.compactor import CompactorStore
 from airflow_provider_dblog.state.direct import DirectWindowStore
 from airflow_provider_dblog.state.dumps import DumpStore
 from airflow_provider_dblog.state.positional import PositionalWindowStore
@@ -14,8 +15,8 @@ from airflow_provider_dblog.state.windows import WindowStore
 
 
 class StateStore:
-    """The windows (direct and read-only ones' too), dumps and tailer stores of one source, on
-    one client."""
+    """The windows (direct and read-only ones' too), dumps, tailer and compactor stores of one
+    source, on one client."""
 
     def __init__(self, client: redis.Redis, source: str) -> None:
         self.windows = WindowStore(client, source)
@@ -24,6 +25,7 @@ class StateStore:
         self._client = client
         self.dumps = DumpStore(client, source)
         self.tailer = TailerStore(client, source)
+        self.compactor = CompactorStore(client, source)
         self.source = source
         self.address = address_of(client)
 

@@ -6,9 +6,8 @@ Durability (see the package's docstring for what a crash of Redis loses):
 
 - checkpoint lost: the tailer re-reads some log from an earlier position (duplicates only).
 - lease lost: the holder's next renewal fails and it stops; a standby acquires it.
-- fencing token lost: tokens are `max(last + 1, Redis time in ms)`, so a token handed out again
-  after a lost INCR is still larger than every token handed out before the crash (as long as the
-  Redis host's clock does not step back across the restart), and the old leader stays fenced out.
+- fencing token lost: a token handed out again is still larger than every one before
+  (`lease.Lease`), and the old leader stays fenced out.
 - heartbeat lost: health looks stale until the next beat, a few seconds later.
 - a schema lost: a schema is saved once its event is durable and before the checkpoint passes
   it, so a lost save comes with a lost checkpoint: the tailer reads that stretch of log again
@@ -22,11 +21,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import redis
+
 from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.core.schema_versions import KnownSchema
 from airflow_provider_dblog.state.base import (
+    BEAT,
     FENCE,
     NOW_MS,
     RedisStore,
@@ -37,6 +39,7 @@ from airflow_provider_dblog.state.base import (
     ttl_ms,
 )
 from airflow_provider_dblog.state.errors import FencedOut
+from airflow_provider_dblog.state.lease import Lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,75 +187,21 @@ return 1
             )
         return known
 
-    # KEYS: lease, token. ARGV: owner, ttl_ms. Returns the new token, or 0 when the lease is held.
-    _ACQUIRE = (
-        NOW_MS
-        + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local token = redis.call('INCR', KEYS[2])
-if token < now then
-  token = now
-  redis.call('SET', KEYS[2], token)
-end
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token)
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return token
-"""
-    )
+    def __init__(self, client: redis.Redis, source: str) -> None:
+        super().__init__(client, source)
+        self.lease = Lease(client, source, self.keys.tailer_lease, self.keys.tailer_token)
 
-    @reachable
     def acquire_lease(self, owner: str, ttl_ms: int) -> int | None:
-        """Become the active tailer if nobody is: returns a fencing token larger than every
-        token handed out before, or None while someone (this owner included) holds the lease.
-        Use an owner name unique to the process (host, pid, a random suffix)."""
-        token = int(
-            self._eval(
-                self._ACQUIRE,
-                keys=[self.keys.tailer_lease, self.keys.tailer_token],
-                args=[owner, ttl_ms],
-            )
-        )
-        return token or None
+        """Become the active tailer if nobody is (`Lease.acquire`)."""
+        return self.lease.acquire(owner, ttl_ms)
 
-    # KEYS: lease. ARGV: owner, token, ttl_ms ('' = release). Returns 1 if the lease was ours.
-    _RENEW_OR_RELEASE = """
-local lease = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if lease[1] ~= ARGV[1] or lease[2] ~= ARGV[2] then return 0 end
-if ARGV[3] == '' then
-  redis.call('DEL', KEYS[1])
-else
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-end
-return 1
-"""
-
-    @reachable
     def renew_lease(self, owner: str, token: int, ttl_ms: int) -> bool:
         """Extend the lease; False if it is no longer ours (expired, or taken): stop at once."""
-        return bool(
-            self._eval(
-                self._RENEW_OR_RELEASE, keys=[self.keys.tailer_lease], args=[owner, token, ttl_ms]
-            )
-        )
+        return self.lease.renew(owner, token, ttl_ms)
 
-    @reachable
     def release_lease(self, owner: str, token: int) -> bool:
         """Give the lease up so a standby takes over without waiting for the TTL."""
-        return bool(
-            self._eval(
-                self._RENEW_OR_RELEASE, keys=[self.keys.tailer_lease], args=[owner, token, ""]
-            )
-        )
-
-    # KEYS: heartbeat. ARGV: owner, metrics json, ttl_ms.
-    _BEAT = (
-        NOW_MS
-        + """
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'at_ms', now, 'metrics', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
-"""
-    )
+        return self.lease.release(owner, token)
 
     # KEYS: tables. ARGV: the change's JSON without at_ms, how many to keep.
     _TABLES = (
@@ -294,7 +243,7 @@ return 1
         """The active tailer says it is alive, with its metrics (last commit, lag_ms,
         events_per_s, open_windows, ...). Without a beat within `ttl_s` it counts as gone."""
         self._eval(
-            self._BEAT,
+            BEAT,
             keys=[self.keys.tailer_heartbeat],
             args=[owner, compact_json(dict(metrics)), ttl_ms(ttl_s)],
         )
