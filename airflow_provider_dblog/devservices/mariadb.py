@@ -2,6 +2,10 @@
 
 It listens on 127.0.0.1 (password login for the `dblog` user, who may read the binlog) and on a
 Unix socket in its own directory (root without password, for test set-up).
+
+Given `tls` (a certificate from `devservices.tls`), it speaks TLS with that certificate and the
+`dblog` user is created `REQUIRE SSL`, so a login of it (binlog stream included) is encrypted
+or refused.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from airflow_provider_dblog.devservices.process import (
     run_logged,
     socket_dir,
 )
+from airflow_provider_dblog.devservices.tls import ServerTLS
 
 APP_USER = "dblog"
 APP_DB = "dblog"
@@ -107,8 +112,11 @@ class MariaDBServer(ServerProcess):
 
     name: ClassVar[str] = "mariadb"
 
-    def __init__(self, base_dir: Path | str, *, port: int | None = None) -> None:
+    def __init__(
+        self, base_dir: Path | str, *, port: int | None = None, tls: ServerTLS | None = None
+    ) -> None:
         super().__init__(base_dir, port=port)
+        self.tls = tls
         self.mariadbd = _binary("mariadbd")
         self.install_db = _binary("mariadb-install-db")
         self.data_dir = self.base_dir / "data"
@@ -158,6 +166,16 @@ class MariaDBServer(ServerProcess):
             "--default-time-zone=+00:00",
             *self._user_option,
             *COMMON_OPTIONS,
+            *self._tls_options(),
+        ]
+
+    def _tls_options(self) -> list[str]:
+        if self.tls is None:
+            return []
+        return [
+            f"--ssl-cert={self.tls.cert_file}",
+            f"--ssl-key={self.tls.key_file}",
+            f"--ssl-ca={self.tls.ca_file}",
         ]
 
     def _admin_connect(self) -> pymysql.connections.Connection[Any]:
@@ -179,7 +197,8 @@ class MariaDBServer(ServerProcess):
         # sql_log_bin = 0 keeps the statement (with the password in clear) out of the binlog
         # that binlog readers and replicas read.
         cursor.execute("SET sql_log_bin = 0")
-        cursor.execute(f"CREATE USER '{APP_USER}'@'%%' IDENTIFIED BY %s", (self.password,))
+        require = " REQUIRE SSL" if self.tls is not None else ""
+        cursor.execute(f"CREATE USER '{APP_USER}'@'%%' IDENTIFIED BY %s{require}", (self.password,))
         cursor.execute(f"GRANT ALL ON `{APP_DB}`.* TO '{APP_USER}'@'%'")
         cursor.execute(f"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{APP_USER}'@'%'")
 

