@@ -4,18 +4,27 @@ The DSN (`mysql://user@host:port/database`) never holds the password: it comes f
 environment variable named by `password_env`, so a config can be logged and stored. Every
 connection pins the session settings that shape how values come back (UTC, utf8mb4), so the
 binlog reader and the dump see a value alike.
+
+TLS: with `ssl_ca` every connection (queries, the binlog stream, the Spark tasks' reads, the
+read replica) verifies the server's certificate against that CA and, unless
+`ssl_verify_identity = false`, that it names the DSN's host; `ssl_cert`/`ssl_key` present a
+client certificate. A certificate that does not verify is a configuration error
+(`SourceError`), not an outage. Without `ssl_ca`, PyMySQL uses TLS when the server offers it
+but verifies nothing.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pymysql
+from pymysql.constants import CR
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
@@ -58,6 +67,14 @@ class MysqlSourceConfig:
     replica_wait_s: int = 60
     """How long a chunk waits for the replica before the window is retried (the dump waits
     for a lagging replica as for a source away, saying its lag)."""
+    ssl_ca: str | None = None
+    """The CA file (PEM) the server's certificate must be signed by: TLS, verified."""
+    ssl_verify_identity: bool | None = None
+    """Whether the certificate must name the host the DSN connects to; true unless set."""
+    ssl_cert: str | None = None
+    """A client certificate (PEM) to present, for a user created `REQUIRE X509`."""
+    ssl_key: str | None = None
+    """The client certificate's key, unless `ssl_cert` holds it too."""
 
     @property
     def type(self) -> str:
@@ -89,11 +106,27 @@ class MysqlSourceConfig:
             )
         if self.replica_wait_s < 1:
             raise SourceError(f"replica_wait_s must be at least 1, got {self.replica_wait_s}")
+        self._check_tls()
         if not (self.server_id_span >= 1 and 1 <= self.server_id < _U32 - self.server_id_span):
             raise SourceError(
                 f"server_id {self.server_id} with server_id_span {self.server_id_span}: "
                 "the ids must stay within 1 .. 2^32-1"
             )
+
+    def _check_tls(self) -> None:
+        """TLS options that only mean something together, and never unverified."""
+        for option in ("ssl_ca", "ssl_cert", "ssl_key"):
+            if getattr(self, option) == "":
+                raise SourceError(f"[source] {option} is empty: name a PEM file or leave it out")
+        if self.ssl_ca is None:
+            for option in ("ssl_verify_identity", "ssl_cert", "ssl_key"):
+                if getattr(self, option) is not None:
+                    raise SourceError(
+                        f"[source] {option} needs ssl_ca, the CA file that signed the "
+                        "server's certificate (TLS here always verifies the server)"
+                    )
+        if self.ssl_key is not None and self.ssl_cert is None:
+            raise SourceError("[source] ssl_key needs ssl_cert, the client certificate it signs")
 
     @classmethod
     def from_section(cls, section: Mapping[str, Any]) -> MysqlSourceConfig:
@@ -112,6 +145,7 @@ class MysqlSourceConfig:
                 "unique_keys": dict,
                 "read_only": bool,
                 "replica_wait_s": int,
+                "ssl_verify_identity": bool,
             },
             table_word="database",
             default_schema=default_schema,
@@ -158,19 +192,62 @@ class MysqlSourceConfig:
                     f"the environment variable {self.password_env} (password_env) is not set"
                 )
             kwargs["password"] = password
+        return {**kwargs, **self._tls_kwargs()}
+
+    def _tls_kwargs(self) -> dict[str, Any]:
+        """PyMySQL's TLS arguments; each file named must be there (on a Spark worker too)."""
+        if self.ssl_ca is None:
+            return {}
+        kwargs: dict[str, Any] = {
+            "ssl_ca": self.ssl_ca,
+            # PyMySQL checks the chain only if told so when the host name is not checked.
+            "ssl_verify_cert": True,
+            "ssl_verify_identity": self.ssl_verify_identity is not False,
+        }
+        for option in ("ssl_ca", "ssl_cert", "ssl_key"):
+            path = getattr(self, option)
+            if path is not None:
+                if not os.path.isfile(path):
+                    raise SourceError(f"[source] {option}: no such file {path!r}")
+                kwargs[option] = path
         return kwargs
 
     def connect(self, *, replica: bool = False) -> pymysql.connections.Connection[Any]:
         """An autocommit connection (to the `read_replica` with `replica`). One that cannot be
         made raises SourceUnavailable."""
         kwargs = self.connect_kwargs(replica=replica)
+        which = "the read replica of " if replica and self.read_replica else ""
         try:
             return pymysql.connect(**kwargs, autocommit=True, connect_timeout=10)
+        except ssl.SSLError as exc:  # raised before connecting: the client's own files
+            raise SourceError(
+                f"cannot use the TLS files of MySQL source {self.name} "
+                f"([source] ssl_ca, ssl_cert, ssl_key): {exc}"
+            ) from None
         except pymysql.err.OperationalError as exc:
-            which = "the read replica of " if replica and self.read_replica else ""
+            refused = _tls_refusal(exc)
+            if refused is not None:
+                raise SourceError(
+                    f"cannot connect to {which}MySQL source {self.name} over TLS: {refused} "
+                    f"(check [source] ssl_ca, ssl_verify_identity and the dsn's host): "
+                    f"{exc.args[-1]}"
+                ) from None
             raise SourceUnavailable(
                 f"cannot connect to {which}MySQL source {self.name}: {exc.args[-1]}"
             ) from exc
+
+
+def _tls_refusal(exc: pymysql.err.OperationalError) -> str | None:
+    """What is wrong with TLS, if the connection failed on it: retrying would only meet the
+    same refusal, so it stops at once instead of waiting for the server."""
+    cause = getattr(exc, "original_exception", None)
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        if "mismatch" in str(cause.verify_message):
+            return "the server's certificate is for another host name"
+        return "the server's certificate does not verify against the CA in ssl_ca"
+    if exc.args and exc.args[0] == CR.CR_SSL_CONNECTION_ERROR:
+        return "the server does not speak TLS"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

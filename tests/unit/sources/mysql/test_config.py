@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from airflow_provider_dblog.core.event import TableRef
@@ -53,6 +55,11 @@ def test_the_password_comes_from_the_environment_only(monkeypatch: pytest.Monkey
         ({"watermark_database": 5}, "watermark_database must be text"),
         ({"tables": ["orders", 5]}, "must be a list"),
         ({"slot": "x"}, "unknown option.*slot"),
+        ({"ssl_verify_identity": True}, "ssl_verify_identity needs ssl_ca"),
+        ({"ssl_cert": "client.crt"}, "ssl_cert needs ssl_ca"),
+        ({"ssl_ca": "ca.crt", "ssl_key": "client.key"}, "ssl_key needs ssl_cert"),
+        ({"ssl_ca": ""}, "ssl_ca is empty"),
+        ({"ssl_ca": "ca.crt", "ssl_verify_identity": "yes"}, "ssl_verify_identity must be true"),
     ],
 )
 def test_what_is_refused_is_named(change: dict[str, object], message: str) -> None:
@@ -78,3 +85,33 @@ def test_unique_keys_are_read_from_the_toml() -> None:
     assert config.unique_keys == {TableRef("app", "twice"): "twice_b"}  # type: ignore[attr-defined]
     with pytest.raises(SourceError, match=r"unique_keys names app\.other, which is not captured"):
         parse_source_config({**section, "unique_keys": {"other": "i"}})
+
+
+def test_tls_verifies_the_server_and_its_host_name_unless_told_not_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHOP_PASSWORD", "s3cret")
+    ca, cert, key = (tmp_path / name for name in ("ca.crt", "client.crt", "client.key"))
+    for path in (ca, cert, key):
+        path.write_text("PEM")
+    tls = {"ssl_ca": str(ca), "ssl_cert": str(cert), "ssl_key": str(key)}
+    kwargs = MysqlSourceConfig.from_section({**SECTION, **tls}).connect_kwargs()
+    assert {k: v for k, v in kwargs.items() if k.startswith("ssl_")} == {
+        **tls,
+        "ssl_verify_cert": True,
+        "ssl_verify_identity": True,
+    }
+    chain_only = {**SECTION, "ssl_ca": str(ca), "ssl_verify_identity": False}
+    kwargs = MysqlSourceConfig.from_section(chain_only).connect_kwargs()
+    assert (kwargs["ssl_verify_cert"], kwargs["ssl_verify_identity"]) == (True, False)
+    assert "ssl_ca" not in MysqlSourceConfig.from_section(SECTION).connect_kwargs()
+
+
+def test_a_missing_tls_file_is_named_when_connecting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHOP_PASSWORD", "s3cret")
+    missing = str(tmp_path / "nowhere" / "ca.crt")
+    config = MysqlSourceConfig.from_section({**SECTION, "ssl_ca": missing})
+    with pytest.raises(SourceError, match=r"\[source\] ssl_ca: no such file .*nowhere/ca.crt"):
+        config.connect_kwargs()
