@@ -2,6 +2,9 @@
 
 The DSN never holds the password: it comes from the environment variable named by
 `password_env` (or libpq's own PGPASSWORD / .pgpass), so a config can be logged and stored.
+TLS is libpq's: `sslmode=verify-full sslrootcert=...` (and `sslcert`/`sslkey`) in the DSN hold
+for every connection made here, the replication stream's and the Spark tasks' included; a
+certificate that does not verify is a configuration error (`SourceError`), not an outage.
 Every connection pins the session settings that shape how values print (time zone, date style,
 float digits, bytea format): the log and the dump must print a value the same way.
 """
@@ -138,10 +141,38 @@ class PostgresSourceConfig:
             return psycopg.connect(dsn, **kwargs)
         except psycopg.OperationalError as exc:
             which = "read_replica" if dsn is not self.dsn else "dsn"
+            refused = _tls_refusal(str(exc))
+            if refused is not None:
+                raise SourceError(
+                    f"cannot connect to PostgreSQL source {self.name} over TLS: {refused} "
+                    f"(check sslmode, sslrootcert and the host in [source] {which}): {exc}"
+                ) from None
             raise SourceUnavailable(
                 f"cannot connect to PostgreSQL source {self.name} (check [source] {which} and "
                 f"password_env): {exc}"
             ) from exc
+
+
+_TLS_REFUSALS = (
+    (
+        "certificate verify failed",
+        "the server's certificate does not verify against the CA in sslrootcert",
+    ),
+    ("does not match host name", "the server's certificate is for another host name"),
+    ("certificate file", "a certificate file the DSN names cannot be read"),
+    ("private key file", "the key file the DSN names cannot be read"),
+    ("server does not support SSL", "the server does not speak TLS"),
+)
+"""libpq's words for a TLS set-up that cannot work, and what each means: retrying would only
+meet the same refusal, so these stop at once instead of waiting for the server."""
+
+
+def _tls_refusal(message: str) -> str | None:
+    """What is wrong with TLS, if libpq's `message` says it refused it."""
+    for words, meaning in _TLS_REFUSALS:
+        if words in message:
+            return meaning
+    return None
 
 
 def _check_dsn(option: str, dsn: str) -> None:
