@@ -27,8 +27,9 @@ always a suffix of the writes: a later write never survives an earlier one. What
 per kind of key, is told in the docstring of the store that owns the key.
 
 A Redis that cannot be reached raises `StateStoreUnavailable` (wrapping redis-py's
-ConnectionError / TimeoutError) from every method; nothing is retried here beyond what the
-client's own retry policy does.
+ConnectionError / TimeoutError) from every method, and one that answers but refuses writes (full,
+a replica, unable to save) its subclass `StateStoreRefusesWrites`: callers wait both out alike.
+Nothing is retried here beyond what the client's own retry policy does.
 """
 
 from airflow_provider_dblog.state.async_reader import AsyncStateReader
@@ -46,6 +47,7 @@ from airflow_provider_dblog.state.errors import (
     FencedOut,
     MissingRows,
     StateStoreError,
+    StateStoreRefusesWrites,
     StateStoreUnavailable,
     UnknownDump,
     UnknownWindow,
@@ -80,6 +82,7 @@ __all__ = [
     "SourceKeys",
     "StateStore",
     "StateStoreError",
+    "StateStoreRefusesWrites",
     "StateStoreUnavailable",
     "StoredDump",
     "StoredRows",

@@ -9,12 +9,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import redis
+import redis.sentinel
 from redis.commands.core import Script
 from redis.typing import EncodableT
 
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue
-from airflow_provider_dblog.state.errors import StateStoreUnavailable
+from airflow_provider_dblog.state.errors import StateStoreRefusesWrites, StateStoreUnavailable
 from airflow_provider_dblog.state.keys import SourceKeys
 
 NOW_MS = """
@@ -42,8 +43,12 @@ tailer write), the last key the source's `tailer:token`; -1 when a newer token w
 
 
 def address_of(client: redis.Redis) -> str:
-    """Where Redis is, without the password."""
-    kwargs = client.connection_pool.connection_kwargs
+    """Where Redis is, without the password (a Sentinel service by its name and sentinels)."""
+    pool = client.connection_pool
+    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        sentinels = ", ".join(address_of(s) for s in pool.sentinel_manager.sentinels)
+        return f"service {pool.service_name} (sentinels {sentinels})"
+    kwargs = pool.connection_kwargs
     if "path" in kwargs:
         return f"unix:{kwargs['path']}"
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
@@ -80,7 +85,8 @@ R = TypeVar("R")
 
 
 def reachable(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
-    """Turn redis-py's connection failures into `StateStoreUnavailable`, naming the server."""
+    """Turn redis-py's connection failures into `StateStoreUnavailable`, and a Redis that
+    refuses writes into `StateStoreRefusesWrites`, each naming the server and what to fix."""
 
     @functools.wraps(method)
     def wrapper(store: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -90,8 +96,35 @@ def reachable(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S,
             raise StateStoreUnavailable(
                 f"the Redis state store at {store.address} cannot be reached: {exc}"
             ) from exc
+        except redis.ResponseError as exc:
+            why = refused_write(exc)
+            if why is None:
+                raise
+            raise StateStoreRefusesWrites(
+                f"the Redis state store at {store.address} refuses writes: {why}"
+            ) from exc
 
     return wrapper
+
+
+def refused_write(error: redis.ResponseError) -> str | None:
+    """Why Redis refused a write, with the fix, or None for any other error reply."""
+    if isinstance(error, redis.exceptions.OutOfMemoryError):
+        return (
+            "it is full (used memory above maxmemory, policy noeviction); "
+            "raise maxmemory or free memory"
+        )
+    if isinstance(error, redis.exceptions.ReadOnlyError):
+        return (
+            "it is a read-only replica (READONLY; a failover may have demoted it); "
+            "point [redis] at the primary or use sentinels"
+        )
+    if str(error).startswith("MISCONF"):
+        return (
+            "it cannot save to disk (MISCONF: its last background save failed); "
+            "fix its disk or persistence settings"
+        )
+    return None
 
 
 def text(value: bytes | str) -> str:

@@ -13,6 +13,14 @@ class StateStoreUnavailable(StateStoreError):
     """Redis cannot be reached (down, restarting, loading its AOF, or the network)."""
 
 
+class StateStoreRefusesWrites(StateStoreUnavailable):
+    """Redis answers but refuses writes: full under `maxmemory` with `noeviction` (OOM), a
+    replica (READONLY, as a primary demoted by a failover is), or unable to save to disk
+    (MISCONF). A wait, like an unreachable Redis: each refused script wrote nothing (Redis
+    refuses a script at its first write), and writes resume once an operator (or Sentinel)
+    fixes the server."""
+
+
 class FencedOut(StateStoreError):
     """A tailer wrote with a fencing token that no longer holds the lease: a newer tailer took
     over. The stale tailer must stop at once; its write was not made."""
