@@ -4,9 +4,9 @@ plain line per step otherwise (a log file, a pipe, CI).
 The progress itself is the dump's (`TableProgress`, saved after each chunk by the runner and
 handed to `update`), and how far a table is comes from `estimated_fraction` beside it, as
 `dblog ui` shows it: known for a dump of given keys, estimated for a table whose key is one
-integer column, unknown otherwise (then no share and no ETA are shown). This module measures
-the pace: rows/s counts the rows this run read of the table, and the ETA is the rows left at
-that pace.
+integer column, unknown otherwise (then no share and no ETA are shown). The pace and the ETA
+are `core.dump_pace`'s, as the live view's: rows/s counts the rows this run read of the table,
+and the ETA is the rows left at that pace.
 """
 
 from __future__ import annotations
@@ -16,25 +16,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
-from airflow_provider_dblog.core.dump_plan import (
-    DumpRequest,
-    TableProgress,
-    estimated_fraction,
-    integer_key,
-)
+from airflow_provider_dblog.core.dump_pace import TablePace, clock_text, eta_s
+from airflow_provider_dblog.core.dump_plan import DumpRequest, TableProgress, estimated_fraction
 from airflow_provider_dblog.core.event import TableRef
 
 BAR_WIDTH = 24
-
-
-@dataclass
-class _Pace:
-    """Where a table stood when this run started on it, and at its first completed step."""
-
-    started_at: float
-    rows_at_start: int
-    first: tuple[int, int] | None = None
-    """(integer key, rows done) at the first step: the base of the rows-per-key estimate."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +46,7 @@ class TableLine:
         if self.fraction is not None:
             parts.append(f"{self.fraction:.0%}")
         if self.eta_s is not None:
-            parts.append(f"ETA {_clock(self.eta_s)}")
+            parts.append(f"ETA {clock_text(self.eta_s)}")
         return f"{self.table}: {', '.join(parts)}"
 
     def bar(self, name_width: int) -> str:
@@ -79,7 +65,7 @@ class TableLine:
         elif self.eta_s is None:
             tail = "ETA ?"
         else:
-            tail = f"ETA {_clock(self.eta_s)}"
+            tail = f"ETA {clock_text(self.eta_s)}"
         return f"{name}  [{bar}] {percent}  {self.rows:>11,} rows {rate}  {tail}"
 
 
@@ -100,7 +86,7 @@ class DumpProgressView:
         self._tty = stream.isatty() if tty is None else tty
         self._clock = clock
         self._progress = {t: progress.get(t) or TableProgress(t) for t in request.tables}
-        self._paces: dict[TableRef, _Pace] = {}
+        self._paces: dict[TableRef, TablePace] = {}
         self._last_step = clock()
         self._drawn = 0
         if self._tty:
@@ -112,11 +98,8 @@ class DumpProgressView:
         before = self._progress[table]
         if table not in self._paces:
             # Tables run one after another: this one began at the previous step.
-            self._paces[table] = _Pace(self._last_step, before.rows_done)
-        pace = self._paces[table]
-        key = integer_key(progress.after)
-        if pace.first is None and key is not None:
-            pace.first = (key, progress.rows_done)
+            self._paces[table] = TablePace(self._last_step, before.rows_done)
+        self._paces[table].step(progress, now)
         self._progress[table] = progress
         self._last_step = now
         if self._tty:
@@ -128,16 +111,10 @@ class DumpProgressView:
     def line(self, table: TableRef) -> TableLine:
         progress, pace = self._progress[table], self._paces.get(table)
         started = progress.started or progress.done or pace is not None
-        rate = None
-        if pace is not None:
-            elapsed = self._last_step - pace.started_at
-            if elapsed > 0:
-                rate = (progress.rows_done - pace.rows_at_start) / elapsed
+        rate = None if pace is None else pace.rows_per_s()
         first = None if pace is None else pace.first
         fraction = estimated_fraction(progress, len(self._request.keys), first)
-        eta = None
-        if fraction and rate and not progress.done:
-            eta = progress.rows_done * (1 - fraction) / fraction / rate
+        eta = eta_s(progress, fraction, rate)
         return TableLine(table, progress.rows_done, rate, fraction, eta, progress.done, started)
 
     def _draw(self) -> None:
@@ -147,9 +124,3 @@ class DumpProgressView:
         self._stream.write(up + "".join(f"\x1b[2K  {line}\n" for line in lines))
         self._stream.flush()
         self._drawn = len(lines)
-
-
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02}:{secs:02}" if hours else f"{minutes}:{secs:02}"
