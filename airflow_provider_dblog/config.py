@@ -12,8 +12,8 @@ names (`password_env`), so it never appears on a command line, in a log line or 
     slot = "dblog"                     # optional
     publication = "dblog"              # optional
 
-    [redis]
-    url = "redis://127.0.0.1:6379/0"
+    [redis]                            # parsed by state/connection.py
+    url = "redis://127.0.0.1:6379/0"   # or sentinels = ["host:26379", ...] + service_name
     password_env = "DBLOG_REDIS_PASSWORD"
 
     [output]
@@ -32,19 +32,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import redis
+from redis import Redis
 
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.sources.base import SourceConfig, SourceError
 from airflow_provider_dblog.sources.factory import parse_source_config
+from airflow_provider_dblog.state.connection import (
+    RedisSettings,
+    RedisSettingsError,
+    parse_redis_settings,
+)
 from airflow_provider_dblog.tailer.settings import TailerSettings
 
 
@@ -55,8 +57,8 @@ class ConfigError(DBLogError):
 @dataclass(frozen=True)
 class Config:
     source: SourceConfig
-    redis_url: str
-    redis_password_env: str | None
+    redis: RedisSettings
+    """`[redis]`: where the state store is (one Redis or a Sentinel service), TLS, user."""
     output: dict[str, Any]
     tailer: TailerSettings
     """`[tailer]`, checked and typed when the file is read; the defaults without one."""
@@ -64,16 +66,11 @@ class Config:
     """`[lake] root`: where the lake tables live (the compaction's output, direct dumps'
     target); None without a `[lake]` section."""
 
-    def redis_client(self) -> redis.Redis:
-        password = _secret(self.redis_password_env) if self.redis_password_env else None
-        return redis.Redis.from_url(self.redis_url, password=password)
-
-
-def _secret(env: str) -> str:
-    value = os.environ.get(env)
-    if value is None:
-        raise ConfigError(f"environment variable {env} (named by password_env) is not set")
-    return value
+    def redis_client(self) -> Redis:
+        try:
+            return self.redis.client()
+        except RedisSettingsError as exc:
+            raise ConfigError(f"[redis] {exc}") from None
 
 
 def load_config(path: str | Path) -> Config:
@@ -99,11 +96,13 @@ def load_config(path: str | Path) -> Config:
         source_config = parse_source_config(source)
     except SourceError as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
-    url, password_env = _redis_options(path, redis_section)
+    try:
+        redis_settings = parse_redis_settings(redis_section)
+    except RedisSettingsError as exc:
+        raise ConfigError(f"[redis] {exc.key} in {path} {exc.problem}") from None
     return Config(
         source=source_config,
-        redis_url=url,
-        redis_password_env=password_env,
+        redis=redis_settings,
         output=output,
         tailer=_tailer_options(path, _section(path, data, "tailer", required=False)),
         lake_root=_lake_root(path, data),
@@ -140,38 +139,6 @@ def _section(
     if not isinstance(section, dict):
         raise ConfigError(f"config file {path}: {name} must be a [{name}] section, got {section!r}")
     return dict(section)
-
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _redis_options(path: Path, section: dict[str, Any]) -> tuple[str, str | None]:
-    unknown = sorted(set(section) - {"url", "password_env"})
-    if unknown:
-        raise ConfigError(
-            f"[redis] in {path} has unknown option(s) {', '.join(unknown)}; "
-            "known: password_env, url"
-        )
-    url = section.get("url", "redis://127.0.0.1:6379/0")
-    try:
-        if not isinstance(url, str):
-            raise ValueError("it is not text")
-        redis.ConnectionPool.from_url(url)  # parses only: connects to nothing
-        parts = urlsplit(url)
-        if parts.scheme != "unix" and not parts.path.strip("/").isdigit() and parts.path.strip("/"):
-            raise ValueError("the database after the port must be a number")
-    except ValueError as exc:
-        raise ConfigError(
-            f"[redis] url in {path} is not a Redis URL (redis://host:port/db): {url!r}: {exc}"
-        ) from None
-    password_env = section.get("password_env")
-    if password_env is not None and not (
-        isinstance(password_env, str) and _ENV_NAME.fullmatch(password_env)
-    ):
-        raise ConfigError(
-            f"[redis] password_env in {path} must name an environment variable: {password_env!r}"
-        )
-    return url, password_env
 
 
 def _tailer_options(path: Path, section: dict[str, Any]) -> TailerSettings:

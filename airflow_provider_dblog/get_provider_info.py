@@ -36,6 +36,36 @@ _CONN_FIELDS = {
         "label": "Redis over TLS",
         "schema": {"type": ["boolean", "null"], "default": False},
     },
+    "ca_file": {
+        "label": "Redis CA file",
+        "description": "Optional: the CA certificate (PEM) Redis' certificate is checked against",
+        "schema": {"type": ["string", "null"]},
+    },
+    "cert_file": {
+        "label": "Redis client certificate file",
+        "description": "Optional: this client's certificate (PEM), with its key file",
+        "schema": {"type": ["string", "null"]},
+    },
+    "key_file": {
+        "label": "Redis client key file",
+        "schema": {"type": ["string", "null"]},
+    },
+    "sentinels": {
+        "label": "Redis sentinels",
+        "description": "Optional: host:port of each sentinel, comma-separated (host and port "
+        "above are then unused)",
+        "schema": {"type": ["string", "null"]},
+    },
+    "service_name": {
+        "label": "Sentinel service name",
+        "description": "With sentinels: the name they know the primary by",
+        "schema": {"type": ["string", "null"]},
+    },
+    "sentinel_password": {
+        "label": "Sentinel password",
+        "description": "Optional: the sentinels' own password (requirepass)",
+        "schema": {"type": ["string", "null"], "format": "password"},
+    },
 }
 
 
@@ -86,6 +116,8 @@ def get_provider_info() -> dict[str, Any]:
                         "source_name": "shop",
                         "config_path": "/etc/dblog/dblog.toml",
                         "source_conn_id": "postgres_shop",
+                        "sentinels": "sentinel-1:26379, sentinel-2:26379, sentinel-3:26379",
+                        "service_name": "mymaster",
                     },
                 },
                 "conn-fields": _CONN_FIELDS,

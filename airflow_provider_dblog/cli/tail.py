@@ -114,11 +114,7 @@ def check_reloadable(current: Config, fresh: Config) -> None:
     if type(current.source) is not type(fresh.source):
         changed = ["[source] type"]
     for section, before, after in (
-        (
-            "[redis]",
-            (current.redis_url, current.redis_password_env),
-            (fresh.redis_url, fresh.redis_password_env),
-        ),
+        ("[redis]", current.redis, fresh.redis),
         ("[output]", current.output, fresh.output),
         ("[tailer]", current.tailer, fresh.tailer),
         ("[lake]", current.lake_root, fresh.lake_root),

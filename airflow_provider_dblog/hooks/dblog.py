@@ -1,7 +1,10 @@
 """The DBLog hook: one Airflow connection for one DBLog deployment (one source).
 
 The connection (type `dblog`) is the Redis state store where dumps are requested, controlled
-and followed: host, port, login, password and schema (the Redis database number). Its extras
+and followed: host, port, login (an ACL user), password and schema (the Redis database number),
+or, with the `sentinels` extra, the primary the sentinels name `service_name` (its host and port
+unused; `sentinel_password` if the sentinels have one); `ssl` turns TLS on, verified against
+`ca_file`, with the client certificate `cert_file` and `key_file` if given. Its extras
 name the source (`source_name`, as in events and Redis keys) and the deployment's TOML file
 (`config_path`, the same file the tailer and the Spark dump read). The source's password comes
 from `source_password`, or from the password of another connection (`source_conn_id`, e.g. an
@@ -19,12 +22,13 @@ import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote
 
-import redis
 import redis.asyncio
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
 from airflow_provider_dblog.config import Config, ConfigError, load_config
 from airflow_provider_dblog.core.dump_plan import DumpRequest
@@ -32,6 +36,11 @@ from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.dump.request import build_request
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import AsyncStateReader, DumpStatus, StateStore, TailerHealth
+from airflow_provider_dblog.state.connection import (
+    RedisSettings,
+    RedisSettingsError,
+    parse_redis_settings,
+)
 
 
 def connection_extras(conn: Any) -> dict[str, Any]:
@@ -55,14 +64,12 @@ def connection_extras(conn: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class DBLogConnection:
-    """What a `dblog` connection holds, read once."""
+    """What a `dblog` connection holds, read once. `redis` is where the store is, built and
+    checked as the TOML's `[redis]` is (state/connection.py); the passwords stay here."""
 
-    host: str
-    port: int
-    db: int
-    username: str | None
+    redis: RedisSettings
     password: str | None = field(repr=False)
-    ssl: bool
+    sentinel_password: str | None = field(repr=False)
     source_name: str
     config_path: str
     source_password: str | None = field(repr=False)
@@ -80,29 +87,50 @@ class DBLogConnection:
             raise ConfigError(
                 f"connection {conn.conn_id!r}: schema is the Redis database number, got {schema!r}"
             )
+        try:
+            settings = parse_redis_settings(_redis_section(conn, int(schema), extra))
+        except RedisSettingsError as exc:
+            raise ConfigError(f"connection {conn.conn_id!r}: {exc}") from None
+        if extra.get("sentinel_password"):
+            mask_secret(str(extra["sentinel_password"]), "sentinel_password")
         return cls(
-            host=conn.host or "127.0.0.1",
-            port=int(conn.port or 6379),
-            db=int(schema),
-            username=conn.login or None,
+            redis=settings,
             password=conn.password or None,
-            ssl=str(extra.get("ssl", "false")).lower() in ("true", "1", "yes"),
+            sentinel_password=extra.get("sentinel_password") or None,
             source_name=extra["source_name"],
             config_path=extra["config_path"],
             source_password=source_password,
         )
 
-    def redis_kwargs(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "port": self.port,
-            "db": self.db,
-            "username": self.username,
-            "password": self.password,
-            "ssl": self.ssl,
-            "socket_timeout": 30,
-            "socket_connect_timeout": 10,
-        }
+    def redis_client(self) -> Redis:
+        return self.redis.client(
+            password=self.password, sentinel_password=self.sentinel_password, **_TIMEOUTS
+        )
+
+    def async_redis_client(self) -> AsyncRedis:
+        return self.redis.async_client(
+            password=self.password, sentinel_password=self.sentinel_password, **_TIMEOUTS
+        )
+
+
+_TIMEOUTS = {"socket_timeout": 30, "socket_connect_timeout": 10}
+
+
+def _redis_section(conn: Any, db: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """The connection as a TOML `[redis]` section: host, port, login and schema, or the
+    `sentinels` extra (comma-separated host:port) with `service_name`; TLS by the `ssl` extra;
+    the certificate files by their extras."""
+    tls = str(extra.get("ssl", "false")).lower() in ("true", "1", "yes")
+    files = {k: extra[k] for k in ("ca_file", "cert_file", "key_file") if extra.get(k)}
+    if extra.get("sentinels"):
+        sentinels = [a.strip() for a in str(extra["sentinels"]).split(",") if a.strip()]
+        section = {"sentinels": sentinels, "service_name": extra.get("service_name"), "db": db}
+        if conn.login:
+            section["username"] = conn.login
+        return {**section, "tls": tls, **files}
+    user = f"{quote(conn.login, safe='')}@" if conn.login else ""
+    scheme = "rediss" if tls else "redis"
+    return {"url": f"{scheme}://{user}{conn.host or '127.0.0.1'}:{conn.port or 6379}/{db}", **files}
 
 
 class DBLogHook(BaseHook):
@@ -149,14 +177,10 @@ class DBLogHook(BaseHook):
                 f"connection {self.dblog_conn_id!r} names source {settings.source_name!r} but "
                 f"{settings.config_path} configures source {config.source.name!r}"
             )
-        url = urlsplit(config.redis_url)
-        toml_db = int(url.path.strip("/") or 0)
-        toml_at = (url.hostname or "127.0.0.1", url.port or 6379, toml_db)
-        if toml_at != (settings.host, settings.port, settings.db):
+        if config.redis.where != settings.redis.where:
             raise ConfigError(
-                f"connection {self.dblog_conn_id!r} points at Redis "
-                f"{settings.host}:{settings.port}/{settings.db} but {settings.config_path} at "
-                f"{toml_at[0]}:{toml_at[1]}/{toml_at[2]}: the dump would report elsewhere"
+                f"connection {self.dblog_conn_id!r} points at Redis {settings.redis.where} but "
+                f"{settings.config_path} at {config.redis.where}: the dump would report elsewhere"
             )
         return config
 
@@ -165,8 +189,10 @@ class DBLogHook(BaseHook):
         Spark dump (driver and local executors) needs. Never log or template it."""
         config, settings = self.config, self.settings
         env = {}
-        if config.redis_password_env and settings.password:
-            env[config.redis_password_env] = settings.password
+        if config.redis.password_env and settings.password:
+            env[config.redis.password_env] = settings.password
+        if config.redis.sentinel_password_env and settings.sentinel_password:
+            env[config.redis.sentinel_password_env] = settings.sentinel_password
         if config.source.password_env and settings.source_password:
             env[config.source.password_env] = settings.source_password
         return env
@@ -177,7 +203,7 @@ class DBLogHook(BaseHook):
         os.environ.update(self.secret_env())
 
     def get_conn(self) -> StateStore:
-        return StateStore(redis.Redis(**self.settings.redis_kwargs()), self.settings.source_name)
+        return StateStore(self.settings.redis_client(), self.settings.source_name)
 
     @cached_property
     def store(self) -> StateStore:
@@ -262,14 +288,14 @@ class DBLogHook(BaseHook):
     async def async_reader(cls, dblog_conn_id: str) -> tuple[AsyncStateReader, redis.asyncio.Redis]:
         """A reader on an asyncio client; close the client when done."""
         settings = await cls._async_settings(dblog_conn_id)
-        client = redis.asyncio.Redis(**settings.redis_kwargs())
+        client = settings.async_redis_client()
         return AsyncStateReader(client, settings.source_name), client
 
     @classmethod
     async def async_store(cls, dblog_conn_id: str) -> StateStore:
         """A (blocking) store for the rare writes of a trigger: call it through a thread."""
         settings = await cls._async_settings(dblog_conn_id)
-        return StateStore(redis.Redis(**settings.redis_kwargs()), settings.source_name)
+        return StateStore(settings.redis_client(), settings.source_name)
 
     @classmethod
     async def _async_settings(cls, dblog_conn_id: str) -> DBLogConnection:

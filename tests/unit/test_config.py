@@ -92,3 +92,54 @@ def test_the_lake_root_is_configured_in_lake(tmp_path: Path) -> None:
         load_config(write(tmp_path, GOOD + '\n[lake]\nrot = "/x"\n'))
     with pytest.raises(ConfigError, match=r"\[lake\] root .* non-empty path"):
         load_config(write(tmp_path, GOOD + "\n[lake]\nroot = 3\n"))
+
+
+REDIS = 'url = "redis://127.0.0.1:6379/0"\n'
+SENTINELS = 'sentinels = ["s1:26379", "[::1]:26380"]\nservice_name = "mymaster"\n'
+
+
+def test_the_redis_section_takes_sentinels_tls_files_and_a_user(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.crt"
+    ca.write_text("-")
+    text = GOOD.replace(REDIS, f'{SENTINELS}username = "tailer"\ndb = 2\ntls = true\n')
+    settings = load_config(
+        write(tmp_path, text.replace("tls = true", f'tls = true\nca_file = "{ca}"'))
+    ).redis
+    assert settings.sentinels == (("s1", 26379), ("::1", 26380))
+    assert (settings.service_name, settings.username, settings.db) == ("mymaster", "tailer", 2)
+    assert settings.uses_tls and settings.ca_file == str(ca)
+    assert settings.where == "service mymaster db 2 (sentinels s1:26379, ::1:26380)"
+    plain = load_config(write(tmp_path, GOOD.replace("redis://", "rediss://dblog@"))).redis
+    assert plain.uses_tls and plain.where == "127.0.0.1:6379/0"
+
+
+@pytest.mark.parametrize(
+    ("redis", "message"),
+    [
+        ('url = "redis://:pw@h:1/0"\n', r"\[redis\] url in .*dblog.toml.*holds a password"),
+        ('url = "redis://h:1/x"\n', r"\[redis\] url in .*database after the port"),
+        (REDIS + "sentinel = 1\n", r"\[redis\] sentinel in .* unknown; known: ca_file"),
+        (REDIS + 'service_name = "m"\n', r"\[redis\] service_name .* for sentinels only"),
+        (REDIS + 'ca_file = "/etc/hostname"\n', r"\[redis\] ca_file .* rediss:// url turns it"),
+        (SENTINELS + REDIS, r"\[redis\] url .* not used with sentinels"),
+        ('sentinels = ["s1"]\nservice_name = "m"\n', r"sentinels .* 's1' is not host:port"),
+        ('sentinels = "s1:1"\nservice_name = "m"\n', r"sentinels .* must be a list of host:port"),
+        ('sentinels = ["s1:99999"]\nservice_name = "m"\n', r"'s1:99999' is not host:port"),
+        ('sentinels = ["s1:1"]\n', r"\[redis\] service_name .* must name the primary"),
+        (SENTINELS + "db = -1\n", r"\[redis\] db .* database number"),
+        (SENTINELS + 'tls = "yes"\n', r"\[redis\] tls .* true or false"),
+        (SENTINELS + 'ca_file = "/etc/hostname"\n', r"\[redis\] ca_file .* set tls = true"),
+        (SENTINELS + 'tls = true\nca_file = "/nope.crt"\n', r"ca_file .* not a readable file"),
+        (
+            SENTINELS + 'tls = true\ncert_file = "/etc/hostname"\n',
+            r"cert_file .* and key_file go together",
+        ),
+        (SENTINELS + 'sentinel_password_env = "a-b"\n', r"sentinel_password_env .* variable"),
+    ],
+)
+def test_bad_redis_options_name_the_file_section_and_key(
+    tmp_path: Path, redis: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as raised:
+        load_config(write(tmp_path, GOOD.replace(REDIS, redis)))
+    assert ":pw@" not in str(raised.value)

@@ -202,7 +202,7 @@ def test_the_live_view_runs_on_the_store_and_only_this_machine_reaches_it(
     assert (service["command"][:2], args.config) == (["dblog", "ui"], CONFIG_IN_CONTAINER)
     assert args.address == "0.0.0.0"  # inside the container; published on loopback only
     assert service["ports"] == [f"127.0.0.1:{args.port}:{args.port}"]
-    assert _config_of(service).redis_password_env in service["environment"]
+    assert _config_of(service).redis.password_env in service["environment"]
 
 
 def test_every_secret_a_mounted_toml_names_is_set_where_it_is_mounted(
@@ -216,7 +216,7 @@ def test_every_secret_a_mounted_toml_names_is_set_where_it_is_mounted(
     assert {"tailer-a", "tailer-b", "ui", "spark-worker", "airflow-scheduler"} <= set(mounting)
     for name, service in mounting.items():
         config = _config_of(service)
-        wanted = {config.source.password_env, config.redis_password_env}
+        wanted = {config.source.password_env, config.redis.password_env}
         wanted |= {v for k, v in config.output.items() if k.endswith("_env")}
         missing = wanted - {None} - set(service.get("environment", {}))
         assert not missing, f"{name} mounts a TOML naming {missing}, which it does not set"
@@ -236,14 +236,14 @@ def test_the_tomls_point_at_the_stack_s_own_services(services: dict[str, dict[st
             sql = (DOCKER / "mariadb" / "10-dblog-source.sql").read_text()
             assert all(f"CREATE TABLE {t}" in sql for t in source.tables), name
         assert f"{port}:{port}" in services[host]["ports"], f"{name}: {host}:{port}"
-        url = urlsplit(config.redis_url)
+        url = urlsplit(config.redis.url)
         assert url.hostname in services and url.port == 6379
         if config.output["type"] == "redis_stream":
             # A Redis Stream on the stack's Redis, apart from the state.
             stream = urlsplit(service["environment"][config.output["url_env"]])
             assert (stream.hostname, stream.port) == (url.hostname, url.port)
             assert stream.path != url.path
-            assert stream.password == service["environment"][config.redis_password_env]
+            assert stream.password == service["environment"][config.redis.password_env]
         else:
             assert config.output["type"] == "ndjson"
             directory = config.output["directory"]

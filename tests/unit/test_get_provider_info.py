@@ -48,9 +48,14 @@ def test_airflow_lists_the_provider_and_renders_its_connection_form(tmp_path: Pa
     widgets = {k: v.field for k, v in manager.connection_form_widgets.items() if "dblog" in k}
     assert set(widgets) == {
         f"extra__dblog__{name}"
-        for name in ("source_name", "config_path", "source_conn_id", "source_password", "ssl")
+        for name in (
+            *("source_name", "config_path", "source_conn_id", "source_password", "ssl"),
+            *("ca_file", "cert_file", "key_file"),
+            *("sentinels", "service_name", "sentinel_password"),
+        )
     }
     assert manager.connection_form_widgets["extra__dblog__source_password"].is_sensitive
+    assert manager.connection_form_widgets["extra__dblog__sentinel_password"].is_sensitive
     behaviour = manager.field_behaviours["dblog"]
     assert behaviour["relabeling"]["host"] == "Redis host"
     assert behaviour["hidden_fields"] == ["extra"]

@@ -61,7 +61,9 @@ def test_a_task_hands_its_connections_to_the_next_unless_it_failed(
         raise RuntimeError("the task failed")
     with task_connections(config) as fourth:
         assert fourth is not failing and fourth is not third
-    other = replace(config, redis_url=config.redis_url.rsplit("/", 1)[0] + "/1")
+    other = replace(
+        config, redis=replace(config.redis, url=config.redis.url.rsplit("/", 1)[0] + "/1")
+    )
     with task_connections(other) as fifth:
         assert fifth is not fourth and fifth.config == other
         fifth.healthy = False  # this process keeps nothing after the test

@@ -1,16 +1,20 @@
 """A `dblog` connection read into `DBLogConnection`: defaults, extras under either spelling,
-the Redis database in `schema`, and the errors that name what to fix."""
+the Redis database in `schema`, sentinels and TLS, and the errors that name what to fix."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from airflow.sdk import Connection
+from redis.connection import SSLConnection
+from redis.sentinel import SentinelConnectionPool
 
 from airflow_provider_dblog.config import ConfigError
 from airflow_provider_dblog.hooks.dblog import DBLogConnection, connection_extras
+from airflow_provider_dblog.state.connection import RedisSettings
 
 
 def connection(extra: dict[str, Any], **fields: Any) -> Connection:
@@ -28,31 +32,58 @@ def test_a_full_connection_reads_into_its_fields_with_passwords_out_of_repr() ->
     )
     parsed = DBLogConnection.parse(conn, "source-secret")
     assert parsed == DBLogConnection(
-        host="redis.internal",
-        port=6380,
-        db=3,
-        username="dblog",
+        redis=RedisSettings(url="rediss://dblog@redis.internal:6380/3"),
         password="redis-secret",
-        ssl=True,
+        sentinel_password=None,
         source_name="shop",
         config_path="/etc/dblog.toml",
         source_password="source-secret",
     )
     assert "redis-secret" not in repr(parsed) and "source-secret" not in repr(parsed)
-    kwargs = parsed.redis_kwargs()
-    assert (kwargs["host"], kwargs["port"], kwargs["db"], kwargs["ssl"]) == (
-        "redis.internal",
-        6380,
-        3,
-        True,
-    )
+    kwargs = parsed.redis_client().connection_pool.connection_kwargs
+    assert (kwargs["host"], kwargs["port"], kwargs["db"]) == ("redis.internal", 6380, 3)
     assert (kwargs["username"], kwargs["password"]) == ("dblog", "redis-secret")
+    assert parsed.redis_client().connection_pool.connection_class is SSLConnection
+
+
+def test_a_connection_with_sentinels_names_the_service_they_watch(tmp_path: Path) -> None:
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_text("not read until a connection is made")
+    conn = connection(
+        {
+            "source_name": "shop",
+            "config_path": "/etc/dblog.toml",
+            "sentinels": "s1:26379, s2:26380",
+            "service_name": "mymaster",
+            "sentinel_password": "sentinel-secret",
+            "ssl": True,
+            "ca_file": str(ca_file),
+        },
+        host="ignored",
+        schema="2",
+        login="dblog-airflow",
+        password="redis-secret",
+    )
+    parsed = DBLogConnection.parse(conn, None)
+    assert parsed.redis == RedisSettings(
+        sentinels=(("s1", 26379), ("s2", 26380)),
+        service_name="mymaster",
+        username="dblog-airflow",
+        db=2,
+        tls=True,
+        ca_file=str(ca_file),
+    )
+    assert "sentinel-secret" not in repr(parsed)
+    pool = parsed.redis_client().connection_pool
+    assert isinstance(pool, SentinelConnectionPool) and pool.service_name == "mymaster"
+    sentinel = pool.sentinel_manager.sentinels[0].connection_pool.connection_kwargs
+    assert (sentinel["password"], sentinel["ssl_ca_certs"]) == ("sentinel-secret", str(ca_file))
 
 
 def test_an_empty_connection_defaults_to_a_local_redis_without_tls() -> None:
     parsed = DBLogConnection.parse(connection({"source_name": "s", "config_path": "p"}), None)
-    assert (parsed.host, parsed.port, parsed.db, parsed.ssl) == ("127.0.0.1", 6379, 0, False)
-    assert parsed.username is None and parsed.password is None
+    assert parsed.redis == RedisSettings(url="redis://127.0.0.1:6379/0")
+    assert not parsed.redis.uses_tls and parsed.password is None
     assert parsed.source_password is None
 
 
@@ -72,7 +103,8 @@ def test_extras_are_read_under_the_prefix_older_forms_give_them_and_blanks_dropp
         "ssl": "yes",
     }
     parsed = DBLogConnection.parse(conn, None)
-    assert (parsed.source_name, parsed.config_path, parsed.ssl) == ("shop", "/etc/dblog.toml", True)
+    assert (parsed.source_name, parsed.config_path) == ("shop", "/etc/dblog.toml")
+    assert parsed.redis.uses_tls
 
 
 @pytest.mark.parametrize(
@@ -82,6 +114,21 @@ def test_extras_are_read_under_the_prefix_older_forms_give_them_and_blanks_dropp
         ({"source_name": "s"}, None, "needs config_path in its extras"),
         ({}, None, "needs source_name and config_path in its extras"),
         ({"source_name": "s", "config_path": "p"}, "db1", "schema is the Redis database number"),
+        (
+            {"source_name": "s", "config_path": "p", "sentinels": "s1"},
+            None,
+            "sentinels must be a list of host:port: 's1' is not host:port",
+        ),
+        (
+            {"source_name": "s", "config_path": "p", "sentinels": "s1:26379"},
+            None,
+            "service_name must name the primary the sentinels watch",
+        ),
+        (
+            {"source_name": "s", "config_path": "p", "ssl": True, "ca_file": "/nonexistent"},
+            None,
+            "ca_file is '/nonexistent', which is not a readable file",
+        ),
     ],
 )
 def test_a_connection_missing_what_it_needs_is_refused_naming_it(
