@@ -22,6 +22,12 @@ _CONN_FIELDS = {
         "description": "The deployment's TOML, readable by the workers and the Spark driver",
         "schema": {"type": "string", "minLength": 1},
     },
+    "ui_url": {
+        "label": "Live view URL",
+        "description": "Optional: where `dblog ui` is reached, such as "
+        "http://dblog-ui.internal:8765/; each dump task then links to its dump there",
+        "schema": {"type": ["string", "null"]},
+    },
     "source_conn_id": {
         "label": "Source connection id",
         "description": "Optional: a postgres or mysql connection whose password is the source's",

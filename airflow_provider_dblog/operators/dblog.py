@@ -6,7 +6,8 @@ The dump operator registers the request in Redis and submits `spark_jobs/dump.py
 is stable across task retries (dag, run, task, map index), so a retry resumes the same request
 from its last completed chunk instead of starting over. Deferrable, it starts the application
 detached from the task and hands the wait to `DBLogDumpTrigger`: no worker slot is held while
-the dump runs.
+the dump runs. The task links to the dump's page in the live view, and the dump records the
+task as its origin for the live view to link back (`links.py`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.hooks.spark_launcher import SparkDumpLauncher, driver_log_path
 from airflow_provider_dblog.operators.lineage import dump_lineage
+from airflow_provider_dblog.operators.links import DBLogLiveViewLink, link_dump_and_task
 from airflow_provider_dblog.operators.request import (
     REQUEST_FIELDS,
     checked_request,
@@ -146,11 +148,13 @@ class DBLogDumpOperator(BaseOperator):
 
     Its outlet is the `assets.DUMPS` alias: a finished dump adds an event of each dumped
     table's asset (`dblog://<source>/<schema>.<table>`), so DAGs scheduled on the table also
-    run after a backfill or repair.
+    run after a backfill or repair. Its extra link "DBLog live view" opens the dump in `dblog
+    ui` when the connection has a `ui_url`.
     """
 
     template_fields: Sequence[str] = (*REQUEST_FIELDS, "dump_id", "spark_conf")
     ui_color = "#c7e3ff"
+    operator_extra_links = (DBLogLiveViewLink(),)
 
     def __init__(
         self,
@@ -223,6 +227,7 @@ class DBLogDumpOperator(BaseOperator):
             subset_only=self.subset_only,
         )
         status = hook.submit_or_resume(request, key_columns)
+        link_dump_and_task(hook, context, dump_id)
         if status.state is DumpState.DONE:
             self.log.info("dump %s is already done", dump_id)
             return self._finish(DumpOutcome.of(dump_id, status), context)

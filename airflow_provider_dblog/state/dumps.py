@@ -339,6 +339,21 @@ return 1
         raw = self._r.get(self.keys.dump_driver(dump_id))
         return None if raw is None else text(raw)
 
+    @reachable
+    def record_origin(self, dump_id: str, origin: Mapping[str, JsonValue]) -> None:
+        """Who asked for the dump, when it was not `dblog dump` (Airflow: the DAG run and task,
+        and their URLs), for the live view to link back to. Written again by each try."""
+        self._r.set(self.keys.dump_origin(dump_id), compact_json(dict(origin)))
+
+    @reachable
+    def origin(self, dump_id: str) -> dict[str, JsonValue] | None:
+        """What `record_origin` recorded; None for a dump nobody recorded one for."""
+        raw = self._r.get(self.keys.dump_origin(dump_id))
+        if raw is None:
+            return None
+        origin: dict[str, JsonValue] = json.loads(raw)
+        return origin
+
     # -- controls ------------------------------------------------------------------------------
 
     def pause(self, dump_id: str) -> bool:

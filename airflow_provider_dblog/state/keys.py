@@ -29,6 +29,8 @@ every key of a source lives in one slot and every Lua script of the stores may t
 | P dump:<id>:controls   | hash   | paused, cancelled, chunk_size, delay_ms, max_rows_per_s     |
 | P dump:<id>:progress   | hash   | table ("schema.name") -> TableProgress JSON                 |
 | P dump:<id>:driver     | string | the process running the dump; expires (PX) unless renewed   |
+| P dump:<id>:origin     | string | the Airflow task that asked for the dump: JSON {dag_id,     |
+|                        |        | run_id, task_id, map_index, run_url, task_url}              |
 | P tailer:checkpoint    | string | the commit position the tailer restarts from                |
 | P tailer:resume        | string | where the source's log reader resumes, saved with the       |
 |                        |        | checkpoint (opaque to all but the reader; absent when the   |
@@ -146,3 +148,6 @@ class SourceKeys:
 
     def dump_driver(self, dump_id: str) -> str:
         return self.dump(dump_id) + ":driver"
+
+    def dump_origin(self, dump_id: str) -> str:
+        return self.dump(dump_id) + ":origin"
