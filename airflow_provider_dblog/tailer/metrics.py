@@ -83,6 +83,9 @@ class TailerStats:
     """The source had nothing more to send and everything handed over was durable."""
     windows_closed: int = 0
     windows_failed: int = 0
+    windows_replayed: int = 0
+    """hws met again after a restart, of windows an earlier session opened or ended: not
+    failures (`TailerSession._replayed`)."""
     open_windows: int = 0
     state: str = "starting"
     """What the tailer is doing: leading, standby, or why it cannot lead right now."""
@@ -198,6 +201,12 @@ class _StatsCollector(Collector):
         for reason in FailureReason:
             failed.add_metric([reason.value], by_reason.get(reason, 0))
         yield failed
+        yield CounterMetricFamily(
+            "dblog_tailer_windows_replayed",
+            "Windows whose hw a restarted tailer met again, opened or ended before the restart: "
+            "not counted as failed (an open one is ended so that its dump retries the chunk).",
+            stats.windows_replayed,
+        )
         yield GaugeMetricFamily(
             "dblog_tailer_windows_open", "Windows open now.", stats.open_windows
         )

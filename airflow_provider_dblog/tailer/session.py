@@ -581,12 +581,30 @@ class Session:
             self._emit_chunk(closed)
 
     def _fail(self, failed: Failed) -> None:
-        log.info("window %s failed: %s (%s)", failed.window.window_id, failed.reason, failed.detail)
+        window_id = failed.window.window_id
+        replayed = self._replayed(failed)
+        reason = f"{failed.reason}: {failed.detail}"
+        self._store.windows.fail(window_id, reason, self._token)
+        if replayed:
+            log.info("window %s: its hw met again after a restart (%s)", window_id, failed.detail)
+            self._stats.windows_replayed += 1
+            return
+        log.info("window %s failed: %s (%s)", window_id, failed.reason, failed.detail)
         self._stats.windows_failed += 1
         by_reason = self._stats.windows_failed_by_reason
         by_reason[failed.reason] = by_reason.get(failed.reason, 0) + 1
-        reason = f"{failed.reason}: {failed.detail}"
-        self._store.windows.fail(failed.window.window_id, reason, self._token)
+
+    def _replayed(self, failed: Failed) -> bool:
+        """An hw without lw of a window an earlier session opened or ended: a restarted tailer
+        re-reads the log from its checkpoint and meets it again. Not a failure to page anyone
+        for (an open one is still failed, so that its dump retries the chunk)."""
+        if failed.reason is not FailureReason.HW_WITHOUT_LW:
+            return False
+        status = self._store.windows.state(failed.window.window_id)
+        return status is not None and status.state not in (
+            WindowState.REGISTERED,
+            WindowState.ABANDONED,
+        )
 
     def _acknowledge_durable(self, now: float) -> None:
         durable = self._writer.durable_commit

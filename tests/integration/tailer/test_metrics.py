@@ -157,3 +157,51 @@ def test_the_metrics_move_during_a_dump_and_the_lag_returns_to_zero(
     assert total(after, "dblog_tailer_output_batch_seconds_count") > 0
     assert total(after, "dblog_tailer_log_retained_bytes") >= 0
     assert total(after, "dblog_tailer_lease_token") == total(before, "dblog_tailer_lease_token")
+
+
+def test_windows_met_again_after_a_restart_are_not_counted_as_failed(
+    pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """A tailer SIGKILLed mid-dump, before any checkpoint (`checkpoint_s` an hour), and
+    started again: it re-reads the log from the slot's start and meets the watermarks of the
+    windows closed before the kill. It counts them as replayed, not failed, and the dump ends."""
+    dbs = make_databases(pg15, 200, target=False, seed_value=random.randrange(1 << 30))
+    store = StateStore(redis_server.client(), dbs.config.name)
+    port = free_port()
+    config = write_config(
+        tmp_path / "dblog.toml",
+        dbs,
+        redis_server,
+        {"type": "ndjson", "directory": str(tmp_path / "events")},
+        {"heartbeat_s": 0.2, "checkpoint_s": 3600, "metrics_port": port},
+    )
+    tailer = TailProcess(config, "tailer", cli_env(dbs, redis_server), tmp_path / "tail.log")
+    closed_before_kill: list[float] = []
+
+    def restart_after_three_chunks(dump_id: str, progress: TableProgress) -> None:
+        if progress.chunks_done == 3 and not closed_before_kill:
+            closed_before_kill.append(total(scrape(port), "dblog_tailer_windows_closed_total"))
+            tailer.kill()
+            tailer.start()
+
+    try:
+        wait_until(lambda: in_state(port, "leading"), 60, "the tailer leading, as scraped")
+        orders = dbs.table("orders")
+        store.dumps.create(DumpRequest("r", DumpKind.TABLE, (orders,), chunk_size=20))
+        state = run_dump(
+            store, dbs.source.chunk_source, "r", on_progress=restart_after_three_chunks
+        )
+        assert state == "done", store.dumps.status("r")
+        # No checkpoint moves the slot: caught up is the lag back to 0 as scraped.
+        wait_until(lambda: total(scrape(port), "dblog_tailer_lag_seconds") == 0, 60, "caught up")
+        after = scrape(port)
+    finally:
+        if tailer.alive():
+            assert tailer.stop() == 0, (tmp_path / "tail.log").read_text()[-3000:]
+        drop_databases(dbs)
+
+    assert closed_before_kill == [3], "the kill came after three windows closed"
+    assert total(after, "dblog_tailer_windows_replayed_total") >= 3, "replayed before the kill"
+    assert total(after, "dblog_tailer_windows_failed_total") == 0
+    health = store.tailer.health()
+    assert health is not None and health.metrics["windows_failed"] == 0, health

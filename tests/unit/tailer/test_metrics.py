@@ -36,6 +36,7 @@ EXPECTED = {
     "dblog_tailer_windows_opened": ("counter", set()),
     "dblog_tailer_windows_closed": ("counter", set()),
     "dblog_tailer_windows_failed": ("counter", {"reason"}),
+    "dblog_tailer_windows_replayed": ("counter", set()),
     "dblog_tailer_windows_open": ("gauge", set()),
     "dblog_tailer_output_batch_seconds": ("histogram", set()),
     "dblog_tailer_output_batch_seconds_created": ("gauge", set()),  # the client's own
@@ -65,6 +66,7 @@ def scrape(
 def counted_stats() -> TailerStats:
     stats = TailerStats(state="leading", lease_token=7, open_windows=2, windows_opened=5)
     stats.windows_closed = 3
+    stats.windows_replayed = 6
     stats.events_by_table[("public", "orders", Op.UPDATE)] = 4
     stats.events_by_table[("public", "orders", Op.READ)] = 90
     stats.chunk_rows_emitted[("public", "orders")] = 90
@@ -87,6 +89,7 @@ def test_names_types_and_labels_as_scraped() -> None:
     assert value("dblog_tailer_chunk_rows_dropped", schema="public", table="orders") == 10
     assert value("dblog_tailer_windows_opened") == 5
     assert value("dblog_tailer_windows_closed") == 3
+    assert value("dblog_tailer_windows_replayed") == 6
     reasons = {
         dict(k[1:])["reason"]: v
         for k, v in families["dblog_tailer_windows_failed"][1].items()
