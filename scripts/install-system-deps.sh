@@ -3,6 +3,8 @@
 #   postgresql-15            PostgreSQL 15 server binaries (/usr/lib/postgresql/15/bin)
 #   mariadb-server           mariadbd and mariadb-install-db
 #   redis-server             redis-server
+#   redis-sentinel           redis-sentinel: the Sentinel group of the failover tests and
+#                            `dblog demo --redis-ha` (devservices/redis_sentinel.py)
 #   openjdk-17-jre-headless  Java for Spark
 #   libpostgresql-jdbc-java  PostgreSQL JDBC driver (/usr/share/java/postgresql.jar), for the
 #                            Spark JDBC read that bench/bench_spark_dump.py compares with ours
@@ -20,8 +22,8 @@
 # as another user it lists what is missing and the command to run, and exits 1.
 set -euo pipefail
 
-PACKAGES=(postgresql-15 mariadb-server redis-server openjdk-17-jre-headless libpostgresql-jdbc-java
-    sysbench chromium prometheus)
+PACKAGES=(postgresql-15 mariadb-server redis-server redis-sentinel openjdk-17-jre-headless
+    libpostgresql-jdbc-java sysbench chromium prometheus)
 
 missing=()
 for package in "${PACKAGES[@]}"; do

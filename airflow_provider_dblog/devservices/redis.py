@@ -3,6 +3,11 @@
 The password goes in a 0600 config file (never on the command line); everything else is on the
 command line, so `ps` shows how the server runs. `restart()` keeps port, directory and AOF,
 which is what the durability tests check.
+
+Given `tls` (a certificate from `devservices.tls`), it listens for TLS only (`tls-port`, no
+clear-text port), so a client that connects at all is encrypted; client certificates are
+checked against the CA when a client offers one. Given `replica_of`, it starts as that server's
+replica (the Sentinel group of `redis_sentinel.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from airflow_provider_dblog.devservices.process import (
     ServerStartError,
     ServiceInfo,
 )
+from airflow_provider_dblog.devservices.tls import ServerTLS
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -33,16 +39,24 @@ class RedisInfo(ServiceInfo):
     port: int
     password: str = dataclasses.field(repr=False)
     db: int = 0
+    ca_file: str | None = None
+    """The CA that signed the server's certificate when it speaks TLS only; None without TLS."""
+
+    @property
+    def scheme(self) -> str:
+        return "redis" if self.ca_file is None else "rediss"
 
     @property
     def url(self) -> str:
-        return f"redis://:{self.password}@{self.host}:{self.port}/{self.db}"
+        return f"{self.scheme}://:{self.password}@{self.host}:{self.port}/{self.db}"
 
     @property
     def redacted_url(self) -> str:
-        return f"redis://:***@{self.host}:{self.port}/{self.db}"
+        return f"{self.scheme}://:***@{self.host}:{self.port}/{self.db}"
 
     def client(self, **kwargs: object) -> redis.Redis:
+        if self.ca_file is not None:
+            kwargs = {"ssl_ca_certs": self.ca_file, **kwargs}
         return redis.Redis.from_url(self.url, **kwargs)
 
     def probe_client(self) -> redis.Redis:
@@ -73,8 +87,19 @@ class RedisServer(ServerProcess):
 
     name: ClassVar[str] = "redis"
 
-    def __init__(self, base_dir: Path | str, *, port: int | None = None) -> None:
+    def __init__(
+        self,
+        base_dir: Path | str,
+        *,
+        port: int | None = None,
+        tls: ServerTLS | None = None,
+        replica_of: RedisInfo | None = None,
+    ) -> None:
         super().__init__(base_dir, port=port)
+        self.tls = tls
+        self.replica_of = replica_of
+        if replica_of is not None:  # one password for the group: a replica may be promoted
+            self.password = replica_of.password
         binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
         if binary is None:
             raise FileNotFoundError("redis-server not found: run scripts/install-system-deps.sh")
@@ -88,18 +113,32 @@ class RedisServer(ServerProcess):
         self.data_dir.mkdir()
         fd = os.open(self.config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as config:
-            config.write(f"requirepass {self.password}\n")
+            config.write(f"requirepass {self.password}\nmasterauth {self.password}\n")
+            if self.replica_of is not None:
+                config.write(f"replicaof {self.replica_of.host} {self.replica_of.port}\n")
 
     def _command(self) -> list[str]:
         return [
             self.binary,
             str(self.config_file),
-            "--port", str(self.port),
+            *self._listen_options(),
             "--bind", LOOPBACK,
             "--dir", str(self.data_dir),
             *DURABILITY_OPTIONS,
             "--daemonize", "no",
             "--logfile", "",
+        ]  # fmt: skip
+
+    def _listen_options(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return [
+            "--port", "0",
+            "--tls-port", str(self.port),
+            "--tls-cert-file", str(self.tls.cert_file),
+            "--tls-key-file", str(self.tls.key_file),
+            "--tls-ca-cert-file", str(self.tls.ca_file),
+            "--tls-auth-clients", "optional",
         ]  # fmt: skip
 
     def _check(self) -> None:
@@ -116,6 +155,7 @@ class RedisServer(ServerProcess):
             host=LOOPBACK,
             port=self.port,
             password=self.password,
+            ca_file=None if self.tls is None else str(self.tls.ca_file),
             data_dir=self.data_dir,
             log_file=self.log_file,
             server=self,
