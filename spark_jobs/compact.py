@@ -39,8 +39,7 @@ import json
 import sys
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-
+from airflow_provider_dblog.compaction.lazy_spark import LazySpark
 from airflow_provider_dblog.compaction.run import (
     DEFAULT_BATCH_ROWS,
     DEFAULT_LOCAL_BELOW,
@@ -52,33 +51,9 @@ from airflow_provider_dblog.config import load_config
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.lake.schema import LakeSchemaError
 from airflow_provider_dblog.sources.factory import DEFAULT_TYPE, DIALECTS
-from airflow_provider_dblog.spark_package import ship_package, use_driver_python
 
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another compaction runs, try again later
 EXIT_USAGE = 2
-
-
-class LazySpark:
-    """The application's SparkSession, started only when a run needs Spark."""
-
-    def __init__(self, master: str | None, ship: bool) -> None:
-        self._master, self._ship = master, ship
-        self._session: SparkSession | None = None
-
-    def __call__(self) -> SparkSession:
-        if self._session is None:
-            use_driver_python()
-            builder = SparkSession.builder.appName("dblog-compact")
-            if self._master:
-                builder = builder.master(self._master)
-            self._session = builder.getOrCreate()
-            if self._ship:
-                ship_package(self._session.sparkContext)
-        return self._session
-
-    def stop(self) -> None:
-        if self._session is not None:
-            self._session.stop()
 
 
 def _position(text: str) -> Position:

@@ -1,22 +1,44 @@
-"""`dblog lake maintain`: the upkeep of the lake's Delta tables under `[lake] root`.
+"""`dblog lake`: the lake's Delta tables under `[lake] root`.
 
-Per table, each holding the lake's compaction lock (waiting up to `--lock-timeout` seconds for
-a running compaction): the small files compacted (optimize), the files no version within the
-retention needs removed (vacuum), the log checkpointed (see `compaction/maintenance.py`). With
-none of `--optimize`, `--vacuum`, `--checkpoint`, all three run. One line per table says what
-each step did. Exit status 75 when the compaction's lock stays held, as for a second
-compaction; 2 for a retention below the floor, a table the lake lacks, or no `[lake] root`.
-The maintenance code (and delta-rs) is imported only when the command runs.
+`dblog lake compact` folds the tailer's NDJSON files (`[output] directory`) into the lake: one
+run, its report printed as JSON; exit status 75 when another run holds the lake's lock. With
+`--follow` it is a service beside the tailer (`compaction/follow.py`): it folds new events as
+they come, looking every `--interval` seconds, while it holds the source's compaction lease
+(another `--follow` stands by and takes over when it dies); it lets the lake's lock go between
+runs so `dblog lake maintain` runs too, serves its metrics (freshness) with `--metrics-port`,
+and exits 0 on SIGINT/SIGTERM, 1 with the cause on an error it cannot ride through. Either way
+a backlog of `--local-below` bytes or more folds on Spark (`--master`; the driver's Python
+runs the workers), a smaller one in this process.
+
+`dblog lake maintain`: per table, each holding the lake's compaction lock (waiting up to
+`--lock-timeout` seconds for a running compaction): the small files compacted (optimize), the
+files no version within the retention needs removed (vacuum), the log checkpointed (see
+`compaction/maintenance.py`). With none of `--optimize`, `--vacuum`, `--checkpoint`, all three
+run. One line per table says what each step did. Exit status 75 when the compaction's lock
+stays held, as for a second compaction; 2 for a retention below the floor, a table the lake
+lacks, or no `[lake] root`. The compaction and maintenance code (and delta-rs, Spark) is
+imported only when a command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import signal
 import sys
+import threading
+from pathlib import Path
 from typing import Any
 
-from airflow_provider_dblog.cli.common import add_config_option, config_of, option
+from airflow_provider_dblog.cli.common import (
+    add_config_option,
+    config_of,
+    one_line,
+    option,
+    setup_logging,
+)
 from airflow_provider_dblog.core import values
+from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import TableRef
 
 EXIT_LOCKED = 75  # EX_TEMPFAIL, as spark_jobs/compact.py exits when the lock is held
@@ -68,6 +90,68 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="seconds to wait for a running compaction (default %(default)s)",
     )
     maintain.set_defaults(func=_maintain)
+    _register_compact(actions)
+
+
+def _register_compact(actions: argparse._SubParsersAction[Any]) -> None:
+    compact = actions.add_parser(
+        "compact", help="fold the tailer's event files into the lake: once, or --follow"
+    )
+    add_config_option(compact)
+    compact.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep folding new events until stopped, one follower of the source at a time",
+    )
+    compact.add_argument(
+        "--interval",
+        type=option(values.finite_number(0, above=True)),
+        default=DEFAULT_INTERVAL_S,
+        help="--follow: seconds between looks for new events (default %(default)s)",
+    )
+    compact.add_argument(
+        "--lease-ttl-ms",
+        type=option(values.whole_number(100)),
+        default=DEFAULT_LEASE_TTL_MS,
+        help="--follow: a standby takes over this long after the folder died (default %(default)s)",
+    )
+    compact.add_argument(
+        "--metrics-port",
+        type=option(_port),
+        help="--follow: serve Prometheus metrics on this TCP port (default: none)",
+    )
+    compact.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        help="--follow: the address the metrics endpoint binds to (default %(default)s)",
+    )
+    compact.add_argument("--owner", help="--follow: lease owner name (default: host:pid)")
+    compact.add_argument(
+        "--prune",
+        action="store_true",
+        help="after each run, remove tombstones before the horizon the state store gives",
+    )
+    compact.add_argument(
+        "--local-below",
+        type=option(values.whole_number(0)),
+        default=DEFAULT_LOCAL_BELOW,
+        metavar="BYTES",
+        help="fold a run of fewer new bytes in this process, not on Spark (default %(default)s)",
+    )
+    compact.add_argument("--master", help="the Spark master of a large backlog's runs")
+    compact.set_defaults(func=_compact)
+
+
+DEFAULT_INTERVAL_S = 1.0
+DEFAULT_LEASE_TTL_MS = 15_000
+DEFAULT_LOCAL_BELOW = 64 * 1024 * 1024
+
+
+def _port(text: str) -> int:
+    port = values.whole_number(1)(text)
+    if port > 65535:
+        raise InvalidRequest(f"a TCP port is 1-65535, got {port}")
+    return port
 
 
 def _table(text: str) -> TableRef:
@@ -116,3 +200,65 @@ def _maintain(args: argparse.Namespace) -> int:
     if not reports:
         print(f"no lake tables under {config.lake_root}: nothing to maintain")
     return 0
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from airflow_provider_dblog.compaction.follow import Follower, FollowFailed, FollowSettings
+    from airflow_provider_dblog.compaction.lazy_spark import LazySpark
+    from airflow_provider_dblog.compaction.run import CompactionLocked, CompactOptions, compact
+    from airflow_provider_dblog.lake.schema import LakeSchemaError
+    from airflow_provider_dblog.state import CompactorStore
+
+    config = config_of(args)
+    where = _compact_paths(args.config, config.output, config.lake_root)
+    if isinstance(where, str):
+        print(f"dblog: error: {where}", file=sys.stderr)
+        return 2
+    input_dir, output = where
+
+    def options() -> CompactOptions:
+        return CompactOptions.of_source(config, prune=args.prune, local_below=args.local_below)
+
+    spark = LazySpark(args.master, ship=True)
+    try:
+        if not args.follow:
+            print(json.dumps(compact(spark, input_dir, output, options()).to_json()))
+            return 0
+        setup_logging()
+        settings = FollowSettings(
+            args.interval, args.lease_ttl_ms, args.metrics_port, args.metrics_address
+        )
+        store = CompactorStore(config.redis_client(), config.source.name)
+        follower = Follower(
+            store, input_dir, output, options, spark, owner=args.owner, settings=settings
+        )
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        follower.run(stop)
+        return 0
+    except CompactionLocked as exc:
+        print(f"dblog: error: {exc}", file=sys.stderr)
+        return EXIT_LOCKED
+    except LakeSchemaError as exc:
+        print(f"dblog: error: {exc}", file=sys.stderr)
+        return 2
+    except FollowFailed as exc:
+        print(f"dblog: error: {one_line(str(exc))}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+
+
+def _compact_paths(
+    config_path: str, output: dict[str, Any], lake_root: str | None
+) -> tuple[Path, Path] | str:
+    """The event directory and the lake root the TOML names, or why it names none."""
+    if output.get("type") != "ndjson" or "directory" not in output:
+        return (
+            f"{config_path}: the compaction reads the tailer's NDJSON files, but [output] is "
+            f'type {output.get("type")!r}: give [output] type = "ndjson" and its directory'
+        )
+    if lake_root is None:
+        return f"{config_path} has no [lake] root: no lake to fold into"
+    return Path(output["directory"]), Path(lake_root)

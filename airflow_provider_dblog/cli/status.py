@@ -1,4 +1,5 @@
-"""`dblog status`: the tailer's health and every dump, for people and for scripts.
+"""`dblog status`: the tailer's health, the compaction follower's (its lake freshness), and
+every dump, for people and for scripts.
 
 The table gives each dump one line, its reason cut to the first line (a database error's
 statement and hint follow on lines of their own); `--dump ID` shows one dump whole (request
@@ -23,7 +24,13 @@ from airflow_provider_dblog.cli.common import (
 from airflow_provider_dblog.core import values
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import JsonValue
-from airflow_provider_dblog.state import DumpStatus, StateStore, TablesChange, TailerHealth
+from airflow_provider_dblog.state import (
+    CompactorHealth,
+    DumpStatus,
+    StateStore,
+    TablesChange,
+    TailerHealth,
+)
 
 REASON_WIDTH = 100
 _TABLES_SHOWN = 3
@@ -31,7 +38,7 @@ _TABLES_SHOWN = 3
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    status = subparsers.add_parser("status", help="tailer health and dumps")
+    status = subparsers.add_parser("status", help="tailer and compaction health, and dumps")
     add_config_option(status)
     status.add_argument(
         "--dump", type=option(values.dump_id), help="one dump in full, its whole reason too"
@@ -54,8 +61,10 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def status_json(store: StateStore) -> dict[str, JsonValue]:
-    """The tailer's health (None without a heartbeat) and every dump's status."""
+    """The tailer's and the compaction follower's health (None without a heartbeat) and every
+    dump's status."""
     health = store.tailer.health()
+    compaction = store.compactor.health()
     dumps: list[JsonValue] = []
     for dump in store.dumps.ids():
         status = store.dumps.status(dump)
@@ -64,13 +73,15 @@ def status_json(store: StateStore) -> dict[str, JsonValue]:
     tables: list[JsonValue] = [c.to_json() for c in store.tailer.tables_changes()]
     return {
         "tailer": None if health is None else health.to_json(),
+        "compaction": None if compaction is None else compaction.to_json(),
         "tables": tables,
         "dumps": dumps,
     }
 
 
 def status_table(store: StateStore) -> str:
-    """The tailer on one line, then one aligned line per dump."""
+    """The tailer on one line, the compaction follower on one if it beats, then one aligned
+    line per dump."""
     rows = []
     for dump in store.dumps.ids():
         status = store.dumps.status(dump)
@@ -80,6 +91,7 @@ def status_table(store: StateStore) -> str:
     lines = [
         _tailer_line(store.tailer.health()),
         *_tables_lines(store.tailer.tables_changes()),
+        *_compaction_line(store.compactor.health()),
         f"{'dump':{width}}  {'state':9} {'chunks':>8} {'rows':>10} {'retried':>7}  reason",
     ]
     cut = []
@@ -123,6 +135,20 @@ def _tailer_line(health: TailerHealth | None) -> str:
         if key in m:
             parts.append(label.format(m[key]))
     return ", ".join(parts)
+
+
+def _compaction_line(health: CompactorHealth | None) -> list[str]:
+    """The folding follower's line; none without a heartbeat (a lake compacted in batches, or
+    none at all)."""
+    if health is None:
+        return []
+    m = health.metrics
+    parts = [f"compaction: {health.owner}, heartbeat {health.age_ms} ms ago"]
+    freshness = m.get("freshness_s")
+    parts.append("freshness unknown" if freshness is None else f"freshness {freshness:.1f} s")
+    parts.append(f"{m.get('events', 0)} events folded")
+    parts.append(f"{m.get('pending_bytes', 0)} bytes pending")
+    return [", ".join(parts)]
 
 
 def dump_detail(store: StateStore, dump: str) -> dict[str, JsonValue]:

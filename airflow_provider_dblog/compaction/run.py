@@ -35,7 +35,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from airflow_provider_dblog.compaction.changes import driver_changes, spark_changes
+from airflow_provider_dblog.compaction.changes import Committed, driver_changes, spark_changes
 from airflow_provider_dblog.compaction.evolution import Describe, new_table
 from airflow_provider_dblog.compaction.rules import TRUNCATE, floors
 from airflow_provider_dblog.compaction.segments import CompactState, plan_segments
@@ -66,11 +66,14 @@ class CompactionLocked(RuntimeError):
 @dataclass
 class CompactReport:
     """What a run did: where it stopped reading, and per table rows written (inserted or
-    updated, tombstones included), rows deleted (a truncate's), the version committed."""
+    updated, tombstones included), rows deleted (a truncate's), the version committed; the
+    source's commit times (ms) of the oldest and newest event folded that carries one (a
+    log event does, a dump's row does not)."""
 
     state: CompactState
     tables: dict[str, TableReport] = field(default_factory=dict)
     events: int = 0
+    committed: Committed = None
     pruned: int = 0
     stale_staged: int = 0
 
@@ -78,6 +81,7 @@ class CompactReport:
         return {
             "position": self.state.position,
             "events": self.events,
+            "committed_ms": None if self.committed is None else list(self.committed),
             "pruned_tombstones": self.pruned,
             "removed_stale_staged": self.stale_staged,
             "tables": {t: vars(r) for t, r in sorted(self.tables.items())},
@@ -200,7 +204,7 @@ def _compact(
                 else spark_changes(spark(), segments, progress)
             )
             table_ends, events = run.ends, run.table_events
-            report.events = run.count
+            report.events, report.committed = run.count, run.committed
             truncated = floors((t, c) for t, c in events if c.op == TRUNCATE)
             folds = {}
             for table in sorted(table_ends):
