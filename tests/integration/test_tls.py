@@ -6,8 +6,8 @@ The end-to-end path runs over TLS that verifies the server's certificate and hos
 (`sslmode=verify-full`; `ssl_ca` with `ssl_verify_identity`): the tailer reading the log, a
 dump on Spark whose executors read the chunks, while another process writes; the NDJSON
 stream rebuilds the source. On PostgreSQL the chunks also come from a read replica over TLS.
-A wrong CA and a certificate for another host are each refused by `dblog tail` in one line
-that says which, without a traceback.
+A wrong CA and a certificate for another host are each refused by `dblog tail` and `dblog
+dump` in one line that says which, without a traceback.
 
 The servers' certificate names 127.0.0.1 only, so `localhost` is "another host" for it. One
 TLS server per database for the module; its replica only for the test that reads one.
@@ -286,7 +286,7 @@ def test_chunks_read_from_a_replica_over_verified_tls(
         ("another host", "certificate is for another host name"),
     ],
 )
-def test_a_certificate_that_does_not_verify_stops_the_tailer_in_one_line(
+def test_a_certificate_that_does_not_verify_stops_tail_and_dump_in_one_line(
     tls_source: SourceDatabases,
     ca: TestCA,
     redis_server: RedisInfo,
@@ -294,10 +294,10 @@ def test_a_certificate_that_does_not_verify_stops_the_tailer_in_one_line(
     problem: str,
     meaning: str,
 ) -> None:
-    """`dblog tail` against the TLS server with a CA that did not sign its certificate, or
-    at `localhost`, a name the certificate does not hold: exit status 2 (a configuration it
-    cannot run with) at once, not a wait for a server that will never verify; one line
-    naming the cause, no traceback."""
+    """`dblog tail` and `dblog dump` against the TLS server with a CA that did not sign its
+    certificate, or at `localhost`, a name the certificate does not hold: exit status 2 (a
+    configuration it cannot run with) at once, not a wait for a server that will never
+    verify; one line naming the cause, no traceback."""
     if problem == "another CA":
         lines = verified_tls(tls_source, make_test_ca(tmp_path / "other-ca").ca_file)
     else:
@@ -309,9 +309,10 @@ def test_a_certificate_that_does_not_verify_stops_the_tailer_in_one_line(
         {"type": "ndjson", "directory": str(tmp_path / "events")},
         source=lines,
     )
-    done = run_cli("tail", "--config", str(config_path), env=cli_env(tls_source, redis_server))
-    assert done.returncode == 2, done.stderr
-    assert meaning in done.stderr and "over TLS" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "Traceback" not in done.stderr
-    assert tls_source.password not in done.stderr + done.stdout
+    for command in ("tail", "dump"):
+        done = run_cli(command, "--config", str(config_path), env=cli_env(tls_source, redis_server))
+        assert done.returncode == 2, done.stderr
+        assert meaning in done.stderr and "over TLS" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "Traceback" not in done.stderr
+        assert tls_source.password not in done.stderr + done.stdout
