@@ -11,15 +11,18 @@ watermarks, without locking the tables or stalling the log. Its trigger form tak
   (no keys): only the rows matching it when they are read are re-sent, e.g.
   `region = 'eu' AND updated >= '2026-11-23'`. A row that stops matching later is not
   deleted downstream.
-- **chunk_size**: rows per chunk; **parallelism**: chunks in flight at once.
-- **mode**: sequenced (the tailer emits the rows) or direct (the dump writes them into a
-  target keyed by primary key); empty: the deployment's default.
+- **chunk_size**: rows one chunk reads (with keys: how many of the keys); empty: 10,000
+  sequenced, 100,000 direct. **parallelism**: chunks read at once.
+- **mode**: sequenced (the tailer sends the rows through the ordered output, with the live
+  changes) or direct (the dump writes them into a target that keeps the newest row per
+  primary key); empty: the deployment's default.
 
-The run checks the request first (`check_request`: unknown tables, malformed keys, a filter
-the source refuses, counts below 1 fail there, in words, before anything is registered),
-waits for a healthy tailer, then runs the dump on Spark (`dump`). The dump task's XCom holds
-the rows, chunks and retried windows, and where the Spark driver's log is; a retry resumes
-from the last completed chunk.
+Counts below 1 are refused when you press Trigger. The run checks the rest of the request
+first (`check_request`: unknown tables, malformed keys, a filter the source refuses fail it
+at once, every problem in one message, before anything is registered), waits for a healthy
+tailer, then runs the dump on Spark (`dump`). The dump task's log shows the rows done, the
+rate and the time left as it runs; its XCom holds the rows, chunks and retried chunks, and
+where the Spark driver's log is; a retry resumes from the last completed chunk.
 """
 
 from __future__ import annotations

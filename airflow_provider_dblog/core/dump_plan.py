@@ -16,7 +16,7 @@ restarted dump resumes from, only moves over chunks that completed without a gap
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -82,12 +82,18 @@ class DumpRequest:
             raise InvalidRequest(f"a '{self.kind}' dump takes no keys")
 
 
-def parse_keys(text: str, key_columns: Sequence[str], table: TableRef) -> tuple[Key, ...]:
+def parse_keys(
+    text: str,
+    key_columns: Sequence[str],
+    table: TableRef,
+    sample_key: Callable[[], Key | None] = lambda: None,
+) -> tuple[Key, ...]:
     """Parse a key list given by a person.
 
     Accepted: a JSON array of keys, each a scalar (single-column keys), an array of values in
     primary-key order, or an object by column name; or, for single-column keys, a plain
-    comma-separated list (`1,2,3`). Duplicates are dropped, order is kept.
+    comma-separated list (`1,2,3`). Duplicates are dropped, order is kept. `sample_key`, a key
+    of the table, is asked only to shape the example of a refusal (`key_example`).
     """
     text = text.strip()
     if not text:
@@ -103,41 +109,74 @@ def parse_keys(text: str, key_columns: Sequence[str], table: TableRef) -> tuple[
         if len(key_columns) != 1:
             raise InvalidRequest(
                 f"{table} has a composite primary key ({', '.join(key_columns)}): give the keys "
-                'as JSON, e.g. [[1, "a"], [2, "b"]]'
+                "as JSON, one list per key in that order, e.g. "
+                f"{key_example(key_columns, sample_key())}"
             )
         items = [part.strip() for part in text.split(",")]
     return coerce_keys(items, key_columns, table)
 
 
+def key_example(key_columns: Sequence[str], sample: Key | None) -> str:
+    """Two made-up keys in the key's column order, each value of the JSON type the table's
+    `sample` key has in that column (never its value: keys can be personal data); the column
+    names as placeholders without a sample: `[["a", 1], ["b", 2]]` for (region text, n int)."""
+    if sample is None or len(sample) != len(key_columns):
+        return "[[" + ", ".join(f"<{c}>" for c in key_columns) + "], ...]"
+    keys = [[_made_up(value, n) for value in sample] for n in (1, 2)]
+    return json.dumps(keys)
+
+
+def _made_up(value: object, n: int) -> object:
+    if isinstance(value, bool):
+        return n == 1
+    if isinstance(value, int):
+        return n
+    if isinstance(value, float):
+        return n + 0.5
+    return "ab"[n - 1]
+
+
 def coerce_keys(
     items: Sequence[Any], key_columns: Sequence[str], table: TableRef
 ) -> tuple[Key, ...]:
-    """Validate already-parsed keys against the table's primary-key columns."""
+    """Validate already-parsed keys against the table's primary-key columns; every bad key is
+    named in one refusal, so that a person fixes the list at once."""
     if not items:
         raise InvalidRequest(f"the key list for {table} is empty")
     columns = ", ".join(key_columns)
     keys: dict[Key, None] = {}
+    problems: list[str] = []
     for number, item in enumerate(items, start=1):
         if isinstance(item, dict):
             if set(item) != set(key_columns):
-                raise InvalidRequest(
+                problems.append(
                     f"key #{number} of {table} names columns {sorted(item)}, "
                     f"the primary key is ({columns})"
                 )
+                continue
             values = [item[c] for c in key_columns]
         elif isinstance(item, list):
             values = item
         else:
             values = [item]
         if len(values) != len(key_columns):
-            raise InvalidRequest(
+            problems.append(
                 f"key #{number} of {table} has {len(values)} value(s), "
                 f"the primary key ({columns}) has {len(key_columns)}"
             )
-        if any(v is None or v == "" for v in values):
-            raise InvalidRequest(f"key #{number} of {table} has an empty value: {item!r}")
-        keys[tuple(freeze(v) for v in values)] = None
+        elif any(v is None or v == "" for v in values):
+            problems.append(f"key #{number} of {table} has an empty value: {item!r}")
+        else:
+            keys[tuple(freeze(v) for v in values)] = None
+    if problems:
+        raise InvalidRequest(listed(problems))
     return tuple(keys)
+
+
+def listed(problems: Sequence[str], most: int = 5) -> str:
+    """Problems on one line, the first `most` of them and how many more."""
+    shown = "; ".join(problems[:most])
+    return shown if len(problems) <= most else f"{shown}; and {len(problems) - most} more"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,25 +1,35 @@
 """A validated dump request from what a person gave: table names, a key list, sizes.
 
 Shared by `dblog dump` and the Airflow operators, so both refuse the same bad input with the
-same message, before anything is stored or submitted. What only the database can judge is
-asked of it here too, through the source's `ChunkSource`: that it is set up for dumps
-(`check_ready`), that the tables exist with a primary key (`key_columns`), that every key
-value is one its column's type accepts (`check_keys`, which also normalises the keys), and that
-a filter is one condition on the table's own columns (`check_filter`).
+same message, before anything is stored or submitted, naming every problem found at once
+(`Problems`): a person fixes the request in one go, not one refusal at a time. What only the
+database can judge is asked of it here too, through the source's `ChunkSource`: that it is
+set up for dumps (`check_ready`), that the tables exist with a primary key (`key_columns`),
+that every key value is one its column's type accepts (`check_keys`, which also normalises
+the keys), and that a filter is one condition on the table's own columns (`check_filter`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Final
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Final, TypeVar
 
 from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.direct import DumpMode
-from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, coerce_keys, parse_keys
-from airflow_provider_dblog.core.errors import InvalidRequest
+from airflow_provider_dblog.core.dump_plan import (
+    DumpKind,
+    DumpRequest,
+    coerce_keys,
+    listed,
+    parse_keys,
+)
+from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
 from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.direct_target import check_direct_target, default_mode
-from airflow_provider_dblog.sources.base import ChunkSource
+from airflow_provider_dblog.sources.base import ChunkSource, SourceError
+
+T = TypeVar("T")
 
 
 def captured_tables(config: Config, tables: Sequence[str] | None) -> tuple[TableRef, ...]:
@@ -28,19 +38,29 @@ def captured_tables(config: Config, tables: Sequence[str] | None) -> tuple[Table
         return config.source.tables
     if isinstance(tables, str) or not tables:
         raise InvalidRequest(f"tables must be a non-empty list of 'schema.table', got {tables!r}")
-    refs = []
+    refs: list[TableRef] = []
+    unknown: list[TableRef] = []
+    malformed: list[str] = []
     for name in tables:
         try:
             ref = TableRef.parse(name, default_schema="public")
         except (ValueError, AttributeError):
-            raise InvalidRequest(f"{name!r} is not a table name ('schema.table')") from None
-        if ref not in config.source.tables:
-            captured = ", ".join(str(t) for t in config.source.tables)
-            raise InvalidRequest(
-                f"table {ref} is not captured by source {config.source.name}: "
-                f"the captured tables are {captured}"
-            )
-        refs.append(ref)
+            malformed.append(repr(name))
+            continue
+        (refs if ref in config.source.tables else unknown).append(ref)
+    problems = []
+    if malformed:
+        problems.append(f"not a table name ('schema.table'): {', '.join(malformed)}")
+    if unknown:
+        captured = ", ".join(str(t) for t in config.source.tables)
+        named = ", ".join(str(t) for t in unknown)
+        are = "table {} is" if len(unknown) == 1 else "tables {} are"
+        problems.append(
+            f"{are.format(named)} not captured by source {config.source.name}: "
+            f"the captured tables are {captured}"
+        )
+    if problems:
+        raise InvalidRequest("; ".join(problems))
     return tuple(refs)
 
 
@@ -59,6 +79,47 @@ IN_PROCESS_CHUNK_SIZE: Final[Mapping[DumpMode, int]] = {
 }
 """The same for `dblog dump`, which reads in its own process: a sequenced chunk there costs a
 few watermark writes and Redis calls, so small chunks keep the log's wait at hw short."""
+
+
+class Problems:
+    """What is wrong with a request, gathered across its independent checks so that a person
+    fixes them all at once: the table names, the keys, the filter, the mode, the source."""
+
+    def __init__(self) -> None:
+        self._found: list[DBLogError] = []
+
+    def add(self, problem: DBLogError) -> None:
+        self._found.append(problem)
+
+    def check(self, step: Callable[[], T]) -> T | None:
+        """`step`'s result, or None when it refuses the request (kept for `raise_any`). A
+        source out of reach is no problem of the request: it is raised at once."""
+        try:
+            return step()
+        except (InvalidRequest, SourceError) as problem:
+            self._found.append(problem)
+            return None
+
+    def raise_any(self) -> None:
+        """The one problem found as it was raised, or all of them in one `InvalidRequest`."""
+        if len(self._found) == 1:
+            raise self._found[0]
+        if self._found:
+            raise InvalidRequest(listed([str(p) for p in self._found]))
+
+
+def checked_keys(
+    source: ChunkSource, table: TableRef, keys: str | Sequence[object], columns: tuple[str, ...]
+) -> tuple[Key, ...]:
+    """`keys` (text as `dblog dump --keys` takes it, or parsed JSON values) as the source
+    normalised them."""
+    if isinstance(keys, str):
+        parsed = parse_keys(keys, columns, table, lambda: source.max_key(table))
+    elif isinstance(keys, Sequence):
+        parsed = coerce_keys(list(keys), columns, table)
+    else:
+        raise InvalidRequest(f"keys must be a list or text, got {keys!r}")
+    return source.check_keys(table, parsed) if parsed else parsed
 
 
 def build_request(
@@ -82,35 +143,47 @@ def build_request(
     default, see `direct_target.py`) must be one the deployment's target takes; a
     `chunk_size` of None is the mode's in `default_chunk_sizes`. `where` (None or blank: no
     filter) dumps only the rows of one named table that match it, checked by the source."""
-    dump_mode = default_mode(config) if mode is None else DumpMode.parse(mode)
+    problems = Problems()
+    dump_mode = problems.check(
+        lambda: default_mode(config) if mode is None else DumpMode.parse(mode)
+    )
     if dump_mode is DumpMode.DIRECT:
-        check_direct_target(config)
-    refs = captured_tables(config, tables)
-    if keys is not None and len(refs) != 1:
-        raise InvalidRequest(f"keys need exactly one table, got {len(refs)}")
+        problems.check(lambda: check_direct_target(config))
+    refs = problems.check(lambda: captured_tables(config, tables))
     where = where if where is None or where.strip() else None
-    if where is not None and (tables is None or len(refs) != 1 or keys is not None):
-        raise InvalidRequest(
-            "a filter (where) needs exactly one table and no keys: it narrows a dump of one table"
-        )
-    key_columns = {t: source.key_columns(t) for t in refs}
+    key_columns: dict[TableRef, tuple[str, ...]] = {}
     parsed: tuple[Key, ...] = ()
-    if isinstance(keys, str):
-        parsed = parse_keys(keys, key_columns[refs[0]], refs[0])
-    elif keys is not None:
-        if not isinstance(keys, Sequence):
-            raise InvalidRequest(f"keys must be a list or text, got {keys!r}")
-        parsed = coerce_keys(list(keys), key_columns[refs[0]], refs[0])
-    if parsed:
-        parsed = source.check_keys(refs[0], parsed)
-    if where is not None:
-        where = source.check_filter(refs[0], where)
-    source.check_ready()
+    if refs is not None:
+        if keys is not None and len(refs) != 1:
+            problems.add(InvalidRequest(f"keys need exactly one table, got {len(refs)}"))
+        if where is not None and (tables is None or len(refs) != 1 or keys is not None):
+            problems.add(
+                InvalidRequest(
+                    "a filter (where) needs exactly one table and no keys: it narrows a dump of "
+                    "one table"
+                )
+            )
+        for ref in refs:
+            columns = problems.check(partial(source.key_columns, ref))
+            if columns is not None:
+                key_columns[ref] = columns
+        if len(refs) == 1 and refs[0] in key_columns:
+            table = refs[0]
+            if keys is not None:
+                check = partial(checked_keys, source, table, keys, key_columns[table])
+                parsed = problems.check(check) or ()
+            elif where is not None:
+                where = problems.check(partial(source.check_filter, table, where))
+    problems.check(source.check_ready)
     if source.read_only and dump_mode is DumpMode.DIRECT:
-        raise InvalidRequest(
-            "the source is read-only: its dumps are sequenced (a direct dump's windows need "
-            "watermarks written into the source); dump with mode 'sequenced'"
+        problems.add(
+            InvalidRequest(
+                "the source is read-only: its dumps are sequenced (a direct dump's windows need "
+                "watermarks written into the source); dump with mode 'sequenced'"
+            )
         )
+    problems.raise_any()
+    assert dump_mode is not None and refs is not None
     if keys is not None:
         kind = DumpKind.KEYS
     elif tables is None:

@@ -6,10 +6,14 @@ a `type` that includes "null" is optional (no red asterisk, an empty field sends
 array with `examples` is a multi-select of those values; a type list of more than one non-null
 type is a text box whose text is kept as JSON when it parses to one of the types, as the raw
 text otherwise; a number field clamps what is typed to the schema's `minimum` and `maximum`
-when it loses focus, silently. So the counts here carry no bounds: `check_request` refuses a
-count below 1 in words, and the text of `keys` and `where` reaches the request unchanged. The
-help is each schema's `description_md`, which the form renders as Markdown (`description` it
-shows as plain text).
+when it loses focus, silently, and reads no other bound. So the counts carry
+`exclusiveMinimum: 0`: the form leaves a typed 0 as typed, and the api-server refuses the
+trigger, naming the param (Airflow validates the conf against each param's schema before it
+creates the run, and reports the first param refused). What a schema cannot judge (a key
+list against the table's key, a filter, table names) `check_request`, the run's first task,
+refuses at once with every problem in one message. The text of `keys` and `where` reaches
+the request unchanged. The help is each schema's `description_md`, which the form renders as
+Markdown (`description` it shows as plain text); an enum's labels are its `values_display`.
 
 The values reach the operators through `ParamValue`, not `{{ params.x }}`: Jinja's native
 rendering runs `ast.literal_eval` on a string it renders, so keys typed as `1e3`, `None` or
@@ -91,6 +95,7 @@ def keys_param(*, when_empty: str) -> Param:
     return Param(
         None,
         type=["string", "array", "null"],
+        items={"type": ["string", "number", "boolean", "array", "object"]},
         description_md=f"Primary keys of the one table chosen. {KEYS_HELP} Empty: {when_empty}.",
     )
 
@@ -114,15 +119,18 @@ def where_param() -> Param:
     )
 
 
-def chunk_size_param(default: int | None = None) -> Param:
+def chunk_size_param() -> Param:
+    """Optional: empty is the mode's default (`dump.request.DEFAULT_CHUNK_SIZE`)."""
     return Param(
-        default,
+        None,
         type=["integer", "null"],
+        exclusiveMinimum=0,
         description_md=(
-            "Rows read per chunk, between one low and one high watermark: at least 1. Larger "
-            "chunks dump faster; a sequenced chunk holds its rows in Redis while its window is "
-            "open and the log waits behind them at its hw. Empty: 10,000 sequenced, 100,000 "
-            "direct."
+            "How many rows one chunk reads (with **keys**: how many of the keys, a row each), "
+            "a whole number of at least 1. The table is read chunk by chunk without locking "
+            "it, and live changes keep flowing between chunks. Larger chunks finish the dump "
+            "sooner; in sequenced mode the live changes wait while a chunk's rows are sent, "
+            "so very large chunks delay them. Empty: 10,000 sequenced, 100,000 direct."
         ),
     )
 
@@ -131,11 +139,20 @@ def parallelism_param(default: int) -> Param:
     return Param(
         default,
         type="integer",
+        exclusiveMinimum=0,
         description_md=(
-            "Chunks in flight at once, on disjoint key ranges: at least 1. More is faster "
-            "and puts more load on the source."
+            "How many chunks are read at once, each from its own range of the table: at least "
+            "1. More is faster and puts more load on the source database."
         ),
     )
+
+
+MODES_SHOWN = {
+    "null": "the deployment's default",
+    "sequenced": "sequenced: the tailer sends the rows",
+    "direct": "direct: the dump writes the rows",
+}
+"""The mode select's labels (`values_display`): without them the form shows `null`."""
 
 
 def mode_param() -> Param:
@@ -143,11 +160,13 @@ def mode_param() -> Param:
         None,
         type=["string", "null"],
         enum=[None, "sequenced", "direct"],
+        values_display=MODES_SHOWN,
         description_md=(
-            "How the rows reach the target. **sequenced**: the tailer emits them into the "
-            "ordered output (every output). **direct**: the dump writes them into the target "
-            "itself and the tailer only records each window's changed keys (an SQL-apply "
-            "output in monotonic mode; refused where the output is a stream). Empty: the "
-            "deployment's default (sequenced)."
+            "How the rows reach the target. **sequenced**: the tailer sends them through the "
+            "same ordered output as the live changes; works with every output. **direct**: "
+            "the dump writes them into the target table itself, faster for large tables; "
+            "needs a target that keeps the newest version of each row by primary key (a lake, "
+            "or an SQL-apply output with `monotonic = true`), refused when the output is a "
+            "stream. Empty: the deployment's default (sequenced unless a lake is set up)."
         ),
     )

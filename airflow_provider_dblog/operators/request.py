@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -32,6 +33,8 @@ REQUEST_FIELDS = (
     "mode",
 )
 """The templated fields of an operator that takes a dump request."""
+
+T = TypeVar("T")
 
 
 def default_dump_id(context: Context) -> str:
@@ -109,29 +112,48 @@ def checked_request(
     """The request the params describe, validated against the source (its tables' primary
     keys, the key values, the filter) and the key columns of its tables. `subset_only`
     refuses a request that names neither keys nor a filter (a repair never dumps a whole
-    table by mistake). A bad request fails without retry (`AirflowFailException`), naming the
-    problem; a source or Redis out of reach fails as retryable (`AirflowException`)."""
-    tables_given = optional_list("tables", tables)
-    keys_given: str | list[Any] | None = optional_list("keys", keys)
+    table by mistake). A bad request fails without retry (`AirflowFailException`), naming
+    every problem found in one message (the params' and the source's: a person fixes them in
+    one go); a source or Redis out of reach fails as retryable (`AirflowException`)."""
+    problems: list[str] = []
+
+    def given(check: Callable[[], T]) -> T | None:
+        """`check`'s value, or None with its refusal kept for the one message."""
+        try:
+            return check()
+        except AirflowFailException as exc:
+            problems.append(str(exc))
+            return None
+
+    tables_given = given(lambda: optional_list("tables", tables))
+    keys_given: str | list[Any] | None = given(lambda: optional_list("keys", keys))
     if isinstance(keys, str) and keys.strip():
         keys_given = keys  # text, as `dblog dump --keys` takes it
-    where_given = optional_filter(where)
-    if subset_only and keys_given is None and where_given is None:
-        raise AirflowFailException(
-            "bad dump request: give keys or a filter (where): this task re-sends chosen rows "
-            "of one table, never the whole table"
+    where_given = given(lambda: optional_filter(where))
+    no_where = where is None or (isinstance(where, str) and not where.strip())
+    if subset_only and keys in (None, "", []) and no_where:
+        problems.append(
+            "give keys or a filter (where): this task re-sends chosen rows of one table, never "
+            "the whole table"
         )
+    size = (
+        None if chunk_size in (None, "") else given(lambda: positive_int("chunk_size", chunk_size))
+    )
+    count = given(lambda: positive_int("parallelism", parallelism))
     try:
-        return hook.build_request(
+        request = hook.build_request(
             dump_id,
             tables=tables_given,
             keys=keys_given,
-            chunk_size=None if chunk_size in (None, "") else positive_int("chunk_size", chunk_size),
-            parallelism=positive_int("parallelism", parallelism),
+            chunk_size=size,
+            parallelism=count or 1,
             mode=None if mode in (None, "") else str(mode),
             where=where_given,
         )
     except (SourceUnavailable, StateStoreUnavailable) as exc:
         raise AirflowException(f"cannot check the dump request now: {exc}") from None
     except DBLogError as exc:  # the request, the config or the connection is wrong
-        raise AirflowFailException(f"bad dump request: {exc}") from None
+        problems.append(str(exc))
+    if problems:
+        raise AirflowFailException(f"bad dump request: {'; '.join(problems)}")
+    return request

@@ -187,10 +187,62 @@ def test_a_repair_needs_keys_or_a_filter(checks: Checks) -> None:
             **request,
         ).execute(context())
 
-    with pytest.raises(AirflowFailException, match="give keys or a filter"):
-        check(keys=None, where="")
+    for keys, where in ((None, None), ("", ""), ([], "   ")):
+        with pytest.raises(AirflowFailException, match=r"^bad dump request: give keys or a"):
+            check(keys=keys, where=where)
     assert check(keys="1,2")["keys"] == 2
     assert check(where="id < 5")["where"] == "id < 5"
+    assert checks.store.dumps.ids() == []
+
+
+@pytest.mark.parametrize(
+    ("request_", "problems"),
+    [
+        (
+            {"tables": ["public.orders"], "keys": '[["eu", 1, 2], ["us"]]', "chunk_size": 0},
+            [
+                "chunk_size must be a whole number of at least 1, got 0",
+                "key #1 of public.orders has 3 value(s), the primary key (region, n) has 2",
+                "key #2 of public.orders has 1 value(s)",
+            ],
+        ),
+        (
+            {"tables": ["public.nope"], "subset_only": True, "parallelism": "two"},
+            [
+                "give keys or a filter (where)",
+                "parallelism must be a whole number, got 'two'",
+                "table public.nope is not captured by source",
+            ],
+        ),
+        (
+            {"tables": ["public.nope", "public.nada", "public.orders"], "mode": "fast"},
+            ["tables public.nope, public.nada are not captured", "mode"],
+        ),
+        (
+            {"tables": ["public.orders"], "keys": "eu,1"},
+            [
+                "public.orders has a composite primary key (region, n): give the keys as JSON, "
+                'one list per key in that order, e.g. [["a", 1], ["b", 2]]'
+            ],
+        ),
+    ],
+)
+def test_every_problem_of_a_request_is_named_in_one_failure(
+    checks: Checks, request_: dict[str, Any], problems: list[str]
+) -> None:
+    """The first task of a run fails once, naming all that is wrong, so that the next try is
+    the one that works."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_dblog.operators.dblog import DBLogCheckDumpRequestOperator
+
+    check = DBLogCheckDumpRequestOperator(task_id="check", dblog_conn_id="dblog_checks", **request_)
+    with pytest.raises(AirflowFailException) as failed:
+        check.execute(context())
+    message = str(failed.value)
+    assert message.startswith("bad dump request: ") and "\n" not in message
+    for problem in problems:
+        assert problem in message, message
     assert checks.store.dumps.ids() == []
 
 

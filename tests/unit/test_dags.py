@@ -65,6 +65,7 @@ def test_every_dag_imports_with_its_docs_tasks_and_params() -> None:
         "dblog_repair",
         "dblog_on_change",
         "dblog_lake_maintenance",
+        "dblog_lake_compaction",
     }
     expected_params = {
         "dblog_backfill": {"tables", "chunk_size", "parallelism", "mode"},
@@ -94,17 +95,66 @@ def test_optional_params_are_optional_in_the_form_and_counts_say_what_they_are()
         "dblog_dump": {"source", "parallelism"},
         "dblog_repair": {"table"},  # keys or where: `check_request` asks for one of them
     }
-    # An empty chunk size is the mode's default (`dump/request.py`).
-    assert [bag.dags[d].params["chunk_size"] for d in ("dblog_backfill", "dblog_dump")] == [
-        None
-    ] * 2
+    # An empty chunk size is the mode's default (`dump/request.py`), as its help says.
+    forms = ("dblog_backfill", "dblog_dump", "dblog_repair")
+    assert [bag.dags[d].params["chunk_size"] for d in forms] == [None] * 3
     for dag in bag.dags.values():
         for name in ("chunk_size", "parallelism"):
             if name in dag.params:
                 param = dag.params.get_param(name)
                 assert "at least 1" in param.schema["description_md"], (dag.dag_id, name)
-                # The form's number field would silently clamp a typed 0 to a minimum.
+                # The form's number field would silently clamp a typed 0 to a minimum; it
+                # reads no exclusiveMinimum, which the api-server checks at trigger.
                 assert not {"minimum", "maximum"} & set(param.schema), param.schema
+                assert param.schema["exclusiveMinimum"] == 0, param.schema
+        if "chunk_size" in dag.params:
+            help_text = dag.params.get_param("chunk_size").schema["description_md"]
+            assert "Empty: 10,000 sequenced, 100,000 direct." in help_text
+            assert "rows one chunk reads" in help_text and "watermark" not in help_text
+
+
+def test_the_mode_select_shows_words_for_every_choice() -> None:
+    """Airflow 3.3's select (`FieldDropdown.tsx`) labels a choice by `values_display`, keyed by
+    the value as text ("null" for None), else shows the value itself: `null`."""
+    for dag_id in ("dblog_backfill", "dblog_dump"):
+        schema = dag_bag().dags[dag_id].params.get_param("mode").schema
+        labels = schema["values_display"]
+        assert set(labels) == {"null" if v is None else v for v in schema["enum"]}
+        assert labels["null"] == "the deployment's default"
+        assert "the tailer sends them" in schema["description_md"]
+        assert "lw" not in schema["description_md"].split()
+
+
+def serialized_params(dag_id: str) -> Any:
+    """The DAG's params as the api-server holds them, after serialization."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    dag = dag_bag().dags[dag_id]
+    return DagSerialization.from_dict(DagSerialization.to_dict(dag)).params
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "conf", "bad"),
+    [
+        ("dblog_repair", {"table": "public.orders", "keys": "1", "chunk_size": 0}, "chunk_size"),
+        ("dblog_dump", {"chunk_size": -5}, "chunk_size"),
+        ("dblog_dump", {"parallelism": 0}, "parallelism"),
+        ("dblog_backfill", {"parallelism": -1}, "parallelism"),
+        ("dblog_dump", {"keys": [None]}, "keys"),
+    ],
+)
+def test_the_trigger_refuses_counts_below_1_before_the_run_starts(
+    dag_id: str, conf: dict[str, Any], bad: str
+) -> None:
+    """What the api-server runs on a trigger (`create_dagrun`: the conf merged into the
+    params, then validated) refuses the conf, naming the param: no run is created."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = serialized_params(dag_id)
+    with pytest.raises(ParamValidationError, match=f"^Invalid input for param {bad}: "):
+        params.deep_merge(conf).validate()
+    good = {**conf, bad: 1 if bad != "keys" else [1]}
+    params.deep_merge(good).validate()
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from airflow_provider_dblog.core.dump_plan import (
     TablePlanner,
     TableProgress,
     estimated_fraction,
+    key_example,
     parse_keys,
 )
 from airflow_provider_dblog.core.errors import InvalidRequest
@@ -69,6 +70,32 @@ def test_parse_keys_forms() -> None:
 def test_malformed_key_lists_are_refused(text: str, columns: tuple[str, ...], message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
         parse_keys(text, columns, T)
+
+
+def test_every_malformed_key_of_a_list_is_named_at_once() -> None:
+    text = '[["eu"], ["us", 1], {"region": "eu"}, ["eu", null], ' + '["x"], ' * 3 + '["y"]]'
+    with pytest.raises(InvalidRequest) as refused:
+        parse_keys(text, ("region", "n"), T)
+    message = str(refused.value)
+    assert message.startswith("key #1 of public.t has 1 value(s)"), message
+    assert "key #3 of public.t names columns ['region']" in message
+    assert "key #4 of public.t has an empty value" in message
+    assert "key #2" not in message and message.endswith("; and 2 more"), message
+
+
+def test_the_composite_key_example_follows_the_key_order_and_types() -> None:
+    """Shaped like a key of the table (asked for only when refusing), never its values."""
+    with pytest.raises(InvalidRequest) as refused:
+        parse_keys("eu,1", ("region", "n"), T, lambda: ("secret-region", 981))
+    assert str(refused.value) == (
+        "public.t has a composite primary key (region, n): give the keys as JSON, one list "
+        'per key in that order, e.g. [["a", 1], ["b", 2]]'
+    )
+    assert key_example(("n", "region"), (981, "x")) == '[[1, "a"], [2, "b"]]'
+    assert key_example(("at", "ok", "x"), ("2026-01-01", True, 1.25)) == (
+        '[["a", true, 1.5], ["b", false, 2.5]]'
+    )
+    assert key_example(("region", "n"), None) == "[[<region>, <n>], ...]"
 
 
 def test_sequential_range_chunks_walk_to_the_captured_max_key() -> None:

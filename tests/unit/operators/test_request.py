@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.operators.request import (
-    checked_request,
     default_dump_id,
     dump_id_for,
     non_negative,
@@ -110,23 +108,3 @@ def test_optional_filter_reads_a_blank_form_field_as_no_filter(value: Any, where
 def test_optional_filter_refuses_what_is_no_text_naming_the_param(value: Any) -> None:
     with pytest.raises(AirflowFailException, match=r"^where must be a condition .* as text"):
         optional_filter(value)
-
-
-@pytest.mark.parametrize(("keys", "where"), [(None, None), ("", ""), ([], "   ")])
-def test_a_subset_only_request_without_keys_or_filter_fails_before_the_source(
-    keys: Any, where: Any
-) -> None:
-    """Refused before the hook reads its connection: none named so exists."""
-    hook = DBLogHook("dblog_no_such_connection")
-    with pytest.raises(AirflowFailException, match="give keys or a filter") as refused:
-        checked_request(
-            hook,
-            "d",
-            tables=["public.orders"],
-            keys=keys,
-            where=where,
-            chunk_size=None,
-            parallelism=1,
-            subset_only=True,
-        )
-    assert str(refused.value).startswith("bad dump request: ")
