@@ -1,7 +1,5 @@
-"""The `dblog` command line.
-
-Each subcommand lives in its own module with a `register(subparsers)` function.
-"""
+"""The `dblog` command line: `DESCRIPTION` is what `dblog --help` tells a user; each
+subcommand lives in its own module with a `register(subparsers)` function."""
 
 from __future__ import annotations
 
@@ -13,9 +11,28 @@ from airflow_provider_dblog.cli import demo, dev_services, dump, lake, prune, st
 from airflow_provider_dblog.cli.common import one_line
 from airflow_provider_dblog.core.errors import DBLogError
 
+DESCRIPTION = """\
+Change data capture for PostgreSQL and MySQL/MariaDB, after Netflix's DBLog.
+
+`dblog tail` follows the database's log and sends every committed change, in
+commit order, to the output (NDJSON files, a Redis Stream, SQL tables or a Delta
+lake). `dblog dump` re-sends the current rows of tables, of given primary keys
+or of rows matching a filter through the same output, chunk by chunk, without
+locking the tables or pausing the changes. Settings are in a TOML file
+(--config, default $DBLOG_CONFIG or dblog.toml)."""
+
+EPILOG = """\
+To try it: `dblog demo` runs everything on local servers it starts. Each
+command's options: `dblog COMMAND --help`."""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dblog", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="dblog",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     subparsers = parser.add_subparsers(dest="command", required=True)
     demo.register(subparsers)
     tail.register(subparsers)

@@ -18,9 +18,18 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "demo", help="run the tailer, a full dump and a repair under writes; verify the target"
     )
     parser.add_argument("--rows", type=int, default=5000, help="rows seeded per table")
-    parser.add_argument("--chunk-size", type=int, default=500)
-    parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--write-seconds", type=float, default=3.0)
+    parser.add_argument(
+        "--chunk-size", type=int, default=500, help="rows a chunk reads (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--parallelism", type=int, default=2, help="chunks read at once (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--write-seconds",
+        type=float,
+        default=3.0,
+        help="how long a writer changes rows while the dump runs (default: %(default)s)",
+    )
     parser.add_argument(
         "--source",
         choices=("postgres", "mariadb"),

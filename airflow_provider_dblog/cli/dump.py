@@ -59,7 +59,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         type=option(values.whole_number(1)),
         help="rows a chunk (default: 1,000 sequenced, 100,000 direct)",
     )
-    dump.add_argument("--parallelism", type=option(values.whole_number(1)), default=1)
+    dump.add_argument(
+        "--parallelism",
+        type=option(values.whole_number(1)),
+        default=1,
+        help="chunks read at once, each from its own key range of the table: faster, and more "
+        "load on the source (default: %(default)s)",
+    )
     dump.add_argument(
         "--mode",
         choices=[m.value for m in DumpMode],
@@ -81,13 +87,18 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="with --dump-id: run a failed or cancelled dump again from its last completed chunk",
     )
     dump.add_argument(
-        "--window-timeout", type=option(values.finite_number(0, above=True)), default=60.0
+        "--window-timeout",
+        type=option(values.finite_number(0, above=True)),
+        default=60.0,
+        help="seconds a chunk waits for the tailer to send its rows before it is read again "
+        "(default: %(default)s; a stopped or lagging tailer makes chunks wait)",
     )
     dump.add_argument(
         "--source-patience",
         type=option(values.finite_number(0)),
         default=SOURCE_PATIENCE_S,
-        help="seconds",
+        help="seconds the dump waits for a source or Redis that went away (a restart, a "
+        "failover) before it fails (default: %(default)s)",
     )
     dump.set_defaults(func=_dump)
 
@@ -104,7 +115,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     throttle = subparsers.add_parser("throttle", help="change a dump's pace while it runs")
     add_config_option(throttle)
     throttle.add_argument("dump_id", type=option(values.dump_id))
-    throttle.add_argument("--chunk-size", type=option(values.whole_number(1)))
+    throttle.add_argument(
+        "--chunk-size", type=option(values.whole_number(1)), help="rows the next chunks read"
+    )
     throttle.add_argument(
         "--delay-ms", type=option(values.whole_number(0)), help="pause between chunks"
     )
