@@ -27,7 +27,6 @@ import json
 import signal
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 from airflow_provider_dblog.cli.common import (
@@ -205,16 +204,17 @@ def _maintain(args: argparse.Namespace) -> int:
 def _compact(args: argparse.Namespace) -> int:
     from airflow_provider_dblog.compaction.follow import Follower, FollowFailed, FollowSettings
     from airflow_provider_dblog.compaction.lazy_spark import LazySpark
-    from airflow_provider_dblog.compaction.run import CompactionLocked, CompactOptions, compact
+    from airflow_provider_dblog.compaction.run import (
+        CompactionLocked,
+        CompactOptions,
+        compact,
+        compaction_paths,
+    )
     from airflow_provider_dblog.lake.schema import LakeSchemaError
     from airflow_provider_dblog.state import CompactorStore
 
     config = config_of(args)
-    where = _compact_paths(args.config, config.output, config.lake_root)
-    if isinstance(where, str):
-        print(f"dblog: error: {where}", file=sys.stderr)
-        return 2
-    input_dir, output = where
+    input_dir, output = compaction_paths(config)  # a ConfigError: exit 2, as every refusal
 
     def options() -> CompactOptions:
         return CompactOptions.of_source(config, prune=args.prune, local_below=args.local_below)
@@ -248,17 +248,3 @@ def _compact(args: argparse.Namespace) -> int:
         return 1
     finally:
         spark.stop()
-
-
-def _compact_paths(
-    config_path: str, output: dict[str, Any], lake_root: str | None
-) -> tuple[Path, Path] | str:
-    """The event directory and the lake root the TOML names, or why it names none."""
-    if output.get("type") != "ndjson" or "directory" not in output:
-        return (
-            f"{config_path}: the compaction reads the tailer's NDJSON files, but [output] is "
-            f'type {output.get("type")!r}: give [output] type = "ndjson" and its directory'
-        )
-    if lake_root is None:
-        return f"{config_path} has no [lake] root: no lake to fold into"
-    return Path(output["directory"]), Path(lake_root)

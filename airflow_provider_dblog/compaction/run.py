@@ -40,7 +40,7 @@ from airflow_provider_dblog.compaction.evolution import Describe, new_table
 from airflow_provider_dblog.compaction.rules import TRUNCATE, floors
 from airflow_provider_dblog.compaction.segments import CompactState, plan_segments
 from airflow_provider_dblog.compaction.table_fold import TableFold, TableReport
-from airflow_provider_dblog.config import Config
+from airflow_provider_dblog.config import Config, ConfigError
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.lake.catalog import source_lake_schema
@@ -145,6 +145,20 @@ class CompactOptions:
             batch_rows,
             local_below,
         )
+
+
+def compaction_paths(config: Config) -> tuple[Path, Path]:
+    """The tailer's event directory and the lake root a deployment's TOML names: what a
+    compaction beside it reads and writes. `ConfigError` if it names either not."""
+    output = config.output
+    if output.get("type") != "ndjson" or "directory" not in output:
+        raise ConfigError(
+            "the compaction reads the tailer's NDJSON files, but [output] is type "
+            f"{output.get('type')!r}: give [output] type = \"ndjson\" and its directory"
+        )
+    if config.lake_root is None:
+        raise ConfigError("the TOML has no [lake] root: no lake to fold into")
+    return Path(output["directory"]), Path(config.lake_root)
 
 
 def compact(
