@@ -110,6 +110,9 @@ class RedisSentinelGroup:
     sentinels: only then can they agree on a failover."""
 
     def __init__(self, base_dir: Path | str) -> None:
+        for program in ("redis-server", "redis-sentinel"):
+            if shutil.which(program) is None and shutil.which(program, path="/usr/bin") is None:
+                raise FileNotFoundError(f"{program} not found: run scripts/install-system-deps.sh")
         self.base_dir = Path(base_dir).resolve()
         self.servers: list[RedisServer] = []
         self.sentinels: list[SentinelServer] = []
@@ -164,9 +167,19 @@ class RedisSentinelGroup:
         return next(s for s in self.servers if (LOOPBACK, s.port) == (host, port))
 
     def kill_primary(self) -> RedisServer:
-        """SIGKILL the primary (a crash); the sentinels promote the replica. Returns the
-        killed server; `heal()` brings it back."""
+        """SIGKILL the primary (a crash) once the replica has every write: writes paused
+        (`CLIENT PAUSE WRITE`), the replica's offset caught up. So the failover loses nothing;
+        one that loses writes is another test's business. The sentinels promote the replica.
+        Returns the killed server; `heal()` brings it back."""
         primary = self.primary()
+        with primary.info.probe_client() as client:
+            client.client_pause(FAILOVER_TIMEOUT_MS, all=False)
+            offset = int(client.info("replication")["master_repl_offset"])
+        replicas = [s for s in self.servers if s is not primary and s.running]
+        self._wait_until(
+            lambda: all(self._offset(r) >= offset for r in replicas),
+            "the replica to receive every write",
+        )
         primary.kill()
         return primary
 
@@ -224,6 +237,11 @@ class RedisSentinelGroup:
             replication = client.info("replication")
         state = (replication.get("role"), replication.get("master_link_status"))
         return state == ("slave", "up")
+
+    @staticmethod
+    def _offset(replica: RedisServer) -> int:
+        with replica.info.probe_client() as client:
+            return int(client.info("replication").get("slave_repl_offset", -1))
 
     @staticmethod
     def _sentinel_client(sentinel: SentinelServer) -> redis.Redis:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,7 +114,7 @@ class RedisSettings:
         if not self.sentinels:
             return redis.Redis.from_url(self.url, **kwargs)
         assert self.service_name is not None
-        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = _Sentinel(  # type: ignore[no-untyped-call]
             list(self.sentinels), sentinel_kwargs=self._sentinel_kwargs(sentinel_password)
         )
         client: redis.Redis = sentinel.master_for(self.service_name, **kwargs)  # type: ignore[no-untyped-call]
@@ -132,7 +132,7 @@ class RedisSettings:
         if not self.sentinels:
             return redis.asyncio.Redis.from_url(self.url, **kwargs)
         assert self.service_name is not None
-        sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = _AsyncSentinel(  # type: ignore[no-untyped-call]
             list(self.sentinels), sentinel_kwargs=self._sentinel_kwargs(sentinel_password)
         )
         client: redis.asyncio.Redis = sentinel.master_for(self.service_name, **kwargs)
@@ -171,6 +171,61 @@ class RedisSettings:
             "ssl_keyfile": self.key_file,
         }
         return {name: value for name, value in files.items() if value is not None}
+
+
+class _Sentinel(redis.sentinel.Sentinel):
+    """redis-py's Sentinel, whose error when no sentinel names a primary says why each one
+    did not (redis-py's names them by the repr of their connection pools)."""
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        try:
+            found: tuple[str, int] = super().discover_master(service_name)  # type: ignore[no-untyped-call]
+        except redis.sentinel.MasterNotFoundError:
+            answers: list[Any] = []
+            for sentinel in self.sentinels:
+                try:
+                    answers.append(sentinel.sentinel_masters())
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    answers.append(exc)
+            raise redis.sentinel.MasterNotFoundError(
+                no_primary(service_name, self.sentinels, answers)
+            ) from None
+        return found
+
+
+class _AsyncSentinel(redis.asyncio.sentinel.Sentinel):
+    """`_Sentinel` on redis.asyncio."""
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        try:
+            found: tuple[str, int] = await super().discover_master(service_name)
+        except redis.asyncio.sentinel.MasterNotFoundError:
+            answers: list[Any] = []
+            for sentinel in self.sentinels:
+                try:
+                    answers.append(await sentinel.sentinel_masters())
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    answers.append(exc)
+            raise redis.asyncio.sentinel.MasterNotFoundError(
+                no_primary(service_name, self.sentinels, answers)
+            ) from None
+        return found
+
+
+def no_primary(service_name: str, sentinels: Sequence[Any], answers: Sequence[Any]) -> str:
+    """Why no sentinel named a primary: each one's answer to SENTINEL MASTERS (or its error)."""
+    reasons = []
+    for sentinel, answer in zip(sentinels, answers, strict=True):
+        kwargs = sentinel.connection_pool.connection_kwargs
+        at = f"{kwargs.get('host')}:{kwargs.get('port')}"
+        if isinstance(answer, Exception):
+            reasons.append(f"sentinel {at} does not answer ({answer})")
+        elif service_name not in answer:
+            known = ", ".join(sorted(answer)) or "none"
+            reasons.append(f"sentinel {at} watches no service {service_name!r} (it knows {known})")
+        else:
+            reasons.append(f"sentinel {at} sees the primary down: a failover may be under way")
+    return f"no sentinel names a primary for service {service_name!r}: " + "; ".join(reasons)
 
 
 def secret(env: str, key: str) -> str:

@@ -1,0 +1,111 @@
+"""The state store over TLS: `dblog tail` and `dblog dump` reach a Redis that speaks TLS only
+(`rediss://`, the test CA's file, a client certificate) and the output equals the source; a
+server certificate from another CA and one for another host name are each refused with an
+error that says so."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.tls import make_test_ca
+from airflow_provider_dblog.outputs import read_events
+from airflow_provider_dblog.state import StateStore
+from airflow_provider_dblog.state.connection import RedisSettings
+from tests.integration.e2e_support import (
+    REDIS_PASSWORD_ENV,
+    Databases,
+    TailProcess,
+    drop_databases,
+    make_databases,
+    materialize,
+    run_cli,
+    source_state,
+    state_differences,
+    wait_until,
+)
+from tests.integration.redis_ha.support import TlsRedis, write_redis_config
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
+    databases = make_databases(pg15, 200, target=False, seed_value=random.randrange(1 << 30))
+    yield databases
+    drop_databases(databases)
+
+
+def tls_lines(url: str, ca_file: Path, client: tuple[Path, Path] | None = None) -> list[str]:
+    lines = [f'url = "{url}"', f'ca_file = "{ca_file}"']
+    if client is not None:
+        lines += [f'cert_file = "{client[0]}"', f'key_file = "{client[1]}"']
+    return lines
+
+
+def test_tail_and_dump_over_tls_reach_the_output(
+    dbs: Databases, tls_redis: TlsRedis, tmp_path: Path
+) -> None:
+    info, ca = tls_redis.info, tls_redis.ca
+    events_dir = tmp_path / "events"
+    url = f"rediss://{info.host}:{info.port}/0"
+    config = write_redis_config(
+        tmp_path / "dblog.toml",
+        dbs,
+        tls_lines(url, ca.ca_file, ca.client_cert("dblog")),
+        {"type": "ndjson", "directory": str(events_dir)},
+        {"heartbeat_s": 0.2, "window_ttl_s": 10},
+    )
+    env = dict(os.environ, **{dbs.password_env: dbs.password, REDIS_PASSWORD_ENV: info.password})
+    settings = RedisSettings(url=url, ca_file=str(ca.ca_file))
+    store = StateStore(settings.client(password=info.password), dbs.config.name)
+    tail = TailProcess(config, "tailer", env, tmp_path / "tail.log")
+    try:
+        wait_until(lambda: store.tailer.health() is not None, 60, "the tailer's first heartbeat")
+        done = run_cli(
+            *("dump", "--config", str(config), "--dump-id", "tls", "--chunk-size", "50"), env=env
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        wait_until(
+            lambda: len(materialize(read_events(events_dir))) == 3 * 200,
+            60,
+            "every dumped row in the output",
+        )
+        assert tail.stop() == 0, (tmp_path / "tail.log").read_text()[-3000:]
+    finally:
+        if tail.alive():
+            tail.kill()
+    status = store.dumps.status("tls")
+    assert status is not None and status.state == "done", status
+    events = list(read_events(events_dir))
+    assert state_differences(source_state(dbs.source), materialize(events)) == []
+    assert info.password not in (tmp_path / "tail.log").read_text()
+
+
+def test_a_certificate_from_another_ca_or_for_another_host_is_refused(
+    dbs: Databases, tls_redis: TlsRedis, tmp_path: Path
+) -> None:
+    info, ca = tls_redis.info, tls_redis.ca
+    other_ca = make_test_ca(tmp_path / "other-ca")
+    here = f"rediss://{info.host}:{info.port}/0"
+    cases = {
+        "wrong CA": (tls_lines(here, other_ca.ca_file), "certificate verify failed"),
+        "other host": (
+            tls_lines(f"rediss://localhost:{info.port}/0", ca.ca_file),
+            "Hostname mismatch, certificate is not valid for 'localhost'",
+        ),
+    }
+    env = dict(os.environ, **{dbs.password_env: dbs.password, REDIS_PASSWORD_ENV: info.password})
+    output = {"type": "ndjson", "directory": str(tmp_path / "events")}
+    for name, (redis, wanted) in cases.items():
+        config = write_redis_config(tmp_path / f"{name}.toml".replace(" ", "-"), dbs, redis, output)
+        done = run_cli("dump", "--config", str(config), env=env)
+        assert done.returncode == 2, (name, done.stdout, done.stderr)
+        assert done.stderr.startswith("dblog: error: the Redis state store at "), done.stderr
+        assert wanted in done.stderr, (name, done.stderr)
+        assert info.password not in done.stderr
