@@ -21,7 +21,7 @@ from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, key_of
 from airflow_provider_dblog.dump.chunk import ChunkReadFailed, StoredChunk
 from airflow_provider_dblog.dump.task_connections import task_connections
-from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
+from airflow_provider_dblog.sources.base import ChunkSource, SourceError, SourceUnavailable
 from airflow_provider_dblog.state import StateStore
 
 T = TypeVar("T")
@@ -54,9 +54,11 @@ def sub_ranges(source: ChunkSource, chunk: Chunk, tasks: int, chunk_size: int) -
     return [dataclasses.replace(chunk, after=a, upto=b) for a, b in pairwise(bounds)]
 
 
-PartResult = tuple[int, int | None, Key | None, str | None]
-"""What a task sends back: part index, rows stored (None: the window ended), last key read, and
-why the source could not be read (None: it was)."""
+PartResult = tuple[int, int | None, Key | None, str | None, str | None]
+"""What a task sends back: part index, rows stored (None: the window ended), last key read, why
+the source could not be read (None: it was), and why it refuses this worker's connection (a
+`SourceError`: a TLS file the worker lacks, a certificate that does not verify; None: it did
+not)."""
 
 
 def read_parts(
@@ -69,7 +71,8 @@ def read_parts(
     append the rows to the window in Redis. Runs on an executor; reads passwords from its
     environment. A source that went away ends the task with that news rather than an error:
     Spark retrying the task at once would only find it gone again, while the driver retries the
-    chunk once it is back."""
+    chunk once it is back. A source that refuses the worker as configured is news too: every
+    retry would meet it again, so the driver fails the dump with its message."""
     results: list[PartResult] = []
     with task_connections(config) as connections:
         for index, part in parts:
@@ -77,7 +80,11 @@ def read_parts(
                 read = connections.source.read_chunk(part)
             except SourceUnavailable as exc:
                 connections.healthy = False
-                results.append((index, None, None, str(exc)))
+                results.append((index, None, None, str(exc), None))
+                break
+            except SourceError as exc:
+                connections.healthy = False
+                results.append((index, None, None, None, str(exc)))
                 break
             snapshot = read.snapshot
             stored = connections.windows.append_rows(
@@ -90,7 +97,7 @@ def read_parts(
                 snapshot_end=snapshot.hw if snapshot is not None and snapshot.exact else None,
             )
             last = key_of(read.rows[-1], key_columns) if read.rows else None
-            results.append((index, stored, last, None))
+            results.append((index, stored, last, None, None))
     return results
 
 
@@ -145,16 +152,25 @@ class SparkChunkReader(SparkChunkJob):
         return _combine(self._job(store, source, chunk, task, "dblog dump"))
 
 
+def raise_source_trouble(unavailable: Sequence[str], refused: Sequence[str]) -> None:
+    """What the tasks said of the source, as the driver raises it: `SourceError` if it refused
+    a worker (the dump fails), `SourceUnavailable` if it was away (the runner waits)."""
+    if refused:
+        raise SourceError(f"a Spark task cannot use the source: {refused[0]}")
+    if unavailable:
+        raise SourceUnavailable(f"a Spark task could not read the source: {unavailable[0]}")
+
+
 def _combine(results: Sequence[PartResult]) -> StoredChunk | None:
     """The chunk's outcome from its parts' (None if any part found the window ended); raises
-    SourceUnavailable if a part could not reach the source."""
-    for _, _, _, unavailable in results:
-        if unavailable is not None:
-            raise SourceUnavailable(f"a Spark task could not read the source: {unavailable}")
-    if any(stored is None for _, stored, _, _ in results):
+    as `raise_source_trouble` if a part could not use the source."""
+    raise_source_trouble(
+        [r[3] for r in results if r[3] is not None], [r[4] for r in results if r[4] is not None]
+    )
+    if any(stored is None for _, stored, _, _, _ in results):
         return None
     ordered = sorted(results, key=lambda r: r[0])
-    last_keys = [last for _, _, last, _ in ordered if last is not None]
+    last_keys = [last for _, _, last, _, _ in ordered if last is not None]
     return StoredChunk(
-        sum(stored or 0 for _, stored, _, _ in ordered), last_keys[-1] if last_keys else None
+        sum(stored or 0 for _, stored, _, _, _ in ordered), last_keys[-1] if last_keys else None
     )

@@ -34,22 +34,24 @@ from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.direct_target import DirectTarget
 from airflow_provider_dblog.dump.direct import StagedChunk
-from airflow_provider_dblog.dump.spark_chunk import SparkChunkJob
+from airflow_provider_dblog.dump.spark_chunk import SparkChunkJob, raise_source_trouble
 from airflow_provider_dblog.dump.task_connections import task_connections
-from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
+from airflow_provider_dblog.sources.base import ChunkSource, SourceError, SourceUnavailable
 from airflow_provider_dblog.state import StateStore
 
 
 @dataclass(frozen=True)
 class StagedPart:
     """One sub-range as its task staged it. `stored` is None when the window was past open at
-    the read (the chunk is retried), `unavailable` says why the source could not be read."""
+    the read (the chunk is retried), `unavailable` says why the source could not be read,
+    `refused` why it refused this worker as configured (`spark_chunk.PartResult`)."""
 
     index: int
     stored: int | None
     last_key: Key | None
     unavailable: str | None
     handle: str | None = None
+    refused: str | None = None
 
 
 def stage_parts(
@@ -73,6 +75,10 @@ def stage_parts(
             except SourceUnavailable as exc:
                 connections.healthy = False
                 staged.append(StagedPart(index, None, None, str(exc)))
+                break
+            except SourceError as exc:
+                connections.healthy = False
+                staged.append(StagedPart(index, None, None, None, refused=str(exc)))
                 break
             stored = connections.windows.append_rows(
                 window_id, index, (), key_columns, read.invisible_txids, read.columns
@@ -118,10 +124,10 @@ class SparkDirectReader(SparkChunkJob):
             next((p.last_key for p in reversed(staged) if p.last_key is not None), None),
         )
         unavailable = [p.unavailable for p in staged if p.unavailable is not None]
-        if unavailable or any(p.stored is None for p in staged):
+        refused = [p.refused for p in staged if p.refused is not None]
+        if unavailable or refused or any(p.stored is None for p in staged):
             chunk_staged.discard()
-            if unavailable:
-                raise SourceUnavailable(f"a Spark task could not read the source: {unavailable[0]}")
+            raise_source_trouble(unavailable, refused)
             return None
         return chunk_staged
 

@@ -29,7 +29,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from airflow_provider_dblog.config import load_config
-from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
+from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServer
 from airflow_provider_dblog.devservices.pg_replica import PostgresReplica, PostgresReplicaInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
@@ -37,9 +37,11 @@ from airflow_provider_dblog.devservices.process import LOOPBACK
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.devservices.tls import TestCA, make_test_ca
 from airflow_provider_dblog.dump.runner import run_dump
+from airflow_provider_dblog.dump.spark_chunk import SparkChunkReader
 from airflow_provider_dblog.dump.spark_run import run_spark_dump
 from airflow_provider_dblog.outputs import read_events
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
+from airflow_provider_dblog.sources.base import SourceError
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import DumpState, StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
@@ -316,3 +318,34 @@ def test_a_certificate_that_does_not_verify_stops_tail_and_dump_in_one_line(
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert "Traceback" not in done.stderr
         assert tls_source.password not in done.stderr + done.stdout
+
+
+def test_a_spark_task_refused_by_the_source_fails_the_dump_at_once(
+    tls_source: SourceDatabases,
+    spark: SparkSession,
+    redis_server: RedisInfo,
+    tmp_path: Path,
+) -> None:
+    """Executors whose connection does not verify (here the CA of another authority; on a
+    cluster, say, a worker without the CA file) report it rather than fail their job: the
+    reader raises the `SourceError` that fails the dump with its message, where a failed job
+    would be retried as a window until the attempts are spent. A key chunk runs no query on
+    the driver, so only the tasks connect."""
+    other_ca = make_test_ca(tmp_path / "other-ca").ca_file
+    config_path = write_config(
+        tmp_path / "dblog.toml",
+        tls_source,
+        redis_server,
+        {"type": "ndjson", "directory": str(tmp_path / "events")},
+        source=verified_tls(tls_source, other_ca),
+    )
+    config = load_config(config_path)
+    store = StateStore(redis_server.client(), config.source.name)
+    reader = SparkChunkReader(spark.sparkContext, config, "none", tasks=2, default_chunk_size=10)
+    chunk = Chunk(tls_source.table("accounts"), 0, keys=((1,), (2,), (3,), (4,)))
+    source = source_for(config.source).chunk_source()
+    try:
+        with pytest.raises(SourceError, match=r"a Spark task cannot use the source: .*over TLS"):
+            reader(store, source, "no-window", chunk, ("id",))
+    finally:
+        source.close()
