@@ -126,6 +126,16 @@ class ReportsLogBacklog(Protocol):
 
 
 @runtime_checkable
+class Wakeable(Protocol):
+    """What a `LogReader` may also do: end its wait for the log at once, from another thread.
+    The tailer calls it when a dump adds or readies a read-only window, which no log item
+    announces: the reader then yields `Idle` as at the end of its idle wait (outside a
+    transaction). A reader without it is looked at between transactions and at its idle beats."""
+
+    def wake(self) -> None: ...
+
+
+@runtime_checkable
 class StampsSchemaVersions(Protocol):
     """What a `LogReader` may also do: build each row event with its table's schema version
     (`Change`'s `schema_version`) from `versions`, a mapping the tailer keeps current as it

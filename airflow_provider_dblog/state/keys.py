@@ -22,6 +22,8 @@ every key of a source lives in one slot and every Lua script of the stores may t
 | P positional           | set    | the ids of the read-only windows not yet seen ended         |
 | P positional:last      | string | "<commit> <seq>": the last position the tailer gave a       |
 |                        |        | read-only window's rows, so none is given twice             |
+| P positional:wake      | pubsub | a dump publishes when it adds a read-only window or makes   |
+|                        |        | one ready: the tailer looks at once, not at its next poll   |
 | P dumps                | list   | dump ids in the order they were created                     |
 | P dump:<id>            | string | the DumpRequest and the tables' key columns (JSON)          |
 | P dump:<id>:status     | hash   | state, reason, chunks, rows, windows_retried,               |
@@ -83,6 +85,7 @@ class SourceKeys:
         "dumps",
         "positional",
         "positional_last",
+        "positional_wake",
         "prefix",
         "source",
         "tailer_checkpoint",
@@ -105,6 +108,7 @@ class SourceKeys:
         self.direct_pending = self.prefix + "direct:pending"
         self.positional = self.prefix + "positional"
         self.positional_last = self.prefix + "positional:last"
+        self.positional_wake = self.prefix + "positional:wake"
         self.tailer_checkpoint = self.prefix + "tailer:checkpoint"
         self.tailer_resume = self.prefix + "tailer:resume"
         self.tailer_token = self.prefix + "tailer:token"

@@ -12,13 +12,19 @@ A dump that must not write to the source registers its window as any other
 3. The tailer closes the window once it has read every commit below `hw`: the rows go out
    positioned in the gap after the last commit it read, at seqs `reserve` hands out once.
 
-The tailer finds the windows to arm and to close by polling `pending`, a set of a few ids.
+The tailer finds the windows to arm and to close by polling `pending`, a set of a few ids; `add`
+and `ready` also publish on `positional:wake`, so that a tailer following `wakes` looks at once
+rather than at its next poll (a wake lost while it reconnects costs one poll).
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+import redis
 
 from airflow_provider_dblog.core.reconciler import Window
 from airflow_provider_dblog.state.base import FENCE, NOW_MS, RedisStore, reachable, text
@@ -48,8 +54,26 @@ class PositionalWindowStore(RedisStore):
 
     @reachable
     def add(self, window_id: str) -> None:
-        """Make a registered window one the tailer arms by position."""
-        self._r.sadd(self.keys.positional, window_id)
+        """Make a registered window one the tailer arms by position, and wake the tailer."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.sadd(self.keys.positional, window_id)
+        pipe.publish(self.keys.positional_wake, window_id)
+        pipe.execute()
+
+    def wakes(self, stop: threading.Event) -> Iterator[None]:
+        """One item each time a dump adds a read-only window or makes one ready, until `stop`
+        (looked at every `_WAIT_SLICE_S`). Redis going away is waited out here, quietly: the
+        tailer's polls stand in meanwhile."""
+        while not stop.is_set():
+            try:
+                pubsub = self._r.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                with pubsub as subscription:
+                    subscription.subscribe(self.keys.positional_wake)
+                    while not stop.is_set():
+                        if subscription.get_message(timeout=_WAIT_SLICE_S) is not None:
+                            yield
+            except (redis.ConnectionError, redis.TimeoutError):
+                stop.wait(_WAIT_SLICE_S)
 
     # KEYS: set. Returns, for each window still to act on, {state, ready, hw, snapshot_end,
     # window_id, dump_id, table, mode}; ids whose window expired or ended leave the set. The
@@ -150,18 +174,21 @@ return 1
             "BLMOVE", key, key, "LEFT", "RIGHT", max(timeout_s, 0.01)
         )
 
-    # KEYS: window. 1: marked; 0: the window is no longer open.
+    # KEYS: window, wake channel. 1: marked; 0: the window is no longer open.
     _READY = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'open' then return 0 end
 redis.call('HSET', KEYS[1], 'ready', '1')
+redis.call('PUBLISH', KEYS[2], '')
 return 1
 """
 
     @reachable
     def ready(self, window_id: str) -> bool:
-        """Every read of the window stored its rows and hw: the tailer may close it. False if
-        the window is no longer open (it failed or expired): the chunk is retried."""
-        return bool(self._eval(self._READY, keys=[self.keys.window(window_id)]) == 1)
+        """Every read of the window stored its rows and hw: the tailer may close it (and is
+        woken). False if the window is no longer open (it failed or expired): the chunk is
+        retried."""
+        keys = [self.keys.window(window_id), self.keys.positional_wake]
+        return bool(self._eval(self._READY, keys=keys) == 1)
 
     # KEYS: last, token. ARGV: token, commit, count. The seq before the first one handed out.
     _RESERVE = (

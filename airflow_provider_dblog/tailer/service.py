@@ -15,7 +15,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
@@ -168,7 +168,9 @@ class Tailer:
             while not stop.is_set():
                 started = time.monotonic()
                 try:
-                    self._session(leadership).run(_StopOrReload(stop, self._reload))
+                    session = self._session(leadership)
+                    with self._woken_by_dumps(session):
+                        session.run(_StopOrReload(stop, self._reload))
                     if not self._reload.is_set():
                         return
                     continue  # the next session takes the reload
@@ -214,6 +216,23 @@ class Tailer:
             settings=self._settings,
             stats=self.stats,
         )
+
+    @contextlib.contextmanager
+    def _woken_by_dumps(self, session: Session) -> Iterator[None]:
+        """While `session` runs, a thread wakes it each time a dump adds or readies a read-only
+        window, so that a read-only chunk does not wait for the session's next poll."""
+        stop = threading.Event()
+
+        def follow() -> None:
+            for _ in self._store.positional.wakes(stop):
+                session.wake()
+
+        thread = threading.Thread(target=follow, name="dblog-tailer-wakes", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
 
     def _take_reload(self, leadership: Leadership) -> None:
         source, self._next_source = self._next_source, None

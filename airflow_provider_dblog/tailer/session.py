@@ -19,12 +19,14 @@ again. A chunk whose parts were read with different columns fails too. (A table 
 described has no schema to compare with: its rows go out as read.)
 
 Read-only windows (`state/positional.py`) have no watermark in the log: between two
-transactions, at most every `_POSITIONAL_POLL_S` and at every idle beat, the session asks the
-store for them. It arms a registered one at its read position (lw: every commit below it read),
-closes an open one once it has read every commit below the hw its reads stored, and fails one
-armed by an earlier session (whose changes since lw this one never saw). The rows of a window it
-closes take positions in the gap after the last commit read (`_gap`), at seqs the store hands out
-once, so a later tailer closing a window in the same gap places its rows after them.
+transactions, at most every `_POSITIONAL_POLL_S` and at every idle beat, and at the first
+boundary after a dump wakes it (`wake`, which also ends a PostgreSQL reader's idle wait), the
+session asks the store for them. It arms a registered one at its read position (lw: every
+commit below it read), closes an open one once it has read every commit below the hw its reads
+stored, and fails one armed by an earlier session (whose changes since lw this one never saw).
+The rows of a window it closes take positions in the gap after the last commit read (`_gap`), at
+seqs the store hands out once, so a later tailer closing a window in the same gap places its
+rows after them.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ from airflow_provider_dblog.core.reconciler import (
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.core.schema_versions import SchemaTracker
 from airflow_provider_dblog.outputs.base import Output
-from airflow_provider_dblog.sources.base import LogReader, StampsSchemaVersions
+from airflow_provider_dblog.sources.base import LogReader, StampsSchemaVersions, Wakeable
 from airflow_provider_dblog.state import (
     FencedOut,
     MissingRows,
@@ -184,10 +186,19 @@ class Session:
         before it has read up to there, past whatever an earlier session emitted (a change it
         reads again would drop the chunk's row, and the output would drop the change)."""
         self._next_poll = 0.0
+        self._woken = False
+        """A dump added or readied a read-only window since the last poll (`wake`)."""
 
     @property
     def _token(self) -> int:
         return self._leadership.token
+
+    def wake(self) -> None:
+        """A dump added or readied a read-only window (any thread): look at the next boundary
+        rather than at the next poll, and end the reader's wait for the log if it can."""
+        self._woken = True
+        if isinstance(self._reader, Wakeable):
+            self._reader.wake()
 
     def run(self, stop: StopSignal) -> None:
         """Until `stop` (at a transaction boundary, everything handed over made durable and
@@ -313,7 +324,7 @@ class Session:
         # events (MySQL), so commit + 1 is a position no transaction has.
         self._delivered = self._gap = item.commit + 1
         now = time.monotonic()
-        if now >= self._next_poll:
+        if now >= self._next_poll or self._woken:
             self._poll_positional(now)
 
     def idle(self, item: Idle) -> None:
@@ -329,7 +340,7 @@ class Session:
         if item.log_end > self._delivered:
             # Every commit below the log's end is read; none lies at the end less one.
             self._delivered, self._gap = item.log_end, item.log_end - 1
-        if now >= self._next_poll:
+        if now >= self._next_poll or self._woken:
             self._poll_positional(now)
 
     # -- table-level events, chunks, windows, acknowledgements ---------------------------------
@@ -519,6 +530,7 @@ class Session:
         no transaction is half read)."""
         if not self._delivered:
             return  # no position read yet to arm at
+        self._woken = False  # before asking: a wake from now on is seen next time
         found = self._store.positional.pending()
         quiet = not found and not self._armed
         self._next_poll = now + _POSITIONAL_POLL_S * (_QUIET_POLLS if quiet else 1)

@@ -10,8 +10,10 @@ restart does not send it again; the slot never moves into a transaction still be
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
+import socket
 import struct
 import time
 from collections import deque
@@ -86,6 +88,11 @@ class PostgresLogReader:
         self._commit_ends: deque[tuple[int, int]] = deque(maxlen=remembered_commits)
         self._received = 0
         self._flushed = 0
+        self._wake_in, self._wake_out = socket.socketpair()
+        """`wake` sends a byte that ends `_next_frame`'s wait (sockets, not raw descriptors:
+        a late wake after `close` fails instead of writing into a reused descriptor)."""
+        self._wake_in.setblocking(False)
+        self._wake_out.setblocking(False)
 
     # -- LogReader ----------------------------------------------------------------------------
 
@@ -182,6 +189,15 @@ class PostgresLogReader:
 
     def close(self) -> None:
         self._drop_stream()
+        self._wake_in.close()
+        self._wake_out.close()
+
+    # -- Wakeable -----------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """End the current wait for the log now (any thread): the next idle beat comes at once."""
+        with contextlib.suppress(OSError):  # full (a wake is pending anyway), or closed
+            self._wake_out.send(b"w")
 
     # -- ReportsLogBacklog --------------------------------------------------------------------
 
@@ -324,7 +340,10 @@ class PostgresLogReader:
                 raise psycopg.OperationalError(f"replication stream ended: {message.strip()}")
             if now >= deadline:
                 return None
-            if _wait(pgconn.socket, select.POLLIN, deadline - now):
+            readable, woken = _wait_or_wake(pgconn.socket, self._wake_in, deadline - now)
+            if woken:
+                return None
+            if readable:
                 pgconn.consume_input()
             size, data = pgconn.get_copy_data(1)
 
@@ -338,6 +357,20 @@ class PostgresLogReader:
         while pgconn.flush() > 0:
             _wait(pgconn.socket, select.POLLOUT, None)
         stream.last_status = time.monotonic()
+
+
+def _wait_or_wake(fd: int, wake: socket.socket, timeout: float) -> tuple[bool, bool]:
+    """Wait until `fd` is readable, `wake` has a byte or `timeout` passes: (readable, woken);
+    the wake's bytes are taken."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    poller.register(wake, select.POLLIN)
+    ready = {found for found, _ in poller.poll(max(0, int(timeout * 1000)))}
+    woken = wake.fileno() in ready
+    if woken:
+        with contextlib.suppress(BlockingIOError):
+            wake.recv(4096)
+    return fd in ready, woken
 
 
 def _wait(fd: int, events: int, timeout: float | None) -> bool:
