@@ -39,7 +39,8 @@ from airflow_provider_dblog.devservices.tls import TestCA, make_test_ca
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.dump.spark_chunk import SparkChunkReader
 from airflow_provider_dblog.dump.spark_run import run_spark_dump
-from airflow_provider_dblog.outputs import read_events
+from airflow_provider_dblog.outputs import SqlApplyOutput, read_events
+from airflow_provider_dblog.outputs.base import OutputError
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.sources.base import SourceError
 from airflow_provider_dblog.sources.factory import source_for
@@ -349,3 +350,16 @@ def test_a_spark_task_refused_by_the_source_fails_the_dump_at_once(
             reader(store, source, "no-window", chunk, ("id",))
     finally:
         source.close()
+
+
+def test_a_sql_target_whose_certificate_does_not_verify_is_an_output_error(
+    pg_tls: PostgresInfo, ca: TestCA, tmp_path: Path
+) -> None:
+    """The SQL-apply output over TLS (libpq's options in its DSN, as the source's): verified,
+    it connects; a certificate of another CA is an `OutputError` naming it, which stops the
+    tailer, not an `OutputUnavailable` it would wait out."""
+    verified = f"{pg_tls.dsn}?sslmode=verify-full&sslrootcert={ca.ca_file}"
+    SqlApplyOutput(verified, monotonic=True).close()
+    other_ca = make_test_ca(tmp_path / "other-ca").ca_file
+    with pytest.raises(OutputError, match="SQL target over TLS: the server's certificate does"):
+        SqlApplyOutput(f"{pg_tls.dsn}?sslmode=verify-full&sslrootcert={other_ca}")

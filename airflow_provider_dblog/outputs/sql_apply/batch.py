@@ -48,6 +48,7 @@ from airflow_provider_dblog.outputs.sql_apply.statements import (
     create_positions,
 )
 from airflow_provider_dblog.outputs.sql_apply.target import TableMap, Target, describe
+from airflow_provider_dblog.sources.postgres.tls import tls_refusal
 
 T = TypeVar("T")
 
@@ -145,6 +146,12 @@ class TargetConnection:
                     self._dsn, autocommit=True, connect_timeout=self._connect_timeout
                 )
             except psycopg.OperationalError as exc:
+                refused = tls_refusal(str(exc))
+                if refused is not None:
+                    raise OutputError(
+                        f"cannot connect to the SQL target over TLS: {refused} (check sslmode, "
+                        f"sslrootcert and the host in its DSN): {exc}"
+                    ) from None
                 raise OutputUnavailable(f"cannot connect to the SQL target: {exc}") from exc
             # Many writers may connect at once (the tailer, a direct dump's Spark tasks):
             # concurrent CREATE TABLE IF NOT EXISTS of one table can fail on PostgreSQL's

@@ -23,6 +23,7 @@ from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
+from airflow_provider_dblog.sources.postgres.tls import tls_refusal
 from airflow_provider_dblog.sources.section import check_common, read_section
 
 # Output settings shared by the replication connection (pgoutput prints values in the walsender
@@ -141,7 +142,7 @@ class PostgresSourceConfig:
             return psycopg.connect(dsn, **kwargs)
         except psycopg.OperationalError as exc:
             which = "read_replica" if dsn is not self.dsn else "dsn"
-            refused = _tls_refusal(str(exc))
+            refused = tls_refusal(str(exc))
             if refused is not None:
                 raise SourceError(
                     f"cannot connect to PostgreSQL source {self.name} over TLS: {refused} "
@@ -151,28 +152,6 @@ class PostgresSourceConfig:
                 f"cannot connect to PostgreSQL source {self.name} (check [source] {which} and "
                 f"password_env): {exc}"
             ) from exc
-
-
-_TLS_REFUSALS = (
-    (
-        "certificate verify failed",
-        "the server's certificate does not verify against the CA in sslrootcert",
-    ),
-    ("does not match host name", "the server's certificate is for another host name"),
-    ("certificate file", "a certificate file the DSN names cannot be read"),
-    ("private key file", "the key file the DSN names cannot be read"),
-    ("server does not support SSL", "the server does not speak TLS"),
-)
-"""libpq's words for a TLS set-up that cannot work, and what each means: retrying would only
-meet the same refusal, so these stop at once instead of waiting for the server."""
-
-
-def _tls_refusal(message: str) -> str | None:
-    """What is wrong with TLS, if libpq's `message` says it refused it."""
-    for words, meaning in _TLS_REFUSALS:
-        if words in message:
-            return meaning
-    return None
 
 
 def _check_dsn(option: str, dsn: str) -> None:
