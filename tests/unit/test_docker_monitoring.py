@@ -5,8 +5,9 @@ what compose.yaml runs.
 
 `promtool test rules` runs alerts.test.yml, where each alert has a case that fires it and one
 that keeps it quiet; here we check that every alert has both, that every metric a rule, a rule
-test or a panel names is one the tailer serves (a test on a misspelt series proves nothing),
-and that docs/alerts.md explains each alert. tests/integration/tailer/test_prometheus_server.py runs
+test or a panel names is one the tailer or the compaction follower serves (a test on a misspelt
+series proves nothing), that every tailer and follower of compose.yaml is scraped, and that
+docs/alerts.md explains each alert. tests/integration/tailer/test_prometheus_server.py runs
 the real server on a real tailer.
 """
 
@@ -25,6 +26,8 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from airflow_provider_dblog.cli import build_parser
+from airflow_provider_dblog.compaction.follow_metrics import FollowMetrics, FollowStats
 from airflow_provider_dblog.config import load_config
 from airflow_provider_dblog.core.event import Op
 from airflow_provider_dblog.core.reconciler import FailureReason
@@ -39,6 +42,7 @@ PROMETHEUS = DOCKER / "prometheus"
 GRAFANA = DOCKER / "grafana"
 ALERTS_DOC = REPO / "docs" / "alerts.md"
 JOB = "dblog-tailer"
+COMPACT_JOB = "dblog-compact"
 METRIC = re.compile(r"\bdblog_\w+")
 OTHER_METRICS = {"up", "ALERTS"}
 """What Prometheus itself makes, which rules and panels may name beside the tailer's."""
@@ -70,6 +74,15 @@ def served_metric_names() -> set[str]:
     stats.windows_failed_by_reason[FailureReason.EXPIRED] = 1
     stats.output_batch_seconds.observe(0.01)
     text = generate_latest(TailerMetrics(stats, lambda: LogBacklog(1, 2)).registry).decode()
+    return {
+        sample.name for family in text_string_to_metric_families(text) for sample in family.samples
+    }
+
+
+def served_compact_metric_names() -> set[str]:
+    """Every sample name a compaction follower's endpoint serves, each family present."""
+    stats = FollowStats(state="leading", lease_token=1, freshness_s=1.5)
+    text = generate_latest(FollowMetrics(stats).registry).decode()
     return {
         sample.name for family in text_string_to_metric_families(text) for sample in family.samples
     }
@@ -137,13 +150,13 @@ def test_every_alert_has_a_case_that_fires_it_and_one_that_keeps_it_quiet() -> N
     assert not untested, f"alerts without both a firing and a quiet case: {untested}"
 
 
-def test_the_rules_and_their_tests_name_only_metrics_the_tailer_serves() -> None:
-    served = served_metric_names()
+def test_the_rules_and_their_tests_name_only_metrics_the_tailer_or_the_follower_serves() -> None:
+    served = served_metric_names() | served_compact_metric_names()
     for rule in rules():
         named = names_in(rule["expr"])
         assert named or f'up{{job="{JOB}"}}' in rule["expr"], f"{rule['alert']} reads nothing"
         assert named <= served, f"{rule['alert']} names {named - served}"
-        assert set(re.findall(r'job="([^"]+)"', rule["expr"])) <= {JOB}, rule["alert"]
+        assert set(re.findall(r'job="([^"]+)"', rule["expr"])) <= {JOB, COMPACT_JOB}, rule["alert"]
     for test in rule_tests():
         for series in test["input_series"]:
             name = re.match(r"\w+", series["series"])
@@ -175,8 +188,7 @@ def test_prometheus_scrapes_every_tailer_of_the_stack_under_its_source_name() ->
     """Every `dblog tail` service of compose.yaml, at its metrics port inside the stack's
     network, labelled with the [source] name of the TOML it runs with: the rules group by it."""
     config = _yaml(PROMETHEUS / "prometheus.yml")
-    (job,) = config["scrape_configs"]
-    assert job["job_name"] == JOB
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == JOB]
     scraped = {
         target: group["labels"]["source"]
         for group in job["static_configs"]
@@ -191,6 +203,29 @@ def test_prometheus_scrapes_every_tailer_of_the_stack_under_its_source_name() ->
         expected[f"{name}:{tailer.tailer.metrics_port}"] = tailer.source.name
     assert scraped == expected
     assert config["rule_files"] == ["alerts.yml"]
+
+
+def test_prometheus_scrapes_every_compaction_follower_of_the_stack_under_its_source_name() -> None:
+    """Every `dblog lake compact --follow` service of compose.yaml, at its `--metrics-port`,
+    labelled with its TOML's [source] name; and the two jobs are all there is."""
+    config = _yaml(PROMETHEUS / "prometheus.yml")
+    assert [j["job_name"] for j in config["scrape_configs"]] == [JOB, COMPACT_JOB]
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == COMPACT_JOB]
+    scraped = {
+        target: group["labels"]["source"]
+        for group in job["static_configs"]
+        for target in group["targets"]
+    }
+    expected = {}
+    for name, service in _compose().items():
+        command = service.get("command", [])
+        if command[:3] != ["dblog", "lake", "compact"]:
+            continue
+        args = build_parser().parse_args(command[1:])
+        assert args.follow and args.metrics_address == "0.0.0.0", name
+        (toml,) = [v.split(":")[0] for v in service["volumes"] if ":/etc/dblog/dblog.toml" in v]
+        expected[f"{name}:{args.metrics_port}"] = load_config(DOCKER / toml).source.name
+    assert scraped == expected and len(expected) == 2
 
 
 def test_compose_runs_prometheus_and_grafana_on_these_files_on_loopback_only() -> None:
