@@ -19,6 +19,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,22 @@ def dump_application() -> str:
 def driver_log_path(dump_id: str) -> Path:
     """Where a detached spark-submit writes its output (the driver's log in client mode)."""
     return Path(tempfile.gettempdir()) / f"dblog-spark-{dump_id}.log"
+
+
+def driver_log_tail(dump_id: str, lines: int = 40) -> str | None:
+    """The last `lines` lines of a detached driver's log (its last 64 KiB at most); None when
+    the log is not on this machine (the dump was started on another worker)."""
+    try:
+        with driver_log_path(dump_id).open("rb") as driver_log:
+            driver_log.seek(0, os.SEEK_END)
+            driver_log.seek(max(0, driver_log.tell() - _TAIL_BYTES))
+            data = driver_log.read()
+    except OSError:
+        return None
+    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+
+_TAIL_BYTES = 64 << 10
 
 
 class SparkDumpLauncher:
@@ -148,7 +165,13 @@ class SparkDumpLauncher:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        log.info("dump %s submitted (pid %d); its log: %s", self.dump_id, self._detached.pid, path)
+        log.info(
+            "dump %s submitted (pid %d); the Spark driver's log: %s on %s",
+            self.dump_id,
+            self._detached.pid,
+            path,
+            socket.gethostname(),
+        )
         return self._detached.pid
 
     def kill(self) -> None:

@@ -23,7 +23,11 @@ from airflow_provider_dblog.assets import DUMPS, announce_dump
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.hooks.dblog import DBLogHook
-from airflow_provider_dblog.hooks.spark_launcher import SparkDumpLauncher, driver_log_path
+from airflow_provider_dblog.hooks.spark_launcher import (
+    SparkDumpLauncher,
+    driver_log_path,
+    driver_log_tail,
+)
 from airflow_provider_dblog.operators.lineage import dump_lineage
 from airflow_provider_dblog.operators.links import DBLogLiveViewLink, link_dump_and_task
 from airflow_provider_dblog.operators.request import (
@@ -272,6 +276,8 @@ class DBLogDumpOperator(BaseOperator):
 
     def _finish(self, outcome: DumpOutcome, context: Context) -> dict[str, Any]:
         dump_id, state, reason = outcome.dump_id, outcome.state, outcome.reason
+        if state is not DumpState.DONE and state is not DumpState.CANCELLED:
+            self._show_driver_log(dump_id)
         if outcome.stalled:
             raise AirflowException(
                 f"dump {dump_id} has had no running Spark driver for {self.driver_timeout_s}s "
@@ -309,6 +315,23 @@ class DBLogDumpOperator(BaseOperator):
     def _spark_log(self, dump_id: str) -> str:
         """Where the Spark driver's output went: a file on the worker when detached."""
         return str(driver_log_path(dump_id)) if self.deferrable else "this task's log"
+
+    def _show_driver_log(self, dump_id: str) -> None:
+        """A dump that did not finish: the detached driver's last lines in this task's log,
+        where a person looks first (attached, its whole output is already there)."""
+        if not self.deferrable:
+            return
+        tail = driver_log_tail(dump_id)
+        if tail is None:
+            self.log.warning(
+                "the Spark driver's log is not on this worker: it is %s on the worker that "
+                "started the dump (named in the log of the try that submitted it)",
+                driver_log_path(dump_id),
+            )
+        else:
+            self.log.error(
+                "the last lines of the Spark driver's log, %s:\n%s", driver_log_path(dump_id), tail
+            )
 
     def on_kill(self) -> None:
         if self._launcher is not None:

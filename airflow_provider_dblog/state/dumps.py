@@ -96,6 +96,23 @@ def dump_status_from(raw: Mapping[bytes | str, bytes | str]) -> DumpStatus | Non
     )
 
 
+def dump_progress_from(raw: Mapping[bytes | str, bytes | str]) -> dict[TableRef, TableProgress]:
+    """The progress of a dump's tables from its `dump:<id>:progress` hash."""
+    data = decode_hash(raw)
+    return {TableRef.parse(t): TableProgress.from_json(json.loads(p)) for t, p in data.items()}
+
+
+def stored_dump_from(raw: bytes | str | None) -> StoredDump | None:
+    """A dump's request and key columns from its `dump:<id>` value; None if there is none."""
+    if raw is None:
+        return None
+    data = json.loads(raw)
+    return StoredDump(
+        request=_request_from_json(data["request"]),
+        key_columns={TableRef.parse(t): tuple(c) for t, c in data["key_columns"].items()},
+    )
+
+
 def _optional_int(value: str | None) -> int | None:
     return None if value is None else int(value)
 
@@ -179,14 +196,7 @@ return 1
 
     @reachable
     def get(self, dump_id: str) -> StoredDump | None:
-        raw = self._r.get(self.keys.dump(dump_id))
-        if raw is None:
-            return None
-        data = json.loads(raw)
-        return StoredDump(
-            request=_request_from_json(data["request"]),
-            key_columns={TableRef.parse(t): tuple(c) for t, c in data["key_columns"].items()},
-        )
+        return stored_dump_from(self._r.get(self.keys.dump(dump_id)))
 
     @reachable
     def ids(self) -> list[str]:
@@ -229,8 +239,7 @@ return 1
 
     @reachable
     def load_progress(self, dump_id: str) -> dict[TableRef, TableProgress]:
-        raw = decode_hash(self._r.hgetall(self.keys.dump_progress(dump_id)))
-        return {TableRef.parse(t): TableProgress.from_json(json.loads(p)) for t, p in raw.items()}
+        return dump_progress_from(self._r.hgetall(self.keys.dump_progress(dump_id)))
 
     @reachable
     def status(self, dump_id: str) -> DumpStatus | None:

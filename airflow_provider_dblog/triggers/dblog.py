@@ -15,13 +15,15 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.state import TailerHealth
+from airflow_provider_dblog.triggers.dump_progress import ProgressLines
 from airflow_provider_dblog.triggers.outcome import STALLED, DumpOutcome, TailerHealthy
 
 
 class DBLogDumpTrigger(BaseTrigger):
     """Fires when the dump finishes (done, failed, cancelled), when it is missing, or when no
     process has run it for `driver_timeout_s` (its Spark driver died: outcome `stalled`, and
-    a task retry resumes it). Logs each step of its progress.
+    a task retry resumes it). Logs each step of its progress, with each table's rows, rate
+    and time left (`ProgressLines`), into the task's log.
 
     :param dblog_conn_id: the `dblog` connection.
     :param dump_id: the dump to follow.
@@ -64,6 +66,8 @@ class DBLogDumpTrigger(BaseTrigger):
         try:
             last_seen = time.monotonic()
             logged: tuple[Any, ...] = ()
+            stored = await reader.dump(self.dump_id)
+            tables = ProgressLines(0 if stored is None else len(stored.request.keys))
             while True:
                 status = await reader.dump_status(self.dump_id)
                 if status is None or status.state.finished:
@@ -77,6 +81,9 @@ class DBLogDumpTrigger(BaseTrigger):
                         *now,
                     )
                     logged = now
+                    progress = await reader.dump_progress(self.dump_id)
+                    for line in tables.moved(progress, time.monotonic()):
+                        self.log.info("dump %s: %s", self.dump_id, line)
                 if await reader.dump_driver(self.dump_id) is not None:
                     last_seen = time.monotonic()
                 elif time.monotonic() - last_seen > self.driver_timeout_s:

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_provider_dblog.config import ConfigError
-from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
+from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, TableProgress
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import DumpState, StateStore
@@ -166,6 +169,48 @@ def test_dump_trigger_waits_while_a_driver_beats(
         return dict((await asyncio.wait_for(waiting, 10)).payload)
 
     assert asyncio.run(run())["outcome"] == "done"
+
+
+def test_dump_trigger_logs_each_tables_rows_rate_and_time_left(
+    dblog_conn: tuple[str, str, Path], redis_server: RedisInfo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the dump task's log shows while the dump runs: a line a step, per table (the
+    triggerer's log lines, which Airflow shows in the task's log; structlog writes them to
+    stdout here)."""
+    from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger
+
+    conn_id, source, _ = dblog_conn
+    store = StateStore(redis_server.client(), source)
+    keys = tuple((n,) for n in range(10))
+    store.dumps.create(DumpRequest("paced", DumpKind.KEYS, (T,), keys, chunk_size=2))
+    store.dumps.mark("paced", DumpState.RUNNING)
+    store.dumps.beat("paced", "spark-driver:1", ttl_ms=60_000)
+    trigger = DBLogDumpTrigger(conn_id, "paced", poll_interval=0.05)
+    log: list[str] = []
+
+    async def logged(pattern: str) -> None:
+        deadline = time.monotonic() + 30
+        while not re.search(pattern, "".join(log)):
+            assert time.monotonic() < deadline, f"no log line like {pattern!r}: {log}"
+            await asyncio.sleep(0.05)
+            log.append(capsys.readouterr().out)
+
+    async def run() -> dict[str, Any]:
+        events = trigger.run()
+        waiting = asyncio.ensure_future(events.__anext__())
+        for chunk in (1, 2, 3, 4):
+            await asyncio.sleep(0.2)  # the rows take time, so the rate is finite
+            progress = TableProgress(T, started=True, key_index=2 * chunk, rows_done=2 * chunk)
+            store.dumps.chunk_done("paced", replace(progress, chunks_done=chunk), rows=2)
+            await logged(rf"dump paced: public\.accounts: {2 * chunk} rows")
+        store.dumps.mark("paced", DumpState.DONE)
+        return dict((await asyncio.wait_for(waiting, 30)).payload)
+
+    assert asyncio.run(run())["outcome"] == "done"
+    text = "".join(log)
+    assert "dump paced: running, 4 chunks, 8 rows, 0 windows retried" in text
+    line = r"dump paced: public\.accounts: 8 rows, [\d.,]+ rows/s, 80%, ETA \d+:\d\d"
+    assert re.search(line, text), text
 
 
 def test_tailer_health_trigger_fires_once_the_lag_is_low(
