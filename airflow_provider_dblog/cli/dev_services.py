@@ -1,15 +1,18 @@
 """`dblog dev-services up|down|status`: local PostgreSQL, MariaDB and Redis for development.
 
 The servers run detached from the command, in a state directory (default .dev/services);
-passwords stay in its state.json (mode 0600) and are never printed. `devservices` is imported
-only when a dev-services verb runs: no other `dblog` command, and nothing Airflow loads,
-imports it.
+passwords stay in its state.json (mode 0600). `up` and `status` never print them; `env`
+prints `export` lines for the user's shell (`eval "$(dblog dev-services env)"`), and only into
+a pipe or a file, never onto a terminal. `devservices` is imported only when a dev-services
+verb runs: no other `dblog` command, and nothing Airflow loads, imports it.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import shlex
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +56,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "auto: pg15 if installed (default)",
     )
     up_parser.set_defaults(func=_up)
+    add(
+        "env",
+        "export lines of the servers' addresses and passwords, for eval \"$(dblog dev-services "
+        'env)" (DBLOG_DEV_PG_DSN, DBLOG_DEV_PG_PASSWORD, DBLOG_DEV_MYSQL_DSN, '
+        "DBLOG_DEV_MYSQL_PASSWORD, DBLOG_DEV_REDIS_URL, DBLOG_DEV_REDIS_PASSWORD)",
+    ).set_defaults(func=_env)
     add("down", "stop the servers and delete their data").set_defaults(func=_down)
     add("status", "say which servers answer (exit 1 if any does not)").set_defaults(func=_status)
 
@@ -74,6 +83,40 @@ def _up(args: argparse.Namespace) -> int:
         return 1
     _print_stack(running, args.dir)
     return 0
+
+
+def _env(args: argparse.Namespace) -> int:
+    from airflow_provider_dblog.devservices import stack
+
+    if sys.stdout.isatty():
+        print(
+            'dblog dev-services env prints passwords: run it as eval "$(dblog dev-services env)"',
+            file=sys.stderr,
+        )
+        return 2
+    running = stack.load(args.dir)
+    if running is None:
+        print(f"no dev services recorded in {args.dir}: dblog dev-services up", file=sys.stderr)
+        return 1
+    for name, value in dev_environment(running).items():
+        print(f"export {name}={shlex.quote(value)}")
+    return 0
+
+
+def dev_environment(running: Stack) -> dict[str, str]:
+    """The variables `env` exports: where each server is (no password in a DSN or URL, as a
+    dblog TOML takes them) and each password, for the TOML's `password_env`."""
+    pg, mariadb, redis = running.postgres, running.mariadb, running.redis
+    return {
+        "DBLOG_DEV_PG_DSN": f"host={pg.host} port={pg.port} dbname={pg.dbname} user={pg.user}",
+        "DBLOG_DEV_PG_PASSWORD": pg.password,
+        "DBLOG_DEV_MYSQL_DSN": (
+            f"mysql://{mariadb.user}@{mariadb.host}:{mariadb.port}/{mariadb.dbname}"
+        ),
+        "DBLOG_DEV_MYSQL_PASSWORD": mariadb.password,
+        "DBLOG_DEV_REDIS_URL": f"{redis.scheme}://{redis.host}:{redis.port}/{redis.db}",
+        "DBLOG_DEV_REDIS_PASSWORD": redis.password,
+    }
 
 
 def _down(args: argparse.Namespace) -> int:

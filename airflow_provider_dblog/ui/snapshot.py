@@ -23,6 +23,7 @@ from airflow_provider_dblog.state import (
     TailerHealth,
     WindowStatus,
 )
+from airflow_provider_dblog.state.compactor import CompactorHealth
 
 WINDOW_HORIZON_MS = 120_000
 """Ended windows older than this (Redis clock) are left out of the snapshot."""
@@ -73,6 +74,7 @@ class LiveView:
             now_ms = seconds * 1000 + micros // 1000
             snapshot["now_ms"] = now_ms
             snapshot["tailer"] = self._tailer(self.store.tailer.health())
+            snapshot["compaction"] = compaction_json(self.store.compactor.health())
             snapshot["windows"] = self._window_list(now_ms)
             snapshot["dumps"] = self._dump_list()
         except StateStoreUnavailable as exc:
@@ -208,6 +210,21 @@ class LiveView:
         if seen not in self._first_keys and key is not None:
             self._first_keys[seen] = (key, progress.rows_done)
         return self._first_keys.get(seen)
+
+
+def compaction_json(health: CompactorHealth | None) -> JsonValue:
+    """The compaction follower's line: who folds, how fresh the lake is (`follow_metrics`);
+    None when no follower beats (a lake compacted in batches, or none)."""
+    if health is None:
+        return None
+    m = health.metrics
+    return {
+        "owner": health.owner,
+        "age_ms": health.age_ms,
+        "freshness_s": m.get("freshness_s"),
+        "events": m.get("events", 0),
+        "pending_bytes": m.get("pending_bytes", 0),
+    }
 
 
 def _table_counts(raw: JsonValue) -> dict[str, dict[str, int]]:

@@ -50,6 +50,7 @@ function draw(snap) {
   if (snap.error) return;
   drawTailer(snap.tailer);
   drawTables(snap.tailer);
+  drawCompaction(snap.compaction);
   drawWindows(snap.windows, snap.now_ms);
   drawDumps(snap.dumps);
 }
@@ -63,6 +64,15 @@ function drawTailer(tailer) {
     el("b", {}, `${num(m.lag_ms)} ms`), ` · ${num(m.events)} events · ${num(m.dump_rows)} chunk rows · `,
     el("b", {}, `${m.open_windows ?? 0}`), " open windows · ",
     `${num(m.windows_closed)} closed · ${num(m.windows_failed)} failed · beat ${num(tailer.age_ms)} ms ago`);
+}
+
+function drawCompaction(compaction) {
+  const box = $("#compaction");
+  box.hidden = !compaction;
+  if (!compaction) return;
+  const fresh = compaction.freshness_s == null ? "unknown" : `${compaction.freshness_s.toFixed(1)} s`;
+  box.replaceChildren("lake ", el("b", {}, compaction.owner), ` folds · freshness ${fresh} · `,
+    `${num(compaction.events)} events folded · ${num(compaction.pending_bytes)} bytes pending`);
 }
 
 function drawTables(tailer) {

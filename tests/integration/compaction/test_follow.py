@@ -10,6 +10,7 @@ source is never connected to."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from airflow_provider_dblog.core.event import Event
 from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import StateStore
+from tests.integration.browser import Page, chromium
 from tests.integration.compaction.test_spark_compact import Stream, expected, found, write
 from tests.integration.e2e_support import wait_until
 
@@ -36,6 +39,7 @@ pytestmark = pytest.mark.integration
 
 REDIS_PASSWORD_ENV = "FOLLOW_REDIS_PASSWORD"
 DEADLINE_S = 90
+DBLOG = (sys.executable, "-m", "airflow_provider_dblog.cli")
 
 
 @dataclass
@@ -60,20 +64,45 @@ class Lake:
 
     def dblog(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "airflow_provider_dblog.cli",
-                *args,
-                "--config",
-                str(self.config),
-            ],
+            [*DBLOG, *args, "--config", str(self.config)],
             env=self.env,
             capture_output=True,
             text=True,
             timeout=300,
             check=False,
         )
+
+
+@contextmanager
+def live_view(lake: Lake, tmp_path: Path) -> Iterator[Page]:
+    """`dblog ui` on the lake's source, open in a headless Chromium."""
+    port = free_port()
+    with (tmp_path / "ui.log").open("w") as out:
+        process = subprocess.Popen(
+            [*DBLOG, "ui", "--config", str(lake.config), "--port", str(port), "--interval", "0.2"],
+            env=lake.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+
+    def serving() -> bool:
+        assert process.poll() is None, (tmp_path / "ui.log").read_text()
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"{url}/api/snapshot", timeout=5) as response,
+        ):
+            return bool(response.status == 200)
+        return False
+
+    try:
+        wait_until(serving, DEADLINE_S, "dblog ui serving")
+        with chromium(tmp_path) as page:
+            page.navigate(f"{url}/")
+            yield page
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def stamp(events: list[Event], ts_ms: int) -> None:
@@ -122,7 +151,7 @@ class Follower:
         args += ["--owner", owner, "--metrics-port", str(self.port), "--config", str(lake.config)]
         with log.open("w") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "airflow_provider_dblog.cli", "lake", "compact", *args],
+                [*DBLOG, "lake", "compact", *args],
                 env=lake.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -200,6 +229,12 @@ def test_follow_folds_new_events_beside_maintenance_and_stops_on_sigterm(
     assert status.returncode == 0, status.stderr
     (line,) = [x for x in status.stdout.splitlines() if x.startswith("compaction: ")]
     assert line.startswith("compaction: follower-a, heartbeat") and "freshness 6" in line, line
+    with live_view(lake, tmp_path) as page:
+        shown = page.wait(
+            "document.querySelector('#compaction:not([hidden])')?.textContent",
+            "the live view showing the compaction",
+        )
+    assert shown.startswith("lake follower-a folds · freshness 6"), shown
 
     follower.process.send_signal(signal.SIGTERM)
     assert follower.process.wait(timeout=DEADLINE_S) == 0, follower.said()
