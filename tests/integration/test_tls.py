@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import sys
 import tempfile
 import threading
@@ -42,8 +43,9 @@ from airflow_provider_dblog.dump.spark_run import run_spark_dump
 from airflow_provider_dblog.outputs import SqlApplyOutput, read_events
 from airflow_provider_dblog.outputs.base import OutputError
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
-from airflow_provider_dblog.sources.base import SourceError
+from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.factory import source_for
+from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.state import DumpState, StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 from airflow_provider_dblog.targets import direct_target_for
@@ -192,7 +194,7 @@ def test_the_end_to_end_path_runs_over_verified_tls(
     try:
         writer.wait_for(10, timeout_s=60)
         store.dumps.create(
-            DumpRequest("tls", DumpKind.ALL, dbs.tables, chunk_size=100, parallelism=3)
+            DumpRequest("tls", DumpKind.ALL, dbs.tables, chunk_size=150, parallelism=3)
         )
         state = run_spark_dump(spark.sparkContext, config, "tls", direct_target_for)
         written = len(writer.stop())
@@ -363,3 +365,39 @@ def test_a_sql_target_whose_certificate_does_not_verify_is_an_output_error(
     other_ca = make_test_ca(tmp_path / "other-ca").ca_file
     with pytest.raises(OutputError, match="SQL target over TLS: the server's certificate does"):
         SqlApplyOutput(f"{pg_tls.dsn}?sslmode=verify-full&sslrootcert={other_ca}")
+
+
+def test_a_client_certificate_logs_in_a_mariadb_user_that_requires_one(
+    mariadb_tls: MariaDBInfo, ca: TestCA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ssl_cert` and `ssl_key`: a user created `REQUIRE X509` logs in over TLS with a client
+    certificate of the CA the server trusts, and is refused without one."""
+    password = secrets.token_urlsafe(16)
+    monkeypatch.setenv("X509_PASSWORD", password)
+    with (
+        pymysql.connect(**mariadb_tls.admin_connect_kwargs(), autocommit=True) as admin,
+        admin.cursor() as cursor,
+    ):
+        cursor.execute("SET sql_log_bin = 0")  # the password stays out of the binlog
+        cursor.execute("CREATE USER 'x509'@'%%' IDENTIFIED BY %s REQUIRE X509", (password,))
+        try:
+            cert, key = ca.client_cert("x509")
+            section = {
+                "name": "x509",
+                "dsn": f"mysql://x509@{LOOPBACK}:{mariadb_tls.port}",
+                "tables": ["shop.orders"],
+                "password_env": "X509_PASSWORD",
+                "ssl_ca": str(ca.ca_file),
+            }
+            with_cert = {**section, "ssl_cert": str(cert), "ssl_key": str(key)}
+            with (
+                MysqlSourceConfig.from_section(with_cert).connect() as conn,
+                conn.cursor() as session,
+            ):
+                session.execute("SHOW STATUS LIKE 'Ssl_cipher'")
+                row = session.fetchone()
+            assert row is not None and row[1], "the session is encrypted"
+            with pytest.raises(SourceUnavailable, match="Access denied"):
+                MysqlSourceConfig.from_section(section).connect()
+        finally:
+            cursor.execute("DROP USER 'x509'@'%'")
