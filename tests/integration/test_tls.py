@@ -7,7 +7,9 @@ The end-to-end path runs over TLS that verifies the server's certificate and hos
 dump on Spark whose executors read the chunks, while another process writes; the NDJSON
 stream rebuilds the source. On PostgreSQL the chunks also come from a read replica over TLS.
 A wrong CA and a certificate for another host are each refused by `dblog tail` and `dblog
-dump` in one line that says which, without a traceback.
+dump` in one line that says which, without a traceback; Spark tasks so refused fail the dump
+with that line, and the SQL-apply target so refused is an `OutputError`. A MariaDB client
+certificate logs in a `REQUIRE X509` user.
 
 The servers' certificate names 127.0.0.1 only, so `localhost` is "another host" for it. One
 TLS server per database for the module; its replica only for the test that reads one.
