@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
@@ -306,6 +306,8 @@ def _beating(store: StateStore, dump_id: str) -> Iterator[None]:
     finally:
         done.set()
         thread.join()
+        with suppress(StateStoreUnavailable):  # then the beat expires after its TTL
+            store.dumps.unbeat(dump_id, owner)
 
 
 def _patiently(call: Callable[[], T], patience_s: float = STORE_PATIENCE_S) -> T:

@@ -342,6 +342,19 @@ return 1
         chunk)."""
         self._r.set(self.keys.dump_driver(dump_id), owner, px=ttl_ms)
 
+    # KEYS: driver. ARGV: owner. Deletes the driver's beat if it is still this owner's.
+    _UNBEAT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+    @reachable
+    def unbeat(self, dump_id: str, owner: str) -> None:
+        """The process running the dump has stopped running it: it no longer counts as its
+        driver (a run started right after, from `dblog ui` say, need not wait for the beat
+        to expire). Another owner's beat is left alone."""
+        self._eval(self._UNBEAT, keys=[self.keys.dump_driver(dump_id)], args=[owner])
+
     @reachable
     def driver(self, dump_id: str) -> str | None:
         """The process running the dump, or None if none beat within its TTL."""

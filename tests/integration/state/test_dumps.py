@@ -144,3 +144,18 @@ def test_dump_driver_beats_and_expires(store: StateStore) -> None:
     store.dumps.beat("d1", "host:42", ttl_ms=300)
     assert store.dumps.driver("d1") == "host:42"
     wait_for(lambda: store.dumps.driver("d1") is None, 5, "the driver's beat expiring")
+
+
+def test_a_driver_that_stops_running_the_dump_is_no_longer_its_driver(store: StateStore) -> None:
+    store.dumps.beat("d1", "host:42", ttl_ms=60_000)
+    store.dumps.unbeat("d1", "host:7")  # not its beat: left alone
+    assert store.dumps.driver("d1") == "host:42"
+    store.dumps.unbeat("d1", "host:42")
+    assert store.dumps.driver("d1") is None
+
+
+def test_airflow_s_origin_of_a_dump_is_kept_beside_it(store: StateStore) -> None:
+    assert store.dumps.origin("d1") is None
+    origin = {"dag_id": "dblog_dump", "run_id": "manual__1", "run_url": "http://a/dags/x"}
+    store.dumps.record_origin("d1", origin)
+    assert store.dumps.origin("d1") == origin
