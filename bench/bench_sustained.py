@@ -55,6 +55,7 @@ from support import Env, RunningTailer, dblog_command, load_average, say, step, 
 
 from airflow_provider_dblog.core.encoded_rows import PageLines
 from airflow_provider_dblog.core.event import Event, Op
+from airflow_provider_dblog.core.lines import Lines, LogLines
 from airflow_provider_dblog.devservices.mariadb import MariaDBServer
 from airflow_provider_dblog.devservices.postgres import PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
@@ -287,16 +288,20 @@ class ProbedNdjson(NdjsonOutput):
         self.log_events = 0
         self.probes_durable: dict[int, float] = {}
 
-    def write_items(self, items: Sequence[Event | PageLines], token: int) -> None:
+    def write_items(self, items: Sequence[Event | Lines], token: int) -> None:
         super().write_items(items, token)
         now = time.time()
         for item in items:
             if isinstance(item, PageLines):  # a dump's rows
                 continue
-            if item.source.table != PROBE_TABLE:
-                self.log_events += 1
-            elif item.op is Op.CREATE:
-                self.probes_durable[int(item.key["id"])] = now
+            if isinstance(item, LogLines):  # a binlog rows event's changes
+                table, op, keys = item.origin.table_name, item.op, item.keys
+            else:
+                table, op, keys = item.source.table, item.op, [item.key]
+            if table != PROBE_TABLE:
+                self.log_events += len(keys)
+            elif op is Op.CREATE:
+                self.probes_durable.update((int(key["id"]), now) for key in keys)
 
 
 class Probes:

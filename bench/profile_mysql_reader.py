@@ -28,6 +28,7 @@ import pymysql
 from bench_pipeline import HEAVY_TABLE, heavy_row
 
 from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.lines import LogLines
 from airflow_provider_dblog.core.log import Change, Idle
 from airflow_provider_dblog.devservices.mariadb import MariaDBServer
 from airflow_provider_dblog.sources.mysql.binlog import MysqlLogReader
@@ -84,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         if profile is not None:
             profile.enable()
         for item in items:
-            if isinstance(item, Change):
-                read += 1
+            if isinstance(item, Change | LogLines):
+                read += len(item) if isinstance(item, LogLines) else 1
                 if read >= args.rows:
                     break
         if profile is not None:

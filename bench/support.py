@@ -22,6 +22,7 @@ import pymysql
 
 from airflow_provider_dblog.core.encoded_rows import PageLines
 from airflow_provider_dblog.core.event import Event, Op
+from airflow_provider_dblog.core.lines import Lines, LogLines
 from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
@@ -232,17 +233,18 @@ class TimedNdjson(NdjsonOutput):
         self.timed_table = timed_table
         self.latency: dict[int, float] = {}
 
-    def write_items(self, items: Sequence[Event | PageLines], token: int) -> None:
+    def write_items(self, items: Sequence[Event | Lines], token: int) -> None:
         super().write_items(items, token)
         now = time.time()
-        self.durable_events += sum(len(i) if isinstance(i, PageLines) else 1 for i in items)
+        self.durable_events += sum(len(i) if isinstance(i, Lines) else 1 for i in items)
         if self.timed_table is not None:
-            for event in items:
-                if isinstance(event, PageLines):
+            for item in items:
+                if isinstance(item, PageLines):  # a dump's rows
                     continue
-                if event.op is Op.CREATE and event.source.table == self.timed_table:
-                    assert event.after is not None
-                    self.latency[int(event.key["id"])] = now - float(event.after["created"])
+                for event in item.events() if isinstance(item, LogLines) else (item,):
+                    if event.op is Op.CREATE and event.source.table == self.timed_table:
+                        assert event.after is not None
+                        self.latency[int(event.key["id"])] = now - float(event.after["created"])
 
 
 class RunningTailer:
@@ -275,5 +277,11 @@ class RunningTailer:
     def cpu_s(self) -> float:
         """CPU seconds the tailer's threads used so far: its session's thread and its output
         writer's (`dblog-writer`)."""
-        threads = [self._thread, *(t for t in threading.enumerate() if t.name == "dblog-writer")]
-        return sum(thread_cpu_s(t.native_id) for t in threads if t.native_id is not None)
+        return sum(self.thread_cpu_s())
+
+    def thread_cpu_s(self) -> tuple[float, float]:
+        """CPU seconds of the session's thread (the reader's decoding and the session's work)
+        and of the writer's, so far."""
+        writers = [t for t in threading.enumerate() if t.name == "dblog-writer"]
+        cpu = [thread_cpu_s(t.native_id) if t.native_id else 0.0 for t in [self._thread, *writers]]
+        return cpu[0], sum(cpu[1:])

@@ -34,6 +34,7 @@ from airflow_provider_dblog.core.event import (
     SourceInfo,
     TableRef,
 )
+from airflow_provider_dblog.core.lines import Lines
 from airflow_provider_dblog.core.position import Position
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -168,19 +169,15 @@ class DumpLine:
 
 
 @dataclass(frozen=True, slots=True)
-class PageLines:
+class PageLines(Lines):
     """A page of a window's rows stamped into their lines (`DumpLine.page`): seqs `first` to
-    `last`, each line with its newline, in `data`. The tailer hands it to the writer as one
-    item and the NDJSON output writes it as it is; an output that takes events gets one
-    `EncodedEvent` a line (`events`)."""
+    `last` of the window's commit, each line with its newline, in `data`. The tailer hands it
+    to the writer as one item and the NDJSON output writes it as it is."""
 
     window: DumpLine
     first: int
     last: int
     data: bytes
-
-    def __len__(self) -> int:
-        return self.last - self.first + 1
 
     @property
     def first_position(self) -> Position:
@@ -197,29 +194,8 @@ class PageLines:
         seqs = range(self.first, self.last + 1)
         return list(map(EncodedEvent, lines, repeat(page, len(self)), seqs))
 
-    def after(self, position: Position) -> PageLines | None:
-        """The lines positioned after `position` (a replay's end), None if none is."""
-        if position >= self.last_position:
-            return None
-        if position < self.first_position:
-            return self
-        skipped = position.seq - self.first + 1
-        rest = self.data.split(b"\n", skipped)[-1]
-        return PageLines(self.window, position.seq + 1, self.last, rest)
-
-    def cut(self, size: int) -> tuple[PageLines, PageLines | None]:
-        """The first lines that fit in `size` bytes (at least one) and the rest (None if
-        every line fits)."""
-        if len(self.data) <= size:
-            return self, None
-        end = self.data.rfind(b"\n", 0, size) + 1 or self.data.find(b"\n") + 1
-        if end == len(self.data):
-            return self, None
-        split = self.first + self.data.count(b"\n", 0, end)
-        return (
-            PageLines(self.window, self.first, split - 1, self.data[:end]),
-            PageLines(self.window, split, self.last, self.data[end:]),
-        )
+    def _part(self, first: int, last: int, data: bytes) -> PageLines:
+        return PageLines(self.window, first, last, data)
 
 
 @dataclass(frozen=True, slots=True)

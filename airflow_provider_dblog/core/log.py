@@ -8,9 +8,11 @@ schema descriptions alike), so items come in strictly increasing position order.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from airflow_provider_dblog.core.event import Event, TableRef
+from airflow_provider_dblog.core.lines import LogLines
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
 
@@ -88,4 +90,17 @@ class Idle:
     log_end: int
 
 
-LogItem = Change | Truncate | SchemaDescription | WatermarkWrite | TransactionEnd | Idle
+LogItem = Change | LogLines | Truncate | SchemaDescription | WatermarkWrite | TransactionEnd | Idle
+"""`LogLines` is several changes of one table at once, positioned as that many `Change`s would be: a
+reader hands one where it read them together (a binlog rows event), so that the tailer's
+thread does no work a row (`single_changes` undoes it for a consumer that wants them one by
+one)."""
+
+
+def single_changes(items: Iterable[LogItem]) -> Iterator[LogItem]:
+    """`items` with each `LogLines` as a `Change` a row, in order."""
+    for item in items:
+        if type(item) is LogLines:
+            yield from map(Change, item.events())
+        else:
+            yield item

@@ -41,8 +41,10 @@ from airflow_provider_dblog.core.event import (
     Row,
     SourceInfo,
     TableRef,
+    freeze,
     key_of,
 )
+from airflow_provider_dblog.core.lines import LogLines
 from airflow_provider_dblog.core.position import Position
 
 
@@ -197,6 +199,18 @@ class Reconciler:
             key = event.key_value()
             for open_window in windows:
                 open_window.changed.add(key)
+
+    def log_lines(self, lines: LogLines) -> None:
+        """`change` of each of a run of log events of one table and transaction, which the
+        caller emits at once: their keys leave every open chunk of T."""
+        origin = lines.origin
+        if origin.txid is not None:
+            self._recent.add(origin.txid, lines.commit)
+        windows = self._open_by_table.get(origin.table) if self._open_by_table else None
+        if windows:
+            keys = [tuple(map(freeze, key.values())) for key in lines.keys]  # `key_value`'s
+            for open_window in windows:
+                open_window.changed.update(keys)
 
     def table_event(self, event: Event) -> list[Failed]:
         """A table-level event (`t`, `s`), which the caller emits at once: every window of its

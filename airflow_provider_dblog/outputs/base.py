@@ -33,9 +33,10 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
 
-from airflow_provider_dblog.core.encoded_rows import PageLines, encoded_run_end
+from airflow_provider_dblog.core.encoded_rows import encoded_run_end
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import Event
+from airflow_provider_dblog.core.lines import Lines
 from airflow_provider_dblog.core.position import Position
 
 
@@ -77,13 +78,14 @@ class Output(ABC):
         assumed written: the tailer hands the events again. An empty batch does nothing, not
         even check the token."""
 
-    def write_items(self, items: Sequence[Event | PageLines], token: int) -> None:
-        """`write` of a batch in which each page of a dump chunk's rows comes as one item, its
-        lines stamped (`PageLines`), as the tailer's writer hands it over. An output that writes
-        lines as they are takes the pages whole (NDJSON); this one takes an event a line."""
+    def write_items(self, items: Sequence[Event | Lines], token: int) -> None:
+        """`write` of a batch in which each page of a dump chunk's rows, and the changes of
+        each binlog rows event, come as one item, with their lines (`Lines`), as the tailer's
+        writer hands them over. An output that writes lines as they are takes them whole
+        (NDJSON); this one takes an event a line."""
         events: list[Event] = []
         for item in items:
-            if isinstance(item, PageLines):
+            if isinstance(item, Lines):
                 events += item.events()
             else:
                 events.append(item)

@@ -36,9 +36,9 @@ from itertools import accumulate
 from pathlib import Path
 from typing import cast
 
-from airflow_provider_dblog.core.encoded_rows import PageLines
 from airflow_provider_dblog.core.event import Event
 from airflow_provider_dblog.core.event_codec import decode, encode_lines
+from airflow_provider_dblog.core.lines import Lines
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.outputs.base import (
     Output,
@@ -287,7 +287,7 @@ class NdjsonOutput(Output):
     def write(self, events: Sequence[Event], token: int) -> None:
         self.write_items(events, token)
 
-    def write_items(self, items: Sequence[Event | PageLines], token: int) -> None:
+    def write_items(self, items: Sequence[Event | Lines], token: int) -> None:
         """Events as their lines, a chunk's page as its lines as they are: the whole page is
         one piece of one write unless a file ends inside it."""
         if self._lock < 0:
@@ -298,10 +298,10 @@ class NdjsonOutput(Output):
             self._take(token)
             kept = self._unreplayed(items)
             pieces: list[bytes] = []
-            owners: list[Event | PageLines] = []
+            owners: list[Event | Lines] = []
             start = 0
             for index, item in enumerate(kept):
-                if isinstance(item, PageLines):
+                if isinstance(item, Lines):
                     events = cast(list[Event], kept[start:index])
                     pieces += encode_lines(events)
                     owners += events
@@ -313,14 +313,14 @@ class NdjsonOutput(Output):
             owners += events
             self._append_pieces(pieces, owners)
 
-    def _unreplayed(self, items: Sequence[Event | PageLines]) -> list[Event | PageLines]:
+    def _unreplayed(self, items: Sequence[Event | Lines]) -> list[Event | Lines]:
         """`drop_replayed` of events and pages: what comes after the last position written."""
-        kept: list[Event | PageLines] = []
+        kept: list[Event | Lines] = []
         last = self.last_position
         offered = taken = start = 0
         for index in range(len(items) + 1):
             item = items[index] if index < len(items) else None
-            if item is not None and not isinstance(item, PageLines):
+            if item is not None and not isinstance(item, Lines):
                 continue
             run = cast(list[Event], items[start:index])
             events = drop_replayed(run, last)
@@ -349,7 +349,7 @@ class NdjsonOutput(Output):
             log.info("skipped %d replayed events", offered - taken)
         return kept
 
-    def _append_pieces(self, pieces: list[bytes], owners: list[Event | PageLines]) -> None:
+    def _append_pieces(self, pieces: list[bytes], owners: list[Event | Lines]) -> None:
         """Write the pieces (an event's line, a page's lines) in as few writes as the files
         allow, each fsynced; a page is cut at a line where a file ends."""
         ends = list(accumulate(map(len, pieces)))  # ends[i]: the bytes of pieces[: i + 1]
@@ -360,7 +360,7 @@ class NdjsonOutput(Output):
             end = bisect_right(ends, before + room, lo=start)
             if end == start:  # the next piece does not fit in what is left of this file
                 owner = owners[start]
-                if isinstance(owner, PageLines):
+                if isinstance(owner, Lines):
                     fits, rest = owner.cut(room)
                     if rest is not None and (len(fits.data) <= room or not self._size):
                         pieces[start : start + 1] = [fits.data, rest.data]
@@ -375,9 +375,7 @@ class NdjsonOutput(Output):
             with self._unavailable(self.current_file):
                 self._append(b"".join(pieces[start:end]))
             owner = owners[end - 1]
-            self.last_position = (
-                owner.last_position if isinstance(owner, PageLines) else owner.position
-            )
+            self.last_position = owner.last_position if isinstance(owner, Lines) else owner.position
             start = end
 
     def _append(self, data: bytes) -> None:

@@ -49,6 +49,7 @@ from airflow_provider_dblog.core.event import (
     TableRef,
     table_event,
 )
+from airflow_provider_dblog.core.lines import LogLines
 from airflow_provider_dblog.core.log import (
     Change,
     Idle,
@@ -216,6 +217,12 @@ class Session:
                     if changes & _CHANGES_BETWEEN_CHECKS:
                         continue
                     self._writer.check()
+                elif isinstance(item, LogLines):  # a rows event's changes, checked as one
+                    self.log_lines(item)
+                    changes += 1
+                    if changes & _CHANGES_BETWEEN_CHECKS:
+                        continue
+                    self._writer.check()
                 else:
                     self._writer.check()
                     self._other(item)
@@ -279,6 +286,22 @@ class Session:
         # `count`, inlined:
         stats.events_by_table[counted] = stats.events_by_table.get(counted, 0) + 1
         stats.last_ts_ms = ts_ms or stats.last_ts_ms
+        stats.caught_up = False
+
+    def log_lines(self, item: LogLines) -> None:
+        """`change` of each of a run of changes, as one: one look at the open windows, one
+        hand-over of their lines, one count."""
+        if not self._stamped:  # only a reader that stamps versions builds these; in case not
+            for event in item.events():
+                self.change(Change(event))
+            return
+        self._reconciler.log_lines(item)
+        self._writer.put(item)
+        stats, origin, count = self._stats, item.origin, len(item)
+        stats.events += count
+        counted = (origin.schema, origin.table_name, item.op)
+        stats.events_by_table[counted] = stats.events_by_table.get(counted, 0) + count
+        stats.last_ts_ms = origin.ts_ms or stats.last_ts_ms
         stats.caught_up = False
 
     def truncate(self, item: Truncate) -> None:

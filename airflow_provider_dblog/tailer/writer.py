@@ -1,8 +1,9 @@
 """The writer thread: the only thing that writes the output, in batches, in hand-over order.
 
-The session hands it events, lists of a chunk's events and marks through a bounded buffer; log
-events one at a time (`put_event`), which go in as lists of up to `batch_events` too, handed
-over when the list is full or before the next other item, so order is kept. A
+The session hands it events, runs of events as their lines (`Lines`: a page of a chunk, a
+binlog rows event's changes) and marks through a bounded buffer; log events one at a time
+(`put_event`), which go in as lists of up to `batch_events` too, handed over when the list is
+full or before the next other item, so order is kept. A
 mark takes effect only once everything handed over before it is durable: `TransactionEnd`
 moves the durable commit (what may be acknowledged to the source), `WindowDurable` closes the
 window in the store (what lets the dump move its progress), `SchemaDurable` saves a table's
@@ -30,8 +31,9 @@ from typing import Final, Protocol
 from prometheus_client import Histogram
 
 from airflow_provider_dblog.core.direct import DirectRecord
-from airflow_provider_dblog.core.encoded_rows import EncodedEvent, PageLines
+from airflow_provider_dblog.core.encoded_rows import EncodedEvent
 from airflow_provider_dblog.core.event import Event
+from airflow_provider_dblog.core.lines import Lines
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.schema_versions import KnownSchema
 from airflow_provider_dblog.outputs.base import Output
@@ -115,7 +117,7 @@ _LINE = operator.attrgetter("line")
 
 
 def _weight(item: object) -> int:
-    if isinstance(item, PageLines):
+    if isinstance(item, Lines):
         return max(len(item), len(item.data) >> 10)
     if not isinstance(item, list):
         return 1
@@ -138,14 +140,15 @@ def take_batch(first: object, next_item: Callable[[], object | None], limit: int
     """Up to `limit` events and marks from `first` on, then from `next_item()` (None: nothing
     more to take now), as when each event of a list was an item of its own. A list or a page
     that does not fit is split; nothing after it is taken. Encoded chunk rows take a unit per
-    KiB of their lines rather than one a row (`_fitting`); a page of them (`PageLines`) too."""
+    KiB of their lines rather than one a row (`_fitting`); a run of lines (`Lines`: a page of
+    them, a rows event's changes) too."""
     items: list[object] = []
     room = max(1, limit)
     item: object | None = first
     while item is not None:
         if item is STOP:
             return Batch(items, None, True)
-        if isinstance(item, PageLines):
+        if isinstance(item, Lines):
             taken = max(1, len(item.data) >> 10)
             if taken > room:
                 fits, rest = item.cut(room << 10)
@@ -313,10 +316,10 @@ class Writer(threading.Thread):
             return None
 
     def _flush(self, items: list[object]) -> None:
-        events: list[Event | PageLines] = []
+        events: list[Event | Lines] = []
         marks: list[object] = []
         for item in items:
-            if isinstance(item, (Event, PageLines)):
+            if isinstance(item, (Event, Lines)):
                 events.append(item)
             else:
                 marks.append(item)

@@ -15,8 +15,8 @@ from pyspark.sql import SparkSession
 from support import Env, TimedNdjson
 
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.core.encoded_rows import PageLines
 from airflow_provider_dblog.core.event import Event, Key, TableRef
+from airflow_provider_dblog.core.lines import Lines
 from airflow_provider_dblog.sources.base import ChunkSource
 
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
@@ -77,7 +77,7 @@ class CountingNdjson(TimedNdjson):
         super().__init__(directory)
         self.write_s = 0.0
 
-    def write_items(self, items: Sequence[Event | PageLines], token: int) -> None:
+    def write_items(self, items: Sequence[Event | Lines], token: int) -> None:
         started = time.perf_counter()
         super().write_items(items, token)
         self.write_s += time.perf_counter() - started

@@ -35,7 +35,8 @@ import re
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NamedTuple
+from itertools import repeat
+from typing import NamedTuple, cast
 
 from airflow_provider_dblog.core.event import (
     EncodedLogEvent,
@@ -50,6 +51,7 @@ from airflow_provider_dblog.core.event_codec import (
     plain_row_encoder,
     row_json_encoder,
 )
+from airflow_provider_dblog.core.lines import LogLines
 from airflow_provider_dblog.core.log import (
     Change,
     Idle,
@@ -452,7 +454,8 @@ class BinlogMapper:
 
     def rows(self, record: Rows) -> list[LogItem]:
         """The changes of one rows event (nearly every event): each row image read by the
-        reader compiled for its table map, its event's line built at once."""
+        reader compiled for its table map, then the rows' lines built in one pass, handed
+        over as one `LogLines` (an update of a key: a `Change` a row instead)."""
         transaction = self._transaction
         head = record.head
         if transaction is None:
@@ -474,82 +477,92 @@ class BinlogMapper:
             begin, version = transaction.begin, self.schema_versions.get(ref, 0)
             origin = LogOrigin(self._source, self._db, ref, begin.txid, begin.ts_ms)
             lines = table.lines = _Lines.of(transaction, origin, version)
-        origin, formats, version = lines.origin, lines.formats, lines.version
-        spell, spell_key, floats, standard = table.spell, table.spell_key, table.floats, self._spell
-        position = transaction.next_position
-        items: list[LogItem] = []
-        add = items.append
-        # Inserts and deletes, nearly every row, build their positions and changes inline:
-        # two calls a row fewer (`_Transaction.next_position`, `_change`).
-        commit, seq = transaction.begin.commit, transaction.seq
-        if record.kind is RowKind.INSERT:
-            create = formats[Op.CREATE]
-            while pos < end:
-                floats.seen = False
-                after, key, pos = read(data, pos)
-                if key is None:
-                    raise _keyless(ref, table.key)
-                at = _new(Position)
-                _SET_COMMIT(at, commit)
-                _SET_SEQ(at, seq)
-                change = _new(Change)
-                spell_row = standard if floats.seen else spell
-                line = create % (spell_key(key), b"null", spell_row(after), commit, seq)
-                _SET_EVENT(
-                    change,
-                    EncodedLogEvent(line, _CREATE, key, None, after, at, origin, version),
-                )
-                add(change)
-                seq += 1
-            transaction.seq = seq
-        elif record.kind is RowKind.DELETE:
-            delete = formats[Op.DELETE]
-            while pos < end:
-                floats.seen = False
-                before, key, pos = read(data, pos)
-                if key is None:
-                    raise _keyless(ref, table.key)
-                at = _new(Position)
-                _SET_COMMIT(at, commit)
-                _SET_SEQ(at, seq)
-                change = _new(Change)
-                spell_row = standard if floats.seen else spell
-                line = delete % (spell_key(key), spell_row(before), b"null", commit, seq)
-                _SET_EVENT(
-                    change,
-                    EncodedLogEvent(line, _DELETE, key, before, None, at, origin, version),
-                )
-                add(change)
-                seq += 1
-            transaction.seq = seq
-        else:
+        # The one loop a row: each image read, its row and key kept; the rest a C-level pass.
+        floats = table.floats
+        floats.seen = False
+        rows: list[Row] = []
+        keys: list[Row | None] = []
+        add_row, add_key = rows.append, keys.append
+        if record.kind is RowKind.UPDATE:
             read_after = table.readers.get(head.present_after) or self._reader(
                 table, head.present_after
             )
-            update = formats[Op.UPDATE]
+            afters: list[Row] = []
+            old_keys: list[Row | None] = []
+            add_after, add_old_key = afters.append, old_keys.append
             while pos < end:
-                floats.seen = False
                 before, old_key, pos = read(data, pos)
                 after, key, pos = read_after(data, pos)
-                if key is None or old_key is None:
-                    raise _keyless(ref, table.key)
-                spell_row = standard if floats.seen else spell
-                if old_key != key:
-                    items += self._key_change(
-                        transaction, lines, spell_row, spell_key, old_key, before, key, after
-                    )
-                    continue
-                at = position()
-                line = update % (
-                    spell_key(key),
-                    spell_row(before),
-                    spell_row(after),
-                    at.commit,
-                    at.seq,
-                )
-                add(_change(line, _UPDATE, key, before, after, at, origin, version))
+                add_row(before)
+                add_old_key(old_key)
+                add_after(after)
+                add_key(key)
+            if None in keys or None in old_keys:
+                raise _keyless(ref, table.key)
+        else:
+            while pos < end:
+                row, key, pos = read(data, pos)
+                add_row(row)
+                add_key(key)
+            if None in keys:
+                raise _keyless(ref, table.key)
         if pos != end:  # the images overran the event: its table map does not describe them
             raise SourceError(f"binlog: a rows event of {ref} does not end where its rows do")
+        if not rows:
+            return []
+        spell_row = self._spell if floats.seen else table.spell
+        keyed = cast(list[Row], keys)
+        if record.kind is RowKind.UPDATE and old_keys != keys:
+            return self._key_changes(
+                transaction, lines, spell_row, table.spell_key, old_keys, rows, keyed, afters
+            )
+        commit, first = transaction.begin.commit, transaction.seq
+        seqs = range(first, first + len(rows))
+        transaction.seq = seqs.stop
+        keys_json = map(table.spell_key, keyed)
+        nulls = repeat(b"null")
+        if record.kind is RowKind.INSERT:
+            op, befores, after_rows = _CREATE, None, rows
+            parts = zip(keys_json, nulls, map(spell_row, rows), repeat(commit), seqs)
+        elif record.kind is RowKind.DELETE:
+            op, befores, after_rows = _DELETE, rows, None
+            parts = zip(keys_json, map(spell_row, rows), nulls, repeat(commit), seqs)
+        else:
+            op, befores, after_rows = _UPDATE, rows, afters
+            parts = zip(
+                keys_json, map(spell_row, rows), map(spell_row, afters), repeat(commit), seqs
+            )
+        line = b"".join(map(lines.formats[op].__mod__, parts))
+        origin, version = lines.origin, lines.version
+        return [
+            LogLines(origin, version, op, commit, first, seqs[-1], keyed, befores, after_rows, line)
+        ]
+
+    def _key_changes(
+        self,
+        transaction: _Transaction,
+        lines: _Lines,
+        spell: Callable[[Row], bytes],
+        spell_key: Callable[[Row], bytes],
+        old_keys: list[Row | None],
+        befores: list[Row],
+        keys: list[Row],
+        afters: list[Row],
+    ) -> list[LogItem]:
+        """An update rows event that changes a key: a `Change` a row, each row that changes
+        its key a delete of the old key, then a create of the new one."""
+        origin, version, update = lines.origin, lines.version, lines.formats[Op.UPDATE]
+        items: list[LogItem] = []
+        for old_key, before, key, after in zip(old_keys, befores, keys, afters, strict=True):
+            assert old_key is not None
+            if old_key != key:
+                items += self._key_change(
+                    transaction, lines, spell, spell_key, old_key, before, key, after
+                )
+                continue
+            at = transaction.next_position()
+            line = update % (spell_key(key), spell(before), spell(after), at.commit, at.seq)
+            items.append(_change(line, _UPDATE, key, before, after, at, origin, version))
         return items
 
     def _spellers(self, table: _Table) -> tuple[Callable[[Row], bytes], Callable[[Row], bytes]]:

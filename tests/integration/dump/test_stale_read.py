@@ -23,7 +23,7 @@ import pytest
 
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Event, Origin
-from airflow_provider_dblog.core.log import Change, LogItem, WatermarkWrite
+from airflow_provider_dblog.core.log import Change, LogItem, WatermarkWrite, single_changes
 from airflow_provider_dblog.core.reconciler import (
     ChunkRows,
     Closed,
@@ -255,7 +255,7 @@ def test_c_the_guard_fails_the_window_that_ignoring_it_would_emit_stale(dbs: Dat
     reader = dbs.source.log_reader()
     try:
         items = read_until(
-            reader.items(),
+            single_changes(reader.items()),
             lambda seen: any(
                 isinstance(i, WatermarkWrite) and i.value == scenario.hw for i in seen
             ),

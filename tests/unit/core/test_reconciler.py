@@ -8,6 +8,7 @@ import pytest
 
 from airflow_provider_dblog.core.event import (
     Event,
+    LogOrigin,
     Op,
     Origin,
     PlainEvent,
@@ -15,6 +16,7 @@ from airflow_provider_dblog.core.event import (
     TableRef,
     table_event,
 )
+from airflow_provider_dblog.core.lines import LogLines
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import (
     ChunkRows,
@@ -268,3 +270,32 @@ def test_a_table_level_event_fails_the_open_windows_of_its_table_only(
     assert isinstance(late, Failed) and late.reason is FailureReason.DUPLICATE_HW
     assert isinstance(rec.high_watermark(other, Position(31, 0)), Closed)
     assert rec.table_event(event) == []
+
+
+def test_log_lines_are_reconciled_as_each_of_their_events() -> None:
+    """`log_lines` is `change` of each event of the run: every key (a list one frozen) leaves
+    the open chunk, and its transaction's commit is known to the stale-read check."""
+    keys = [{"k": "k1"}, {"k": ["a", 1]}, {"k": "k3"}]
+
+    def run(commit: int, txid: int) -> LogLines:
+        origin = LogOrigin("src", "db", T, txid, 0)
+        return LogLines(origin, 1, Op.CREATE, commit, 0, 2, keys, None, keys, b"l\n" * 3)
+
+    window = Window("w1", "d1", T)
+    outcomes = []
+    for one_by_one in (True, False):
+        rec = Reconciler("src", "db")
+        for lines in (run(10, 7), None, run(30, 8)):
+            if lines is None:
+                assert isinstance(rec.low_watermark(window, Position(20, 0)), Opened)
+            elif one_by_one:
+                for event in lines.events():
+                    rec.change(event)
+            else:
+                rec.log_lines(lines)
+        closed = rec.high_watermark(window, Position(50, 0))
+        assert isinstance(closed, Closed)
+        stale = rec.chunk_events(closed, chunk(window, "k2", invisible=frozenset({7})))
+        outcomes.append((closed.changed_keys, isinstance(stale, Failed) and stale.reason))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[1] == ({("k1",), (("a", 1),), ("k3",)}, FailureReason.STALE_READ)

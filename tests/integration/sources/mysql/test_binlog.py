@@ -15,7 +15,14 @@ import pymysql
 import pytest
 
 from airflow_provider_dblog.core.event import Event, Op, Row, TableRef
-from airflow_provider_dblog.core.log import Change, Idle, LogItem, SchemaDescription, TransactionEnd
+from airflow_provider_dblog.core.log import (
+    Change,
+    Idle,
+    LogItem,
+    SchemaDescription,
+    TransactionEnd,
+    single_changes,
+)
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.sources.mysql.binlog import BinlogPurged, MysqlLogReader
@@ -177,7 +184,7 @@ def test_the_reader_gives_the_dump_json_for_every_type(capture: MysqlCapture) ->
         cursor.execute(f"CREATE TABLE `{table.schema}`.`{table.name}` ({COLUMNS})")
     reader = MysqlLogReader(replace(capture.config, tables=(table,)), None, heartbeat_s=0.2)
     try:
-        items = reader.items()
+        items = single_changes(reader.items())
         next(items)  # where capture starts
         with capture.admin() as cursor:
             cursor.execute("SET SESSION sql_mode = ''")
@@ -212,7 +219,7 @@ def test_a_big_transaction_is_read_in_bounded_memory(capture: MysqlCapture) -> N
     rows = 400_000
     reader = MysqlLogReader(capture.config, None, heartbeat_s=0.5)
     try:
-        items = reader.items()
+        items = single_changes(reader.items())
         next(items)  # where capture starts
         capture.execute(
             f"INSERT INTO items SELECT seq, 'a note of some length', seq FROM seq_1_to_{rows}"
@@ -259,7 +266,7 @@ def test_a_reader_behind_a_dropped_column_reads_on(capture: MysqlCapture) -> Non
     again = MysqlLogReader(capture.config, saved, heartbeat_s=0.2)
     try:
         read: list[LogItem] = []
-        for item in again.items():
+        for item in single_changes(again.items()):
             read.append(item)
             if isinstance(item, SchemaDescription):
                 break
@@ -277,7 +284,7 @@ def test_an_xa_transaction_ends_at_its_prepare(capture: MysqlCapture) -> None:
     a group of its own: each ends with a `TransactionEnd`, and reading goes on."""
     reader = MysqlLogReader(capture.config, None, heartbeat_s=0.2)
     try:
-        items = reader.items()
+        items = single_changes(reader.items())
         next(items)  # where capture starts
         with capture.admin() as cursor:
             cursor.execute(f"USE `{capture.database}`")
@@ -306,7 +313,7 @@ def test_an_xa_transaction_ends_at_its_prepare(capture: MysqlCapture) -> None:
 def test_the_backlog_is_the_binlog_after_the_acknowledged_point(capture: MysqlCapture) -> None:
     reader = MysqlLogReader(capture.config, None, heartbeat_s=0.2)
     try:
-        items = reader.items()
+        items = single_changes(reader.items())
         start = next(items)
         assert isinstance(start, Idle)
         reader.acknowledge(start.log_end)
@@ -450,7 +457,7 @@ def test_a_binlog_purged_past_the_resume_point_is_an_error_naming_it(
 ) -> None:
     reader = MysqlLogReader(capture.config, None, heartbeat_s=0.2)
     try:
-        items = reader.items()
+        items = single_changes(reader.items())
         idle = next(item for item in items if isinstance(item, Idle))
         saved = reader.acknowledge(idle.log_end)
     finally:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Row, TableRef
-from airflow_provider_dblog.core.log import Change, Idle, LogItem
+from airflow_provider_dblog.core.log import Change, Idle, LogItem, single_changes
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.sources.mysql.binlog import MysqlLogReader
 from airflow_provider_dblog.sources.mysql.chunks import MysqlChunkSource
@@ -169,7 +169,7 @@ class Capture:
             cursor.execute(f"CREATE TABLE `{self.table.name}` (id int PRIMARY KEY, {columns})")
         ensure_setup(config)
         self.reader = MysqlLogReader(config, None, heartbeat_s=0.2)
-        self.items: Iterator[LogItem] = self.reader.items()
+        self.items: Iterator[LogItem] = single_changes(self.reader.items())
         assert isinstance(next(self.items), Idle)
         self.chunks = MysqlChunkSource(config)
         self.next_id = 0

@@ -14,7 +14,7 @@ import pytest
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Row, TableRef
-from airflow_provider_dblog.core.log import Change, Idle
+from airflow_provider_dblog.core.log import Change, Idle, single_changes
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.lake.catalog import source_lake_schema
 from airflow_provider_dblog.sources.keyset import TableShape
@@ -153,7 +153,7 @@ def test_the_log_reader_and_a_chunk_read_give_the_same_bytes(
     reader = MysqlLogReader(config, None, heartbeat_s=0.2)
     chunks = MysqlChunkSource(config)
     try:
-        items = reader.items()
+        items = single_changes(reader.items())
         assert isinstance(next(items), Idle)  # connected, at the log's end
         with conn.cursor() as cursor:
             for values in ROWS:

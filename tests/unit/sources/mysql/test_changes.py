@@ -10,6 +10,7 @@ import pytest
 
 from airflow_provider_dblog.core.event import JsonValue, Op, TableRef
 from airflow_provider_dblog.core.event_codec import encode
+from airflow_provider_dblog.core.lines import LogLines
 from airflow_provider_dblog.core.log import (
     Change,
     Idle,
@@ -18,6 +19,7 @@ from airflow_provider_dblog.core.log import (
     TransactionEnd,
     Truncate,
     WatermarkWrite,
+    single_changes,
 )
 from airflow_provider_dblog.core.position import Position, mysql_commit
 from airflow_provider_dblog.core.schema import Column, TableSchema
@@ -104,7 +106,8 @@ def mapper(catalog: Catalog | None = None) -> BinlogMapper:
 
 
 def run(m: BinlogMapper, records: Iterable[BinlogRecord]) -> list[LogItem]:
-    return [item for record in records for item in m.map(record)]
+    """The items mapped, each rows event's `LogLines` as a `Change` a row."""
+    return list(single_changes(item for record in records for item in m.map(record)))
 
 
 def insert(*ids: int, table_id: int = ORDERS_ID) -> BinlogRecord:
@@ -154,6 +157,43 @@ def test_a_transaction_is_positioned_at_its_first_event_and_ends_at_its_xid() ->
         if isinstance(item, Change):
             line = item.event.line
             assert line == (encode(item.event.event()) + "\n").encode(), "the line encodes it"
+
+
+def test_a_rows_event_is_one_item_of_consecutive_positions_and_joined_lines() -> None:
+    """Inserts, deletes and updates that keep their keys: one `LogLines` a rows event, whose
+    lines are `encode`'s of its events; an update of a key: a `Change` a row."""
+    m = mapper()
+    assert list(m.map(Begin(at(50), 9, "0-1-3", 3, standalone=False))) == []
+    created, updated, deleted, rekeyed = (
+        list(m.map(record))
+        for record in (
+            insert(1, 2, 3),
+            rows(RowKind.UPDATE, ORDERS_ID, COLUMNS, [({"id": 1}, {"id": 1, "note": "b"})] * 2),
+            rows(RowKind.DELETE, ORDERS_ID, COLUMNS, [{"id": 2, "note": "n"}]),
+            rows(
+                RowKind.UPDATE, ORDERS_ID, COLUMNS, [({"id": 3}, {"id": 3}), ({"id": 2}, {"id": 7})]
+            ),
+        )
+    )
+    shapes = [
+        (lines.op, lines.first, lines.last, lines.keys)
+        for [lines] in (created, updated, deleted)
+        if isinstance(lines, LogLines)
+    ]
+    assert shapes == [
+        (Op.CREATE, 0, 2, [{"id": 1}, {"id": 2}, {"id": 3}]),
+        (Op.UPDATE, 3, 4, [{"id": 1}, {"id": 1}]),
+        (Op.DELETE, 5, 5, [{"id": 2}]),
+    ]
+    assert [type(item) for item in rekeyed] == [Change, Change, Change]
+    assert [item.event.position.seq for item in rekeyed if isinstance(item, Change)] == [6, 7, 8]
+    for [lines] in (created, updated, deleted):
+        assert isinstance(lines, LogLines) and len(lines) == len(lines.keys)
+        events = lines.events()
+        assert [e.position for e in events] == [
+            Position(at(50), s) for s in range(lines.first, lines.last + 1)
+        ]
+        assert b"".join((encode(e.event()) + "\n").encode() for e in events) == lines.data
 
 
 def test_row_events_carry_the_tailers_schema_version_and_a_null_txid_without_one() -> None:

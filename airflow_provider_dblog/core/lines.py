@@ -1,0 +1,135 @@
+"""Events handed over as their lines: a run of one commit's events at consecutive seqs, their
+lines (each with its newline) joined in one bytes.
+
+The tailer's thread handles such a run as one item, and the NDJSON output writes its bytes as
+they are: nothing a line between the reader and the file. Two kinds: a page of a dump chunk's
+rows (`core.encoded_rows.PageLines`) and the changes of one binlog rows event (`LogLines`).
+An output that takes events gets one a line (`events`).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Self
+
+from airflow_provider_dblog.core.event import EncodedLogEvent, Event, LogOrigin, Op, Row
+from airflow_provider_dblog.core.position import Position
+
+
+class Lines:
+    """Seqs `first` to `last` of one commit, one line each, in order, in `data`. Not an
+    `ABC`: the writer and the outputs ask `isinstance(item, Lines)` of every item they get,
+    which for an `ABC` is a Python-level call."""
+
+    __slots__ = ()
+
+    first: int
+    last: int
+    data: bytes
+
+    @abstractmethod
+    def events(self) -> list[Event]:
+        """One event a line."""
+
+    @abstractmethod
+    def _part(self, first: int, last: int, data: bytes) -> Self:
+        """The run of seqs `first` to `last` of these, whose lines are `data`."""
+
+    def __len__(self) -> int:
+        return self.last - self.first + 1
+
+    @property
+    @abstractmethod
+    def first_position(self) -> Position: ...
+
+    @property
+    @abstractmethod
+    def last_position(self) -> Position: ...
+
+    def after(self, position: Position) -> Self | None:
+        """The lines positioned after `position` (a replay's end), None if none is."""
+        if position >= self.last_position:
+            return None
+        if position < self.first_position:
+            return self
+        skipped = position.seq - self.first + 1
+        rest = self.data.split(b"\n", skipped)[-1]
+        return self._part(position.seq + 1, self.last, rest)
+
+    def cut(self, size: int) -> tuple[Self, Self | None]:
+        """The first lines that fit in `size` bytes (at least one) and the rest (None if
+        every line fits)."""
+        if len(self.data) <= size:
+            return self, None
+        end = self.data.rfind(b"\n", 0, size) + 1 or self.data.find(b"\n") + 1
+        if end == len(self.data):
+            return self, None
+        split = self.first + self.data.count(b"\n", 0, end)
+        return (
+            self._part(self.first, split - 1, self.data[:end]),
+            self._part(split, self.last, self.data[end:]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LogLines(Lines):
+    """The changes of one table a log reader read together (a binlog rows event's rows), all
+    of one `op`, at seqs `first` to `last` of `commit`, with their lines as
+    `event_codec.log_line_format` spells them. A log item (`core.log`): the tailer hands it to
+    the reconciler (every row's key) and to the writer as one, and builds no object a row.
+    `befores` is None for creates, `afters` for deletes; else one row a seq, as `keys`."""
+
+    origin: LogOrigin
+    schema_version: int
+    op: Op
+    commit: int
+    first: int
+    last: int
+    keys: Sequence[Row]
+    befores: Sequence[Row] | None
+    afters: Sequence[Row] | None
+    data: bytes
+
+    @property
+    def first_position(self) -> Position:
+        return Position(self.commit, self.first)
+
+    @property
+    def last_position(self) -> Position:
+        return Position(self.commit, self.last)
+
+    def events(self) -> list[Event]:
+        lines = self.data.splitlines(keepends=True)  # JSON escapes every CR and LF it holds
+        count = len(lines)
+        return list(
+            map(
+                EncodedLogEvent,
+                lines,
+                repeat(self.op, count),
+                self.keys,
+                repeat(None, count) if self.befores is None else self.befores,
+                repeat(None, count) if self.afters is None else self.afters,
+                map(Position, repeat(self.commit, count), range(self.first, self.last + 1)),
+                repeat(self.origin, count),
+                repeat(self.schema_version, count),
+            )
+        )
+
+    def _part(self, first: int, last: int, data: bytes) -> LogLines:
+        start, stop = first - self.first, last - self.first + 1
+        befores, afters = self.befores, self.afters
+        return LogLines(
+            self.origin,
+            self.schema_version,
+            self.op,
+            self.commit,
+            first,
+            last,
+            self.keys[start:stop],
+            None if befores is None else befores[start:stop],
+            None if afters is None else afters[start:stop],
+            data,
+        )
