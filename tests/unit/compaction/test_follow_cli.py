@@ -37,8 +37,8 @@ def events(first: int, count: int, ts_ms: int | None = None) -> list[Event]:
     """Inserts of ids `first`.. at commits `first`.., the table's schema event first."""
 
     def source(commit: int) -> SourceInfo:
-        return SourceInfo("shop", "db", TABLE.schema, TABLE.name, Position(commit, 0), Origin.LOG,
-                          ts_ms=ts_ms)  # fmt: skip
+        position = Position(commit, 0)
+        return SourceInfo("shop", "db", TABLE.schema, TABLE.name, position, Origin.LOG, ts_ms=ts_ms)
 
     made: list[Event] = [table_event(Op.SCHEMA, source(first), 1, SCHEMA)]
     for i in range(first, first + count):
