@@ -41,6 +41,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="a read-only source: nothing is written to it, the watermarks are log positions",
     )
+    parser.add_argument(
+        "--redis-ha",
+        action="store_true",
+        help="the state store behind Redis Sentinel (a primary, a replica, three sentinels); "
+        "its primary is killed after the full dump and the replica promoted",
+    )
     parser.set_defaults(func=_demo)
 
 
@@ -66,6 +72,7 @@ def _demo(args: argparse.Namespace) -> int:
         parallelism=args.parallelism,
         write_seconds=args.write_seconds,
         read_only=args.read_only,
+        redis_ha=args.redis_ha,
     )
     print(
         f"\nsummary: {summary.rows_seeded} rows seeded, {summary.writes} write transactions "

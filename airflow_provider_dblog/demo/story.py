@@ -4,7 +4,8 @@ with nothing set up by hand.
 It starts the database and Redis in a temp dir, creates three sample tables (accounts: a bigint
 key; orders: a composite (text, int) key; items: a uuid key) with rows that exist before capture
 starts, runs the tailer into a target, runs a write workload, and while it writes: a full dump
-of all tables with several windows in flight, then a repair of 20 keys of accounts. At the end
+of all tables with several windows in flight, then a repair of 20 keys of accounts (with
+`redis_ha`, Redis is a Sentinel group whose primary is killed between the two). At the end
 it checks that the target equals the source, row for row. What differs per database (its
 server, its tables' types, its writes, its `[source]` section, its target and how the target is
 checked) is the database's `DemoBackend`.
@@ -19,15 +20,18 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import redis
+
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Key
 from airflow_provider_dblog.devservices.redis import RedisServer
+from airflow_provider_dblog.devservices.redis_sentinel import RedisSentinelGroup
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.sources.base import Source
@@ -221,26 +225,47 @@ def run_demo(
     parallelism: int = 2,
     write_seconds: float = 2.0,
     read_only: bool = False,
+    redis_ha: bool = False,
     say: Callable[[str], None] = print,
 ) -> DemoSummary:
     """The story on `backend`'s database, in `work_dir` (default: a temp dir); with
-    `read_only`, a source nothing is written to (its watermarks are log positions)."""
+    `read_only`, a source nothing is written to (its watermarks are log positions); with
+    `redis_ha`, the state store is a Sentinel group whose primary is killed after the full
+    dump (the repair and the tailer go on with the promoted replica)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dblog-demo-") as tmp:
         base = work_dir or Path(tmp)
-        say(f"starting {backend.database} and Redis in {base}")
-        with backend.started(base) as database, RedisServer(base / "redis") as rds:
+        store = "a Redis Sentinel group (primary, replica, 3 sentinels)" if redis_ha else "Redis"
+        say(f"starting {backend.database} and {store} in {base}")
+        with backend.started(base) as database, _state_store(base, redis_ha) as (client, kill):
             return _story(
                 database,
-                rds.info.client(),
+                client,
                 rows,
                 chunk_size,
                 parallelism,
                 write_seconds,
                 read_only,
+                kill,
                 say,
                 started,
             )
+
+
+@contextmanager
+def _state_store(
+    base: Path, redis_ha: bool
+) -> Iterator[tuple[redis.Redis, Callable[[], None] | None]]:
+    """A client on the story's Redis, and with `redis_ha` how to fail its primary over."""
+    if not redis_ha:
+        with RedisServer(base / "redis") as rds:
+            yield rds.info.client(), None
+        return
+    with RedisSentinelGroup(base / "redis-ha") as group:
+        yield (
+            group.settings().client(password=group.password),
+            lambda: group.wait_for_failover(group.kill_primary()),
+        )
 
 
 def _story(
@@ -251,6 +276,7 @@ def _story(
     parallelism: int,
     write_seconds: float,
     read_only: bool,
+    fail_redis_over: Callable[[], None] | None,
     say: Callable[[str], None],
     started: float,
 ) -> DemoSummary:
@@ -285,6 +311,10 @@ def _story(
         store.dumps.create(full)
         if (state := run_dump(store, source.chunk_source, "full")) != "done":
             raise RuntimeError(f"demo: the full dump ended {state}")
+        if fail_redis_over is not None:
+            say("killing the Redis primary (SIGKILL): Sentinel promotes the replica")
+            fail_redis_over()
+            say(f"the tailer and the repair go on with the new primary, {store.address}")
 
         keys = backend.keys_to_repair(rows, rng, say)
         repair = DumpRequest("repair", DumpKind.KEYS, (tables[0],), tuple(keys), chunk_size=50)

@@ -1,6 +1,7 @@
 """The state store behind Redis Sentinel: `dblog tail` and `dblog dump` find the primary through
 the sentinels, follow a failover (the primary SIGKILLed mid-dump, the replica promoted) and
-finish with an output equal to the source; a sentinel that answers nothing and a service the
+finish with an output equal to the source, which Airflow's hook and triggers then read from the
+promoted replica; a sentinel that answers nothing and a service the
 sentinels do not know are each one clear error.
 
 The failover here loses no write (the replica has every write when the primary is killed): it
@@ -9,6 +10,8 @@ another test's."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import random
 import subprocess
@@ -20,8 +23,9 @@ import pytest
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import LOOPBACK, free_port
 from airflow_provider_dblog.devservices.redis_sentinel import SERVICE_NAME, RedisSentinelGroup
+from airflow_provider_dblog.hooks.dblog import DBLogConnection
 from airflow_provider_dblog.outputs import read_events
-from airflow_provider_dblog.state import StateStore
+from airflow_provider_dblog.state import AsyncStateReader, DumpStatus, StateStore
 from tests.integration.e2e_support import (
     DBLOG,
     REDIS_PASSWORD_ENV,
@@ -128,6 +132,35 @@ def test_tail_and_dump_follow_a_failover_and_the_output_equals_the_source(
     tail_log = (tmp_path / "tail.log").read_text()
     assert f"service {SERVICE_NAME}" in tail_log, "the outage is logged, naming the service"
     assert group.password not in tail_log and dbs.password not in tail_log
+    assert airflow_sees_the_dump_done(group, dbs.config.name)
+
+
+def airflow_sees_the_dump_done(group: RedisSentinelGroup, source: str) -> bool:
+    """The Airflow side after the failover: a `dblog` connection naming the sentinels (the
+    hook's client) and the asyncio client of the triggers both reach the promoted primary."""
+    from airflow.sdk import Connection
+
+    extra = {
+        "source_name": source,
+        "config_path": "unused.toml",
+        "sentinels": ",".join(f"{host}:{port}" for host, port in group.addresses),
+        "service_name": SERVICE_NAME,
+    }
+    conn = Connection(
+        conn_id="dblog_ha", conn_type="dblog", password=group.password, extra=json.dumps(extra)
+    )
+    settings = DBLogConnection.parse(conn, None)
+    hook_store = StateStore(settings.redis_client(), source)
+
+    async def status_for_triggers() -> DumpStatus | None:
+        client = settings.async_redis_client()
+        try:
+            return await AsyncStateReader(client, source).dump_status("failover")
+        finally:
+            await client.aclose()
+
+    by_hook, by_trigger = hook_store.dumps.status("failover"), asyncio.run(status_for_triggers())
+    return by_hook is not None and by_trigger == by_hook and by_hook.state == "done"
 
 
 def test_a_sentinel_that_answers_nothing_and_an_unknown_service_are_clear_errors(
