@@ -139,8 +139,11 @@ class Follower:
                 stop.wait(self._settings.interval_s)
             if lost.is_set():
                 log.warning("compaction %s lost its lease (token %d)", self.owner, token)
-        except (DBLogError, OSError, ValueError) as exc:
-            raise FollowFailed(f"compaction {self.owner} stopped: {exc}") from exc
+        except Exception as exc:
+            log.exception("compaction %s stopped: %s", self.owner, exc)
+            raise FollowFailed(
+                f"compaction {self.owner} stopped: {type(exc).__name__}: {exc}"
+            ) from exc
         finally:
             lost.set()
             renewer.join()

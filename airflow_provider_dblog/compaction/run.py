@@ -154,7 +154,7 @@ def compaction_paths(config: Config) -> tuple[Path, Path]:
     if output.get("type") != "ndjson" or "directory" not in output:
         raise ConfigError(
             "the compaction reads the tailer's NDJSON files, but [output] is type "
-            f"{output.get('type')!r}: give [output] type = \"ndjson\" and its directory"
+            f'{output.get("type")!r}: give [output] type = "ndjson" and its directory'
         )
     if config.lake_root is None:
         raise ConfigError("the TOML has no [lake] root: no lake to fold into")

@@ -11,6 +11,7 @@ source is never connected to."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -225,6 +226,10 @@ def test_follow_folds_new_events_beside_maintenance_and_stops_on_sigterm(
     assert served["dblog_compact_pending_bytes"] == 0
     assert served["dblog_compact_state,state=leading"] == 1
 
+    status = lake.dblog("status", "--json")
+    assert status.returncode == 0, status.stderr
+    folding = json.loads(status.stdout)["compaction"]
+    assert folding["owner"] == "follower-a" and folding["metrics"]["freshness_s"] >= 600
     status = lake.dblog("status")
     assert status.returncode == 0, status.stderr
     (line,) = [x for x in status.stdout.splitlines() if x.startswith("compaction: ")]
