@@ -15,7 +15,9 @@ store per concern, each over the keys `keys.py` spells for a source:
 - `CompactorStore` (compactor.py): the compaction follower's lease, fencing token and
   heartbeat (`lease.Lease` is the lease both services hold);
 - `StateStore` (store.py): the six on one client, for callers that need several;
-- `AsyncStateReader` (async_reader.py): what Airflow's triggers poll, on redis.asyncio.
+- `AsyncStateReader` (async_reader.py): what Airflow's triggers poll, on redis.asyncio;
+- `RedisSettings` (connection.py): how every process reaches the store (one server, or the
+  primary Redis Sentinel names; TLS; an ACL user), and acl.py: each role's least ACL rules.
 
 Every check-then-write that two processes may race on is one Lua script, beside the method that
 calls it. Timestamps written by scripts come from the Redis server clock (TIME), so the dump,
