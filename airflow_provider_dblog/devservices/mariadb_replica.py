@@ -20,6 +20,8 @@ the replica's own binlog stays empty and cannot diverge from its primary's GTIDs
 The replica connects to the primary over TCP as `dblog` (which holds REPLICATION SLAVE). The
 password goes to the server inside CHANGE MASTER (quoted by the client, never on a command
 line); MariaDB keeps it in master.info in the replica's data directory, as for any replica.
+A replica of a primary with TLS runs with the primary's certificate (the same host) and
+requires TLS of `dblog` as it does; it replicates over TLS, verifying the primary's.
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ class MariaDBReplica(MariaDBServer):
     def __init__(
         self, primary: MariaDBServer, base_dir: Path | str, *, port: int | None = None
     ) -> None:
-        super().__init__(base_dir, port=port)
+        super().__init__(base_dir, port=port, tls=primary.tls)
         self.primary = primary
         self.password = primary.password  # the `dblog` user logs in as on the primary
         while self.server_id == primary.server_id:
@@ -183,11 +185,17 @@ class MariaDBReplica(MariaDBServer):
         with self._admin_connect() as conn, conn.cursor() as cursor:
             self._create_app_user(cursor)  # with sql_log_bin = 0
         self._seed()
+        primary = [LOOPBACK, self.primary.port, self.primary.info.user, self.primary.password]
+        tls_options = ""
+        if self.tls is not None:
+            tls_options = ", master_ssl = 1, master_ssl_ca = %s, master_ssl_verify_server_cert = 1"
+            primary.append(str(self.tls.ca_file))
         with self._admin_connect() as conn, conn.cursor() as cursor:
             cursor.execute(
                 "CHANGE MASTER TO master_host = %s, master_port = %s, master_user = %s,"
-                " master_password = %s, master_use_gtid = slave_pos, master_connect_retry = 1",
-                (LOOPBACK, self.primary.port, self.primary.info.user, self.primary.password),
+                " master_password = %s, master_use_gtid = slave_pos, master_connect_retry = 1"
+                + tls_options,
+                primary,
             )
             cursor.execute("START SLAVE")
         try:

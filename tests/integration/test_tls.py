@@ -5,14 +5,14 @@ encrypted, and a clear-text login is shown to be refused.
 The end-to-end path runs over TLS that verifies the server's certificate and host name
 (`sslmode=verify-full`; `ssl_ca` with `ssl_verify_identity`): the tailer reading the log, a
 dump on Spark whose executors read the chunks, while another process writes; the NDJSON
-stream rebuilds the source. On PostgreSQL the chunks also come from a read replica over TLS.
+stream rebuilds the source. Chunks also come from a read replica over TLS.
 A wrong CA and a certificate for another host are each refused by `dblog tail` and `dblog
 dump` in one line that says which, without a traceback; Spark tasks so refused fail the dump
 with that line, and the SQL-apply target so refused is an `OutputError`. A MariaDB client
 certificate logs in a `REQUIRE X509` user.
 
 The servers' certificate names 127.0.0.1 only, so `localhost` is "another host" for it. One
-TLS server per database for the module; its replica only for the test that reads one.
+TLS server per database for the module; their replicas only for the test that reads one.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import secrets
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -34,6 +34,7 @@ from pyspark.sql import SparkSession
 from airflow_provider_dblog.config import load_config
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServer
+from airflow_provider_dblog.devservices.mariadb_replica import MariaDBReplica, MariaDBReplicaInfo
 from airflow_provider_dblog.devservices.pg_replica import PostgresReplica, PostgresReplicaInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
 from airflow_provider_dblog.devservices.process import LOOPBACK
@@ -156,11 +157,14 @@ def verified_tls(dbs: SourceDatabases, ca_file: Path, host: str = LOOPBACK) -> l
     ]
 
 
-def clear_text_login(dbs: SourceDatabases) -> Callable[[], object]:
-    """A login of the `dblog` user without TLS (the server must refuse it)."""
-    if isinstance(dbs, Databases):
-        return lambda: psycopg.connect(dbs.source_dsn + "?sslmode=disable", connect_timeout=5)
-    return lambda: pymysql.connect(**dbs.info.connect_kwargs(), ssl_disabled=True)
+def assert_refuses_clear_text(server: PostgresInfo | MariaDBInfo) -> None:
+    """The server refuses a login of the `dblog` user without TLS."""
+    if isinstance(server, PostgresInfo):
+        with pytest.raises(psycopg.OperationalError, match="no encryption"):
+            psycopg.connect(server.dsn + "?sslmode=disable", connect_timeout=5)
+    else:
+        with pytest.raises(pymysql.err.OperationalError, match="Access denied"):
+            pymysql.connect(**server.connect_kwargs(), ssl_disabled=True)
 
 
 def test_the_end_to_end_path_runs_over_verified_tls(
@@ -221,9 +225,7 @@ def test_the_end_to_end_path_runs_over_verified_tls(
     assert status is not None and status.rows >= 3 * ROWS
     events = list(read_events(events_dir))
     assert state_differences(source_state(source), materialize(events)) == []
-    with pytest.raises((psycopg.OperationalError, pymysql.err.OperationalError)) as refused:
-        clear_text_login(dbs)()
-    assert "no encryption" in str(refused.value) or "Access denied" in str(refused.value)
+    assert_refuses_clear_text(dbs.pg if isinstance(dbs, Databases) else dbs.info)
 
 
 @pytest.fixture(scope="module")
@@ -238,52 +240,84 @@ def pg_tls_replica(pg_tls: PostgresInfo) -> Iterator[PostgresReplicaInfo]:
         yield replica.info
 
 
+@pytest.fixture(scope="module")
+def mariadb_tls_replica(
+    mariadb_tls: MariaDBInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MariaDBReplicaInfo]:
+    """A replica of `mariadb_tls` with its certificate, replicating over verified TLS."""
+    primary = mariadb_tls.server
+    assert isinstance(primary, MariaDBServer)
+    base = tmp_path_factory.mktemp("mariadb-tls-replica")
+    with MariaDBReplica(primary, base) as replica:
+        yield replica.info
+
+
+Replica = PostgresReplicaInfo | MariaDBReplicaInfo
+
+
+@pytest.fixture(params=SOURCES)
+def replicated_source(
+    request: pytest.FixtureRequest, pg_tls: PostgresInfo, mariadb_tls: MariaDBInfo
+) -> Iterator[tuple[SourceDatabases, Replica]]:
+    """A private source on a TLS server, and that server's replica. The replica first: a
+    MariaDB replica seeded later would miss the source's grants."""
+    seed_value = random.randrange(1 << 30)
+    replica: Replica
+    if request.param == "mariadb":
+        replica = request.getfixturevalue("mariadb_tls_replica")
+        dbs: SourceDatabases = make_mysql_databases(mariadb_tls, ROWS, seed_value=seed_value)
+    else:
+        replica = request.getfixturevalue("pg_tls_replica")
+        dbs = make_databases(pg_tls, ROWS, target=False, seed_value=seed_value)
+    yield dbs, replica
+    drop_databases(dbs)
+
+
 def test_chunks_read_from_a_replica_over_verified_tls(
-    pg_tls: PostgresInfo,
-    pg_tls_replica: PostgresReplicaInfo,
+    replicated_source: tuple[SourceDatabases, Replica],
     ca: TestCA,
     redis_server: RedisInfo,
     tmp_path: Path,
 ) -> None:
-    """`read_replica` with `sslmode=verify-full`: a dump (in this process) reads every chunk
-    on the standby, which lets no clear-text login in, and the stream rebuilds the source."""
-    dbs = make_databases(pg_tls, ROWS, target=False, seed_value=random.randrange(1 << 30))
-    try:
+    """`read_replica` over the source's verified TLS: a dump (in this process) reads every
+    chunk on the replica, which lets no clear-text login in, and the stream rebuilds the
+    source."""
+    dbs, replica = replicated_source
+    if isinstance(dbs, Databases):
         replica_dsn = (
-            f"host={LOOPBACK} port={pg_tls_replica.port} dbname={dbs.source_db} "
-            f"user={pg_tls.user} sslmode=verify-full sslrootcert={ca.ca_file}"
+            f"host={LOOPBACK} port={replica.port} dbname={dbs.source_db} "
+            f"user={replica.user} sslmode=verify-full sslrootcert={ca.ca_file}"
         )
-        events_dir = tmp_path / "events"
-        config_path = write_config(
-            tmp_path / "dblog.toml",
-            dbs,
-            redis_server,
-            {"type": "ndjson", "directory": str(events_dir)},
-            source=[*verified_tls(dbs, ca.ca_file), f'read_replica = "{replica_dsn}"'],
-        )
-        os.environ[REDIS_PASSWORD_ENV] = redis_server.password
-        config = load_config(config_path)
-        source = source_for(config.source)
-        source.ensure_setup()
-        store = StateStore(redis_server.client(), source.name)
-        output = NdjsonOutput(events_dir)
-        stop = threading.Event()
-        thread = Tailer(source, store, output, owner="tls-tailer").start(stop)
-        try:
-            wait_until(lambda: store.tailer.health() is not None, 60, "the tailer's heartbeat")
-            store.dumps.create(DumpRequest("replica", DumpKind.ALL, dbs.tables, chunk_size=100))
-            assert run_dump(store, source.chunk_source, "replica") == "done"
-            wait_caught_up(dbs, timeout_s=120)
-        finally:
-            stop.set()
-            thread.join(30)
-            output.close()
-        events = list(read_events(events_dir))
-        assert state_differences(source_state(source), materialize(events)) == []
-        with pytest.raises(psycopg.OperationalError, match="no encryption"):
-            psycopg.connect(pg_tls_replica.dsn + "?sslmode=disable", connect_timeout=5)
+    else:
+        replica_dsn = f"mysql://{replica.user}@{LOOPBACK}:{replica.port}/{dbs.source_db}"
+    events_dir = tmp_path / "events"
+    config_path = write_config(
+        tmp_path / "dblog.toml",
+        dbs,
+        redis_server,
+        {"type": "ndjson", "directory": str(events_dir)},
+        source=[*verified_tls(dbs, ca.ca_file), f'read_replica = "{replica_dsn}"'],
+    )
+    os.environ[REDIS_PASSWORD_ENV] = redis_server.password
+    config = load_config(config_path)
+    source = source_for(config.source)
+    source.ensure_setup()
+    store = StateStore(redis_server.client(), source.name)
+    output = NdjsonOutput(events_dir)
+    stop = threading.Event()
+    thread = Tailer(source, store, output, owner="tls-tailer").start(stop)
+    try:
+        wait_until(lambda: store.tailer.health() is not None, 60, "the tailer's heartbeat")
+        store.dumps.create(DumpRequest("replica", DumpKind.ALL, dbs.tables, chunk_size=100))
+        assert run_dump(store, source.chunk_source, "replica") == "done"
+        wait_caught_up(dbs, timeout_s=120, store=store)
     finally:
-        drop_databases(dbs)
+        stop.set()
+        thread.join(30)
+        output.close()
+    events = list(read_events(events_dir))
+    assert state_differences(source_state(source), materialize(events)) == []
+    assert_refuses_clear_text(replica)
 
 
 @pytest.mark.parametrize(
