@@ -1,7 +1,9 @@
 """`dblog ui`: the live view of a source in a browser (see `airflow_provider_dblog/ui/`).
 
 It reads only Redis (the config's `[redis]` and `[source] name`), so it runs anywhere the
-state store is reachable, beside or away from the tailer, and as many times as wanted.
+state store is reachable, beside or away from the tailer, and as many times as wanted. Only a
+failed or cancelled dump resumed from the page needs more: it runs as `dblog dump --resume`
+with the same config, so the source must be reachable from here for that.
 """
 
 from __future__ import annotations
@@ -46,13 +48,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 def _ui(args: argparse.Namespace) -> int:
     # Imported here: the view's server uses the CLI's value checks (cli.common), and the other
     # commands need none of it.
+    from airflow_provider_dblog.ui.rerun import Rerunner
     from airflow_provider_dblog.ui.server import serve, shutdown
     from airflow_provider_dblog.ui.snapshot import LiveView
 
     setup_logging()
     config = config_of(args)
-    view = LiveView(config.redis_client(), config.source.name)
-    server = serve(view, args.address, args.port, args.interval)
+    view = LiveView(config.redis_client(), config.source.name, config.tailer.heartbeat_s)
+    server = serve(view, args.address, args.port, args.interval, Rerunner(args.config))
     url = f"http://{server.host}:{server.port}/"
     print(f"dblog ui: {url} (source {config.source.name})", flush=True)
     stop = threading.Event()

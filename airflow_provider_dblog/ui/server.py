@@ -8,9 +8,10 @@ that reads slowly skips the snapshots it missed instead of queueing them, and bl
 own thread. The tailer never waits on any of it.
 
 The controls go through `DumpStore.pause/resume/cancel/throttle`, with the value checks of
-`dblog throttle`. A POST must be JSON (a cross-site form cannot send that without a CORS
-preflight, which is never granted) and the Host header must name this server, so a page
-elsewhere cannot drive a dump through a browser on this machine.
+`dblog throttle`; `rerun` resumes a failed or cancelled dump (`rerun.py`). A POST must be
+JSON (a cross-site form cannot send that without a CORS preflight, which is never granted)
+and the Host header must name this server, so a page elsewhere cannot drive a dump through a
+browser on this machine.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any, Protocol, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue
 from airflow_provider_dblog.core.values import dump_id, finite_number, whole_number
 from airflow_provider_dblog.state import DumpStore, StateStoreUnavailable, UnknownDump
+from airflow_provider_dblog.ui.rerun import Rerunner
 from airflow_provider_dblog.ui.snapshot import LiveView
 
 log = logging.getLogger(__name__)
@@ -121,18 +123,27 @@ class Sampler(threading.Thread):
 class UiServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], sampler: Sampler, dumps: DumpStore) -> None:
+    def __init__(
+        self, address: tuple[str, int], sampler: Sampler, view: LiveView, rerunner: Rerunner
+    ) -> None:
         super().__init__(address, _Handler)
         self.host, self.port = address[0], self.server_address[1]
         self.sampler = sampler
-        self.dumps = dumps
+        self.view = view
+        self.dumps = view.store.dumps
+        self.rerunner = rerunner
 
 
-def control(dumps: DumpStore, dump: str, action: str, body: dict[str, Any]) -> tuple[int, str]:
-    """Apply one control to a dump as `dblog pause|resume|cancel|throttle` does: the HTTP
-    status and the message to show."""
+def control(
+    dumps: DumpStore, rerunner: Rerunner, dump: str, action: str, body: dict[str, Any]
+) -> tuple[int, str]:
+    """Apply one control to a dump as `dblog pause|resume|cancel|throttle` does, or run a
+    failed or cancelled one again as `dblog dump --resume` does: the HTTP status and the
+    message to show."""
     try:
         dump = dump_id(dump)
+        if action == "rerun":
+            return rerunner.rerun(dumps, dump)
         if action == "throttle":
             changed = dumps.throttle(
                 dump,
@@ -187,7 +198,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send(HTTPStatus.OK, body, "application/json")
         elif path == "/api/events":
-            self._stream()
+            self._stream(parse_qs(urlsplit(self.path).query).get("dump", [None])[0])
         else:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": f"nothing at {path}"})
 
@@ -208,7 +219,8 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self._send_json(HTTPStatus.BAD_REQUEST, {"error": f"a JSON object, please: {exc}"})
             return
-        status, message = control(self.server.dumps, parts[2], parts[3], body)
+        server = self.server
+        status, message = control(server.dumps, server.rerunner, parts[2], parts[3], body)
         key = "message" if status == HTTPStatus.OK else "error"
         self._send_json(status, {key: message})
 
@@ -223,8 +235,23 @@ class _Handler(BaseHTTPRequestHandler):
         origin = self.headers.get("Origin")
         return origin is None or urlsplit(origin).netloc in allowed
 
-    def _stream(self) -> None:
-        """Server-Sent Events: each new snapshot, skipping those a slow viewer missed."""
+    def _stream(self, dump: str | None) -> None:
+        """Server-Sent Events: each new snapshot, skipping those a slow viewer missed; with
+        `dump`, that dump listed in them however old (a page of it is open)."""
+        if dump is not None:
+            try:
+                dump = dump_id(dump)
+            except InvalidRequest as exc:
+                self._send_json(HTTPStatus.BAD_REQUEST, {"error": f"dump: {exc}"})
+                return
+            self.server.view.pin(dump, +1)
+        try:
+            self._send_stream()
+        finally:
+            if dump is not None:
+                self.server.view.pin(dump, -1)
+
+    def _send_stream(self) -> None:
         self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-store")
@@ -262,11 +289,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def serve(view: LiveView, address: str, port: int, interval_s: float) -> UiServer:
+def serve(
+    view: LiveView, address: str, port: int, interval_s: float, rerunner: Rerunner
+) -> UiServer:
     """Start the sampler and the server (in a daemon thread); stop with `shutdown(server)`."""
     sampler = Sampler(view, interval_s)
     sampler.start()
-    server = UiServer((address, port), sampler, view.store.dumps)
+    server = UiServer((address, port), sampler, view, rerunner)
     threading.Thread(target=server.serve_forever, name="dblog-ui", daemon=True).start()
     return server
 

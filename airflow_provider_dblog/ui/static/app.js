@@ -4,9 +4,16 @@
 
 const HORIZON_MS = 30000;
 const MAX_DOTS_PER_S = 25;
+const LANE_PX = 18;         // one lane of the window timeline
+const LABEL_WIDTH = 0.03;   // the share of the timeline a bar's "#seq" label needs
 const OPS = ["c", "u", "d", "r"];
 const OP_NAMES = { c: "inserts", u: "updates", d: "deletes", r: "chunk rows emitted at hw" };
+const DUMPS_SHOWN = 5;      // dumps drawn until "show more" is pressed
+const FINISHED = ["done", "failed", "cancelled"];
+const RESUMABLE = ["failed", "cancelled"];
 let latest = null;          // the newest snapshot not yet drawn
+let shown = null;           // the snapshot drawn last (redrawn when the view changes)
+let showAll = false;        // every listed dump drawn, not only the first DUMPS_SHOWN
 const previous = {};        // table -> its counts in the snapshot before
 const seen = {};            // window id -> the states this page has seen it in
 
@@ -21,9 +28,12 @@ function el(tag, attrs = {}, ...children) {
 }
 const num = (n) => (n ?? 0).toLocaleString("en");
 
+let source = null;          // the open stream (of one dump's page: that dump is always listed)
 function connect() {
   const live = $("#live");
-  const source = new EventSource("/api/events");
+  if (source) source.close();
+  const focus = focused();
+  source = new EventSource(focus === null ? "/api/events" : `/api/events?dump=${encodeURIComponent(focus)}`);
   source.onopen = () => { live.dataset.live = "live"; live.textContent = "live"; };
   source.onerror = () => { live.dataset.live = "reconnecting"; live.textContent = "reconnecting…"; };
   source.onmessage = (message) => {
@@ -36,11 +46,19 @@ function schedule() { scheduled = true; requestAnimationFrame(frame); }
 function frame() {
   scheduled = false;
   if (latest !== null) {
-    const snap = latest;
+    shown = latest;
     latest = null;
-    draw(snap);
+    draw(shown);
   }
 }
+function redraw() { if (shown && !shown.error) drawDumps(shown); }
+
+// `#dump=<id>` opens one dump's page (the link Airflow's dump task shows).
+function focused() {
+  const match = /^#dump=(.+)$/.exec(location.hash);
+  return match ? decodeURIComponent(match[1]) : null;
+}
+window.addEventListener("hashchange", () => { connect(); redraw(); });
 
 function draw(snap) {
   if (snap.source) $("#source").textContent = snap.source;
@@ -48,22 +66,37 @@ function draw(snap) {
   error.hidden = !snap.error;
   error.textContent = snap.error || "";
   if (snap.error) return;
-  drawTailer(snap.tailer);
+  drawTailer(snap.tailer, snap.windows);
   drawTables(snap.tailer);
   drawCompaction(snap.compaction);
   drawWindows(snap.windows, snap.now_ms);
-  drawDumps(snap.dumps);
+  drawDumps(snap);
 }
 
-function drawTailer(tailer) {
+const tailerAlive = (tailer) => !!tailer && tailer.alive;
+
+// The window counts come from this snapshot's windows, read with its dumps: the header never
+// trails the dump cards below it. The heartbeat gives the rest, with its age.
+function drawTailer(tailer, windows) {
   const box = $("#tailer");
-  if (!tailer) { box.textContent = "tailer: no heartbeat (not running?)"; return; }
-  const m = tailer.metrics;
+  box.dataset.alive = tailerAlive(tailer) ? "yes" : "no";
+  const ended = (state) => windows.filter((w) => w.state === state).length;
+  const counts = [el("b", {}, `${windows.filter((w) => !w.ended).length}`), " open windows · ",
+    `${ended("closed")} closed · ${ended("failed")} failed in the last minutes`];
   box.innerHTML = "";
+  if (!tailer) {
+    box.append(el("b", { class: "stopped" }, "no tailer: no heartbeat (not running?)"), " · ", ...counts);
+    return;
+  }
+  const m = tailer.metrics;
+  if (!tailer.alive) {
+    box.append(el("b", { class: "stopped" }, `tailer ${tailer.owner} stopped?`),
+      ` no heartbeat for ${(tailer.age_ms / 1000).toFixed(1)} s (it was ${m.state ?? "?"}) · `, ...counts);
+    return;
+  }
   box.append("tailer ", el("b", {}, tailer.owner), ` · ${m.state ?? "?"} · lag `,
-    el("b", {}, `${num(m.lag_ms)} ms`), ` · ${num(m.events)} events · ${num(m.dump_rows)} chunk rows · `,
-    el("b", {}, `${m.open_windows ?? 0}`), " open windows · ",
-    `${num(m.windows_closed)} closed · ${num(m.windows_failed)} failed · beat ${num(tailer.age_ms)} ms ago`);
+    el("b", {}, `${num(m.lag_ms)} ms`), ` · ${num(m.events)} events · `, ...counts,
+    ` · beat ${num(tailer.age_ms)} ms ago`);
 }
 
 function drawCompaction(compaction) {
@@ -132,17 +165,24 @@ function drawWindows(windows, now) {
   for (const w of windows) (byTable[w.table] ||= []).push(w);
   for (const [table, list] of Object.entries(byTable).sort()) {
     const bars = el("div", { class: "bars" });
+    const laneEnds = [];  // where each lane's last bar ends (0..1): windows that overlap in time stack
     for (const w of list) {
       const end = w.ended ? w.updated_ms : now;
       if (end < now - HORIZON_MS) continue;
       const left = Math.max(0, (w.registered_ms - (now - HORIZON_MS)) / HORIZON_MS);
       const width = Math.max(0, (end - Math.max(w.registered_ms, now - HORIZON_MS)) / HORIZON_MS);
-      const bar = el("div", { class: `bar ${w.state}`, title: `${w.window_id} ${w.state} ${w.reason}` },
-        `#${w.seq ?? ""}`);
+      // A bar needs room for its label (about 3% of the track) or goes on another lane.
+      let lane = laneEnds.findIndex((e) => e <= left);
+      if (lane < 0) { lane = laneEnds.length; laneEnds.push(0); }
+      laneEnds[lane] = left + Math.max(width, LABEL_WIDTH);
+      const bar = el("div", { class: `bar ${w.state}`, title: `${w.window_id} ${w.state} ${w.reason}`,
+        "data-lane": lane }, width >= LABEL_WIDTH ? `#${w.seq ?? ""}` : "");
       bar.style.left = `${(left * 100).toFixed(2)}%`;
       bar.style.width = `${(width * 100).toFixed(2)}%`;
+      bar.style.top = `${3 + lane * LANE_PX}px`;
       bars.append(bar);
     }
+    bars.style.height = `${6 + Math.max(1, laneEnds.length) * LANE_PX}px`;
     timeline.append(el("div", { class: "track" }, el("div", {}, table), bars));
   }
   const body = el("tbody");
@@ -164,9 +204,18 @@ function drawWindows(windows, now) {
   box.append(windows.length ? table : "no windows in the last minutes");
 }
 
-function drawDumps(dumps) {
+function drawDumps(snap) {
   const box = $("#dumps");
-  if (!dumps.length) { box.textContent = "no dumps"; return; }
+  const focus = focused();
+  let dumps = snap.dumps;
+  if (focus !== null) dumps = [...dumps, ...snap.pinned].filter((d) => d.dump_id === focus);
+  else if (!showAll) dumps = dumps.slice(0, DUMPS_SHOWN);
+  drawDumpsNote(snap, focus, dumps.length);
+  if (!dumps.length) {
+    for (const card of box.querySelectorAll(".dump")) card.remove();
+    box.textContent = focus === null ? "no dumps" : `no dump ${focus} in this source`;
+    return;
+  }
   if (!box.querySelector(".dump")) box.textContent = "";
   const ids = new Set(dumps.map((d) => d.dump_id));
   for (const card of box.querySelectorAll(".dump")) if (!ids.has(card.dataset.dumpId)) card.remove();
@@ -176,35 +225,92 @@ function drawDumps(dumps) {
     if (!card) card = dumpCard(d.dump_id);
     box.insertBefore(card, before ? before.nextSibling : box.firstChild);
     before = card;
-    fillDump(card, d);
+    fillDump(card, d, snap.tailer);
   }
+}
+
+// What is not drawn: the dumps behind "show more", those older than the snapshot lists.
+function drawDumpsNote(snap, focus, drawn) {
+  const note = $("#dumps-note");
+  note.replaceChildren();
+  if (focus !== null) {
+    note.append(`dump ${focus} only · `, el("a", { href: "#", class: "all" }, "all dumps"));
+    return;
+  }
+  const hidden = snap.dumps.length - drawn;
+  if (hidden > 0) {
+    const more = el("button", { class: "more" }, `show ${hidden} more`);
+    more.addEventListener("click", () => { showAll = true; redraw(); });
+    note.append(more);
+  } else if (showAll && snap.dumps.length > DUMPS_SHOWN) {
+    const fewer = el("button", { class: "more" }, "show fewer");
+    fewer.addEventListener("click", () => { showAll = false; redraw(); });
+    note.append(fewer);
+  }
+  const older = snap.dumps_total - snap.dumps.length;
+  if (older > 0) note.append(` ${num(older)} older dumps not listed (dblog status --dump ID)`);
 }
 
 function dumpCard(id) {
   const input = (name, placeholder) => el("input", { name, placeholder, inputmode: "decimal" });
   const card = el("div", { class: "dump", "data-dump-id": id },
-    el("div", { class: "head" }, el("b", {}, `dump ${id}`), el("span", { class: "state" }),
-      el("span", { class: "counters" }), el("span", { class: "pace" })),
-    el("div", { class: "reason" }), el("div", { class: "filter" }), el("div", { class: "tables" }),
+    el("div", { class: "head" }, el("a", { class: "id", href: `#dump=${encodeURIComponent(id)}` }, `dump ${id}`),
+      el("span", { class: "state" }), el("span", { class: "counters" }), el("span", { class: "times" }),
+      el("span", { class: "pace" }), el("span", { class: "origin" })),
+    el("div", { class: "warning", hidden: "" }), el("div", { class: "reason" }), el("div", { class: "filter" }),
+    el("div", { class: "tables" }),
     el("div", { class: "controls" },
       el("button", { "data-action": "pause" }, "pause"), el("button", { "data-action": "resume" }, "resume"),
       el("button", { "data-action": "cancel" }, "cancel"),
       input("chunk_size", "chunk size"), input("delay_ms", "delay ms"), input("max_rows_per_s", "rows/s (0: no limit)"),
-      el("button", { "data-action": "throttle" }, "throttle"), el("span", { class: "message" })));
+      el("button", { "data-action": "throttle" }, "throttle"),
+      el("span", { class: "confirm", hidden: "" }, `cancel dump ${id}? It stops after its current chunk. `,
+        el("button", { "data-action": "confirm-cancel" }, "yes, cancel it"),
+        el("button", { "data-action": "keep" }, "no")),
+      el("span", { class: "message" })),
+    el("div", { class: "rerun", hidden: "" },
+      el("button", { "data-action": "rerun" }, "resume from its last chunk"),
+      " or in a shell: ", el("code", {}, `dblog dump --dump-id ${id} --resume`),
+      el("span", { class: "message" })));
   for (const button of card.querySelectorAll("button")) {
-    button.addEventListener("click", () => act(card, id, button.dataset.action));
+    button.addEventListener("click", () => press(card, id, button.dataset.action));
   }
   return card;
 }
 
-function fillDump(card, d) {
+// Cancel asks first; the rest act at once.
+function press(card, id, action) {
+  const confirm = $(".confirm", card);
+  if (action === "cancel") { confirm.hidden = false; return; }
+  confirm.hidden = true;
+  if (action === "keep") return;
+  act(card, id, action === "confirm-cancel" ? "cancel" : action);
+}
+
+const clockTime = (ms) => new Date(ms).toLocaleString("en-GB");
+
+function fillDump(card, d, tailer) {
   card.dataset.state = d.state;
   const c = d.controls;
+  const finished = FINISHED.includes(d.state);
   $(".state", card).textContent = d.state + (c && c.paused && d.state !== "paused" ? " (pause asked)" : "");
   $(".counters", card).textContent = `${num(d.chunks)} chunks · ${num(d.rows)} rows · ${num(d.windows_retried)} windows retried`;
-  $(".pace", card).textContent = c ? `chunk ${num(c.chunk_size)} · delay ${num(c.delay_ms)} ms · ${
-    c.max_rows_per_s == null ? "no rate limit" : `${num(c.max_rows_per_s)} rows/s`}` : "";
+  $(".times", card).textContent = d.started_ms == null ? `asked ${clockTime(d.created_ms)}`
+    : `started ${clockTime(d.started_ms)} · ${finished ? "took" : "running for"} ${d.duration}`;
+  // The pace measured (rows/s, an ETA when every table left has one), then the settings.
+  const measured = d.rows_per_s == null ? [] : [`${num(d.rows_per_s)} rows/s${finished ? " on average" : ""}`];
+  if (d.eta) measured.push(`ETA ${d.eta}`);
+  const settings = c && !finished ? [`chunk ${num(c.chunk_size)}`, `delay ${num(c.delay_ms)} ms`,
+    c.max_rows_per_s == null ? "no rate limit" : `limit ${num(c.max_rows_per_s)} rows/s`] : [];
+  $(".pace", card).textContent = [...measured, ...settings].join(" · ");
   card.dataset.paused = c && c.paused ? "yes" : "no";
+  const origin = $(".origin", card);
+  origin.replaceChildren(...(d.origin && d.origin.run_url
+    ? [el("a", { href: d.origin.run_url, target: "_blank", rel: "noopener" }, `Airflow: ${d.origin.dag_id} run`)] : []));
+  const warning = $(".warning", card);
+  warning.hidden = finished || tailerAlive(tailer);
+  warning.textContent = warning.hidden ? "" : "no tailer is running: this dump's windows cannot close, "
+    + "so its chunks wait, then fail. Start dblog tail.";
   $(".reason", card).textContent = d.reason;
   // The filter is user SQL: shown as text, never parsed as HTML.
   const filter = $(".filter", card);
@@ -223,11 +329,18 @@ function fillDump(card, d) {
     row.dataset.known = known ? "yes" : "no";
     row.dataset.percent = known ? String(percent) : "";
     $(".fill", row).style.width = known ? `${t.fraction * 100}%` : "100%";
-    $(".figures", row).textContent = `${known ? percent + "% · " : ""}${num(t.rows)} rows · ${num(t.chunks)} chunks${
-      t.done ? " · done" : t.started ? "" : " · waiting"}`;
+    const figures = [`${num(t.rows)} rows`, `${num(t.chunks)} chunks`];
+    if (known) figures.unshift(`${percent}%`);
+    if (t.rows_per_s != null) figures.push(`${num(t.rows_per_s)} rows/s`);
+    if (t.eta) figures.push(`ETA ${t.eta}`);
+    if (t.done) figures.push("done");
+    else if (!t.started) figures.push(finished ? "not started" : "waiting");
+    else if (finished) figures.push(`stopped (${d.state})`);
+    $(".figures", row).textContent = figures.join(" · ");
   }
-  const finished = ["done", "failed", "cancelled"].includes(d.state);
-  for (const button of card.querySelectorAll("button")) button.disabled = finished;
+  for (const button of $(".controls", card).querySelectorAll("button")) button.disabled = finished;
+  if (finished) $(".confirm", card).hidden = true;
+  $(".rerun", card).hidden = !RESUMABLE.includes(d.state);
 }
 
 async function act(card, id, action) {
@@ -237,7 +350,7 @@ async function act(card, id, action) {
       if (input.value.trim() !== "") body[input.name] = input.value.trim();
     }
   }
-  const message = $(".message", card);
+  const message = $(action === "rerun" ? ".rerun .message" : ".controls .message", card);
   try {
     const answer = await fetch(`/api/dumps/${encodeURIComponent(id)}/${action}`, {
       method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });

@@ -4,9 +4,15 @@ A tailer runs in this process and `dblog ui` as a subprocess; a dump runs in a t
 first high watermark waits until the page has shown its window open, so the page is seen to
 show a window open and then closed without depending on timing. Through the page's buttons
 the dump is paused, throttled and resumed (the store's controls change each time) and a
-pending dump is cancelled; the page then shows every table at 100% and the dump done, and the
-source's own updates counted per table. A filtered dump's card shows its filter beside its
-table, as text whatever markup it holds. The last screenshot is kept (see `screenshots_dir`).
+pending dump is cancelled (once confirmed); the page then shows every table at 100% and the
+dump done, the source's own updates counted per table, and a window timeline whose bars and
+labels do not cover one another. A filtered dump's card shows its filter beside its table, as
+text whatever markup it holds. A tailer stopped is flagged long before its heartbeat expires,
+and a dump started meanwhile warns that no tailer runs; that dump fails, and is resumed from
+the page (after cancel asked for confirmation on another) to done, its measured pace and ETA
+shown as it runs. A dump task's link from Airflow opens that dump alone, which links back to
+its DAG run; the list shows the most recent dumps, the rest behind "show more" and a count.
+The last screenshot is kept (see `screenshots_dir`).
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from airflow_provider_dblog.demo.postgres import TABLES
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo
-from airflow_provider_dblog.dump.runner import run_dump
+from airflow_provider_dblog.dump.runner import DumpFailed, run_dump
+from airflow_provider_dblog.operators.request import dump_id_for
 from airflow_provider_dblog.outputs import NdjsonOutput
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state import DumpState, StateStore
@@ -107,6 +114,18 @@ def ui(dbs: Databases, redis_server: RedisInfo, tmp_path: Path) -> Iterator[str]
         process.terminate()
         assert process.wait(30) == 0, (tmp_path / "ui.log").read_text()
         log.close()
+
+
+TIMELINE_CLASHES = """[...document.querySelectorAll('#timeline .bars')].flatMap(track => {
+  const boxes = [...track.querySelectorAll('.bar')].map(b => [b, b.getBoundingClientRect()]);
+  const clashes = boxes.filter(([b]) => b.scrollWidth > b.clientWidth + 1)
+    .map(([b]) => 'label cut: ' + b.textContent);
+  for (const [a, r] of boxes) for (const [b, q] of boxes)
+    if (a !== b && r.left < q.left && q.left < r.right - 0.5 && r.top === q.top)
+      clashes.push(a.textContent + ' over ' + b.textContent);
+  return clashes;
+})"""
+"""JS: the timeline's bars that cover one another on one lane, or whose label is cut."""
 
 
 def dump_card(dump_id: str) -> str:
@@ -188,6 +207,7 @@ def test_live_view_follows_a_dump_and_drives_its_controls(
             assert "delay_ms" in refused and _controls(store, "ui-dump").delay_ms == 15
 
             click(page, "ui-never", "cancel")
+            click(page, "ui-never", "confirm-cancel")
             page.wait(f"{dump_card('ui-never')}.dataset.state === 'cancelled'", "cancelled")
             assert _status(store, "ui-never") is DumpState.CANCELLED
 
@@ -224,6 +244,7 @@ def test_live_view_follows_a_dump_and_drives_its_controls(
                 "dropped": UPDATES,
             }
             page.screenshot(shots / "dump-done.png")
+            assert page.evaluate(TIMELINE_CLASHES) == []
         dump.join(30)
         assert outcome == [DumpState.DONE]
         print(f"screenshots: {shots}")
@@ -303,6 +324,169 @@ def test_a_filtered_dump_shows_its_filter_as_text_beside_its_table(
         assert page.evaluate("document.title") != "42"
         assert page.evaluate(f"{dump_card('ui-whole')}.querySelector('.filter').hidden") is True
         page.screenshot(shots / "filtered-dump.png")
+    print(f"screenshots: {shots}")
+
+
+def test_a_stopped_tailer_is_flagged_and_a_failed_dump_resumed_from_the_page(
+    dbs: Databases, redis_server: RedisInfo, ui: str, tmp_path: Path
+) -> None:
+    store = StateStore(redis_server.client(), dbs.config.name)
+    accounts = dbs.table("accounts")
+    tailer = InProcessTailer(dbs, store, NdjsonOutput(tmp_path / "events"))
+    shots = screenshots_dir("ui-resume-")
+    orphan: list[DumpFailed] = []
+    with chromium(tmp_path) as page, _screenshot_on_failure(page, shots):
+        page.navigate(ui)
+        page.wait("document.querySelector('#tailer').dataset.alive === 'yes'", "tailer alive")
+        tailer.stop()
+        flagged = page.wait(
+            "document.querySelector('#tailer').dataset.alive === 'no' && "
+            "document.querySelector('#tailer').innerText",
+            "the stopped tailer flagged",
+        )
+        # Flagged from its missed beats: the heartbeat itself has not expired yet.
+        assert "stopped?" in flagged and "no heartbeat for" in flagged, flagged
+        assert store.tailer.health() is not None
+
+        # A dump started with no tailer: its card warns; its window never closes, it fails.
+        store.dumps.create(DumpRequest("ui-orphan", DumpKind.TABLE, (accounts,), chunk_size=CHUNK))
+
+        def run_orphan() -> None:
+            try:
+                run_dump(
+                    store, dbs.source.chunk_source, "ui-orphan", window_timeout_s=10, max_attempts=1
+                )
+            except DumpFailed as exc:
+                orphan.append(exc)
+
+        dump = threading.Thread(target=run_orphan, daemon=True)
+        dump.start()
+        card = dump_card("ui-orphan")
+        warning = page.wait(
+            f"{card}?.dataset.state === 'running' && !{card}.querySelector('.warning').hidden "
+            f"&& {card}.querySelector('.warning').textContent",
+            "the running dump warned that no tailer runs",
+        )
+        assert "no tailer is running" in warning
+        page.screenshot(shots / "no-tailer.png")
+        figures = page.wait(
+            f"{card}.dataset.state === 'failed' && "
+            f"{card}.querySelector('.progress .figures').textContent",
+            "the dump shown failed",
+        )
+        dump.join(30)
+        assert len(orphan) == 1 and "Is the tailer running" in str(orphan[0])
+        assert _status(store, "ui-orphan") is DumpState.FAILED
+        assert "waiting" not in figures and "stopped (failed)" in figures, figures
+        assert page.evaluate(f"{card}.querySelector('.rerun code').textContent") == (
+            "dblog dump --dump-id ui-orphan --resume"
+        )
+        assert page.evaluate(f"{card}.querySelector('.warning').hidden") is True
+
+        # Cancel asks first: "no" keeps the dump, "yes" cancels it.
+        store.dumps.create(DumpRequest("ui-cancel", DumpKind.TABLE, (accounts,), chunk_size=CHUNK))
+        click(page, "ui-cancel", "cancel")
+        page.wait(f"!{dump_card('ui-cancel')}.querySelector('.confirm').hidden", "the question")
+        click(page, "ui-cancel", "keep")
+        assert page.evaluate(f"{dump_card('ui-cancel')}.querySelector('.confirm').hidden")
+        assert not _controls(store, "ui-cancel").cancelled
+        click(page, "ui-cancel", "cancel")
+        click(page, "ui-cancel", "confirm-cancel")
+        page.wait(f"{dump_card('ui-cancel')}.dataset.state === 'cancelled'", "cancelled")
+        assert page.evaluate(f"{dump_card('ui-cancel')}.querySelector('.rerun').hidden") is False
+        figures = page.evaluate(f"{dump_card('ui-cancel')}.querySelector('.figures').textContent")
+        assert "not started" in figures and "waiting" not in figures, figures
+
+        # A tailer again, and the failed dump resumed from the page, slowed down so that its
+        # pace and ETA are seen while it runs.
+        tailer = InProcessTailer(dbs, store, NdjsonOutput(tmp_path / "events"))
+        try:
+            page.wait("document.querySelector('#tailer').dataset.alive === 'yes'", "a tailer")
+            click(page, "ui-orphan", "rerun")
+            # A finished dump takes no throttle: it does once the run started has reopened it.
+            wait_until(
+                lambda: store.dumps.throttle("ui-orphan", delay_ms=700), 60, "the dump reopened"
+            )
+            pace = page.wait(
+                f"{card}.dataset.state === 'running' && "
+                f"{card}.querySelector('.progress .figures').textContent.includes('ETA') && "
+                f"{card}.querySelector('.pace').textContent",
+                "the resumed dump's pace and ETA",
+                timeout_s=60,
+            )
+            assert "rows/s" in pace and "on average" not in pace, pace
+            page.screenshot(shots / "resumed.png")
+            page.wait(f"{card}.dataset.state === 'done'", "the resumed dump done", timeout_s=120)
+            status = store.dumps.status("ui-orphan")
+            assert status is not None and status.rows == ROWS
+            assert "on average" in page.evaluate(f"{card}.querySelector('.pace').textContent")
+            assert "took" in page.evaluate(f"{card}.querySelector('.times').textContent")
+        finally:
+            tailer.stop()
+    print(f"screenshots: {shots}")
+
+
+def test_an_airflow_link_opens_its_dump_which_links_back_and_the_list_is_bounded(
+    dbs: Databases,
+    redis_server: RedisInfo,
+    ui: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The link of a finished dump task, as `DBLogLiveViewLink.get_link` gives it for the
+    connection's `ui_url`, opens that dump's page, though 24 dumps came after it; the list of
+    all dumps shows 5 of them, then the 20 listed, and counts the rest."""
+    from airflow.sdk.types import TaskInstanceKey
+
+    from airflow_provider_dblog.operators.dblog import DBLogDumpOperator
+    from airflow_provider_dblog.operators.links import DBLogLiveViewLink, airflow_origin
+
+    store = StateStore(redis_server.client(), dbs.config.name)
+    accounts = dbs.table("accounts")
+    key = TaskInstanceKey("dblog_repair", "dump", "manual__2026-11-27T10:00:00+00:00", 1, -1)
+    dump_id = dump_id_for(key.dag_id, key.run_id, key.task_id)
+    store.dumps.create(DumpRequest(dump_id, DumpKind.TABLE, (accounts,), chunk_size=CHUNK))
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://airflow.example:8080")
+    origin = airflow_origin(key)
+    store.dumps.record_origin(dump_id, origin)
+    store.dumps.mark(dump_id, DumpState.RUNNING)
+    store.dumps.mark(dump_id, DumpState.DONE)
+    for n in range(24):
+        store.dumps.create(DumpRequest(f"later-{n:02}", DumpKind.TABLE, (accounts,)))
+    conn = {"conn_type": "dblog", "extra": {"source_name": dbs.config.name, "ui_url": ui}}
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_LINKED", json.dumps(conn))
+    operator = DBLogDumpOperator(task_id=key.task_id, dblog_conn_id="dblog_linked")
+    link = DBLogLiveViewLink().get_link(operator, ti_key=key)
+    assert link == f"{ui}/#dump={dump_id}"
+
+    shots = screenshots_dir("ui-link-")
+    with chromium(tmp_path) as page, _screenshot_on_failure(page, shots):
+        page.navigate(link)
+        card = dump_card(dump_id)
+        back = page.wait(f"{card}?.querySelector('.origin a')?.href", "the dump's page")
+        assert (
+            back
+            == origin["run_url"]
+            == (
+                "http://airflow.example:8080/dags/dblog_repair/runs/"
+                "manual__2026-11-27T10%3A00%3A00%2B00%3A00"
+            )
+        )
+        assert page.evaluate("document.querySelectorAll('.dump').length") == 1
+        assert page.evaluate(f"{card}.dataset.state") == "done"
+        page.screenshot(shots / "linked-dump.png")
+
+        page.click("#dumps-note a.all")
+        page.wait("document.querySelectorAll('.dump').length === 5", "the 5 most recent")
+        note = page.evaluate("document.querySelector('#dumps-note').innerText")
+        assert "show 15 more" in note and "5 older dumps not listed" in note, note
+        assert page.evaluate("document.querySelector('.dump').dataset.dumpId") == "later-23"
+        page.click("#dumps-note button.more")
+        page.wait("document.querySelectorAll('.dump').length === 20", "the 20 listed")
+        assert page.evaluate(f"!!{card}") is False  # the oldest, beyond the 20 listed
+        page.navigate(f"{ui}/#dump=no-such-dump")
+        missing = page.wait("document.querySelector('#dumps').innerText", "no such dump")
+        assert "no dump no-such-dump" in missing, missing
     print(f"screenshots: {shots}")
 
 
