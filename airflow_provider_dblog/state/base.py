@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import ssl
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -15,7 +16,12 @@ from redis.typing import EncodableT
 
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue
-from airflow_provider_dblog.state.errors import StateStoreRefusesWrites, StateStoreUnavailable
+from airflow_provider_dblog.state.errors import (
+    RedisCertificateRefused,
+    StateStoreError,
+    StateStoreRefusesWrites,
+    StateStoreUnavailable,
+)
 from airflow_provider_dblog.state.keys import SourceKeys
 
 NOW_MS = """
@@ -93,9 +99,7 @@ def reachable(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S,
         try:
             return method(store, *args, **kwargs)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise StateStoreUnavailable(
-                f"the Redis state store at {store.address} cannot be reached: {exc}"
-            ) from exc
+            raise unreachable(store.address, exc) from exc
         except redis.ResponseError as exc:
             why = refused_write(exc)
             if why is None:
@@ -105,6 +109,19 @@ def reachable(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S,
             ) from exc
 
     return wrapper
+
+
+def unreachable(address: str, error: redis.RedisError) -> StateStoreError:
+    """The error for a connection to `address` that failed with `error`: an outage to wait
+    out, or, when the server's TLS certificate did not verify, `RedisCertificateRefused`.
+    (redis-py raises its ConnectionError while handling the ssl module's error.)"""
+    if isinstance(error.__context__, ssl.SSLCertVerificationError):
+        return RedisCertificateRefused(
+            f"the Redis state store at {address} cannot be used: its TLS certificate does not "
+            f"verify ({error.__context__.verify_message}); check [redis] ca_file and the host "
+            "in url (with sentinels, the address they give): nothing retries this"
+        )
+    return StateStoreUnavailable(f"the Redis state store at {address} cannot be reached: {error}")
 
 
 def refused_write(error: redis.ResponseError) -> str | None:

@@ -21,6 +21,11 @@ class StateStoreRefusesWrites(StateStoreUnavailable):
     fixes the server."""
 
 
+class RedisCertificateRefused(StateStoreError):
+    """The Redis server's TLS certificate does not verify (another CA, another host name,
+    expired): a configuration error, not an outage, so nothing waits for it to pass."""
+
+
 class FencedOut(StateStoreError):
     """A tailer wrote with a fencing token that no longer holds the lease: a newer tailer took
     over. The stale tailer must stop at once; its write was not made."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import redis
 
-from airflow_provider_dblog.state.base import address_of
-from airflow_provider_dblog.state.errors import StateStoreError, StateStoreUnavailable
+from airflow_provider_dblog.state.base import address_of, unreachable
+from airflow_provider_dblog.state.errors import StateStoreError
 
 
 class EvictingRedis(StateStoreError):
@@ -24,9 +24,7 @@ def check_no_eviction(client: redis.Redis) -> None:
     try:
         memory = client.info("memory")
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise StateStoreUnavailable(
-            f"the Redis state store at {address_of(client)} cannot be reached: {exc}"
-        ) from exc
+        raise unreachable(address_of(client), exc) from exc
     policy = str(memory.get("maxmemory_policy", "noeviction"))
     limit = int(memory.get("maxmemory", 0) or 0)
     if limit and policy != "noeviction":

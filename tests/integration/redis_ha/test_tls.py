@@ -90,22 +90,35 @@ def test_tail_and_dump_over_tls_reach_the_output(
 def test_a_certificate_from_another_ca_or_for_another_host_is_refused(
     dbs: Databases, tls_redis: TlsRedis, tmp_path: Path
 ) -> None:
+    """Each a configuration error, not an outage: `dblog dump` and `dblog tail` stop at once
+    (exit status 2) instead of retrying, with one line saying why."""
     info, ca = tls_redis.info, tls_redis.ca
     other_ca = make_test_ca(tmp_path / "other-ca")
-    here = f"rediss://{info.host}:{info.port}/0"
     cases = {
-        "wrong CA": (tls_lines(here, other_ca.ca_file), "certificate verify failed"),
-        "other host": (
+        "wrong-ca": (
+            tls_lines(f"rediss://{info.host}:{info.port}/0", other_ca.ca_file),
+            "its TLS certificate does not verify (",
+        ),
+        "other-host": (
             tls_lines(f"rediss://localhost:{info.port}/0", ca.ca_file),
-            "Hostname mismatch, certificate is not valid for 'localhost'",
+            "its TLS certificate does not verify (Hostname mismatch, certificate is not valid "
+            "for 'localhost'",
         ),
     }
     env = dict(os.environ, **{dbs.password_env: dbs.password, REDIS_PASSWORD_ENV: info.password})
     output = {"type": "ndjson", "directory": str(tmp_path / "events")}
     for name, (redis, wanted) in cases.items():
-        config = write_redis_config(tmp_path / f"{name}.toml".replace(" ", "-"), dbs, redis, output)
+        config = write_redis_config(tmp_path / f"{name}.toml", dbs, redis, output)
         done = run_cli("dump", "--config", str(config), env=env)
         assert done.returncode == 2, (name, done.stdout, done.stderr)
         assert done.stderr.startswith("dblog: error: the Redis state store at "), done.stderr
-        assert wanted in done.stderr, (name, done.stderr)
+        assert wanted in done.stderr and "check [redis] ca_file" in done.stderr, done.stderr
         assert info.password not in done.stderr
+        tail = TailProcess(config, "tailer", env, tmp_path / f"{name}.log")
+        try:
+            assert tail.process.wait(60) == 2
+        finally:
+            if tail.alive():
+                tail.kill()
+        log = (tmp_path / f"{name}.log").read_text()
+        assert wanted in log and info.password not in log, log[-2000:]
