@@ -91,6 +91,14 @@ class Output(ABC):
                 events.append(item)
         self.write(events, token)
 
+    def fence(self, source: str) -> int | None:
+        """The largest lease token that wrote `source`'s events here; None if none did (or
+        this output keeps no fence). A new leader takes a token above it before it writes
+        (`Tailer`): a Redis that failed over to a replica that missed the last tokens could
+        hand out one this output already took, and two leaders would pass the fence with it.
+        Raises `OutputUnavailable` as `write` does."""
+        return None
+
     @abstractmethod
     def close(self) -> None:
         """Release files and connections; further writes are an error."""

@@ -241,6 +241,11 @@ class NdjsonOutput(Output):
         self._open_current(repair=False)
         _fsync_dir(self.directory)
 
+    def fence(self, source: str) -> int | None:
+        """The fence file's token (one source per directory)."""
+        with self._unavailable(self.fence_file):
+            return self._read_fence()
+
     def _read_fence(self) -> int | None:
         try:
             text = self.fence_file.read_text()

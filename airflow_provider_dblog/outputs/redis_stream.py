@@ -168,6 +168,13 @@ class RedisStreamOutput(Output):
     def fence_key(self, source: str) -> str:
         return f"{self.prefix}:{source}:events-fence"
 
+    def fence(self, source: str) -> int | None:
+        try:
+            value = self._client.get(self.fence_key(source))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise OutputUnavailable(f"the Redis output went away: {exc}") from exc
+        return None if value is None else int(value)
+
     def write(self, events: Sequence[Event], token: int) -> None:
         sources: dict[str, dict[str, list[Event]]] = {}
         for event in events:

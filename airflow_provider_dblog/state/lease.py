@@ -47,6 +47,24 @@ return token
         token = int(self._eval(self._ACQUIRE, [self.lease_key, self.token_key], [owner, ttl_ms]))
         return token or None
 
+    # KEYS: lease, token. ARGV: owner, token, floor. Returns the new token, 0 if not ours.
+    _RAISE = """
+local lease = redis.call('HMGET', KEYS[1], 'owner', 'token')
+if lease[1] ~= ARGV[1] or lease[2] ~= ARGV[2] then return 0 end
+local token = math.max(redis.call('INCR', KEYS[2]), tonumber(ARGV[3]) + 1)
+redis.call('SET', KEYS[2], string.format('%d', token))
+redis.call('HSET', KEYS[1], 'token', string.format('%d', token))
+return token
+"""
+
+    @reachable
+    def raise_above(self, owner: str, token: int, floor: int) -> int | None:
+        """Hold the lease with a new token above `floor` (a token a writer already took: see
+        `Output.fence`) and above every token handed out; None if the lease is no longer
+        ours. Whoever still holds the old token is fenced out by the new one."""
+        args: list[str | int] = [owner, token, floor]
+        return int(self._eval(self._RAISE, [self.lease_key, self.token_key], args)) or None
+
     # KEYS: lease. ARGV: owner, token, ttl_ms ('' = release). Returns 1 if the lease was ours.
     _RENEW_OR_RELEASE = """
 local lease = redis.call('HMGET', KEYS[1], 'owner', 'token')

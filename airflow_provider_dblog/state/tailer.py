@@ -199,6 +199,10 @@ return 1
         """Extend the lease; False if it is no longer ours (expired, or taken): stop at once."""
         return self.lease.renew(owner, token, ttl_ms)
 
+    def raise_lease_above(self, owner: str, token: int, floor: int) -> int | None:
+        """A token above `floor` for the lease this owner holds (`Lease.raise_above`)."""
+        return self.lease.raise_above(owner, token, floor)
+
     def release_lease(self, owner: str, token: int) -> bool:
         """Give the lease up so a standby takes over without waiting for the TTL."""
         return self.lease.release(owner, token)

@@ -163,11 +163,15 @@ class Tailer:
         self.stats.lease_token = leadership.token
         delay = 0.5
         opened_here = self._output is None
+        above_fence = False
         try:
             self._check_redis()
             while not stop.is_set():
                 started = time.monotonic()
                 try:
+                    if not above_fence:
+                        leadership = self._above_output_fence(leadership)
+                        above_fence = True
                     session = self._session(leadership)
                     with self._woken_by_dumps(session):
                         session.run(_StopOrReload(stop, self._reload))
@@ -195,12 +199,38 @@ class Tailer:
             with contextlib.suppress(StateStoreUnavailable):
                 self._store.tailer.release_lease(leadership.owner, leadership.token)
 
-    def _session(self, leadership: Leadership) -> Session:
-        """A new session: the output opened if this leader has none yet, the source's
-        database named, a fresh reader from the last saved checkpoint's resume point."""
+    def _above_output_fence(self, leadership: Leadership) -> Leadership:
+        """The output opened, and this leader's token raised above the largest one the output
+        took if it is not already: a Redis that failed over to a replica which missed the last
+        tokens (or came back from an older AOF, or runs a clock behind) may hand out a token
+        an earlier leader wrote with, and both would pass the output's fence."""
+        output = self._output_opened()
+        fence = output.fence(self._source.name)
+        if fence is None or fence < leadership.token:
+            return leadership
+        token = self._store.tailer.raise_lease_above(leadership.owner, leadership.token, fence)
+        if token is None:
+            raise FencedOut(f"tailer {leadership.owner} lost its lease (token {leadership.token})")
+        log.warning(
+            "the output already took lease token %d, this leader's was %d: leading with %d "
+            "(the Redis state store handed out an old token: a failover or a restore?)",
+            fence,
+            leadership.token,
+            token,
+        )
+        self.stats.lease_token = token
+        return Leadership(leadership.owner, token)
+
+    def _output_opened(self) -> Output:
         if self._output is None:
             assert not isinstance(self._open_output, Output)
             self._output = self._open_output()
+        return self._output
+
+    def _session(self, leadership: Leadership) -> Session:
+        """A new session: the output opened if this leader has none yet, the source's
+        database named, a fresh reader from the last saved checkpoint's resume point."""
+        output = self._output_opened()
         if self._reload.is_set():
             self._take_reload(leadership)
         db = self._source.database()
@@ -211,7 +241,7 @@ class Tailer:
             db=db,
             reader=self._reader,
             store=self._store,
-            output=self._output,
+            output=output,
             leadership=leadership,
             settings=self._settings,
             stats=self.stats,

@@ -319,6 +319,11 @@ class SqlApplyOutput(Output):
             return
         retry_on_conflict(lambda: self._write_once(events, token))
 
+    def fence(self, source: str) -> int | None:
+        with self._target.transaction() as conn:
+            row = conn.execute(_FENCE, (source,)).fetchone()
+        return None if row is None else int(row[0])
+
     def _write_once(self, events: Sequence[Event], token: int) -> None:
         with self._target.transaction() as conn:
             for source in sorted({e.source.name for e in events}):

@@ -97,7 +97,9 @@ def test_redis_stream_refuses_a_stale_leader(redis_server: RedisInfo) -> None:
         RedisStreamOutput(redis_server.client()) as old,
         RedisStreamOutput(redis_server.client()) as new,
     ):
+        assert new.fence(source) is None
         old.write(events[:3], 5)
+        assert new.fence(source) == 5
         new.write(events[1:4], 7)  # the new leader replays from its last acknowledged position
         with pytest.raises(OutputFenced, match=r"token 7 has written here; .* token 5 is stale"):
             old.write([stale], 5)
@@ -107,6 +109,7 @@ def test_redis_stream_refuses_a_stale_leader(redis_server: RedisInfo) -> None:
         new.write(events[4:], 7)
         assert stream(check, key) == events
         assert check.get(new.fence_key(source)) == b"7"
+        assert old.fence(source) == 7
     positions = [e.position for e in events]
     assert positions == sorted(set(positions))
 
@@ -200,8 +203,11 @@ def test_sql_apply_refuses_a_stale_leader(postgres: PostgresInfo) -> None:
         SqlApplyOutput(postgres.dsn, monotonic=True) as old,
         SqlApplyOutput(postgres.dsn, monotonic=True) as new,
     ):
+        assert new.fence(source) is None
         old.write(events[:8], 5)
+        assert new.fence(source) == 5
         new.write(events[5:12], 7)
+        assert old.fence(source) == 7
         with pytest.raises(OutputFenced, match=r"token 7 has written here; .* token 5 is stale"):
             old.write(stale, 5)
         assert table_rows(postgres.dsn, t) == final_state(events[:12])
