@@ -5,11 +5,12 @@ new complete lines, looking every `interval_s`.
 One follower of a source folds at a time: it holds the compaction's lease
 (`CompactorStore.lease`, a fencing token per holder) and renews it from a thread of its own,
 so a run longer than the lease keeps it; the others stand by and take the lease when it
-expires (its holder was killed) or is released (its holder stopped). A holder whose renewal
-is refused (it stalled past the lease) checks the lease before every run, so it folds nothing
-more: it ends the run in progress and stands by. Should a stalled holder's run overlap the new
-holder's, the lake's lock (`run.output_lock`) refuses one of them on a shared host, and either
-way each table's progress commits with its data: a run folds nothing twice.
+expires (its holder was killed) or is released (its holder stopped). The holder also renews
+the lease just before each run, so one that stalled past the lease (a standby holds it now)
+starts no run: it stands by, after ending the run in progress if the thread's renewal was the
+one refused. Should a stalled holder's run overlap the new holder's, the lake's lock
+(`run.output_lock`) refuses one of them on a shared host, and either way each table's
+progress commits with its data: nothing is folded twice.
 
 Each run holds the lake's lock only while it runs, so `dblog lake maintain` (and a batch
 compaction) take it between runs; a run that finds it held is tried again an interval later.
