@@ -261,14 +261,14 @@ def test_compose_runs_prometheus_and_grafana_on_these_files_on_loopback_only() -
 # -- the dashboard ------------------------------------------------------------------------------
 
 
-def test_the_dashboard_queries_only_metrics_the_tailer_serves() -> None:
-    served = served_metric_names()
+def test_the_dashboard_queries_only_metrics_the_tailer_or_the_follower_serves() -> None:
+    served = served_metric_names() | served_compact_metric_names()
     board = dashboard()
     exprs = list(panel_exprs(board))
     assert exprs
     for title, expr in exprs:
         assert names_in(expr) <= served, f"{title}: {names_in(expr) - served}"
-        assert set(re.findall(r'job="([^"]+)"', expr)) <= {JOB}, title
+        assert set(re.findall(r'job="([^"]+)"', expr)) <= {JOB, COMPACT_JOB}, title
     shown = set().union(*(names_in(e) for _, e in exprs))
     families = {n.removesuffix("_total") for n in served if not n.endswith("_created")}
     families = {re.sub(r"_(bucket|count|sum)$", "", n) for n in families}
