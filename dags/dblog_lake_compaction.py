@@ -7,7 +7,8 @@ since the last one (`[output] directory` of the `dblog` connection's TOML) into 
 folds on Spark (the worker's default master), a smaller one in the task's process.
 
 When another compaction holds the lake's lock (a follower's run, `dblog lake maintain`, a run
-started by hand) the run is skipped: the next one folds what this one would have. Its XCom
+started by hand) the run is skipped: the next one folds what this one would have. So is every
+run of a deployment whose TOML has no `[lake] root`; one whose output is not NDJSON fails. Its XCom
 (`compact` task, `return_value`) is the run's report: events folded, rows per table, the
 position reached.
 
@@ -61,6 +62,8 @@ with DAG(
         from airflow_provider_dblog.lake.schema import LakeSchemaError
 
         config = DBLogHook(DBLOG_CONN_ID).config
+        if config.lake_root is None:  # a deployment without a lake: nothing to fold
+            raise AirflowSkipException("the dblog connection's TOML has no [lake] root")
         try:
             input_dir, lake = compaction_paths(config)
         except ConfigError as exc:
