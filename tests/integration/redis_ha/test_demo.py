@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 def test_the_demo_runs_on_a_sentinel_group_through_a_failover(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code = main(["demo", "--redis-ha", "--rows", "200", "--write-seconds", "1"])
+    code = main(["demo", "--redis-ha", "--rows", "100", "--write-seconds", "1"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "a Redis Sentinel group (primary, replica, 3 sentinels)" in out

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_dblog.cli import main
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.process import LOOPBACK, free_port
 from airflow_provider_dblog.devservices.redis_sentinel import SERVICE_NAME, RedisSentinelGroup
@@ -36,7 +37,6 @@ from tests.integration.e2e_support import (
     drop_databases,
     make_databases,
     materialize,
-    run_cli,
     source_state,
     state_differences,
     wait_caught_up,
@@ -164,9 +164,14 @@ def airflow_sees_the_dump_done(group: RedisSentinelGroup, source: str) -> bool:
 
 
 def test_a_sentinel_that_answers_nothing_and_an_unknown_service_are_clear_errors(
-    dbs: Databases, redis_sentinels: RedisSentinelGroup, tmp_path: Path
+    dbs: Databases,
+    redis_sentinels: RedisSentinelGroup,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    env = env_for(dbs, redis_sentinels)
+    """`dblog dump` in this process (the command line's `main`)."""
+    monkeypatch.setenv(REDIS_PASSWORD_ENV, redis_sentinels.password)
     silent = f"{LOOPBACK}:{free_port()}"
     output = {"type": "ndjson", "directory": str(tmp_path / "events")}
     addresses = [f"{host}:{port}" for host, port in redis_sentinels.addresses]
@@ -182,12 +187,10 @@ def test_a_sentinel_that_answers_nothing_and_an_unknown_service_are_clear_errors
     }
     for name, (redis, wanted) in cases.items():
         config = write_redis_config(tmp_path / f"{name}.toml", dbs, redis, output)
-        done = run_cli("dump", "--config", str(config), env=env)
-        assert done.returncode == 2, (name, done.stdout, done.stderr)
-        assert done.stderr.startswith("dblog: error: the Redis state store at service "), (
-            done.stderr
-        )
-        assert "no sentinel names a primary for service" in done.stderr
+        assert main(["dump", "--config", str(config)]) == 2, name
+        stderr = capsys.readouterr().err
+        assert stderr.startswith("dblog: error: the Redis state store at service "), stderr
+        assert "no sentinel names a primary for service" in stderr
         for text in wanted:
-            assert text in done.stderr, (name, text, done.stderr)
-        assert redis_sentinels.password not in done.stderr
+            assert text in stderr, (name, text, stderr)
+        assert redis_sentinels.password not in stderr
