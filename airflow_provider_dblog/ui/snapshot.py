@@ -99,7 +99,12 @@ class LiveView:
             snapshot["tailer"] = self._tailer(self.store.tailer.health())
             snapshot["compaction"] = compaction_json(self.store.compactor.health())
             snapshot["windows"] = self._window_list(now_ms)
-            snapshot["dumps"], snapshot["pinned"], snapshot["dumps_total"] = self._dump_list(now_ms)
+            with self._pins_lock:
+                pins = sorted(self._pins)
+            snapshot["pins"] = list(pins)
+            snapshot["dumps"], snapshot["pinned"], snapshot["dumps_total"] = self._dump_list(
+                now_ms, pins
+            )
         except StateStoreUnavailable as exc:
             snapshot["error"] = str(exc)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -161,12 +166,13 @@ class LiveView:
 
     # -- dumps ---------------------------------------------------------------------------------
 
-    def _dump_list(self, now_ms: int) -> tuple[list[JsonValue], list[JsonValue], int]:
+    def _dump_list(
+        self, now_ms: int, pins: list[str]
+    ) -> tuple[list[JsonValue], list[JsonValue], int]:
         """The most recent dumps, newest first; the older ones pinned; how many in all."""
         every = self.store.dumps.ids()
         recent = every[-MAX_DUMPS:]
-        with self._pins_lock:
-            pinned = [i for i in self._pins if i not in recent]
+        pinned = [i for i in pins if i not in recent]
         kept = set(recent) | set(pinned)
         for gone in self._dumps.keys() - kept:
             del self._dumps[gone]

@@ -213,7 +213,9 @@ function drawDumps(snap) {
   drawDumpsNote(snap, focus, dumps.length);
   if (!dumps.length) {
     for (const card of box.querySelectorAll(".dump")) card.remove();
-    box.textContent = focus === null ? "no dumps" : `no dump ${focus} in this source`;
+    // A page just opened waits for a snapshot taken since it asked for its dump.
+    box.textContent = focus === null ? "no dumps" : snap.pins.includes(focus)
+      ? `no dump ${focus} in this source` : `looking for dump ${focus}…`;
     return;
   }
   if (!box.querySelector(".dump")) box.textContent = "";
@@ -223,7 +225,9 @@ function drawDumps(snap) {
   for (const d of dumps) {
     let card = box.querySelector(`.dump[data-dump-id="${CSS.escape(d.dump_id)}"]`);
     if (!card) card = dumpCard(d.dump_id);
-    box.insertBefore(card, before ? before.nextSibling : box.firstChild);
+    // Moved only when out of place: moving a card blurs the field someone is typing into.
+    const place = before ? before.nextSibling : box.firstChild;
+    if (place !== card) box.insertBefore(card, place);
     before = card;
     fillDump(card, d, snap.tailer);
   }

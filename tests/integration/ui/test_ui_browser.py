@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,7 +32,6 @@ import pytest
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.demo.postgres import TABLES
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
-from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import DumpFailed, run_dump
 from airflow_provider_dblog.operators.request import dump_id_for
@@ -42,7 +40,6 @@ from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state import DumpState, StateStore
 from tests.integration.browser import Page, chromium, screenshots_dir
 from tests.integration.e2e_support import (
-    DBLOG,
     Databases,
     cli_env,
     drop_databases,
@@ -51,6 +48,7 @@ from tests.integration.e2e_support import (
     write_config,
 )
 from tests.integration.test_end_to_end import InProcessTailer
+from tests.integration.ui_support import running_ui
 
 pytestmark = pytest.mark.integration
 ROWS = 200
@@ -86,34 +84,12 @@ def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
 
 @pytest.fixture
 def ui(dbs: Databases, redis_server: RedisInfo, tmp_path: Path) -> Iterator[str]:
-    """`dblog ui` on a free port; its URL. Stopped with SIGTERM, which must end it cleanly."""
+    """`dblog ui` on a free port; its URL."""
     config = write_config(
         tmp_path / "dblog.toml", dbs, redis_server, {"type": "ndjson", "directory": "unused"}
     )
-    port = free_port()
-    log = (tmp_path / "ui.log").open("wb")
-    process = subprocess.Popen(
-        [DBLOG, "ui", "--config", str(config), "--port", str(port), "--interval", "0.2"],
-        env=cli_env(dbs, redis_server),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def serving() -> bool:
-        assert process.poll() is None, (tmp_path / "ui.log").read_text()
-        try:
-            return httpx.get(f"{url}/api/snapshot", timeout=5).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        wait_until(serving, 30, "dblog ui serving")
+    with running_ui(config, cli_env(dbs, redis_server), tmp_path) as url:
         yield url
-    finally:
-        process.terminate()
-        assert process.wait(30) == 0, (tmp_path / "ui.log").read_text()
-        log.close()
 
 
 TIMELINE_CLASHES = """[...document.querySelectorAll('#timeline .bars')].flatMap(track => {
@@ -485,8 +461,10 @@ def test_an_airflow_link_opens_its_dump_which_links_back_and_the_list_is_bounded
         page.wait("document.querySelectorAll('.dump').length === 20", "the 20 listed")
         assert page.evaluate(f"!!{card}") is False  # the oldest, beyond the 20 listed
         page.navigate(f"{ui}/#dump=no-such-dump")
-        missing = page.wait("document.querySelector('#dumps').innerText", "no such dump")
-        assert "no dump no-such-dump" in missing, missing
+        page.wait(
+            "document.querySelector('#dumps').innerText === 'no dump no-such-dump in this source'",
+            "no such dump",
+        )
     print(f"screenshots: {shots}")
 
 
