@@ -5,9 +5,8 @@ command line, so `ps` shows how the server runs. `restart()` keeps port, directo
 which is what the durability tests check.
 
 Given `tls` (a certificate from `devservices.tls`), it listens for TLS only (`tls-port`, no
-clear-text port), so a client that connects at all is encrypted; client certificates are
-checked against the CA when a client offers one. Given `replica_of`, it starts as that server's
-replica (the Sentinel group of `redis_sentinel.py`).
+clear-text port), so a client that connects at all is encrypted. Given `replica_of`, it starts
+as that server's replica (the Sentinel group of `redis_sentinel.py`).
 """
 
 from __future__ import annotations
@@ -82,6 +81,23 @@ docker/compose.yaml runs its Redis with these same options
 (tests/unit/test_docker_compose.py checks)."""
 
 
+def listen_options(port: int, tls: ServerTLS | None) -> list[str]:
+    """Where a server (or sentinel) listens: `port` in clear text, or with `tls` TLS only on
+    it, replication over TLS too. No client certificate is asked for: a replica would offer
+    its server certificate, which is not one for a client."""
+    if tls is None:
+        return ["--port", str(port)]
+    return [
+        "--port", "0",
+        "--tls-port", str(port),
+        "--tls-cert-file", str(tls.cert_file),
+        "--tls-key-file", str(tls.key_file),
+        "--tls-ca-cert-file", str(tls.ca_file),
+        "--tls-auth-clients", "no",
+        "--tls-replication", "yes",
+    ]  # fmt: skip
+
+
 class RedisServer(ServerProcess):
     """Redis in `base_dir` (data/ holds the AOF, redis.conf the password, redis.log)."""
 
@@ -121,24 +137,12 @@ class RedisServer(ServerProcess):
         return [
             self.binary,
             str(self.config_file),
-            *self._listen_options(),
+            *listen_options(self.port, self.tls),
             "--bind", LOOPBACK,
             "--dir", str(self.data_dir),
             *DURABILITY_OPTIONS,
             "--daemonize", "no",
             "--logfile", "",
-        ]  # fmt: skip
-
-    def _listen_options(self) -> list[str]:
-        if self.tls is None:
-            return ["--port", str(self.port)]
-        return [
-            "--port", "0",
-            "--tls-port", str(self.port),
-            "--tls-cert-file", str(self.tls.cert_file),
-            "--tls-key-file", str(self.tls.key_file),
-            "--tls-ca-cert-file", str(self.tls.ca_file),
-            "--tls-auth-clients", "optional",
         ]  # fmt: skip
 
     def _check(self) -> None:

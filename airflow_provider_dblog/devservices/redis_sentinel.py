@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 import redis
 from redis.backoff import NoBackoff
@@ -28,7 +28,8 @@ from airflow_provider_dblog.devservices.process import (
     ServerProcess,
     ServiceInfo,
 )
-from airflow_provider_dblog.devservices.redis import RedisInfo, RedisServer
+from airflow_provider_dblog.devservices.redis import RedisInfo, RedisServer, listen_options
+from airflow_provider_dblog.devservices.tls import ServerTLS
 from airflow_provider_dblog.state.connection import RedisSettings
 
 SERVICE_NAME = "dblog"
@@ -43,13 +44,22 @@ READY_TIMEOUT_S = 60.0
 class SentinelInfo(ServiceInfo):
     host: str
     port: int
+    ca_file: str | None = None
+    """The CA of the sentinel's certificate when it speaks TLS only; None without TLS."""
+
+    def probe_client(self) -> redis.Redis:
+        """A client that fails at once (no retries)."""
+        tls: dict[str, Any] = {}
+        if self.ca_file is not None:
+            tls = {"ssl": True, "ssl_ca_certs": self.ca_file}
+        return redis.Redis(
+            self.host, self.port, socket_timeout=2, retry=Retry(NoBackoff(), 0), **tls
+        )
 
     def answers(self) -> bool:
         try:
-            with redis.Redis(
-                self.host, self.port, socket_timeout=2, retry=Retry(NoBackoff(), 0)
-            ) as c:
-                return bool(c.ping())
+            with self.probe_client() as client:
+                return bool(client.ping())
         except redis.RedisError:
             return False
 
@@ -60,8 +70,11 @@ class SentinelServer(ServerProcess):
 
     name: ClassVar[str] = "redis-sentinel"
 
-    def __init__(self, base_dir: Path | str, primary: RedisInfo) -> None:
+    def __init__(
+        self, base_dir: Path | str, primary: RedisInfo, tls: ServerTLS | None = None
+    ) -> None:
         super().__init__(base_dir)
+        self.tls = tls
         binary = shutil.which("redis-sentinel") or shutil.which("redis-sentinel", path="/usr/bin")
         if binary is None:
             raise FileNotFoundError("redis-sentinel not found: run scripts/install-system-deps.sh")
@@ -83,7 +96,7 @@ class SentinelServer(ServerProcess):
         return [
             self.binary,
             str(self.config_file),
-            "--port", str(self.port),
+            *listen_options(self.port, self.tls),
             "--bind", LOOPBACK,
             "--dir", str(self.base_dir),
             "--daemonize", "no",
@@ -91,8 +104,8 @@ class SentinelServer(ServerProcess):
         ]  # fmt: skip
 
     def _check(self) -> None:
-        with redis.Redis(LOOPBACK, self.port, socket_timeout=2, retry=Retry(NoBackoff(), 0)) as c:
-            c.ping()
+        with self.info.probe_client() as client:
+            client.ping()
 
     def _bootstrap(self) -> None:
         """Nothing to create: the sentinel learns the group from the primary."""
@@ -100,31 +113,42 @@ class SentinelServer(ServerProcess):
     @property
     def info(self) -> SentinelInfo:
         return SentinelInfo(
-            host=LOOPBACK, port=self.port, data_dir=self.base_dir, log_file=self.log_file
+            host=LOOPBACK,
+            port=self.port,
+            ca_file=None if self.tls is None else str(self.tls.ca_file),
+            data_dir=self.base_dir,
+            log_file=self.log_file,
         )
 
 
 class RedisSentinelGroup:
     """The primary, its replica and three sentinels in `base_dir`; a context manager, or
     `start()` and `stop()`. Ready once every sentinel knows the replica and the other two
-    sentinels: only then can they agree on a failover."""
+    sentinels: only then can they agree on a failover. With `tls`, every server and sentinel
+    speaks TLS only, replication and the sentinels' links included."""
 
-    def __init__(self, base_dir: Path | str) -> None:
+    def __init__(self, base_dir: Path | str, tls: ServerTLS | None = None) -> None:
         for program in ("redis-server", "redis-sentinel"):
             if shutil.which(program) is None and shutil.which(program, path="/usr/bin") is None:
                 raise FileNotFoundError(f"{program} not found: run scripts/install-system-deps.sh")
         self.base_dir = Path(base_dir).resolve()
+        self.tls = tls
         self.servers: list[RedisServer] = []
         self.sentinels: list[SentinelServer] = []
 
     def start(self) -> Self:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         try:
-            primary = RedisServer(self.base_dir / "redis-a").start()
-            replica = RedisServer(self.base_dir / "redis-b", replica_of=primary.info).start()
-            self.servers = [primary, replica]
+            primary = RedisServer(self.base_dir / "redis-a", tls=self.tls).start()
+            self.servers = [primary]
+            replica = RedisServer(
+                self.base_dir / "redis-b", tls=self.tls, replica_of=primary.info
+            ).start()
+            self.servers.append(replica)
             for n in range(3):
-                sentinel = SentinelServer(self.base_dir / f"sentinel-{n}", primary.info)
+                sentinel = SentinelServer(
+                    self.base_dir / f"sentinel-{n}", primary.info, tls=self.tls
+                )
                 self.sentinels.append(sentinel.start())
             self._wait_until(self._ready, "the sentinels to know the replica and each other")
         except BaseException:
@@ -158,7 +182,11 @@ class RedisSentinelGroup:
     def settings(self, password_env: str | None = None) -> RedisSettings:
         """How a client reaches the group's primary, its password in `password_env`."""
         return RedisSettings(
-            sentinels=self.addresses, service_name=SERVICE_NAME, password_env=password_env
+            sentinels=self.addresses,
+            service_name=SERVICE_NAME,
+            password_env=password_env,
+            tls=self.tls is not None,
+            ca_file=None if self.tls is None else str(self.tls.ca_file),
         )
 
     def primary(self) -> RedisServer:
@@ -245,7 +273,7 @@ class RedisSentinelGroup:
 
     @staticmethod
     def _sentinel_client(sentinel: SentinelServer) -> redis.Redis:
-        return redis.Redis(LOOPBACK, sentinel.port, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+        return sentinel.info.probe_client()
 
     @staticmethod
     def _wait_until(condition: Callable[[], bool], what: str) -> None:

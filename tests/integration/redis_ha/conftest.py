@@ -1,6 +1,7 @@
 """The Redis deployments of production, for the tests of this folder: a Sentinel group (a
-primary, a replica, three sentinels) and a Redis that speaks TLS only, each started once per
-session. A test that kills the group's primary must `heal()` the group after."""
+primary, a replica, three sentinels), a Redis that speaks TLS only, and a Sentinel group that
+speaks TLS only, each started once per session. A test that kills the primary of
+`redis_sentinels` must `heal()` the group after."""
 
 from __future__ import annotations
 
@@ -29,3 +30,11 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
     tls = ca.server_tls(["127.0.0.1"])
     with installed(lambda: RedisServer(base / "redis", tls=tls)) as server:
         yield TlsRedis(server.info, ca)
+
+
+@pytest.fixture(scope="session")
+def tls_sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinelGroup]:
+    base = tmp_path_factory.mktemp("sentinels-tls")
+    tls = make_test_ca(base / "ca").server_tls(["127.0.0.1"])
+    with installed(lambda: RedisSentinelGroup(base / "group", tls=tls)) as group:
+        yield group

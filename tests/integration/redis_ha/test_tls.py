@@ -1,7 +1,8 @@
 """The state store over TLS: `dblog tail` and `dblog dump` reach a Redis that speaks TLS only
 (`rediss://`, the test CA's file, a client certificate) and the output equals the source; a
 server certificate from another CA and one for another host name are each refused with an
-error that says so."""
+error that says so. Sentinels and servers that all speak TLS only (`tls = true`) name the
+primary, and a client follows their failover."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dblog.cli import main
+from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
+from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.redis_sentinel import SERVICE_NAME, RedisSentinelGroup
 from airflow_provider_dblog.devservices.tls import make_test_ca
 from airflow_provider_dblog.outputs import read_events
-from airflow_provider_dblog.state import StateStore
-from airflow_provider_dblog.state.connection import RedisSettings
+from airflow_provider_dblog.state import StateStore, StateStoreUnavailable
+from airflow_provider_dblog.state.connection import RedisSettings, parse_redis_settings
 from tests.integration.e2e_support import (
     REDIS_PASSWORD_ENV,
     Databases,
@@ -129,3 +133,34 @@ def test_a_certificate_from_another_ca_or_for_another_host_is_refused(
                 tail.kill()
         log = (tmp_path / f"{name}.log").read_text()
         assert wanted in log and info.password not in log, log[-2000:]
+
+
+def test_a_store_over_tls_sentinels_follows_a_failover(tls_sentinels: RedisSentinelGroup) -> None:
+    group = tls_sentinels
+    assert group.tls is not None
+    settings = parse_redis_settings(
+        {
+            "sentinels": [f"{host}:{port}" for host, port in group.addresses],
+            "service_name": SERVICE_NAME,
+            "tls": True,
+            "ca_file": str(group.tls.ca_file),
+        }
+    )
+    store = StateStore(settings.client(password=group.password), "tls_ha")
+    request = DumpRequest("tls-ha", DumpKind.ALL, (TableRef("public", "t"),))
+    store.dumps.create(request)
+    first = group.primary()
+    killed = group.kill_primary()
+    group.wait_for_failover(killed)
+    assert group.primary() is not first
+
+    def paused() -> bool:
+        try:
+            return store.dumps.pause("tls-ha")
+        except StateStoreUnavailable:
+            return False  # the client met the dead primary: the next call asks the sentinels
+
+    wait_until(paused, 30, "a write through the same client on the promoted replica")
+    controls = store.dumps.controls("tls-ha")
+    assert controls is not None and controls.paused
+    assert store.dumps.get("tls-ha") is not None
