@@ -180,3 +180,36 @@ def test_the_test_button_says_this_connection_not_the_random_id_airflow_tests_it
     ok, message = DBLogHook("xq7random").test_connection()
     assert not ok
     assert message == "this connection needs config_path in its extras", message
+
+
+def test_with_sentinels_the_hook_hands_both_redis_passwords_to_the_toml_s_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the Spark dump gets (`secret_env`): the Redis and the sentinels' passwords under
+    the names the TOML gives them; a TOML naming other sentinels is refused."""
+    from airflow_provider_dblog.hooks.dblog import DBLogHook
+
+    toml = tmp_path / "dblog.toml"
+    redis_section = (
+        '[redis]\nsentinels = ["s1:26379", "s2:26379"]\nservice_name = "mymaster"\n'
+        'password_env = "R_PW"\nsentinel_password_env = "S_PW"\n'
+    )
+    toml.write_text(
+        '[source]\nname = "shop"\ndsn = "host=h dbname=d user=u"\ntables = ["t"]\n'
+        + redis_section
+        + '[output]\ntype = "ndjson"\ndirectory = "out"\n'
+    )
+    extra = {
+        "source_name": "shop",
+        "config_path": str(toml),
+        "sentinels": "s1:26379,s2:26379",
+        "service_name": "mymaster",
+        "sentinel_password": "sentinel-secret",
+    }
+    conn = {"conn_type": "dblog", "password": "redis-secret", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_HA", json.dumps(conn))
+    assert DBLogHook("dblog_ha").secret_env() == {"R_PW": "redis-secret", "S_PW": "sentinel-secret"}
+
+    toml.write_text(toml.read_text().replace('"s2:26379"]', '"s3:26379"]'))
+    with pytest.raises(ConfigError, match=r"points at Redis service mymaster db 0 \(sentinels s1"):
+        _ = DBLogHook("dblog_ha").config
