@@ -42,6 +42,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="a read-only source: nothing is written to it, the watermarks are log positions",
     )
     parser.add_argument(
+        "--replica",
+        action="store_true",
+        help="start a replica of the source too and read the dump's chunks from it, while the "
+        "tailer follows the primary's log",
+    )
+    parser.add_argument(
         "--redis-ha",
         action="store_true",
         help="the state store behind Redis Sentinel (a primary, a replica, three sentinels); "
@@ -72,6 +78,7 @@ def _demo(args: argparse.Namespace) -> int:
         parallelism=args.parallelism,
         write_seconds=args.write_seconds,
         read_only=args.read_only,
+        replica=args.replica,
         redis_ha=args.redis_ha,
     )
     print(

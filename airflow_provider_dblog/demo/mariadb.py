@@ -22,6 +22,7 @@ from airflow_provider_dblog.core.event import Event, Key, Op, Row
 from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
 from airflow_provider_dblog.demo.story import TABLE_NAMES, DemoBackend, RandomWrites, seed_rows
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServer
+from airflow_provider_dblog.devservices.mariadb_replica import MariaDBReplica
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, read_events
 from airflow_provider_dblog.sources.base import Source
@@ -159,6 +160,11 @@ def binlog_end(info: MariaDBInfo) -> int:
     return mysql_commit(binlog_file_number(str(row[0])), int(row[1]))
 
 
+def _dsn(info: MariaDBInfo) -> str:
+    """The demo source's DSN on `info`, without the password (read from the environment)."""
+    return f"mysql://{info.user}@{info.host}:{info.port}/{info.dbname}"
+
+
 class MariaDBDemo(DemoBackend):
     """The story's MariaDB, its target the tailer's NDJSON files in `events_dir`."""
 
@@ -166,15 +172,21 @@ class MariaDBDemo(DemoBackend):
     sample_tables = "accounts (bigint key), orders ((varchar, int) key), items (binary(16) uuid)"
     target = "the NDJSON replayed"
 
-    def __init__(self, info: MariaDBInfo, events_dir: Path) -> None:
-        self.info, self.events_dir = info, events_dir
+    def __init__(
+        self, info: MariaDBInfo, events_dir: Path, replica: MariaDBInfo | None = None
+    ) -> None:
+        self.info, self.events_dir, self.replica = info, events_dir, replica
         self.password = info.password
 
     @classmethod
     @contextmanager
-    def started(cls, base: Path) -> Iterator[MariaDBDemo]:
+    def started(cls, base: Path, *, replica: bool = False) -> Iterator[MariaDBDemo]:
         with MariaDBServer(base / "mariadb") as db:
-            yield cls(db.info, base / "events")
+            if not replica:
+                yield cls(db.info, base / "events")
+                return
+            with MariaDBReplica(db, base / "mariadb-replica") as copy:
+                yield cls(db.info, base / "events", copy.info)
 
     def seed(self, rows: int, rng: random.Random) -> int:
         with pymysql.connect(**self.info.connect_kwargs()) as conn, conn.cursor() as cursor:
@@ -183,13 +195,15 @@ class MariaDBDemo(DemoBackend):
         return seeded
 
     def source_section(self) -> dict[str, Any]:
-        info = self.info
-        return {
+        section = {
             "type": "mysql",
-            "dsn": f"mysql://{info.user}@{info.host}:{info.port}/{info.dbname}",
+            "dsn": _dsn(self.info),
             "tables": list(TABLE_NAMES),
-            "watermark_database": info.dbname,
+            "watermark_database": self.info.dbname,
         }
+        if self.replica is not None:
+            section["read_replica"] = _dsn(self.replica)
+        return section
 
     def prepare_read_only(self) -> None:
         """Nothing: the binlog and the snapshot's position are there for any reader."""

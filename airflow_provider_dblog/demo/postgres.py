@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.demo.story import DemoBackend, RandomWrites, seed_rows
+from airflow_provider_dblog.devservices.pg_replica import PostgresReplica
 from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.outputs.sql_apply import SqlApplyOutput
@@ -116,6 +117,12 @@ def compare(source_dsn: str, target_dsn: str) -> list[str]:
     return problems
 
 
+def _dsn(pg: PostgresInfo) -> str:
+    """The demo source's DSN on `pg`, without the password (the source reads it from the
+    environment)."""
+    return f"host={pg.host} port={pg.port} dbname={pg.dbname} user={pg.user}"
+
+
 class PostgresDemo(DemoBackend):
     """The story's PostgreSQL: the source database and, on the same server, the target."""
 
@@ -123,17 +130,21 @@ class PostgresDemo(DemoBackend):
     sample_tables = "accounts (bigint key), orders ((text, int) key), items (uuid)"
     target = "the SQL target"
 
-    def __init__(self, pg: PostgresInfo) -> None:
-        self.pg = pg
+    def __init__(self, pg: PostgresInfo, replica: PostgresInfo | None = None) -> None:
+        self.pg, self.replica = pg, replica
         self.password = pg.password
         self.target_dsn = pg.dsn.rsplit("/", 1)[0] + "/dblog_target"
         self.slot = f"demo_{secrets.token_hex(3)}"
 
     @classmethod
     @contextmanager
-    def started(cls, base: Path) -> Iterator[PostgresDemo]:
+    def started(cls, base: Path, *, replica: bool = False) -> Iterator[PostgresDemo]:
         with PostgresServer(base / "pg") as pg:
-            yield cls(pg.info)
+            if not replica:
+                yield cls(pg.info)
+                return
+            with PostgresReplica(pg, base / "pg-replica") as standby:
+                yield cls(pg.info, standby.info)
 
     def seed(self, rows: int, rng: random.Random) -> int:
         pg = self.pg
@@ -146,13 +157,15 @@ class PostgresDemo(DemoBackend):
         return seeded
 
     def source_section(self) -> dict[str, Any]:
-        pg = self.pg
-        return {
+        section = {
             "type": "postgres",
-            "dsn": f"host={pg.host} port={pg.port} dbname={pg.dbname} user={pg.user}",
+            "dsn": _dsn(self.pg),
             "tables": [str(t) for t in TABLES],
             "slot": self.slot,
         }
+        if self.replica is not None:
+            section["read_replica"] = _dsn(self.replica)
+        return section
 
     def prepare_read_only(self) -> None:
         """The publication, as the tables' owner (it publishes every operation by default)."""

@@ -171,9 +171,10 @@ class DemoBackend(ABC):
 
     @classmethod
     @abstractmethod
-    def started(cls, base: Path) -> AbstractContextManager[DemoBackend]:
+    def started(cls, base: Path, *, replica: bool = False) -> AbstractContextManager[DemoBackend]:
         """The database's server started in a directory under `base`, for the story's
-        length."""
+        length; with `replica`, a replica of it too, which the source's chunks are read from
+        (`source_section`'s `read_replica`)."""
 
     @abstractmethod
     def seed(self, rows: int, rng: random.Random) -> int:
@@ -182,8 +183,8 @@ class DemoBackend(ABC):
 
     @abstractmethod
     def source_section(self) -> dict[str, Any]:
-        """The `[source]` section's keys of this database (the story adds the name and the
-        password's variable)."""
+        """The `[source]` section's keys of this database, `read_replica` with a replica (the
+        story adds the name and the password's variable)."""
 
     @abstractmethod
     def prepare_read_only(self) -> None:
@@ -225,19 +226,25 @@ def run_demo(
     parallelism: int = 2,
     write_seconds: float = 2.0,
     read_only: bool = False,
+    replica: bool = False,
     redis_ha: bool = False,
     say: Callable[[str], None] = print,
 ) -> DemoSummary:
     """The story on `backend`'s database, in `work_dir` (default: a temp dir); with
     `read_only`, a source nothing is written to (its watermarks are log positions); with
-    `redis_ha`, the state store is a Sentinel group whose primary is killed after the full
-    dump (the repair and the tailer go on with the promoted replica)."""
+    `replica`, the chunks are read from a replica of the source while the tailer follows the
+    primary's log; with `redis_ha`, the state store is a Sentinel group whose primary is killed
+    after the full dump (the repair and the tailer go on with the promoted replica)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dblog-demo-") as tmp:
         base = work_dir or Path(tmp)
         store = "a Redis Sentinel group (primary, replica, 3 sentinels)" if redis_ha else "Redis"
-        say(f"starting {backend.database} and {store} in {base}")
-        with backend.started(base) as database, _state_store(base, redis_ha) as (client, kill):
+        database = f"{backend.database} (a primary and a replica)" if replica else backend.database
+        say(f"starting {database} and {store} in {base}")
+        with (
+            backend.started(base, replica=replica) as database,
+            _state_store(base, redis_ha) as (client, kill),
+        ):
             return _story(
                 database,
                 client,
@@ -289,6 +296,8 @@ def _story(
 
     os.environ[PASSWORD_ENV] = backend.password
     section = {**backend.source_section(), "name": "demo", "password_env": PASSWORD_ENV}
+    if "read_replica" in section:
+        say(f"chunks are read from a replica ({section['read_replica']}), the log from the primary")
     source = source_for(parse_source_config({**section, "read_only": read_only}))
     tables = source.tables
     source.ensure_setup()

@@ -48,15 +48,23 @@ def test_demo_converges_under_writes(
     ("argv", "seeded", "target"),
     [
         (["--rows", "200", "--chunk-size", "40"], "600 rows seeded", "(the SQL target)"),
-        (["--source", "mariadb", "--rows", "100"], "300 rows seeded", "(the NDJSON replayed)"),
-        (["--rows", "200", "--read-only"], "read-only source", "(the SQL target)"),
+        (
+            ["--source", "mariadb", "--rows", "100", "--replica"],
+            "chunks are read from a replica",
+            "(the NDJSON replayed)",
+        ),
+        (
+            ["--rows", "200", "--read-only", "--replica"],
+            "chunks are read from a replica",
+            "(the SQL target)",
+        ),
         (
             ["--source", "mariadb", "--rows", "100", "--read-only"],
             "read-only source",
             "(the NDJSON replayed)",
         ),
     ],
-    ids=["postgres", "mariadb", "postgres-read-only", "mariadb-read-only"],
+    ids=["postgres", "mariadb-replica", "postgres-read-only-replica", "mariadb-read-only"],
 )
 def test_demo_command_prints_a_verified_summary(
     capsys: pytest.CaptureFixture[str], argv: list[str], seeded: str, target: str
