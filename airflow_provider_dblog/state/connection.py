@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,8 @@ import redis
 import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from airflow_provider_dblog.core.errors import DBLogError
 
@@ -152,6 +155,9 @@ class RedisSettings:
         kwargs: dict[str, Any] = {
             "socket_timeout": SENTINEL_TIMEOUT_S,
             "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+            # One try per sentinel: the next one is asked instead, and the client's own
+            # retries ask them all again.
+            "retry": Retry(NoBackoff(), 0),
             **self._tls_kwargs(),
         }
         if self.tls:
@@ -180,6 +186,7 @@ class _Sentinel(redis.sentinel.Sentinel):
     def discover_master(self, service_name: str) -> tuple[str, int]:
         try:
             found: tuple[str, int] = super().discover_master(service_name)  # type: ignore[no-untyped-call]
+            return found
         except redis.sentinel.MasterNotFoundError:
             answers: list[Any] = []
             for sentinel in self.sentinels:
@@ -187,10 +194,7 @@ class _Sentinel(redis.sentinel.Sentinel):
                     answers.append(sentinel.sentinel_masters())
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
                     answers.append(exc)
-            raise redis.sentinel.MasterNotFoundError(
-                no_primary(service_name, self.sentinels, answers)
-            ) from None
-        return found
+        raise no_primary_error(service_name, self.sentinels, answers)
 
 
 class _AsyncSentinel(redis.asyncio.sentinel.Sentinel):
@@ -199,6 +203,7 @@ class _AsyncSentinel(redis.asyncio.sentinel.Sentinel):
     async def discover_master(self, service_name: str) -> tuple[str, int]:
         try:
             found: tuple[str, int] = await super().discover_master(service_name)
+            return found
         except redis.asyncio.sentinel.MasterNotFoundError:
             answers: list[Any] = []
             for sentinel in self.sentinels:
@@ -206,10 +211,22 @@ class _AsyncSentinel(redis.asyncio.sentinel.Sentinel):
                     answers.append(await sentinel.sentinel_masters())
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
                     answers.append(exc)
-            raise redis.asyncio.sentinel.MasterNotFoundError(
-                no_primary(service_name, self.sentinels, answers)
-            ) from None
-        return found
+        raise no_primary_error(service_name, self.sentinels, answers)
+
+
+def no_primary_error(
+    service_name: str, sentinels: Sequence[Any], answers: Sequence[Any]
+) -> redis.ConnectionError:
+    """The error when no sentinel named a primary: a `MasterNotFoundError` saying why, unless a
+    sentinel's TLS certificate did not verify. Then that sentinel's own error, whose context is
+    the ssl module's error, so that the stores report a configuration error instead of an
+    outage (`state.base.unreachable`). Raised outside an `except`, it keeps that context."""
+    for answer in answers:
+        if isinstance(answer, redis.ConnectionError) and isinstance(
+            answer.__context__, ssl.SSLCertVerificationError
+        ):
+            return answer
+    return redis.sentinel.MasterNotFoundError(no_primary(service_name, sentinels, answers))
 
 
 def no_primary(service_name: str, sentinels: Sequence[Any], answers: Sequence[Any]) -> str:

@@ -2,10 +2,11 @@
 (`rediss://`, the test CA's file, a client certificate) and the output equals the source; a
 server certificate from another CA and one for another host name are each refused with an
 error that says so. Sentinels and servers that all speak TLS only (`tls = true`) name the
-primary, and a client follows their failover."""
+primary, a client follows their failover, and one with another CA is refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from airflow_provider_dblog.devservices.tls import make_test_ca
 from airflow_provider_dblog.outputs import read_events
 from airflow_provider_dblog.state import StateStore, StateStoreUnavailable
 from airflow_provider_dblog.state.connection import RedisSettings, parse_redis_settings
+from airflow_provider_dblog.state.errors import RedisCertificateRefused
 from tests.integration.e2e_support import (
     REDIS_PASSWORD_ENV,
     Databases,
@@ -135,7 +137,9 @@ def test_a_certificate_from_another_ca_or_for_another_host_is_refused(
         assert wanted in log and info.password not in log, log[-2000:]
 
 
-def test_a_store_over_tls_sentinels_follows_a_failover(tls_sentinels: RedisSentinelGroup) -> None:
+def test_a_store_over_tls_sentinels_follows_a_failover_and_refuses_another_ca(
+    tls_sentinels: RedisSentinelGroup, tmp_path: Path
+) -> None:
     group = tls_sentinels
     assert group.tls is not None
     settings = parse_redis_settings(
@@ -164,3 +168,8 @@ def test_a_store_over_tls_sentinels_follows_a_failover(tls_sentinels: RedisSenti
     controls = store.dumps.controls("tls-ha")
     assert controls is not None and controls.paused
     assert store.dumps.get("tls-ha") is not None
+
+    other_ca = make_test_ca(tmp_path / "other-ca")
+    wrong = dataclasses.replace(settings, ca_file=str(other_ca.ca_file))
+    with pytest.raises(RedisCertificateRefused, match="its TLS certificate does not verify"):
+        StateStore(wrong.client(password=group.password), "tls_ha").dumps.get("tls-ha")
