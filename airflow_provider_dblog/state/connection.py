@@ -95,12 +95,8 @@ class RedisSettings:
         parts = urlsplit(self.url)
         if parts.scheme == "unix":
             return f"unix:{parts.path}"
-        return f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}/{self.db_of_url}"
-
-    @property
-    def db_of_url(self) -> int:
-        parts = urlsplit(self.url)
-        return int(parts.path.strip("/") or 0) if parts.scheme != "unix" else 0
+        db = int(parts.path.strip("/") or 0)
+        return f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}/{db}"
 
     def client(
         self,
