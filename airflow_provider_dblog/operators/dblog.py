@@ -230,8 +230,8 @@ class DBLogDumpOperator(BaseOperator):
             where=self.where,
             subset_only=self.subset_only,
         )
+        link_dump_and_task(hook, context, dump_id)  # first: a bad ui_url fails before a dump
         status = hook.submit_or_resume(request, key_columns)
-        link_dump_and_task(hook, context, dump_id)
         if status.state is DumpState.DONE:
             self.log.info("dump %s is already done", dump_id)
             return self._finish(DumpOutcome.of(dump_id, status), context)

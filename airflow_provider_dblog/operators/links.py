@@ -76,8 +76,9 @@ def airflow_origin(ti: Any) -> dict[str, JsonValue]:
 
 
 def link_dump_and_task(hook: DBLogHook, context: Context, dump_id: str) -> None:
-    """Once the dump is requested: record the task instance as its origin, and the live
-    view's link in the task's XCom. Nothing outside a task run (no `ti` in the context)."""
+    """As the dump is requested: record the task instance as its origin, and the live view's
+    link in the task's XCom. Nothing outside a task run (no `ti` in the context); a `ui_url`
+    that is not a URL raises `ConfigError`."""
     ti = context.get("ti")
     if ti is None:
         return
