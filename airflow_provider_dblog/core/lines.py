@@ -74,13 +74,15 @@ class Lines:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LogLines(Lines):
     """The changes of one table a log reader read together (a binlog rows event's rows), all
     of one `op`, at seqs `first` to `last` of `commit`, with their lines as
     `event_codec.log_line_format` spells them. A log item (`core.log`): the tailer hands it to
     the reconciler (every row's key) and to the writer as one, and builds no object a row.
-    `befores` is None for creates, `afters` for deletes; else one row a seq, as `keys`."""
+    `befores` is None for creates, `afters` for deletes; else one row a seq, as `keys`.
+    Nothing changes one once built; not a frozen dataclass, whose `__init__` costs several
+    times as much, as one is built for every rows event, most of one row."""
 
     origin: LogOrigin
     schema_version: int

@@ -296,7 +296,7 @@ class Session:
                 self.change(Change(event))
             return
         self._reconciler.log_lines(item)
-        self._writer.put(item)
+        self._writer.put_lines(item)
         stats, origin, count = self._stats, item.origin, len(item)
         stats.events += count
         counted = (origin.schema, origin.table_name, item.op)

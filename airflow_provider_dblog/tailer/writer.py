@@ -33,7 +33,7 @@ from prometheus_client import Histogram
 from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.encoded_rows import EncodedEvent
 from airflow_provider_dblog.core.event import Event
-from airflow_provider_dblog.core.lines import Lines
+from airflow_provider_dblog.core.lines import Lines, LogLines
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.schema_versions import KnownSchema
 from airflow_provider_dblog.outputs.base import Output
@@ -116,9 +116,20 @@ class Buffer(queue.Queue[object]):
 _LINE = operator.attrgetter("line")
 
 
+class _Held(list[object]):
+    """The log events `Writer.put_event` and `put_lines` held, handed over as one item that
+    weighs `weight`: each event of a `LogLines` counts, as when each was an item."""
+
+    __slots__ = ("weight",)
+
+    weight: int
+
+
 def _weight(item: object) -> int:
     if isinstance(item, Lines):
         return max(len(item), len(item.data) >> 10)
+    if type(item) is _Held:
+        return max(1, item.weight)
     if not isinstance(item, list):
         return 1
     if item and type(item[0]) is EncodedEvent:
@@ -178,6 +189,9 @@ def _fitting(item: list[object], room: int) -> tuple[int, int]:
     room the whole list takes if they all do: one an event, but a unit per KiB of lines for
     encoded chunk rows (at least one), so that a chunk of small rows and the log events behind
     it share one write (one fsync), and a batch of wide rows stays about `limit` KiB."""
+    if type(item) is _Held and item.weight > len(item):  # some of its items are `LogLines`
+        events = list(accumulate(len(i) if type(i) is LogLines else 1 for i in item))
+        return max(1, bisect_right(events, room)), events[-1]
     if not item or type(item[0]) is not EncodedEvent:
         return min(len(item), room), len(item)
     ends = list(accumulate(map(len, map(_LINE, item))))
@@ -215,8 +229,11 @@ class Writer(threading.Thread):
         self._halted = threading.Event()
         self._ended = False
         """The thread left `run` (set there: cheaper to look at than `is_alive`)."""
-        self._pending: list[object] = []
+        self._pending = _Held()
         """Log events `put_event` holds, not handed over yet (the session's thread only)."""
+        self._room = self._limit
+        """How many more items `_pending` takes: `batch_events` less the events beyond the
+        first of each `LogLines` it holds."""
         self.durable_commit = 0
         self.failure: BaseException | None = None
         self.idle = threading.Event()
@@ -231,9 +248,17 @@ class Writer(threading.Thread):
         an event)."""
         pending = self._pending
         pending.append(event)
-        if len(pending) >= self._limit:
-            self._pending = []
-            self._hand(pending)
+        if len(pending) >= self._room:
+            self.hand_over()
+
+    def put_lines(self, lines: LogLines) -> None:
+        """Hand a run of log events over as one (`LogLines`), held with the events
+        `put_event` holds and weighing as many."""
+        self._room -= len(lines) - 1
+        pending = self._pending
+        pending.append(lines)
+        if len(pending) >= self._room:
+            self.hand_over()
 
     def put(self, item: object) -> None:
         """Hand an item over after the events held, waiting while the buffer is full, but never
@@ -244,7 +269,9 @@ class Writer(threading.Thread):
     def hand_over(self) -> None:
         """Hand over the events `put_event` holds."""
         if self._pending:
-            pending, self._pending = self._pending, []
+            pending, self._pending = self._pending, _Held()
+            pending.weight = len(pending) + self._limit - self._room
+            self._room = self._limit
             self._hand(pending)
 
     def _hand(self, item: object) -> None:

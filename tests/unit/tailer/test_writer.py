@@ -11,7 +11,16 @@ import pytest
 
 from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.encoded_rows import EncodedEvent, PageLines, encode_rows
-from airflow_provider_dblog.core.event import Event, Op, Origin, PlainEvent, SourceInfo, TableRef
+from airflow_provider_dblog.core.event import (
+    Event,
+    LogOrigin,
+    Op,
+    Origin,
+    PlainEvent,
+    SourceInfo,
+    TableRef,
+)
+from airflow_provider_dblog.core.lines import LogLines
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler, Window
@@ -336,3 +345,23 @@ def test_log_events_are_handed_over_in_lists_in_order_with_every_other_item() ->
     ]
     writer.hand_over()
     assert writer._queue.empty()
+
+
+def test_log_lines_are_held_with_log_events_and_weigh_their_events() -> None:
+    """A rows event's `LogLines` is held with the log events as one item that counts as many
+    events as it holds: the list is handed over at `batch_events` events, weighs them in the
+    buffer, and a batch takes as many of them as fit."""
+    journal = Journal()
+    writer = new_writer(journal, TailerSettings(batch_events=5))
+    origin = LogOrigin("src", "db", TableRef("public", "t"), None, 0)
+    keys = [{"id": 1}, {"id": 2}, {"id": 3}]
+    lines = LogLines(origin, 1, Op.CREATE, 2, 0, 2, keys, None, keys, b"{}\n" * 3)
+    writer.put_event(event(1, 0))
+    writer.put_lines(lines)
+    assert writer._queue.empty(), "4 events held, below 5"
+    writer.put_event(event(3, 0))
+    assert writer._queue.qsize() == 5, "handed over at 5 events, and weighs them"
+    handed = writer._queue.get_nowait()
+    assert handed == [event(1, 0), lines, event(3, 0)]
+    batch = take_batch(handed, lambda: None, 2)
+    assert batch.items == [event(1, 0)] and batch.carried == [lines, event(3, 0)]
