@@ -46,9 +46,9 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
     """Check a dump request without running it: unknown tables, tables without a primary
     key, malformed keys, key values their column's type refuses and filters the source
     refuses (both judged by the source's database), a source no tailer has set up and sizes
-    below 1 fail the task at once (no retry), naming the problem; a source or Redis that
-    cannot be reached fails it as retryable. Put it first in a DAG so that bad params fail
-    the run before anything waits.
+    below 1 fail the task at once (no retry), every problem named in one message; a source
+    or Redis that cannot be reached fails it as retryable. Put it first in a DAG so that bad
+    params fail the run before anything waits.
 
     :param dblog_conn_id: the `dblog` connection.
     :param tables: tables ("schema.table"); None or empty: every captured table.
