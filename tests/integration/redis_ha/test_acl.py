@@ -39,11 +39,13 @@ from tests.integration.e2e_support import (
 from tests.integration.redis_ha.support import write_redis_config
 
 pytestmark = pytest.mark.integration
+ROWS = 100
+"""Rows per table of the source, before capture."""
 
 
 @pytest.fixture
 def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
-    databases = make_databases(pg15, 200, target=False, seed_value=random.randrange(1 << 30))
+    databases = make_databases(pg15, ROWS, target=False, seed_value=random.randrange(1 << 30))
     yield databases
     drop_databases(databases)
 
@@ -93,7 +95,7 @@ def test_each_component_runs_as_its_role_and_the_ui_cannot_write_windows(
         done = run_cli(*("dump", "--config", str(dump_config), "--dump-id", "acl"), env=dump_env)
         assert done.returncode == 0, done.stdout + done.stderr
         wait_until(
-            lambda: len(materialize(read_events(tmp_path / "events"))) == 3 * 200,
+            lambda: len(materialize(read_events(tmp_path / "events"))) == 3 * ROWS,
             60,
             "every dumped row in the output",
         )

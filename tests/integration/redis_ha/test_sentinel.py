@@ -56,7 +56,7 @@ def sentinel_lines(addresses: list[str], service: str = SERVICE_NAME) -> list[st
 
 @pytest.fixture
 def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
-    databases = make_databases(pg15, 300, target=False, seed_value=random.randrange(1 << 30))
+    databases = make_databases(pg15, 240, target=False, seed_value=random.randrange(1 << 30))
     yield databases
     drop_databases(databases)
 
@@ -104,7 +104,7 @@ def test_tail_and_dump_follow_a_failover_and_the_output_equals_the_source(
             status = store.dumps.status("failover")
             return 0 if status is None else status.chunks
 
-        wait_until(lambda: chunks() >= 10, 120, "the dump at 10 chunks")
+        wait_until(lambda: chunks() >= 8, 120, "the dump at 8 chunks")
         killed = group.kill_primary()
         group.wait_for_failover(killed)
         assert group.primary() is not first
