@@ -239,8 +239,8 @@ def run_demo(
     with tempfile.TemporaryDirectory(prefix="dblog-demo-") as tmp:
         base = work_dir or Path(tmp)
         store = "a Redis Sentinel group (primary, replica, 3 sentinels)" if redis_ha else "Redis"
-        database = f"{backend.database} (a primary and a replica)" if replica else backend.database
-        say(f"starting {database} and {store} in {base}")
+        servers = f"{backend.database} (a primary and a replica)" if replica else backend.database
+        say(f"starting {servers} and {store} in {base}")
         with (
             backend.started(base, replica=replica) as database,
             _state_store(base, redis_ha) as (client, kill),
