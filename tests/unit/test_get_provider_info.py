@@ -51,7 +51,7 @@ def test_airflow_lists_the_provider_and_renders_its_connection_form(tmp_path: Pa
         for name in (
             *("source_name", "config_path", "source_conn_id", "source_password", "ssl"),
             *("ca_file", "cert_file", "key_file"),
-            *("sentinels", "service_name", "sentinel_password"),
+            *("sentinels", "service_name", "sentinel_password", "ui_url"),
         )
     }
     assert manager.connection_form_widgets["extra__dblog__source_password"].is_sensitive
