@@ -148,7 +148,9 @@ class Follower:
 
     def __init__(self, lake: Lake, owner: str, log: Path) -> None:
         self.owner, self.port, self.log = owner, free_port(), log
-        args = ["--follow", "--interval", "0.2", "--lease-ttl-ms", "2000"]
+        # A lease long enough that a leader starved of CPU on a loaded machine keeps it (the
+        # standby would fold too early), short enough that a takeover after a kill is quick.
+        args = ["--follow", "--interval", "0.2", "--lease-ttl-ms", "8000"]
         args += ["--owner", owner, "--metrics-port", str(self.port), "--config", str(lake.config)]
         with log.open("w") as out:
             self.process = subprocess.Popen(
