@@ -239,10 +239,11 @@ BAD_PARAMS = {
         {"table": "public.orders", "keys": ["eu", 1]},
         "key #1 of public.orders has 1 value(s), the primary key (region, n) has 2",
     ),
-    "chunk-size-zero": (
+    "every-bad-key-at-once": (  # a chunk size of 0 is refused at trigger (tests/unit/test_dags.py)
         "dblog_dump",
-        {"chunk_size": 0},
-        "chunk_size must be a whole number of at least 1, got 0",
+        {"tables": ["public.orders"], "keys": [["eu"], ["us", 1, 2]]},
+        "key #1 of public.orders has 1 value(s), the primary key (region, n) has 2; "
+        "key #2 of public.orders has 3 value(s)",
     ),
     "filter-syntax-error": (
         "dblog_repair",
