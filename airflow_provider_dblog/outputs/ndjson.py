@@ -307,9 +307,10 @@ class NdjsonOutput(Output):
             start = 0
             for index, item in enumerate(kept):
                 if isinstance(item, Lines):
-                    events = cast(list[Event], kept[start:index])
-                    pieces += encode_lines(events)
-                    owners += events
+                    if start < index:  # `encode_lines` builds its encoders a call
+                        events = cast(list[Event], kept[start:index])
+                        pieces += encode_lines(events)
+                        owners += events
                     pieces.append(item.data)
                     owners.append(item)
                     start = index + 1

@@ -518,7 +518,6 @@ class BinlogMapper:
             )
         commit, first = transaction.begin.commit, transaction.seq
         seqs = range(first, first + len(rows))
-        transaction.seq = seqs.stop
         keys_json = map(table.spell_key, keyed)
         nulls = repeat(b"null")
         if record.kind is RowKind.INSERT:
@@ -532,8 +531,16 @@ class BinlogMapper:
             parts = zip(
                 keys_json, map(spell_row, rows), map(spell_row, afters), repeat(commit), seqs
             )
-        line = b"".join(map(lines.formats[op].__mod__, parts))
-        origin, version = lines.origin, lines.version
+        origin, version, line_format = lines.origin, lines.version, lines.formats[op]
+        if len(rows) == 1:  # most OLTP statements: a `Change` costs less than a run of one
+            (values,) = parts
+            at = transaction.next_position()
+            first_before = None if befores is None else befores[0]
+            first_after = None if after_rows is None else after_rows[0]
+            line = line_format % values
+            return [_change(line, op, keyed[0], first_before, first_after, at, origin, version)]
+        transaction.seq = seqs.stop
+        line = b"".join(map(line_format.__mod__, parts))
         return [
             LogLines(origin, version, op, commit, first, seqs[-1], keyed, befores, after_rows, line)
         ]

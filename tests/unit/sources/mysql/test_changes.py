@@ -160,16 +160,18 @@ def test_a_transaction_is_positioned_at_its_first_event_and_ends_at_its_xid() ->
 
 
 def test_a_rows_event_is_one_item_of_consecutive_positions_and_joined_lines() -> None:
-    """Inserts, deletes and updates that keep their keys: one `LogLines` a rows event, whose
-    lines are `encode`'s of its events; an update of a key: a `Change` a row."""
+    """Inserts, deletes and updates that keep their keys: one `LogLines` a rows event of
+    several rows, whose lines are `encode`'s of its events; a rows event of one row, and an
+    update of a key: a `Change` a row."""
     m = mapper()
     assert list(m.map(Begin(at(50), 9, "0-1-3", 3, standalone=False))) == []
-    created, updated, deleted, rekeyed = (
+    created, updated, deleted, single, rekeyed = (
         list(m.map(record))
         for record in (
             insert(1, 2, 3),
             rows(RowKind.UPDATE, ORDERS_ID, COLUMNS, [({"id": 1}, {"id": 1, "note": "b"})] * 2),
-            rows(RowKind.DELETE, ORDERS_ID, COLUMNS, [{"id": 2, "note": "n"}]),
+            rows(RowKind.DELETE, ORDERS_ID, COLUMNS, [{"id": 2, "note": "n"}, {"id": 3}]),
+            rows(RowKind.DELETE, ORDERS_ID, COLUMNS, [{"id": 1, "note": "b"}]),
             rows(
                 RowKind.UPDATE, ORDERS_ID, COLUMNS, [({"id": 3}, {"id": 3}), ({"id": 2}, {"id": 7})]
             ),
@@ -183,10 +185,18 @@ def test_a_rows_event_is_one_item_of_consecutive_positions_and_joined_lines() ->
     assert shapes == [
         (Op.CREATE, 0, 2, [{"id": 1}, {"id": 2}, {"id": 3}]),
         (Op.UPDATE, 3, 4, [{"id": 1}, {"id": 1}]),
-        (Op.DELETE, 5, 5, [{"id": 2}]),
+        (Op.DELETE, 5, 6, [{"id": 2}, {"id": 3}]),
     ]
-    assert [type(item) for item in rekeyed] == [Change, Change, Change]
-    assert [item.event.position.seq for item in rekeyed if isinstance(item, Change)] == [6, 7, 8]
+    changed = [item for item in single + rekeyed if isinstance(item, Change)]
+    assert len(changed) == 4
+    assert [(c.event.op, c.event.position.seq) for c in changed] == [
+        (Op.DELETE, 7),
+        (Op.UPDATE, 8),
+        (Op.DELETE, 9),
+        (Op.CREATE, 10),
+    ]
+    for change in changed:
+        assert change.event.line == (encode(change.event.event()) + "\n").encode()
     for [lines] in (created, updated, deleted):
         assert isinstance(lines, LogLines) and len(lines) == len(lines.keys)
         events = lines.events()
