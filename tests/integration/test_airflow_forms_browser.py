@@ -2,14 +2,17 @@
 (api-server, scheduler, dag-processor, triggerer) with the provider, a tailer and Spark.
 
 In `dblog_dump`'s form the optional fields (the chunk size among them: empty is the mode's
-default) carry no "required" asterisk and a chunk size of 0 stays 0 (no silent clamp to 1).
+default) carry no "required" asterisk and a chunk size of 0 stays 0 (no silent clamp to 1);
+triggered, it is refused there, naming the param, and no run starts.
 From `dblog_repair`'s page, its docs; then from its form a repair of composite keys typed as
 `dblog dump --keys` takes them, which succeeds and leaves exactly those rows in the target,
 with the rows, chunks and the Spark driver's log in the dump task's XCom; a repair of a
 table that is not captured, which fails its first task saying so; and a repair by a filter
 typed into its form (sent as typed) that calls a volatile function, which fails its first
 task naming it. The connection test the
-Test button runs says "this connection", not the random id Airflow tests it under.
+Test button runs says "this connection", not the random id Airflow tests it under. The
+repair's dump task shows its "DBLog live view" link (the connection's `ui_url`), which opens
+the dump's page in a running `dblog ui`, whose link leads back to the DAG run.
 
 Screenshots of each step are kept in a directory the test prints (`screenshots_dir`).
 """
@@ -17,8 +20,9 @@ Screenshots of each step are kept in a directory the test prints (`screenshots_d
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import psycopg
 import pytest
@@ -26,12 +30,14 @@ import pytest
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.hooks.spark_launcher import driver_log_path
+from airflow_provider_dblog.operators.links import live_view_url
 from airflow_provider_dblog.operators.request import dump_id_for
 from tests.integration.airflow_server import AirflowServer, airflow_server
 from tests.integration.airflow_support import airflow_env, dblog_connection
 from tests.integration.browser import Page, chromium, screenshots_dir
-from tests.integration.e2e_support import wait_caught_up
+from tests.integration.e2e_support import cli_env, wait_caught_up
 from tests.integration.spark_support import running_pipeline
+from tests.integration.ui_support import running_ui
 
 pytestmark = pytest.mark.integration
 ROWS = 60
@@ -56,12 +62,17 @@ def test_a_person_repairs_composite_keys_from_the_trigger_form(
 ) -> None:
     shots = screenshots_dir("forms-browser-")
     print(f"screenshots of the browser test: {shots}")
-    with running_pipeline(pg15, redis_server, tmp_path, rows=ROWS) as pipeline:
+    with ExitStack() as stack:
+        pipeline = stack.enter_context(running_pipeline(pg15, redis_server, tmp_path, rows=ROWS))
         dbs = pipeline.dbs
         with psycopg.connect(dbs.source_dsn) as source:
             keys = [list(r) for r in source.execute("SELECT region, n FROM orders LIMIT 5")]
         conn = dblog_connection(redis_server, pg15, dbs.config.name, pipeline.config_path)
         home = tmp_path / "airflow"
+        ui = stack.enter_context(
+            running_ui(pipeline.config_path, cli_env(dbs, redis_server), tmp_path)
+        )
+        conn["extra"]["ui_url"] = ui
         env = airflow_env(home, conn, AIRFLOW__CORE__TEST_CONNECTION="Enabled")
         with airflow_server(home, env) as airflow, chromium(tmp_path) as page:
             for dag_id in ("dblog_dump", "dblog_repair"):
@@ -88,6 +99,12 @@ def test_a_person_repairs_composite_keys_from_the_trigger_form(
             page.evaluate("document.querySelector('#element_keys').focus()")  # leave the field
             assert page.evaluate("document.querySelector('[name=element_chunk_size]').value") == "0"
             page.screenshot(shots / "1-dump-form.png")
+            # Triggered, it is refused there, naming the param, and no run starts.
+            page.click_text("[role=dialog] button", "Trigger")
+            refusal = "Invalid input for param chunk_size"
+            page.wait(f"document.body.innerText.includes({json.dumps(refusal)})", "the refusal")
+            page.screenshot(shots / "1b-dump-refused.png")
+            assert airflow.api("GET", "/api/v2/dags/dblog_dump/dagRuns")["total_entries"] == 0
 
             # dblog_repair's docs, on its page.
             page.navigate(f"{airflow.url}/dags/dblog_repair")
@@ -141,6 +158,27 @@ def test_a_person_repairs_composite_keys_from_the_trigger_form(
             page.navigate(f"{airflow.url}/dags/dblog_repair/runs/{repair_run}")
             page.wait("document.body.innerText.includes('dump')", "the run's page")
             page.screenshot(shots / "4-repair-run.png")
+
+            # The dump task links to its dump in the live view, which links back to the run.
+            dump_id = dump_id_for("dblog_repair", repair_run, "dump")
+            link = live_view_url(ui, dump_id)
+            links = airflow.api(
+                "GET", f"/api/v2/dags/dblog_repair/dagRuns/{repair_run}/taskInstances/dump/links"
+            )
+            assert links["extra_links"] == {"DBLog live view": link}, links
+            page.navigate(f"{airflow.url}/dags/dblog_repair/runs/{repair_run}/tasks/dump/details")
+            shown = f"[...document.querySelectorAll('a')].find(a => a.href === {json.dumps(link)})"
+            try:
+                assert page.wait(f"{shown}?.textContent", "the link") == "DBLog live view"
+            finally:
+                page.screenshot(shots / "5-dump-task-link.png")
+            page.navigate(link)
+            back = page.wait(
+                f"document.querySelector('.dump[data-dump-id=\"{dump_id}\"] .origin a')?.href",
+                "the dump's page",
+            )
+            assert back == f"{airflow.url}/dags/dblog_repair/runs/{quote(repair_run, safe='')}"
+            page.screenshot(shots / "6-live-view-dump.png")
 
             sent = airflow.api("GET", f"/api/v2/dags/dblog_repair/dagRuns/{repair_run}")["conf"]
             assert sent["keys"] == keys, sent  # the form sent the JSON typed, as JSON
