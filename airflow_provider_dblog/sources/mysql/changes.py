@@ -499,7 +499,12 @@ class BinlogMapper:
                 add_key(key)
             if None in keys or None in old_keys:
                 raise _keyless(ref, table.key)
-        else:
+        elif pos < end:
+            row, key, pos = read(data, pos)
+            if pos == end:  # one row (most OLTP statements): a `Change`, costs least
+                return [self._one_row(transaction, table, lines, record.kind, row, key)]
+            add_row(row)
+            add_key(key)
             while pos < end:
                 row, key, pos = read(data, pos)
                 add_row(row)
@@ -544,6 +549,27 @@ class BinlogMapper:
         return [
             LogLines(origin, version, op, commit, first, seqs[-1], keyed, befores, after_rows, line)
         ]
+
+    def _one_row(
+        self,
+        transaction: _Transaction,
+        table: _Table,
+        lines: _Lines,
+        kind: RowKind,
+        row: Row,
+        key: Row | None,
+    ) -> Change:
+        """The change of an insert or delete rows event of one row."""
+        if key is None:
+            raise _keyless(table.ref, table.key)
+        spell = self._spell if table.floats.seen else table.spell
+        at = transaction.next_position()
+        origin, version, formats = lines.origin, lines.version, lines.formats
+        if kind is RowKind.INSERT:
+            line = formats[_CREATE] % (table.spell_key(key), b"null", spell(row), at.commit, at.seq)
+            return _change(line, _CREATE, key, None, row, at, origin, version)
+        line = formats[_DELETE] % (table.spell_key(key), spell(row), b"null", at.commit, at.seq)
+        return _change(line, _DELETE, key, row, None, at, origin, version)
 
     def _key_changes(
         self,
