@@ -562,8 +562,7 @@ def materialize(events: Iterable[Event]) -> dict[RowKey, Row]:
             for key in [k for k in state if k[0] == table]:
                 row = state[key]
                 state[key] = {
-                    c.name: row[c.name] if c.name in row else constant(c.default)
-                    for c in columns
+                    c.name: row[c.name] if c.name in row else constant(c.default) for c in columns
                 }
         elif event.op is Op.DELETE:
             state.pop(row_key(table, event.key.values()), None)
