@@ -38,6 +38,7 @@ OTHER_TOOLS = {
     "--scan": "redis-cli",
     "--pattern": "redis-cli",
     "--read-from-remote-server": "mariadb-binlog",
+    "--durations": "pytest",
 }
 """Flags the docs show on other programs' command lines."""
 

@@ -33,6 +33,7 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_dblog.core.event import Event, Op, TableRef
+from airflow_provider_dblog.libpq_tls import tls_refusal
 from airflow_provider_dblog.outputs.base import (
     Output,
     OutputError,
@@ -48,7 +49,6 @@ from airflow_provider_dblog.outputs.sql_apply.statements import (
     create_positions,
 )
 from airflow_provider_dblog.outputs.sql_apply.target import TableMap, Target, describe
-from airflow_provider_dblog.sources.postgres.tls import tls_refusal
 
 T = TypeVar("T")
 

@@ -22,8 +22,8 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.libpq_tls import tls_refusal
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
-from airflow_provider_dblog.sources.postgres.tls import tls_refusal
 from airflow_provider_dblog.sources.section import check_common, read_section
 
 # Output settings shared by the replication connection (pgoutput prints values in the walsender

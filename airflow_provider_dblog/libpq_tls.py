@@ -1,4 +1,5 @@
-"""libpq's refusals of a TLS set-up that cannot work, told apart from an outage.
+"""libpq's refusals of a TLS set-up that cannot work, told apart from an outage (for the
+PostgreSQL source and the SQL target alike, so it lives outside `sources/postgres/`).
 
 psycopg raises every failed connection as `OperationalError` with libpq's text. These words say
 the client refused the server, or could not use the files the DSN names: no retry mends that,
