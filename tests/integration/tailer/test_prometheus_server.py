@@ -90,8 +90,8 @@ class Prometheus:
 
 @contextlib.contextmanager
 def prometheus(work: Path, target_port: int, source: str) -> Iterator[Prometheus]:
-    """docker/prometheus/'s job and rules with one target, this tailer, labelled with its
-    source; scraped and evaluated every second, its data in `work`."""
+    """docker/prometheus/'s tailer job and rules with one target, this tailer, labelled with
+    its source; scraped and evaluated every second, its data in `work`."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail(
@@ -99,7 +99,7 @@ def prometheus(work: Path, target_port: int, source: str) -> Iterator[Prometheus
             "scripts/install-system-deps.sh installs (run it as root)"
         )
     stack = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
-    (job,) = stack["scrape_configs"]
+    (job,) = [job for job in stack["scrape_configs"] if job["job_name"] == "dblog-tailer"]
     job["static_configs"] = [
         {"targets": [f"127.0.0.1:{target_port}"], "labels": {"source": source}}
     ]
