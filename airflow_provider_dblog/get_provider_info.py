@@ -101,6 +101,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "asset-uris": [{"schemes": ["dblog"], "handler": f"{_P}.assets.sanitize_uri"}],
+        "queues": [f"{_P}.queues.dblog.DBLogMessageQueueProvider"],
         "connection-types": [
             {
                 "hook-class-name": f"{_P}.hooks.dblog.DBLogHook",

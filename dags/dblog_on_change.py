@@ -1,10 +1,13 @@
 """dblog_on_change: runs when a captured table changes (inserts, updates and deletes, read from
 the change stream) or after a dump or repair of it, and logs what changed.
 
-The tables are the assets `dblog://<source>/<schema>.<table>` (`assets.dblog_table`): each has
-a watcher on the Redis Stream output that fires one asset event per batch of changes, with the
-batch's table, counts by op and first and last position. Start from this DAG to run work on
-change: the task gets every asset event that triggered the run.
+The tables are the assets `dblog://<source>/<schema>.<table>`, each watched the standard way
+of Airflow's event-driven scheduling: an `AssetWatcher` whose trigger is common-messaging's
+`MessageQueueTrigger(scheme="dblog", ...)`, which builds DBLog's change trigger. It reads the
+Redis Stream output and fires one asset event per batch of changes, with the batch's table,
+counts by op and first and last position. Start from this DAG to run work on change: the task
+gets every asset event that triggered the run (`assets.dblog_table` builds the same asset in
+one call).
 
 The DAG processor's environment names what to watch: DBLOG_SOURCE_NAME (`[source] name`,
 default `shop`) and DBLOG_WATCH_TABLES (comma-separated, default `public.orders`); and, as for
@@ -19,15 +22,26 @@ import operator
 import os
 from typing import Any
 
-from airflow.sdk import DAG, task
+from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
+from airflow.sdk import DAG, Asset, AssetWatcher, task
 
-from airflow_provider_dblog.assets import dblog_table
+from airflow_provider_dblog.assets import table_uri
 from airflow_provider_dblog.operators.chain import DAG_DEFAULTS, DBLOG_CONN_ID
 
 SOURCE = os.environ.get("DBLOG_SOURCE_NAME", "shop")
 TABLES = [t.strip() for t in os.environ.get("DBLOG_WATCH_TABLES", "public.orders").split(",")]
 
 log = logging.getLogger(__name__)
+
+
+def watched(table: str) -> Asset:
+    """The table's asset, its changes watched on the change stream."""
+    trigger = MessageQueueTrigger(
+        scheme="dblog", source=SOURCE, tables=[table], dblog_conn_id=DBLOG_CONN_ID
+    )
+    uri = table_uri(SOURCE, table)
+    watcher = AssetWatcher(name=f"dblog_{SOURCE}_{table}", trigger=trigger)
+    return Asset(name=uri, uri=uri, group="dblog", watchers=[watcher])
 
 
 def describe(extra: dict[str, Any]) -> dict[str, Any]:
@@ -42,9 +56,7 @@ with DAG(
     dag_id="dblog_on_change",
     description="DBLog: run when a captured table changes, deletes included",
     doc_md=__doc__,
-    schedule=functools.reduce(
-        operator.or_, [dblog_table(SOURCE, t, dblog_conn_id=DBLOG_CONN_ID) for t in TABLES]
-    ),
+    schedule=functools.reduce(operator.or_, [watched(t) for t in TABLES]),
     max_active_runs=1,
     **DAG_DEFAULTS,
 ) as dag:

@@ -1,6 +1,7 @@
 """The change trigger: asset events from the change stream, for event-driven DAGs.
 
-`DBLogChangeTrigger` is a `BaseEventTrigger` (an `AssetWatcher`'s trigger, see `assets.py`).
+`DBLogChangeTrigger` is a `BaseEventTrigger`: an `AssetWatcher`'s trigger, given by
+`assets.dblog_table` or built by common-messaging's `MessageQueueTrigger` (`queues/dblog.py`).
 It reads the Redis Stream output of the tailer through a Redis consumer group of its own, and
 fires one asset event per batch of changes of each table it watches: payload `{"source",
 "table", "ops": {op: count}, "count", "first_position", "last_position"}`. Batches are bounded
@@ -262,9 +263,9 @@ class DBLogChangeTrigger(BaseEventTrigger):
     """Fires an asset event per batch of changes to the watched tables (see the module
     docstring for delivery, batching and configuration).
 
-    :param dblog_conn_id: the `dblog` connection (its TOML names the Redis Stream output).
     :param source: the source's name (`[source] name`).
     :param tables: the tables to watch ("schema.table").
+    :param dblog_conn_id: the `dblog` connection (its TOML names the Redis Stream output).
     :param ops: the change kinds that count: some of c, u, d, r.
     :param max_changes: the most stream entries in one batch.
     :param max_wait_s: the longest a batch waits after its first watched change.
@@ -272,9 +273,10 @@ class DBLogChangeTrigger(BaseEventTrigger):
 
     def __init__(
         self,
-        dblog_conn_id: str,
+        *,
         source: str,
         tables: list[str],
+        dblog_conn_id: str = DBLogHook.default_conn_name,
         ops: list[str] | tuple[str, ...] = DEFAULT_OPS,
         max_changes: int = 1000,
         max_wait_s: float = 2.0,

@@ -1,8 +1,10 @@
 """Event-driven DAGs in a running Airflow: `dblog_on_change` runs when a captured table changes.
 
 Airflow (api-server, scheduler, dag-processor, triggerer) watches `public.accounts` of a private
-source whose tailer, in this process, writes the change stream into a Redis Stream. Checked in
-one server session, to pay its start once:
+source whose tailer, in this process, writes the change stream into a Redis Stream; the DAG
+watches it the standard way, common-messaging's `MessageQueueTrigger(scheme="dblog", ...)`,
+which the triggerer runs as DBLog's change trigger. Checked in one server session, to pay its
+start once:
 - a DELETE in the source starts a run within seconds, whose log names the table and the op;
 - the triggerer killed (SIGKILL) right after its consumer group was handed a change, and a
   second change made while it is down: after a restart both run the DAG, each batch exactly

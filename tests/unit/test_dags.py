@@ -82,6 +82,15 @@ def test_every_dag_imports_with_its_docs_tasks_and_params() -> None:
         assert dag.doc_md and dag.doc_md.startswith(f"### {dag_id}:"), dag.doc_md
     assert bag.dags["dblog_backfill"].schedule == "0 3 * * 0"
     assert bag.dags["dblog_dump"].schedule is None and bag.dags["dblog_repair"].schedule is None
+    # The change DAG's asset is watched through common-messaging's trigger, which serializes as
+    # DBLog's change trigger: that is what the triggerer runs.
+    orders = bag.dags["dblog_on_change"].schedule
+    assert orders.uri == "dblog://shop/public.orders"
+    (watcher,) = orders.watchers
+    assert type(watcher.trigger).__name__ == "MessageQueueTrigger"
+    classpath, kwargs = watcher.trigger.serialize()
+    assert classpath == "airflow_provider_dblog.triggers.changes.DBLogChangeTrigger"
+    assert (kwargs["source"], kwargs["tables"]) == ("shop", ["public.orders"])
 
 
 def test_optional_params_are_optional_in_the_form_and_counts_say_what_they_are() -> None:

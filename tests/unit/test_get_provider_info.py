@@ -21,6 +21,9 @@ def test_provider_info_names_importable_classes() -> None:
         (entry,) = info[kind]
         for module in entry["python-modules"]:
             importlib.import_module(module)
+    (queue,) = info["queues"]
+    module, _, name = queue.rpartition(".")
+    assert getattr(importlib.import_module(module), name)().scheme_matches("dblog")
     (connection,) = info["connection-types"]
     module, _, name = connection["hook-class-name"].rpartition(".")
     hook = getattr(importlib.import_module(module), name)

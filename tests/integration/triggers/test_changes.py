@@ -68,7 +68,14 @@ def test_batches_acknowledgement_redelivery_and_a_redis_restart(
         connection["extra"]["config_path"] = str(toml)
         monkeypatch.setenv("AIRFLOW_CONN_DBLOG_TEST", json.dumps(connection))
         monkeypatch.setenv("TEST_STREAM_URL", info.url)
-        trigger = DBLogChangeTrigger("dblog_test", "shop", ["public.orders"], ["c", "d"], 3, 0.3)
+        trigger = DBLogChangeTrigger(
+            dblog_conn_id="dblog_test",
+            source="shop",
+            tables=["public.orders"],
+            ops=["c", "d"],
+            max_changes=3,
+            max_wait_s=0.3,
+        )
         _, kwargs = trigger.serialize()
         client = info.client(decode_responses=True)
         item = acked()

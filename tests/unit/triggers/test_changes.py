@@ -10,6 +10,7 @@ import importlib
 import json
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -37,7 +38,14 @@ def test_a_table_asset_is_named_by_its_uri_and_watched_by_a_change_trigger() -> 
 
 
 def test_the_trigger_serializes_to_what_builds_it_again() -> None:
-    trigger = DBLogChangeTrigger("c", "shop", ["public.b", "public.a"], ["u", "c"], 5, 1.5)
+    trigger = DBLogChangeTrigger(
+        dblog_conn_id="c",
+        source="shop",
+        tables=["public.b", "public.a"],
+        ops=["u", "c"],
+        max_changes=5,
+        max_wait_s=1.5,
+    )
     classpath, kwargs = trigger.serialize()
     module, _, name = classpath.rpartition(".")
     again = getattr(importlib.import_module(module), name)(**json.loads(json.dumps(kwargs)))
@@ -48,12 +56,16 @@ def test_the_trigger_serializes_to_what_builds_it_again() -> None:
 
 
 def test_each_watch_reads_through_its_own_consumer_group() -> None:
+    def group(**changed: Any) -> str:
+        kwargs = {"dblog_conn_id": "c", "source": "shop", "tables": ["public.orders"], **changed}
+        return DBLogChangeTrigger(**kwargs).consumer_group
+
     groups = {
-        DBLogChangeTrigger("c", "shop", ["public.orders"]).consumer_group,
-        DBLogChangeTrigger("c", "shop", ["public.orders"], ["d"]).consumer_group,
-        DBLogChangeTrigger("c", "shop", ["public.orders"], max_changes=10).consumer_group,
-        DBLogChangeTrigger("other", "shop", ["public.orders"]).consumer_group,
-        DBLogChangeTrigger("c", "shop", ["public.items"]).consumer_group,
+        group(),
+        group(ops=["d"]),
+        group(max_changes=10),
+        group(dblog_conn_id="other"),
+        group(tables=["public.items"]),
     }
     assert len(groups) == 5
     assert all(g.startswith("airflow:public.") for g in groups)

@@ -1,0 +1,1 @@
+"""message queues of the DBLog Airflow provider (common-messaging's `MessageQueueTrigger`)."""
