@@ -12,15 +12,35 @@ from airflow_provider_dblog import __version__
 _P = "airflow_provider_dblog"
 
 _CONN_FIELDS = {
-    "source_name": {
-        "label": "Source name",
-        "description": "[source] name in the DBLog TOML: it names the source in events",
-        "schema": {"type": "string", "minLength": 1},
+    "source": {
+        "label": "Source ([source])",
+        "description": "Required unless a config path is given: the TOML's [source] section as "
+        'JSON, e.g. {"type": "postgres", "name": "shop", "dsn": "host=db.internal '
+        'dbname=shop user=dblog", "tables": ["public.orders"]}; no password (below)',
+        "schema": {"type": ["object", "null"]},
+    },
+    "output": {
+        "label": "Output ([output])",
+        "description": "Required unless a config path is given: the TOML's [output] section "
+        'as JSON, e.g. {"type": "ndjson", "directory": "/var/lib/dblog/events"}',
+        "schema": {"type": ["object", "null"]},
+    },
+    "lake": {
+        "label": "Lake ([lake])",
+        "description": 'Optional: the TOML\'s [lake] section, e.g. {"root": "/var/lib/dblog/lake"}',
+        "schema": {"type": ["object", "null"]},
     },
     "config_path": {
         "label": "DBLog config path",
-        "description": "The deployment's TOML, readable by the workers and the Spark driver",
-        "schema": {"type": "string", "minLength": 1},
+        "description": "Instead of the sections above: the deployment's TOML, on every worker "
+        "and the Spark driver",
+        "schema": {"type": ["string", "null"]},
+    },
+    "source_name": {
+        "label": "Source name",
+        "description": "With a config path: [source] name in that TOML (it names the source in "
+        "events)",
+        "schema": {"type": ["string", "null"]},
     },
     "ui_url": {
         "label": "Live view URL",

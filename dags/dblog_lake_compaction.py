@@ -2,15 +2,15 @@
 
 `dblog lake compact` as a scheduled DAG, for deployments that fold in batches rather than run
 `dblog lake compact --follow` beside the tailer: each run folds the events the tailer wrote
-since the last one (`[output] directory` of the `dblog` connection's TOML) into the lake
-(`[lake] root`), new tables taking the source catalog's schema. A backlog of 64 MiB or more
-folds on Spark (the worker's default master), a smaller one in the task's process.
+since the last one (`[output] directory` of the `dblog` connection's configuration) into the
+lake (`[lake] root`), new tables taking the source catalog's schema. A backlog of 64 MiB or
+more folds on Spark (the worker's default master), a smaller one in the task's process.
 
 When another compaction holds the lake's lock (a follower's run, `dblog lake maintain`, a run
 started by hand) the run is skipped: the next one folds what this one would have. So is every
-run of a deployment whose TOML has no `[lake] root`; one whose output is not NDJSON fails. Its XCom
-(`compact` task, `return_value`) is the run's report: events folded, rows per table, the
-position reached.
+run of a deployment whose configuration has no `[lake] root`; one whose output is not NDJSON
+fails. Its XCom (`compact` task, `return_value`) is the run's report: events folded, rows per
+table, the position reached.
 
 Schedule: `$DBLOG_LAKE_COMPACTION_SCHEDULE` (cron, default every 10 minutes); catchup is off,
 one run at a time. Triggered by hand, this form sets **prune**: after the run, remove the
@@ -49,7 +49,7 @@ with DAG(
 
     @task
     def compact(params: Any = None) -> dict[str, Any]:
-        """One compaction run through the hook's TOML; a held lock skips it."""
+        """One compaction run through the hook's configuration; a held lock skips it."""
         from airflow_provider_dblog.compaction.lazy_spark import LazySpark
         from airflow_provider_dblog.compaction.run import (
             CompactionLocked,
@@ -63,7 +63,7 @@ with DAG(
 
         config = DBLogHook(DBLOG_CONN_ID).config
         if config.lake_root is None:  # a deployment without a lake: nothing to fold
-            raise AirflowSkipException("the dblog connection's TOML has no [lake] root")
+            raise AirflowSkipException("the dblog connection's configuration has no [lake] root")
         try:
             input_dir, lake = compaction_paths(config)
         except ConfigError as exc:

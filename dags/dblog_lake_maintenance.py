@@ -1,6 +1,6 @@
 """### dblog_lake_maintenance: the lake tables' daily upkeep
 
-`dblog lake maintain` as a scheduled DAG, on the lake of the `dblog` connection's TOML
+`dblog lake maintain` as a scheduled DAG, on the lake of the `dblog` connection's configuration
 (`[lake] root`): for each lake table, small files compacted (optimize), files no version
 within the retention needs removed (vacuum), the Delta log checkpointed. Each table waits for a
 running compaction to end (the compaction's lock, up to 15 minutes; the task is retried once
@@ -71,7 +71,7 @@ with DAG(
 
     @task(retries=1, retry_delay=timedelta(minutes=30))
     def maintain(params: Any = None) -> list[dict[str, Any]]:
-        """Maintain the lake's tables through the hook's TOML; bad params fail at once."""
+        """Maintain the lake's tables through the hook's configuration; bad params fail at once."""
         from airflow_provider_dblog.compaction.maintenance import (
             MaintenanceOptions,
             maintain_lake,
@@ -82,7 +82,7 @@ with DAG(
 
         root = DBLogHook(DBLOG_CONN_ID).config.lake_root
         if root is None:
-            raise AirflowFailException("the dblog connection's TOML has no [lake] root")
+            raise AirflowFailException("the dblog connection's configuration has no [lake] root")
         retention = params["retention_hours"]
         try:
             options = MaintenanceOptions(retention_hours=retention, dry_run=params["dry_run"])

@@ -2,6 +2,10 @@
 
     spark-submit spark_jobs/dump.py --dump-id ID --config dblog.toml
     python spark_jobs/dump.py --dump-id ID --config dblog.toml --master 'local[2]'
+    spark-submit spark_jobs/dump.py --dump-id ID --config-json '{"source": {...}, ...}'
+
+`--config-json` is what Airflow passes for a connection that holds the configuration itself
+(no TOML file on the worker): the TOML's sections as JSON, checked by the same loader.
 
 One run of `airflow_provider_dblog.dump.spark_run.run_spark_dump`. The driver runs the same loop
 as `dblog dump` (planning, controls, progress, retries, up to `parallelism` windows in flight).
@@ -39,13 +43,15 @@ unless given `--no-ship-package` or the zip is already among its `--py-files`.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import SparkSession
 
-from airflow_provider_dblog.config import load_config
+from airflow_provider_dblog.config import ConfigError, load_config, parse_config
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
 from airflow_provider_dblog.dump.runner import DumpFailed
 from airflow_provider_dblog.dump.spark_run import run_spark_dump
@@ -59,7 +65,12 @@ log = logging.getLogger("dblog.spark_dump")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dump-id", required=True, help="a dump request stored in Redis")
-    parser.add_argument("--config", required=True, help="the dblog TOML file")
+    config = parser.add_mutually_exclusive_group(required=True)
+    config.add_argument("--config", help="the dblog TOML file")
+    config.add_argument(
+        "--config-json",
+        help="the TOML's sections as one JSON object (what an Airflow connection holds)",
+    )
     parser.add_argument("--tasks", type=int, help="tasks per chunk (default: Spark's parallelism)")
     parser.add_argument("--window-timeout", type=float, default=60.0, help="seconds")
     parser.add_argument(
@@ -77,7 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    config = load_config(args.config)
+    if args.config is not None:
+        config = load_config(args.config)
+    else:
+        config = parse_config(_json_object(args.config_json), "--config-json")
     use_driver_python()
     builder = SparkSession.builder.appName(f"dblog-dump-{args.dump_id}")
     if args.master:
@@ -102,6 +116,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark.stop()
     log.info("dump %s ended %s", args.dump_id, state)
     return 0 if state is DumpState.DONE else 3
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"--config-json is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("--config-json must be a JSON object of the TOML's sections")
+    return data
 
 
 if __name__ == "__main__":

@@ -5,12 +5,16 @@ and followed: host, port, login (an ACL user), password and schema (the Redis da
 or, with the `sentinels` extra, the primary the sentinels name `service_name` (its host and port
 unused; `sentinel_password` if the sentinels have one); `ssl` turns TLS on, verified against
 `ca_file`, with the client certificate `cert_file` and `key_file` if given. Its extras
+hold the rest of the deployment's configuration: the TOML's `[source]`, `[output]` and,
+optionally, `[tailer]` and `[lake]` sections as JSON objects (`source`, `output`, `tailer`,
+`lake`), checked by the TOML's own loader, so that no worker needs a file. Or, instead, they
 name the source (`source_name`, as in events and Redis keys) and the deployment's TOML file
-(`config_path`, the same file the tailer and the Spark dump read). The source's password comes
-from `source_password`, or from the password of another connection (`source_conn_id`, e.g. an
-existing postgres or mysql connection); both stay in Airflow's secrets. They reach the Spark
-dump only through the environment variables the TOML names (`password_env`), never argv or
-properties.
+(`config_path`, the same file the tailer reads), which is checked to name the same source and
+Redis. The source's password comes from `source_password`, or from the password of another
+connection (`source_conn_id`, e.g. an existing postgres or mysql connection); both stay in
+Airflow's secrets. They reach the Spark dump only through the environment variables the
+configuration names (`password_env`; `SECRET_ENV_DEFAULTS` for a connection whose extra names
+none), never argv or properties.
 
 Nothing here touches the network until a method is called.
 """
@@ -30,7 +34,7 @@ from airflow.sdk.log import mask_secret
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from airflow_provider_dblog.config import Config, ConfigError, load_config
+from airflow_provider_dblog.config import Config, ConfigError, load_config, parse_config
 from airflow_provider_dblog.core.dump_plan import DumpRequest
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.dump.request import build_request
@@ -62,45 +66,100 @@ def connection_extras(conn: Any) -> dict[str, Any]:
     return {k.removeprefix(prefix): v for k, v in extra.items() if v not in ("", None)}
 
 
+CONFIG_SECTIONS = ("source", "output", "tailer", "lake")
+"""The TOML's sections that a connection's extra holds, as JSON objects, instead of a
+`config_path`; its `[redis]` is the connection's own host, port, login and schema."""
+
+SECRET_ENV_DEFAULTS = {
+    "source": "DBLOG_SOURCE_PASSWORD",
+    "redis": "DBLOG_REDIS_PASSWORD",
+    "sentinel": "DBLOG_SENTINEL_PASSWORD",
+}
+"""The environment variables that carry a connection's passwords to the Spark dump when its
+extra holds the configuration (a `source` extra may name its own `password_env`)."""
+
+
 @dataclass(frozen=True)
 class DBLogConnection:
     """What a `dblog` connection holds, read once. `redis` is where the store is, built and
-    checked as the TOML's `[redis]` is (state/connection.py); the passwords stay here."""
+    checked as the TOML's `[redis]` is (state/connection.py); the passwords stay here.
 
+    The configuration is either in the extra (`config_data`: its sections, checked as soon as
+    the connection is read) or in the TOML file at `config_path`, never both."""
+
+    conn_id: str
     redis: RedisSettings
     password: str | None = field(repr=False)
     sentinel_password: str | None = field(repr=False)
     source_name: str
-    config_path: str
+    config_path: str | None
+    config_data: dict[str, Any] | None = field(repr=False)
     source_password: str | None = field(repr=False)
 
     @classmethod
     def parse(cls, conn: Any, source_password: str | None) -> DBLogConnection:
         extra = connection_extras(conn)
-        missing = [name for name in ("source_name", "config_path") if not extra.get(name)]
-        if missing:
-            raise ConfigError(
-                f"connection {conn.conn_id!r} needs {' and '.join(missing)} in its extras"
-            )
+        where = f"connection {conn.conn_id!r}"
         schema = conn.schema or "0"
         if not str(schema).isdigit():
-            raise ConfigError(
-                f"connection {conn.conn_id!r}: schema is the Redis database number, got {schema!r}"
-            )
+            raise ConfigError(f"{where}: schema is the Redis database number, got {schema!r}")
+        redis_section = _redis_section(conn, int(schema), extra)
         try:
-            settings = parse_redis_settings(_redis_section(conn, int(schema), extra))
+            settings = parse_redis_settings(redis_section)
         except RedisSettingsError as exc:
-            raise ConfigError(f"connection {conn.conn_id!r}: {exc}") from None
+            raise ConfigError(f"{where}: {exc}") from None
+        config_data = _config_data(conn, extra, redis_section)
+        if config_data is None:
+            missing = [name for name in ("source_name", "config_path") if not extra.get(name)]
+            if missing == ["source_name", "config_path"]:
+                raise ConfigError(
+                    f"{where} holds no DBLog configuration: give its source and output extras "
+                    "(the TOML's [source] and [output] as JSON objects), or a config_path and "
+                    "a source_name"
+                )
+            if missing:
+                raise ConfigError(f"{where} needs {' and '.join(missing)} in its extras")
+            source_name = extra["source_name"]
+        else:
+            source_name = parse_config(config_data, where).source.name
+            if extra.get("source_name", source_name) != source_name:
+                raise ConfigError(
+                    f"{where} has source_name {extra['source_name']!r} but its source extra "
+                    f"names {source_name!r}: leave source_name out"
+                )
         if extra.get("sentinel_password"):
             mask_secret(str(extra["sentinel_password"]), "sentinel_password")
         return cls(
+            conn_id=conn.conn_id,
             redis=settings,
             password=conn.password or None,
             sentinel_password=extra.get("sentinel_password") or None,
-            source_name=extra["source_name"],
-            config_path=extra["config_path"],
+            source_name=source_name,
+            config_path=extra.get("config_path"),
+            config_data=config_data,
             source_password=source_password,
         )
+
+    def read_config(self) -> Config:
+        """The deployment's configuration: the extra's, or the TOML's checked to describe the
+        same source and Redis as the connection (the Spark dump reads the TOML: both must
+        point at one store)."""
+        where = f"connection {self.conn_id!r}"
+        if self.config_data is not None:
+            return parse_config(self.config_data, where)
+        assert self.config_path is not None
+        config = load_config(self.config_path)
+        if config.source.name != self.source_name:
+            raise ConfigError(
+                f"{where} names source {self.source_name!r} but "
+                f"{self.config_path} configures source {config.source.name!r}"
+            )
+        if config.redis.where != self.redis.where:
+            raise ConfigError(
+                f"{where} points at Redis {self.redis.where} but "
+                f"{self.config_path} at {config.redis.where}: the dump would report elsewhere"
+            )
+        return config
 
     def redis_client(self) -> Redis:
         return self.redis.client(
@@ -111,6 +170,37 @@ class DBLogConnection:
         return self.redis.async_client(
             password=self.password, sentinel_password=self.sentinel_password, **_TIMEOUTS
         )
+
+
+def _config_data(
+    conn: Any, extra: dict[str, Any], redis_section: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The configuration's sections from the extra, None if it holds none (a `config_path`
+    connection). The passwords' variables are the defaults unless `source` names its own."""
+    where = f"connection {conn.conn_id!r}"
+    if "redis" in extra:
+        raise ConfigError(
+            f"{where}: its Redis is the connection's host, port, login, password and schema "
+            "(or its sentinels), not a redis extra"
+        )
+    data = {name: extra[name] for name in CONFIG_SECTIONS if name in extra}
+    if not data:
+        return None
+    if extra.get("config_path"):
+        raise ConfigError(
+            f"{where} has both a config_path and the extras {', '.join(data)}: keep the "
+            "configuration in one place"
+        )
+    source = data.get("source")
+    source_secret = extra.get("source_password") or extra.get("source_conn_id")
+    if isinstance(source, dict) and "password_env" not in source and source_secret:
+        data["source"] = {**source, "password_env": SECRET_ENV_DEFAULTS["source"]}
+    redis_section = dict(redis_section)
+    if conn.password:
+        redis_section["password_env"] = SECRET_ENV_DEFAULTS["redis"]
+    if extra.get("sentinel_password"):
+        redis_section["sentinel_password_env"] = SECRET_ENV_DEFAULTS["sentinel"]
+    return {**data, "redis": redis_section}
 
 
 _TIMEOUTS = {"socket_timeout": 30, "socket_connect_timeout": 10}
@@ -168,25 +258,12 @@ class DBLogHook(BaseHook):
 
     @cached_property
     def config(self) -> Config:
-        """The deployment's TOML, checked to describe the same source and Redis as the
-        connection (the Spark dump reads the TOML: both must point at one store)."""
-        settings = self.settings
-        config = load_config(settings.config_path)
-        if config.source.name != settings.source_name:
-            raise ConfigError(
-                f"connection {self.dblog_conn_id!r} names source {settings.source_name!r} but "
-                f"{settings.config_path} configures source {config.source.name!r}"
-            )
-        if config.redis.where != settings.redis.where:
-            raise ConfigError(
-                f"connection {self.dblog_conn_id!r} points at Redis {settings.redis.where} but "
-                f"{settings.config_path} at {config.redis.where}: the dump would report elsewhere"
-            )
-        return config
+        """The deployment's configuration, from the connection (`DBLogConnection.read_config`)."""
+        return self.settings.read_config()
 
     def secret_env(self) -> dict[str, str]:
-        """The passwords under the environment variable names the TOML gives them: what the
-        Spark dump (driver and local executors) needs. Never log or template it."""
+        """The passwords under the environment variable names the configuration gives them: the
+        Spark dump's (driver and local executors) only way to them. Never log or template it."""
         config, settings = self.config, self.settings
         env = {}
         if config.redis.password_env and settings.password:
@@ -210,15 +287,16 @@ class DBLogHook(BaseHook):
         return self.get_conn()
 
     def test_connection(self) -> tuple[bool, str]:
-        """Reach Redis and read the TOML; what the UI's Test button shows.
+        """Check the configuration, then reach Redis; what the UI's Test button shows: the
+        first problem, in the words the commands use for it.
 
         The UI tests a copy of the form under a random connection id (Airflow's
         `POST /connections/test`), never under the id the user gave: a message says "this
         connection" instead of naming that random id."""
         try:
+            config = self.config
             store = self.get_conn()
             health = store.tailer.health()
-            config = self.config
         except Exception as exc:
             return False, str(exc).replace(f"connection {self.dblog_conn_id!r}", "this connection")
         tailer = "no tailer heartbeat" if health is None else f"tailer {health.owner} alive"

@@ -4,8 +4,8 @@ The application is `spark_jobs/dump.py`, found by import (the `spark_jobs` packa
 the same wheel as this one). spark-submit's command comes from the Spark provider's
 `SparkSubmitHook`, so the Spark connection's master, deploy mode and binary apply as they do
 to `SparkSubmitOperator`. Passwords reach the application only as environment variables named
-by the deployment's TOML (`DBLogHook.secret_env`), inherited by spark-submit: never argv, never
-Spark properties, which the Spark UI shows.
+by the deployment's configuration (`DBLogHook.secret_env`), inherited by spark-submit: never
+argv, never Spark properties, which the Spark UI shows.
 
 The provider has no public way to build spark-submit's command without running it, or to
 reach the process it started; this class is the one place that uses those private members
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import logging
 import os
 import socket
@@ -74,7 +75,7 @@ class SparkDumpLauncher:
     session, outliving a task process that defers; `kill()` cancels the dump and kills
     spark-submit with all its descendants.
 
-    :param hook: the dblog hook of the dump's deployment (its TOML and its secrets).
+    :param hook: the dblog hook of the dump's deployment (its configuration and secrets).
     :param spark_conn_id: the Spark connection (master, deploy mode, spark-submit binary).
     :param dump_id: the stored dump request to run.
     :param window_timeout_s: how long a chunk waits for the tailer before it is retried.
@@ -105,12 +106,17 @@ class SparkDumpLauncher:
         self._detached: subprocess.Popen[bytes] | None = None
 
     def application_args(self) -> list[str]:
-        """The dump application's arguments: ids, paths and numbers only."""
+        """The dump application's arguments: ids, numbers and the configuration (its TOML's
+        path, or the connection's sections as JSON: they hold no password)."""
+        settings = self.hook.settings
+        if settings.config_path is not None:
+            config = ["--config", settings.config_path]
+        else:
+            config = ["--config-json", json.dumps(settings.config_data)]
         args = [
             "--dump-id",
             self.dump_id,
-            "--config",
-            self.hook.settings.config_path,
+            *config,
             "--window-timeout",
             str(self.window_timeout_s),
             "--source-patience",

@@ -29,8 +29,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook, Context, Param
 
-from airflow_provider_dblog.config import load_config
-from airflow_provider_dblog.hooks.dblog import connection_extras
+from airflow_provider_dblog.hooks.dblog import DBLogConnection
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +57,11 @@ class ParamValue:
 
 
 def captured_table_names(conn_id: str) -> list[str]:
-    """The tables that the TOML of connection `conn_id` captures, offered as the forms'
-    choices; empty when they cannot be read while the DAG is parsed (the form then takes
+    """The tables that the configuration of connection `conn_id` captures, offered as the
+    forms' choices; empty when they cannot be read while the DAG is parsed (the form then takes
     names as text, and `check_request` checks them)."""
     try:
-        config = load_config(connection_extras(BaseHook.get_connection(conn_id))["config_path"])
+        config = DBLogConnection.parse(BaseHook.get_connection(conn_id), None).read_config()
     except Exception as exc:  # a form without choices beats a DAG that does not parse
         log.warning("no table choices in the DBLog forms: %s: %s", type(exc).__name__, exc)
         return []

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,18 @@ def dblog_connection(
         "password": redis_server.password,
         "extra": extra,
     }
+
+
+def holding_the_configuration(connection: dict[str, Any], config_path: Path) -> dict[str, Any]:
+    """The same connection with the TOML's sections in its extra (all but `[redis]`, which is
+    the connection's own host, port and password) instead of `config_path`: a worker then
+    needs no file."""
+    sections = tomllib.loads(config_path.read_text())
+    extra = {
+        k: v for k, v in connection["extra"].items() if k not in ("config_path", "source_name")
+    }
+    extra.update({name: section for name, section in sections.items() if name != "redis"})
+    return {**connection, "extra": extra}
 
 
 def airflow_env(home: Path, dblog_conn: dict[str, Any], **extra: str) -> dict[str, str]:

@@ -5,7 +5,8 @@ the trigger form sends them, or exactly the rows matching a filter). Bad params 
 filter among them) fail the run at its first task, naming the problem, before anything
 waits. The repair DAG also runs on a MariaDB source whose password comes from
 an existing `mysql` connection (`source_conn_id`), its tailer writing NDJSON: the repair emits
-exactly the keys given, as the source has them.
+exactly the keys given, as the source has them. The full dump runs with no TOML file at all:
+its connection holds the whole configuration.
 
 Deferrable tasks run their triggers inline in `dag.test()`; the dump task starts
 `spark_jobs/dump.py` through spark-submit, detached, and follows it in Redis.
@@ -33,6 +34,7 @@ from tests.integration.airflow_support import (
     dag_test,
     dag_tests,
     dblog_connection,
+    holding_the_configuration,
     migrate,
 )
 from tests.integration.e2e_support import row_key, source_state, wait_caught_up
@@ -198,8 +200,18 @@ def test_dump_dag_takes_keys_as_text_as_dblog_dump_does(
     assert ids == [3, 5, 8]
 
 
-def test_dump_dag_of_all_tables_converges(pipeline: Pipeline, run_dag: RunDag) -> None:
-    result = run_dag(
+def test_dump_dag_of_all_tables_converges_on_a_worker_without_the_toml(
+    airflow_home: Path, pipeline: Pipeline, pg15: PostgresInfo, redis_server: RedisInfo
+) -> None:
+    """The connection holds the whole configuration, and the TOML is gone before the run:
+    the params' choices, the checks and the Spark dump all read the connection."""
+    connection = holding_the_configuration(
+        dblog_connection(redis_server, pg15, pipeline.dbs.config.name, pipeline.config_path),
+        pipeline.config_path,
+    )
+    pipeline.config_path.unlink()
+    result = dag_test(
+        airflow_env(airflow_home, connection),
         "dblog_dump",
         {"tables": [], "chunk_size": 120, "parallelism": 2},
     )

@@ -10,7 +10,8 @@ with the rows, chunks and the Spark driver's log in the dump task's XCom; a repa
 table that is not captured, which fails its first task saying so; and a repair by a filter
 typed into its form (sent as typed) that calls a volatile function, which fails its first
 task naming it. The connection test the
-Test button runs says "this connection", not the random id Airflow tests it under. The
+Test button runs says "this connection", not the random id Airflow tests it under, and names
+a mistake in the configuration's sections as the TOML's loader does. The
 repair's dump task shows its "DBLog live view" link (the connection's `ui_url`), which opens
 the dump's page in a running `dblog ui`, whose link leads back to the DAG run.
 
@@ -198,6 +199,23 @@ def test_a_person_repairs_composite_keys_from_the_trigger_form(
             assert tested == {
                 "status": False,
                 "message": "this connection needs config_path in its extras",
+            }
+            # The form's sections as JSON: a mistake named as the TOML's loader names it.
+            source = {"name": "shop", "dsn": "host=db dbname=shop user=dblog", "tables": []}
+            tested = airflow.api(
+                "POST",
+                "/api/v2/connections/test",
+                json={
+                    "connection_id": "my_dblog",
+                    "conn_type": "dblog",
+                    "host": redis_server.host,
+                    "extra": json.dumps({"source": source, "output": {"type": "ndjson"}}),
+                },
+            )
+            assert tested == {
+                "status": False,
+                "message": "this connection: the PostgreSQL source captures no table: list at "
+                "least one",
             }
 
         wait_caught_up(dbs)

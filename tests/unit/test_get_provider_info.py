@@ -52,11 +52,15 @@ def test_airflow_lists_the_provider_and_renders_its_connection_form(tmp_path: Pa
     assert set(widgets) == {
         f"extra__dblog__{name}"
         for name in (
-            *("source_name", "config_path", "source_conn_id", "source_password", "ssl"),
+            *("source", "output", "lake", "source_name", "config_path"),
+            *("source_conn_id", "source_password", "ssl"),
             *("ca_file", "cert_file", "key_file"),
             *("sentinels", "service_name", "sentinel_password", "ui_url"),
         )
     }
+    # The configuration's sections: JSON objects, which the form edits as JSON.
+    for section in ("source", "output", "lake"):
+        assert widgets[f"extra__dblog__{section}"]["schema"]["type"] == ["object", "null"]
     assert manager.connection_form_widgets["extra__dblog__source_password"].is_sensitive
     assert manager.connection_form_widgets["extra__dblog__sentinel_password"].is_sensitive
     behaviour = manager.field_behaviours["dblog"]

@@ -32,11 +32,13 @@ def test_a_full_connection_reads_into_its_fields_with_passwords_out_of_repr() ->
     )
     parsed = DBLogConnection.parse(conn, "source-secret")
     assert parsed == DBLogConnection(
+        conn_id="dblog_unit",
         redis=RedisSettings(url="rediss://dblog@redis.internal:6380/3"),
         password="redis-secret",
         sentinel_password=None,
         source_name="shop",
         config_path="/etc/dblog.toml",
+        config_data=None,
         source_password="source-secret",
     )
     assert "redis-secret" not in repr(parsed) and "source-secret" not in repr(parsed)
@@ -112,7 +114,7 @@ def test_extras_are_read_under_the_prefix_older_forms_give_them_and_blanks_dropp
     [
         ({"config_path": "p"}, None, "needs source_name in its extras"),
         ({"source_name": "s"}, None, "needs config_path in its extras"),
-        ({}, None, "needs source_name and config_path in its extras"),
+        ({}, None, "holds no DBLog configuration: give its source and output extras"),
         ({"source_name": "s", "config_path": "p"}, "db1", "schema is the Redis database number"),
         (
             {"source_name": "s", "config_path": "p", "sentinels": "s1"},

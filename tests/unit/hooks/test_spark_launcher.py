@@ -102,3 +102,33 @@ def test_the_command_carries_no_secret_and_the_environment_carries_them(
     # The driver runs this Python, and the driver picks its workers' (`use_driver_python`).
     assert os.environ["PYSPARK_DRIVER_PYTHON"] == sys.executable
     assert "PYSPARK_PYTHON" not in os.environ
+
+
+def test_a_connection_holding_the_configuration_hands_it_over_as_json(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No TOML on the worker: the application gets the connection's sections in
+    `--config-json` (no password in them) and the passwords under the default variables."""
+    from airflow_provider_dblog.config import parse_config
+
+    source = {"name": "shop", "dsn": "host=127.0.0.1 port=1 dbname=x user=x", "tables": ["t"]}
+    extra = {
+        "source": source,
+        "output": {"type": "ndjson", "directory": "unused"},
+        "source_password": SOURCE_PASSWORD,
+    }
+    dblog = {"conn_type": "dblog", "port": 6379, "password": REDIS_PASSWORD, "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_ONLY", json.dumps(dblog))
+    for name in ("DBLOG_SOURCE_PASSWORD", "DBLOG_REDIS_PASSWORD", "PYSPARK_DRIVER_PYTHON"):
+        monkeypatch.delenv(name, raising=False)
+    launcher = SparkDumpLauncher(DBLogHook("dblog_only"), "spark_unit", "d.2")
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_UNIT", json.dumps({"conn_type": "spark", "host": "local[2]"})
+    )
+    command = launcher.command()
+    assert "--config" not in command
+    passed = json.loads(command[command.index("--config-json") + 1])
+    assert parse_config(passed, "--config-json") == launcher.hook.config
+    assert not any(REDIS_PASSWORD in arg or SOURCE_PASSWORD in arg for arg in command)
+    assert os.environ["DBLOG_SOURCE_PASSWORD"] == SOURCE_PASSWORD
+    assert os.environ["DBLOG_REDIS_PASSWORD"] == REDIS_PASSWORD
