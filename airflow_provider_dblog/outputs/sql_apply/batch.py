@@ -200,7 +200,10 @@ class TargetConnection:
             if lost or transient:
                 if conn is not None:
                     conn.close()  # the next write connects again
-                raise OutputUnavailable(f"the SQL target went away: {exc}") from exc
+                # SQLSTATE class 40: a deadlock or a serialization failure, not an outage.
+                conflict = (exc.sqlstate or "").startswith("40")
+                what = "rolled back a conflicting transaction" if conflict else "went away"
+                raise OutputUnavailable(f"the SQL target {what}: {exc}") from exc
             raise OutputError(f"the SQL target refused a batch: {exc}") from exc
 
     def describe(self, conn: psycopg.Connection[Any], source: TableRef) -> Target:

@@ -134,9 +134,14 @@ class SqlDirectTarget:
 
     def prune_tombstones(self, table: TableRef, before: Position) -> int:
         """Forget the deleted keys of `table` positioned before `before`: no older image of
-        them can come any more (see `core.direct.tombstone_horizon`)."""
-        with self._target.transaction() as conn:
-            return prune_tombstones(conn, self._source_name, table, before)
+        them can come any more (see `core.direct.tombstone_horizon`). Tried again when it
+        deadlocks with the tailer's batch on the same positions."""
+
+        def attempt() -> int:
+            with self._target.transaction() as conn:
+                return prune_tombstones(conn, self._source_name, table, before)
+
+        return retry_on_conflict(attempt)
 
     def close(self) -> None:
         with self._lock:
