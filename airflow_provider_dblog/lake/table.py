@@ -44,11 +44,19 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Field, Transaction
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.lake.clustered import (
+    FILE_BYTES,
+    DataFile,
+    apply_rule,
+    quote,
+    touched,
+)
 from airflow_provider_dblog.lake.schema import (
     COMMIT,
     DELETED,
@@ -84,11 +92,6 @@ T = TypeVar("T")
 def table_uri(root: str | Path, table: TableRef) -> str:
     """Where a captured table's lake table lives: `<root>/<schema>.<table>`."""
     return f"{str(root).rstrip('/')}/{table}"
-
-
-def quote(name: str) -> str:
-    """A column name as delta-rs's SQL predicates spell it."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def newer(source: str, target: str) -> str:
@@ -364,6 +367,11 @@ class LakeTable:
                     Transaction(PROGRESS_COMMIT, progress.commit),
                     Transaction(PROGRESS_SEQ, progress.seq),
                 ]
+            properties = CommitProperties(
+                custom_metadata=dict(metadata or {}), app_transactions=transactions
+            )
+            if truncate is None and source.num_rows and self._clustered():
+                return self._rewrite(source, properties)
             matched = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in self.key)
             if truncate is None:  # a truncate's delete must see every stored row
                 matched += self._key_range(source)
@@ -372,9 +380,7 @@ class LakeTable:
                 matched,
                 source_alias="s",
                 target_alias="t",
-                commit_properties=CommitProperties(
-                    custom_metadata=dict(metadata or {}), app_transactions=transactions
-                ),
+                commit_properties=properties,
             )
             columns = [n for n in self.arrow_schema.names]
             kept = {n[len(KEEP_PREFIX) :] for n in batch.column_names if n.startswith(KEEP_PREFIX)}
@@ -400,6 +406,58 @@ class LakeTable:
             )
 
         return self._retried(run)
+
+    def _clustered(self) -> bool:
+        """The table's files are kept in ranges of its first key column (`lake/clustered.py`):
+        an integer one. Other keys merge with delta-rs, a cost that follows the table."""
+        column = self.schema.column(self.key[0])
+        return column is not None and column.kind == "int"
+
+    def _rewrite(self, source: pa.Table, properties: CommitProperties) -> Written:
+        """`source` applied to the files its keys fall in alone, rewritten sorted by key, a
+        commit per key range it replaces, the last with `properties`' progress
+        (`lake/clustered.py`)."""
+        name = self.key[0]
+        actions = pa.table(self._delta.get_add_actions(flatten=True))
+        lows = _stats(actions, "min." + name)
+        highs = _stats(actions, "max." + name)
+        files = [
+            DataFile(path, low, high)
+            for path, low, high in zip(actions["path"].to_pylist(), lows, highs, strict=True)
+        ]
+        found = touched(files, pc.unique(source[name]).to_pylist())
+        schema = self.arrow_schema
+        stored = self._read([f.path for f in found.files], schema)
+        rows, inserted, updated = apply_rule(stored, source, self.key, schema)
+        writes = found.writes(rows, name)
+        data_only = CommitProperties(custom_metadata=properties.custom_metadata)
+        for index, (predicate, part) in enumerate(writes):
+            write_deltalake(
+                self._delta,
+                part,
+                mode="overwrite",
+                predicate=predicate,
+                target_file_size=FILE_BYTES,
+                commit_properties=properties if index == len(writes) - 1 else data_only,
+            )
+        self._delta.update_incremental()
+        return Written(inserted, updated, 0, self.version)
+
+    def _read(self, paths: Sequence[str], schema: pa.Schema) -> pa.Table:
+        """The rows of the data files `paths` (as the log names them) in `schema`: a column a
+        file was written without is null in its rows."""
+        by_name = {Path(uri).name: uri for uri in self._delta.file_uris()}
+        parts = []
+        for path in paths:
+            part = pq.read_table(by_name[Path(path).name])
+            arrays = [
+                part[f.name].cast(f.type)
+                if f.name in part.column_names
+                else pa.nulls(part.num_rows, f.type)
+                for f in schema
+            ]
+            parts.append(pa.Table.from_arrays(arrays, schema=schema))
+        return pa.concat_tables(parts) if parts else schema.empty_table()
 
     def _key_range(self, batch: pa.Table) -> str:
         """` AND` the first key column between the batch's least and greatest value, as
@@ -460,6 +518,14 @@ class LakeTable:
                 time.sleep(random.uniform(0, min(2.0, 0.02 * 2**attempt)))
                 self._delta.update_incremental()
         raise AssertionError("unreachable")
+
+
+def _stats(actions: pa.Table, column: str) -> list[int | None]:
+    """A column of the log's file statistics (None where a file has none)."""
+    if column not in actions.column_names:
+        return [None] * actions.num_rows
+    found: list[int | None] = actions[column].to_pylist()
+    return found
 
 
 def _unfolded(field: pa.Field) -> pa.Field:

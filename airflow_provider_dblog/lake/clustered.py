@@ -1,0 +1,196 @@
+"""The lake's file layout: each data file holds one range of the first key column, sorted by
+key, and the files' ranges do not overlap, so a write rewrites only the files its keys fall in
+(docs/adr/0008-key-range-clustered-lake-files.md says why, and what readers see).
+
+A merge (`LakeTable.merge`) of a table whose first key column is an integer goes through here:
+
+1. `touched`: from the Delta log's min/max statistics of that column, the files that may hold
+   one of the batch's keys, closed under overlap (a file of the older layout whose range
+   overlaps a touched one is touched too), and the key ranges they and the batch's new keys
+   cover, as few as there are runs of touched files with no untouched file between them;
+2. `apply_rule`: the rows of those files with the batch applied by the one rule (a row
+   replaces its key's stored row only at a higher position), sorted by key;
+3. the caller writes them back, one Delta commit per range that replaces its rows (an
+   overwrite with a predicate, `Touched.writes`), cut into files of `FILE_BYTES`. A merge
+   of keys far apart is so several commits, the last one carrying the compaction's progress:
+   each is the rule applied to some keys, so a crash between them loses nothing (the next
+   run folds the same events again, and a replay changes nothing).
+
+Delta's conflict check of that commit is a merge's: a concurrent commit that added a file in
+one of the ranges, or removed a file this one read, fails it, and it runs again. A file
+without statistics could hold any key: it is touched. Pure: no I/O here.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_dblog.lake.schema import COMMIT, KEEP_PREFIX, SEQ
+
+
+def quote(name: str) -> str:
+    """A column name as delta-rs's SQL predicates spell it."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+FILE_BYTES = 8 * 1024 * 1024
+"""The size a merge's files are cut at: a write of a few keys rewrites at most this much per
+range it touches, and a table of 50M narrow rows is a few hundred files."""
+
+_SOURCE, _STORED = "_dblog_source_row", "_dblog_stored_row"
+
+
+@dataclass(frozen=True, slots=True)
+class DataFile:
+    """A data file of the table and the range of its first key column (None: no
+    statistics, any key)."""
+
+    path: str
+    low: int | None
+    high: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Touched:
+    """The files a write rewrites and the key ranges (inclusive) its commit replaces."""
+
+    files: tuple[DataFile, ...]
+    ranges: tuple[tuple[int, int], ...]
+
+    def writes(self, rows: pa.Table, column: str) -> list[tuple[str | None, pa.Table]]:
+        """`rows` (sorted by `column`, all in the ranges) cut by range, each with the SQL
+        predicate of the rows its commit replaces (None: the whole table). One write per
+        range: a file written across two would span the untouched files between them."""
+        if any(f.low is None or f.high is None for f in self.files):
+            return [(None, rows)]
+        keys = rows[column].to_numpy()
+        found: list[tuple[str | None, pa.Table]] = []
+        for low, high in self.ranges:
+            start, end = numpy.searchsorted(keys, [low, high + 1])
+            predicate = f"{quote(column)} >= {low} AND {quote(column)} <= {high}"
+            found.append((predicate, rows.slice(start, end - start)))
+        return found
+
+
+def touched(files: Sequence[DataFile], keys: Sequence[int]) -> Touched:
+    """The files that may hold one of `keys` (distinct, any order), closed under overlap, and
+    the ranges to replace: theirs and the new keys', joined where no other file lies
+    between."""
+    keys = sorted(keys)
+    chosen = {f.path for f in files if _holds_one(f, keys)}
+    while True:  # a file overlapping a chosen one may hold rows of its range
+        spans = _union([(f.low, f.high) for f in files if f.path in chosen])
+        more = {f.path for f in files if f.path not in chosen and _overlaps(f, spans)}
+        if not more:
+            break
+        chosen |= more
+    picked = tuple(f for f in files if f.path in chosen)
+    if any(f.low is None or f.high is None for f in picked):
+        return Touched(tuple(files), ())  # the whole table: its predicate is none
+    spans = [(f.low, f.high) for f in picked if f.low is not None and f.high is not None]
+    covered = _union(spans)
+    spans += [(k, k) for k in keys if not _inside(k, covered)]
+    others = sorted(
+        (f.low, f.high)
+        for f in files
+        if f.path not in chosen and f.low is not None and f.high is not None
+    )
+    return Touched(picked, tuple(_joined(_union(spans), others)))
+
+
+def _holds_one(file: DataFile, keys: Sequence[int]) -> bool:
+    if file.low is None or file.high is None:
+        return True
+    at = bisect.bisect_left(keys, file.low)
+    return at < len(keys) and keys[at] <= file.high
+
+
+def _overlaps(file: DataFile, spans: Sequence[tuple[int, int]]) -> bool:
+    if file.low is None or file.high is None:
+        return True
+    return _blocked(file.low, file.high, spans)
+
+
+def _union(spans: Sequence[tuple[int | None, int | None]]) -> list[tuple[int, int]]:
+    """Inclusive ranges merged where they overlap, sorted."""
+    merged: list[tuple[int, int]] = []
+    for low, high in sorted((lo, hi) for lo, hi in spans if lo is not None and hi is not None):
+        if merged and low <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return merged
+
+
+def _inside(key: int, spans: Sequence[tuple[int, int]]) -> bool:
+    """`key` lies in one of `spans` (sorted, disjoint)."""
+    return _blocked(key, key, spans)
+
+
+def _blocked(low: int, high: int, spans: Sequence[tuple[int, int]]) -> bool:
+    """Some range of `spans` (sorted, disjoint) meets [low, high]."""
+    at = bisect.bisect_left(spans, low, key=lambda span: span[1])
+    return at < len(spans) and spans[at][0] <= high
+
+
+def _joined(spans: list[tuple[int, int]], others: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Neighbouring ranges made one where no range of `others` (files left alone) lies
+    between them: a shorter predicate that replaces the same rows."""
+    others = _union(others)
+    joined: list[tuple[int, int]] = []
+    for low, high in spans:
+        if joined and not _blocked(joined[-1][1] + 1, low - 1, others):
+            joined[-1] = (joined[-1][0], high)
+        else:
+            joined.append((low, high))
+    return joined
+
+
+def apply_rule(
+    stored: pa.Table, source: pa.Table, key: Sequence[str], schema: pa.Schema
+) -> tuple[pa.Table, int, int]:
+    """The rows of the touched files (`stored`, in `schema`) with `source` (in `schema`, one
+    row per key, `_dblog_keep:` flags after) applied by position, sorted by key; and the rows
+    inserted and updated. A kept column of an updated row keeps the stored value."""
+    names = list(key)
+    order = [(k, "ascending") for k in names]
+    if not stored.num_rows:
+        return source.select(schema.names).cast(schema).sort_by(order), source.num_rows, 0
+    stored, source = stored.combine_chunks(), source.combine_chunks()  # take is slow on chunks
+    probe = source.select(names).append_column(_SOURCE, pa.array(numpy.arange(source.num_rows)))
+    build = stored.select(names).append_column(_STORED, pa.array(numpy.arange(stored.num_rows)))
+    pairs = probe.join(build, keys=names, join_type="left outer").combine_chunks()
+    at_source, at_stored = pairs[_SOURCE], pairs[_STORED]
+    matched = pc.is_valid(at_stored)
+    stored_at = stored.take(pc.fill_null(at_stored, 0))
+    coming = source.take(at_source)
+    higher = pc.or_(
+        pc.greater(coming[COMMIT], stored_at[COMMIT]),
+        pc.and_(
+            pc.equal(coming[COMMIT], stored_at[COMMIT]), pc.greater(coming[SEQ], stored_at[SEQ])
+        ),
+    )
+    updates = pc.and_(matched, higher)
+    wins = pc.or_(pc.invert(matched), updates)
+    arrays = []
+    for field in schema:
+        value = coming[field.name]
+        flag = KEEP_PREFIX + field.name
+        if flag in source.column_names:
+            keep = pc.and_(updates, pc.fill_null(coming[flag], False))
+            value = pc.if_else(keep, stored_at[field.name], value)
+        arrays.append(value)
+    winners = pa.Table.from_arrays(arrays, schema=schema).filter(wins)
+    unchanged = numpy.ones(stored.num_rows, dtype=bool)
+    unchanged[pc.filter(at_stored, updates).to_numpy()] = False
+    kept = stored.filter(pa.array(unchanged))
+    rows = pa.concat_tables([kept, winners]).combine_chunks().sort_by(order)
+    inserted = pc.sum(pc.invert(matched).cast(pa.int64())).as_py() or 0
+    updated = pc.sum(updates.cast(pa.int64())).as_py() or 0
+    return rows, inserted, updated

@@ -1,0 +1,196 @@
+"""The lake's key-range layout: which files a write touches (pure), the rule applied to their
+rows (pure), and on real Delta tables (delta-rs, no server) that a fold of keys in one range
+rewrites that range's file alone, as the Delta log's add and remove actions show, while
+DuckDB and Polars read the same rows; a table of the older layout (files whose ranges overlap)
+is rewritten whole where it overlaps, and stays right."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import polars
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from airflow_provider_dblog.compaction.run import CompactOptions, compact
+from airflow_provider_dblog.core.direct import DirectRecord
+from airflow_provider_dblog.core.event import Op, Origin, PlainEvent, SourceInfo, TableRef
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import Column, TableSchema
+from airflow_provider_dblog.lake.clustered import DataFile, apply_rule, touched
+from airflow_provider_dblog.lake.direct import commit_staged, stage_rows
+from airflow_provider_dblog.lake.schema import LakeRow, lake_schema
+from airflow_provider_dblog.lake.table import LakeTable, table_uri
+from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
+
+pytestmark = pytest.mark.unit
+
+TABLE = TableRef("app", "users")
+SCHEMA = lake_schema(
+    "postgres",
+    TABLE,
+    TableSchema((Column("id", "bigint", False, None), Column("name", "text", True, None)), ("id",)),
+)
+
+
+def test_a_write_touches_the_files_its_keys_fall_in() -> None:
+    files = [DataFile("a", 0, 99), DataFile("b", 100, 199), DataFile("c", 300, 399)]
+    found = touched(files, [150, 120])
+    assert [f.path for f in found.files] == ["b"]
+    assert found.ranges == ((100, 199),)
+    # a new key in the gap joins the range of its neighbour, none lying between them
+    found = touched(files, [150, 250])
+    assert found.ranges == ((100, 250),)
+    # keys beyond every file: a range of their own, nothing rewritten
+    found = touched(files, [500, 900])
+    assert found.files == () and found.ranges == ((500, 900),)
+    rows = pa.table({"id": pa.array([500, 700, 900], pa.int64())})
+    [(predicate, part)] = found.writes(rows, "id")
+    assert predicate == '"id" >= 500 AND "id" <= 900' and part.num_rows == 3
+    # keys on both sides of an untouched file: two ranges
+    found = touched(files, [50, 350])
+    assert [f.path for f in found.files] == ["a", "c"]
+    assert found.ranges == ((0, 99), (300, 399))
+    rows = pa.table({"id": pa.array([3, 50, 301, 350], pa.int64())})
+    writes = [(p, t["id"].to_pylist()) for p, t in found.writes(rows, "id")]
+    assert writes == [
+        ('"id" >= 0 AND "id" <= 99', [3, 50]),
+        ('"id" >= 300 AND "id" <= 399', [301, 350]),
+    ]  # one commit per range: a file across both would span file b
+
+
+def test_files_overlapping_a_touched_one_are_touched_and_no_statistics_means_all() -> None:
+    older = [DataFile("x", 0, 500), DataFile("y", 400, 900), DataFile("z", 1000, 1100)]
+    found = touched(older, [10])
+    assert [f.path for f in found.files] == ["x", "y"]
+    assert found.ranges == ((0, 900),)
+    blind = [DataFile("x", 0, 500), DataFile("n", None, None)]
+    found = touched(blind, [1])
+    assert [f.path for f in found.files] == ["x", "n"]
+    [(predicate, _)] = found.writes(pa.table({"id": pa.array([1], pa.int64())}), "id")
+    assert predicate is None
+
+
+def test_the_rule_on_the_touched_rows_keeps_the_highest_position_sorted() -> None:
+    schema = SCHEMA.arrow_schema()
+    stored = SCHEMA.to_arrow(
+        [LakeRow({"id": 5, "name": "e"}, 10, 0, "c"), LakeRow({"id": 1, "name": "a"}, 10, 0, "c")]
+    )
+    stored = stored.cast(schema)
+    source = SCHEMA.to_arrow(
+        [
+            LakeRow({"id": 5, "name": "old"}, 9, 0, "r"),  # lower: the stored row stays
+            LakeRow({"id": 1}, 12, 0, "u", keep=frozenset({"name"})),  # name kept
+            LakeRow({"id": 3, "name": "c"}, 11, 0, "c"),  # new
+        ]
+    )
+    source = pa.Table.from_arrays(
+        [source[f.name].cast(f.type) for f in schema] + [source["_dblog_keep:name"]],
+        names=[*schema.names, "_dblog_keep:name"],
+    )
+    rows, inserted, updated = apply_rule(stored, source, ("id",), schema)
+    assert rows["id"].to_pylist() == [1, 3, 5]
+    assert rows["name"].to_pylist() == ["a", "c", "e"]
+    assert rows["_dblog_commit"].to_pylist() == [12, 11, 10]
+    assert (inserted, updated) == (1, 1)
+
+
+def last_commit(root: Path, lake: LakeTable) -> tuple[set[str], list[tuple[int, int]]]:
+    """The files the latest commit removed, and the id ranges of those it added."""
+    entry = Path(table_uri(root, TABLE)) / "_delta_log" / f"{lake.version:020d}.json"
+    actions = [json.loads(line) for line in entry.read_text().splitlines()]
+    removed = {a["remove"]["path"] for a in actions if "remove" in a}
+    added = []
+    for action in actions:
+        if "add" in action:
+            stats = json.loads(action["add"]["stats"])
+            added.append((stats["minValues"]["id"], stats["maxValues"]["id"]))
+    return removed, added
+
+
+def files_by_range(lake: LakeTable) -> dict[tuple[int, int], str]:
+    actions = pa.table(lake.delta.get_add_actions(flatten=True))
+    return {
+        (low, high): path
+        for path, low, high in zip(
+            actions["path"].to_pylist(),
+            actions["min.id"].to_pylist(),
+            actions["max.id"].to_pylist(),
+            strict=True,
+        )
+    }
+
+
+def readers_see(root: Path, lake: LakeTable) -> dict[int, str | None]:
+    """The current rows as DuckDB and Polars read them (the same, or the test fails)."""
+    lake.refresh()
+    query = "SELECT id, name FROM read_parquet($files) WHERE NOT _dblog_deleted"
+    by_duckdb = dict(duckdb.execute(query, {"files": lake.delta.file_uris()}).fetchall())
+    frame = polars.read_delta(table_uri(root, TABLE)).filter(~polars.col("_dblog_deleted"))
+    by_polars = dict(zip(frame["id"].to_list(), frame["name"].to_list(), strict=True))
+    assert by_duckdb == by_polars
+    return by_duckdb
+
+
+def test_a_fold_of_keys_in_one_range_rewrites_that_ranges_file_alone(tmp_path: Path) -> None:
+    root, events = tmp_path / "lake", tmp_path / "events"
+    for chunk in range(4):  # four direct chunks of 1000 keys: four files, one range each
+        keys = range(chunk * 1000, chunk * 1000 + 1000)
+        handle = stage_rows(root, TABLE, SCHEMA, [{"id": k, "name": f"n{k}"} for k in keys])
+        hw = Position(100 + chunk, 0)
+        record = DirectRecord("w", Position(hw.commit - 1, 0), hw, frozenset())
+        commit_staged(root, TABLE, [handle], SCHEMA, record, ("id",))
+    lake = LakeTable.open(root, TABLE)
+    layout = files_by_range(lake)
+    assert sorted(layout) == [(0, 999), (1000, 1999), (2000, 2999), (3000, 3999)]
+
+    def source(commit: int, seq: int) -> SourceInfo:
+        return SourceInfo("src", "db", "app", "users", Position(commit, seq), Origin.LOG)
+
+    changes = [
+        PlainEvent(Op.UPDATE, {"id": 2100}, None, {"id": 2100, "name": "new"}, source(500, 1), 1),
+        PlainEvent(Op.DELETE, {"id": 2500}, None, None, source(500, 3), 1),
+        PlainEvent(Op.CREATE, {"id": 2999}, None, {"id": 2999, "name": "again"}, source(501, 1), 1),
+    ]
+    with NdjsonOutput(events) as out:
+        out.write(changes, 1)
+    report = compact(None, events, root, CompactOptions(describe=lambda table: SCHEMA))
+    assert report.events == 3
+    lake.refresh()
+    removed, added = last_commit(root, lake)
+    assert removed == {layout[(2000, 2999)]}
+    assert added == [(2000, 2999)]
+    seen = readers_see(root, lake)
+    assert len(seen) == 3999 and 2500 not in seen
+    assert (seen[2100], seen[2999], seen[2101]) == ("new", "again", "n2101")
+
+
+def test_a_table_of_the_older_layout_is_rewritten_where_it_overlaps(tmp_path: Path) -> None:
+    lake = LakeTable.open_or_create(tmp_path, TABLE, SCHEMA)
+    schema = lake.arrow_schema
+    for keys in ([5, 1, 9], [7, 2, 20]):  # unsorted, overlapping: as a delta-rs merge left them
+        rows = SCHEMA.to_arrow([LakeRow({"id": k, "name": f"n{k}"}, 10, 0, "c") for k in keys])
+        write_deltalake(table_uri(tmp_path, TABLE), rows.cast(schema), mode="append")
+    write_deltalake(
+        table_uri(tmp_path, TABLE),
+        SCHEMA.to_arrow([LakeRow({"id": 50, "name": "n50"}, 10, 0, "c")]).cast(schema),
+        mode="append",
+    )
+    lake.refresh()
+    far = files_by_range(lake)[(50, 50)]
+    lake.merge(SCHEMA.to_arrow([LakeRow({"id": 2, "name": "two"}, 11, 0, "u")]))
+    removed, added = last_commit(tmp_path, lake)
+    assert len(removed) == 2 and far not in removed
+    assert added == [(1, 20)]
+    assert readers_see(tmp_path, lake) == {
+        1: "n1",
+        2: "two",
+        5: "n5",
+        7: "n7",
+        9: "n9",
+        20: "n20",
+        50: "n50",
+    }
