@@ -49,7 +49,8 @@ from airflow_provider_dblog.state.connection import (
 
 def connection_extras(conn: Any) -> dict[str, Any]:
     """The connection's extras by field name; forms of older UIs store them prefixed
-    (`extra__dblog__source_name`).
+    (`extra__dblog__source_name`). A field left blank is left out: empty text, null, or an
+    empty JSON object (a section's field in the form, untouched).
 
     Read from the raw JSON, not `extra_dejson`, which hands every extra value to the secrets
     masker on each read: the masker warns "Skipping masking for a secret as it's too short" at
@@ -63,7 +64,7 @@ def connection_extras(conn: Any) -> dict[str, Any]:
         raise ConfigError(f"connection {conn.conn_id!r}: its extra is not JSON") from None
     if not isinstance(extra, dict):
         raise ConfigError(f"connection {conn.conn_id!r}: its extra is not a JSON object")
-    return {k.removeprefix(prefix): v for k, v in extra.items() if v not in ("", None)}
+    return {k.removeprefix(prefix): v for k, v in extra.items() if v not in ("", None, {})}
 
 
 CONFIG_SECTIONS = ("source", "output", "tailer", "lake")

@@ -96,6 +96,7 @@ def test_extras_are_read_under_the_prefix_older_forms_give_them_and_blanks_dropp
             "extra__dblog__config_path": "/etc/dblog.toml",
             "extra__dblog__source_conn_id": "",
             "source_password": None,
+            "lake": {},
             "ssl": "yes",
         }
     )
