@@ -1,4 +1,5 @@
-"""Least-privilege Redis ACL users for one source: what the tailer, a dump and the UI each need.
+"""Least-privilege Redis ACL users for one source: what the tailer, a dump, the UI and the
+compaction follower each need.
 
 Each role gets the commands the state stores send (theirs and those their Lua scripts call:
 Redis checks both against the caller's ACL) and no other, on the source's keys
@@ -8,9 +9,13 @@ Redis checks both against the caller's ACL) and no other, on the source's keys
   the checkpoint), and subscribes to its channel (read-only windows' wake-ups);
 - `dump` (also the Airflow connection's user: it requests dumps and follows them): reads every
   key, writes windows, watermarks, direct and read-only windows and the dumps' keys, never the
-  tailer's (`tailer:*`: the lease, the token, the checkpoint) nor the compaction's;
+  tailer's (`tailer:*`: the lease, the token, the checkpoint) nor the compaction's; sequenced,
+  direct and read-only dumps alike;
 - `ui`: reads every key, writes only a dump's controls and status (pause, resume, cancel,
-  throttle); it cannot open, close or fill a window.
+  throttle); it cannot open, close or fill a window;
+- `compactor` (`dblog lake compact`, `--follow` included): reads every key (the prune horizon:
+  the direct windows' and the tailer's checkpoint), writes only its lease, token and heartbeat
+  (`compact:*`) and the list of pending direct windows (the horizon drops expired ones).
 
 `acl_setuser(role, source, user)` spells the `ACL SETUSER` line that docs/operations.md shows
 (the password stays out of it: add `>password` when you run it, or keep users in an ACL file).
@@ -43,8 +48,9 @@ UI_COMMANDS = ("get", "hget", "hgetall", "hset", "lrange", "llen", "pttl", "scan
 
 DUMP_WRITES = ("window:*", "wm:*", "dump*", "direct:*", "positional*")
 UI_WRITES = ("dump:*:controls", "dump:*:status")
+COMPACTOR_WRITES = ("compact:*", "direct:pending")
 
-ROLES = ("tailer", "dump", "ui")
+ROLES = ("tailer", "dump", "ui", "compactor")
 
 
 def acl_rules(role: str, source: str) -> list[str]:
@@ -59,10 +65,13 @@ def acl_rules(role: str, source: str) -> list[str]:
     elif role == "ui":
         commands = UI_COMMANDS
         keys = [f"%R~{prefix}*", *(f"~{prefix}{pattern}" for pattern in UI_WRITES)]
+    elif role == "compactor":
+        commands = STORE_COMMANDS
+        keys = [f"%R~{prefix}*", *(f"~{prefix}{pattern}" for pattern in COMPACTOR_WRITES)]
     else:
         raise ValueError(f"unknown role {role!r}; the roles are {', '.join(ROLES)}")
     allowed = sorted({*CONNECTION, *SCRIPTS, *commands})
-    channels = [] if role == "ui" else [f"&{prefix}*"]
+    channels = [f"&{prefix}*"] if role in ("tailer", "dump") else []
     return ["reset", "on", *(f"+{command}" for command in allowed), *keys, *channels]
 
 

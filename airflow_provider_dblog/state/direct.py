@@ -117,9 +117,9 @@ return 1
         tombstone horizon back."""
         self._r.hdel(self.keys.direct_pending, window_id)
 
-    # KEYS: pending, checkpoint. Returns {checkpoint or false, lw json...}, dropping the pending
-    # windows whose keys expired.
-    _HORIZON = """
+    # KEYS: pending. ARGV: the window key prefix. Returns the lws of the pending windows,
+    # dropping those whose keys expired.
+    _PENDING_LWS = """
 local lws = {}
 local pending = redis.call('HGETALL', KEYS[1])
 for i = 1, #pending, 2 do
@@ -130,17 +130,21 @@ for i = 1, #pending, 2 do
     redis.call('HDEL', KEYS[1], pending[i])
   end
 end
-return {redis.call('GET', KEYS[2]), unpack(lws)}
+return lws
 """
 
     @reachable
     def horizon(self) -> Position | None:
         """The position before which no direct dump row can still reach a target (None: none
-        known yet, prune nothing): the oldest lw of the pending windows, or the checkpoint."""
-        checkpoint, *lws = self._eval(
-            self._HORIZON,
-            keys=[self.keys.direct_pending, self.keys.tailer_checkpoint],
-            args=[self.keys.window("")],
+        known yet, prune nothing): the oldest lw of the pending windows, or the checkpoint.
+
+        The checkpoint is read first, on its own: a script's keys must all be writable by its
+        caller, and a dump's or the compaction's Redis user only reads the tailer's keys. A
+        window recorded between the two reads is counted, and the checkpoint only grows, so
+        the horizon is never later than one read at once."""
+        checkpoint = self._r.get(self.keys.tailer_checkpoint)
+        lws = self._eval(
+            self._PENDING_LWS, keys=[self.keys.direct_pending], args=[self.keys.window("")]
         )
         return tombstone_horizon(
             _positions(lws), None if checkpoint is None else int(text(checkpoint))

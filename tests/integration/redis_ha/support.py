@@ -27,13 +27,18 @@ def write_redis_config(
     redis: list[str],
     output: dict[str, Any],
     tailer: dict[str, Any] | None = None,
+    *,
+    source: tuple[str, ...] = (),
+    lake: Path | None = None,
 ) -> Path:
     """A `dblog` TOML for `dbs` whose `[redis]` section is the lines `redis` and the password
-    by the name REDIS_PASSWORD_ENV (never the password itself)."""
+    by the name REDIS_PASSWORD_ENV (never the password itself); `source`: more `[source]`
+    lines; `lake`: the `[lake] root`."""
     lines = [
         "[source]",
         f'name = "{dbs.config.name}"',
         *dbs.toml_source(),
+        *source,
         f'password_env = "{dbs.password_env}"',
         "tables = [" + ", ".join(f'"{t}"' for t in dbs.config.tables) + "]",
         "",
@@ -47,6 +52,7 @@ def write_redis_config(
         "[tailer]",
         *(f"{k} = {json.dumps(v)}" for k, v in (tailer or {}).items()),
         "",
+        *([] if lake is None else ["[lake]", f'root = "{lake}"', ""]),
     ]
     path.write_text("\n".join(lines))
     return path

@@ -1,15 +1,20 @@
-"""Least-privilege ACL users (state/acl.py): `dblog tail`, `dblog dump` and the UI each run as
-their own Redis user with the rules of their role, the dump completes and the output equals the
-source; the UI's user renders its snapshot and controls dumps but cannot write a window, the
-dump's cannot touch the tailer's lease or token, and none reaches another source's keys."""
+"""Least-privilege ACL users (state/acl.py): `dblog tail`, `dblog dump` (of a read-only source,
+then a direct one into the lake), the compaction follower and the UI each run as their own
+Redis user with the rules of their role, the dumps complete, the output equals the source and
+the follower folds it into the lake; the UI's user renders its snapshot and controls dumps but
+cannot write a window, the dump's and the compaction's cannot touch the tailer's lease or
+token, and none reaches another source's keys."""
 
 from __future__ import annotations
 
 import os
 import random
 import secrets
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -24,7 +29,9 @@ from airflow_provider_dblog.state.acl import ROLES, acl_rules
 from airflow_provider_dblog.state.connection import RedisSettings
 from airflow_provider_dblog.state.keys import SourceKeys
 from airflow_provider_dblog.ui.snapshot import LiveView
+from tests.integration.compaction.test_spark_compact import read_lake
 from tests.integration.e2e_support import (
+    DBLOG,
     REDIS_PASSWORD_ENV,
     Databases,
     TailProcess,
@@ -73,45 +80,72 @@ def test_each_component_runs_as_its_role_and_the_ui_cannot_write_windows(
         user, password = users[role]
         return RedisSettings(url=f"redis://{user}@{at}").client(password=password)
 
-    def config_and_env(role: str) -> tuple[Path, dict[str, str]]:
+    lake = tmp_path / "lake"
+
+    def config_and_env(
+        role: str, name: str | None = None, **options: Any
+    ) -> tuple[Path, dict[str, str]]:
         user, password = users[role]
         config = write_redis_config(
-            tmp_path / f"{role}.toml",
+            tmp_path / f"{name or role}.toml",
             dbs,
             [f'url = "redis://{user}@{at}"'],
             {"type": "ndjson", "directory": str(tmp_path / "events")},
             {"heartbeat_s": 0.2, "window_ttl_s": 10},
+            **options,
         )
         return config, dict(
             os.environ, **{dbs.password_env: dbs.password, REDIS_PASSWORD_ENV: password}
         )
 
     tail_config, tail_env = config_and_env("tailer")
-    dump_config, dump_env = config_and_env("dump")
+    read_only_config, dump_env = config_and_env("dump", source=("read_only = true",))
+    direct_config, _ = config_and_env("dump", "direct", lake=lake)
+    compact_config, compact_env = config_and_env("compactor", lake=lake)
     ui_store = StateStore(client("ui"), dbs.config.name)
     tail = TailProcess(tail_config, "tailer", tail_env, tmp_path / "tail.log")
+    with (tmp_path / "compact.log").open("wb") as out:
+        follower = subprocess.Popen(
+            [
+                *(DBLOG, "lake", "compact", "--follow", "--prune", "--interval", "0.2"),
+                *("--owner", "compactor", "--config", str(compact_config)),
+            ],
+            env=compact_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_until(lambda: ui_store.tailer.health() is not None, 60, "the tailer's heartbeat")
-        done = run_cli(*("dump", "--config", str(dump_config), "--dump-id", "acl"), env=dump_env)
-        assert done.returncode == 0, done.stdout + done.stderr
+        for dump_id, config in (("acl", read_only_config), ("acl-direct", direct_config)):
+            done = run_cli("dump", "--config", str(config), "--dump-id", dump_id, env=dump_env)
+            assert done.returncode == 0, done.stdout + done.stderr
         wait_until(
             lambda: len(materialize(read_events(tmp_path / "events"))) == 3 * ROWS,
             60,
-            "every dumped row in the output",
+            "every row of the read-only dump in the output",
         )
+        wait_until(lambda: _folded(ui_store) == 3 * ROWS, 60, "the follower folding them")
         snapshot = LiveView(client("ui"), dbs.config.name).snapshot()
         assert tail.stop() == 0, (tmp_path / "tail.log").read_text()[-3000:]
+        follower.send_signal(signal.SIGTERM)
+        assert follower.wait(30) == 0, (tmp_path / "compact.log").read_text()[-3000:]
     finally:
         if tail.alive():
             tail.kill()
+        if follower.poll() is None:
+            follower.kill()
     assert "NOPERM" not in (tmp_path / "tail.log").read_text()
+    assert "NOPERM" not in (tmp_path / "compact.log").read_text()
+    for table in dbs.tables:  # the direct dump's rows, and the same rows folded again
+        assert read_lake(lake, str(table)).num_rows == ROWS, table
     assert (
         state_differences(source_state(dbs.source), materialize(read_events(tmp_path / "events")))
         == []
     )
 
     assert snapshot["error"] is None, snapshot
-    assert [d["dump_id"] for d in snapshot["dumps"]] == ["acl"], snapshot["dumps"]  # type: ignore[index, union-attr]
+    dumps = {d["dump_id"] for d in snapshot["dumps"]}  # type: ignore[index, union-attr]
+    assert dumps == {"acl", "acl-direct"}, snapshot["dumps"]
     assert snapshot["windows"], "the UI's user read the dump's windows"
     assert ui_store.dumps.pause("acl") is False, "the control script runs; the dump is done"
 
@@ -124,9 +158,22 @@ def test_each_component_runs_as_its_role_and_the_ui_cannot_write_windows(
         client("dump").set(keys.tailer_token, 1 << 40)
     with pytest.raises(NoPermissionError):
         client("dump").hset(keys.tailer_lease, "owner", "intruder")
+    for write in (
+        lambda c: c.set(keys.tailer_token, 1 << 40),
+        lambda c: c.hset(keys.window("w1"), "state", "closed"),
+        lambda c: c.hset(keys.dump_status("acl"), "state", "failed"),
+    ):
+        with pytest.raises(NoPermissionError):
+            write(client("compactor"))
     other = SourceKeys("another_source")
     for role in ROLES:
         with pytest.raises(NoPermissionError):
             client(role).get(other.tailer_token)
     with pytest.raises(NoPermissionError):
         client("tailer").flushall()
+
+
+def _folded(store: StateStore) -> int:
+    """The events the compaction follower folded, as its heartbeat says."""
+    health = store.compactor.health()
+    return 0 if health is None else int(health.metrics["events"])  # type: ignore[arg-type]

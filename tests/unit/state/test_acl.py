@@ -18,15 +18,21 @@ def test_the_operations_guide_shows_each_role_s_rules_as_the_code_spells_them() 
 
 
 def test_only_the_tailer_writes_the_tailer_s_keys_and_the_ui_writes_no_window() -> None:
-    tailer, dump, ui = (acl_rules(role, "shop") for role in ROLES)
+    tailer, dump, ui, compactor = (acl_rules(role, "shop") for role in ROLES)
     assert "~dblog:{shop}:*" in tailer
-    assert "~dblog:{shop}:*" not in dump and "%R~dblog:{shop}:*" in dump
-    assert not any("tailer" in rule for rule in dump + ui)
-    assert not any("window" in rule for rule in ui)
-    assert all(rule.startswith(("+", "~", "%R~", "&")) for rule in tailer[2:] + dump[2:] + ui[2:])
+    for reader in (dump, ui, compactor):
+        assert "~dblog:{shop}:*" not in reader and "%R~dblog:{shop}:*" in reader
+    assert not any("tailer" in rule for rule in dump + ui + compactor)
+    assert not any("window" in rule for rule in ui + compactor)
+    writes = [rule for rule in compactor if rule.startswith("~")]
+    assert writes == ["~dblog:{shop}:compact:*", "~dblog:{shop}:direct:pending"]
+    assert not any(rule.startswith("&") for rule in ui + compactor)
+    rules = tailer[2:] + dump[2:] + ui[2:] + compactor[2:]
+    assert all(rule.startswith(("+", "~", "%R~", "&")) for rule in rules)
     assert "+flushall" not in tailer and "+config" not in tailer and "+keys" not in tailer
 
 
 def test_an_unknown_role_is_refused_naming_the_roles() -> None:
-    with pytest.raises(ValueError, match="unknown role 'admin'; the roles are tailer, dump, ui"):
+    roles = "tailer, dump, ui, compactor"
+    with pytest.raises(ValueError, match=f"unknown role 'admin'; the roles are {roles}"):
         acl_rules("admin", "shop")
