@@ -16,6 +16,7 @@ from redis.typing import EncodableT
 
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue
+from airflow_provider_dblog.state.client_certificate import refused_client_certificate
 from airflow_provider_dblog.state.errors import (
     RedisCertificateRefused,
     StateStoreError,
@@ -99,7 +100,7 @@ def reachable(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S,
         try:
             return method(store, *args, **kwargs)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise unreachable(store.address, exc) from exc
+            raise unreachable(store._r, exc) from exc
         except redis.ResponseError as exc:
             why = refused_write(exc)
             if why is None:
@@ -111,15 +112,24 @@ def reachable(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S,
     return wrapper
 
 
-def unreachable(address: str, error: redis.RedisError) -> StateStoreError:
-    """The error for a connection to `address` that failed with `error`: an outage to wait
-    out, or, when the server's TLS certificate did not verify, `RedisCertificateRefused`.
-    (redis-py raises its ConnectionError while handling the ssl module's error.)"""
-    if isinstance(error.__context__, ssl.SSLCertVerificationError):
+def unreachable(client: redis.Redis, error: redis.RedisError) -> StateStoreError:
+    """The error for a connection of `client` that failed with `error`: an outage to wait
+    out, or `RedisCertificateRefused` when the server's TLS certificate did not verify or the
+    server refused this client's (`client_certificate`: it shows as an EOF, so the server is
+    asked). (redis-py raises its ConnectionError while handling the ssl module's error.)"""
+    address = address_of(client)
+    cause = error.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
         return RedisCertificateRefused(
             f"the Redis state store at {address} cannot be used: its TLS certificate does not "
-            f"verify ({error.__context__.verify_message}); check [redis] ca_file and the host "
+            f"verify ({cause.verify_message}); check [redis] ca_file and the host "
             "in url (with sentinels, the address they give): nothing retries this"
+        )
+    if isinstance(cause, ssl.SSLError) and (alert := refused_client_certificate(client)):
+        return RedisCertificateRefused(
+            f"the Redis state store at {address} cannot be used: the server refused this "
+            f"client's TLS certificate ({alert}); check [redis] cert_file and key_file: a "
+            "certificate signed by a CA the server trusts, not expired: nothing retries this"
         )
     return StateStoreUnavailable(f"the Redis state store at {address} cannot be reached: {error}")
 

@@ -23,7 +23,8 @@ class StateStoreRefusesWrites(StateStoreUnavailable):
 
 class RedisCertificateRefused(StateStoreError):
     """The Redis server's TLS certificate does not verify (another CA, another host name,
-    expired): a configuration error, not an outage, so nothing waits for it to pass."""
+    expired), or the server refused this client's certificate: a configuration error, not an
+    outage, so nothing waits for it to pass."""
 
 
 class FencedOut(StateStoreError):

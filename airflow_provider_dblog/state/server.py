@@ -24,7 +24,7 @@ def check_no_eviction(client: redis.Redis) -> None:
     try:
         memory = client.info("memory")
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise unreachable(address_of(client), exc) from exc
+        raise unreachable(client, exc) from exc
     policy = str(memory.get("maxmemory_policy", "noeviction"))
     limit = int(memory.get("maxmemory", 0) or 0)
     if limit and policy != "noeviction":

@@ -1,6 +1,7 @@
 """The Redis deployments of production, for the tests of this folder: a Sentinel group (a
-primary, a replica, three sentinels), a Redis that speaks TLS only, and a Sentinel group that
-speaks TLS only, each started once per session. A test that kills the primary of
+primary, a replica, three sentinels), a Redis that speaks TLS only (and checks the client
+certificates offered to it against its CA), and a Sentinel group that speaks TLS only, each
+started once per session. A test that kills the primary of
 `redis_sentinels` must `heal()` the group after."""
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
     ca = make_test_ca(base / "ca")
     tls = ca.server_tls(["127.0.0.1"])
     with installed(lambda: RedisServer(base / "redis", tls=tls)) as server:
+        with server.info.client() as admin:  # a client certificate offered is checked
+            admin.config_set("tls-auth-clients", "optional")
         yield TlsRedis(server.info, ca)
 
 

@@ -1,8 +1,9 @@
 """The state store over TLS: `dblog tail` and `dblog dump` reach a Redis that speaks TLS only
 (`rediss://`, the test CA's file, a client certificate) and the output equals the source; a
-server certificate from another CA and one for another host name are each refused with an
-error that says so. Sentinels and servers that all speak TLS only (`tls = true`) name the
-primary, a client follows their failover, and one with another CA is refused."""
+server certificate from another CA, one for another host name and a client certificate from
+another CA are each refused with an error that says so. Sentinels and servers that all speak
+TLS only (`tls = true`) name the primary, a client follows their failover, and one with another
+CA is refused."""
 
 from __future__ import annotations
 
@@ -108,35 +109,51 @@ def test_a_certificate_from_another_ca_or_for_another_host_is_refused(
     process, the tailer in its own)."""
     info, ca = tls_redis.info, tls_redis.ca
     other_ca = make_test_ca(tmp_path / "other-ca")
+    url = f"rediss://{info.host}:{info.port}/0"
     cases = {
         "wrong-ca": (
-            tls_lines(f"rediss://{info.host}:{info.port}/0", other_ca.ca_file),
+            tls_lines(url, other_ca.ca_file),
             "its TLS certificate does not verify (",
+            "check [redis] ca_file",
         ),
         "other-host": (
             tls_lines(f"rediss://localhost:{info.port}/0", ca.ca_file),
             "its TLS certificate does not verify (Hostname mismatch, certificate is not valid "
             "for 'localhost'",
+            "check [redis] ca_file",
+        ),
+        "client-of-another-ca": (
+            tls_lines(url, ca.ca_file, other_ca.client_cert("dblog")),
+            "the server refused this client's TLS certificate (TLSV1_ALERT_UNKNOWN_CA)",
+            "check [redis] cert_file and key_file",
         ),
     }
     monkeypatch.setenv(REDIS_PASSWORD_ENV, info.password)
     env = dict(os.environ)
     output = {"type": "ndjson", "directory": str(tmp_path / "events")}
-    for name, (redis, wanted) in cases.items():
-        config = write_redis_config(tmp_path / f"{name}.toml", dbs, redis, output)
-        assert main(["dump", "--config", str(config)]) == 2, name
-        stderr = capsys.readouterr().err
-        assert stderr.startswith("dblog: error: the Redis state store at "), stderr
-        assert wanted in stderr and "check [redis] ca_file" in stderr, stderr
-        assert info.password not in stderr
-        tail = TailProcess(config, "tailer", env, tmp_path / f"{name}.log")
-        try:
-            assert tail.process.wait(60) == 2
-        finally:
+    configs = {
+        name: write_redis_config(tmp_path / f"{name}.toml", dbs, redis, output)
+        for name, (redis, _, _) in cases.items()
+    }
+    tails = {  # all at once: each spends most of its time starting
+        name: TailProcess(config, "tailer", env, tmp_path / f"{name}.log")
+        for name, config in configs.items()
+    }
+    try:
+        for name, (_, wanted, hint) in cases.items():
+            assert main(["dump", "--config", str(configs[name])]) == 2, name
+            stderr = capsys.readouterr().err
+            assert stderr.startswith("dblog: error: the Redis state store at "), stderr
+            assert wanted in stderr and hint in stderr, stderr
+            assert info.password not in stderr
+        for name, (_, wanted, _) in cases.items():
+            assert tails[name].process.wait(60) == 2, name
+            log = (tmp_path / f"{name}.log").read_text()
+            assert wanted in log and info.password not in log, log[-2000:]
+    finally:
+        for tail in tails.values():
             if tail.alive():
                 tail.kill()
-        log = (tmp_path / f"{name}.log").read_text()
-        assert wanted in log and info.password not in log, log[-2000:]
 
 
 def test_a_store_over_tls_sentinels_follows_a_failover_and_refuses_another_ca(
