@@ -11,7 +11,8 @@ mapper's work, and what is acknowledged becomes a `resume.ResumePoint`.
   heartbeat is the reader's cue to yield `Idle` (a non-blocking dump would end at the log's
   end, and reconnecting to poll makes MariaDB search its binlog for the GTID state each time).
   A tenth of a second: an idle log's beats are when the tailer arms and closes read-only
-  windows.
+  windows. A dump that adds or readies one need not wait for the next beat: `wake` ends the
+  stream's wait at once, and the reader yields `Idle` at the end of what it has read.
 - Each reader announces its own server_id (two readers with the same id kick each other off).
 - It resumes from the saved point: MariaDB by GTID state (without one it ignores a file and
   offset and replays from the first binlog), MySQL by GTID set when gtid_mode is ON, else by
@@ -23,8 +24,10 @@ mapper's work, and what is acknowledged becomes a `resume.ResumePoint`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
+import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
@@ -56,7 +59,7 @@ from airflow_provider_dblog.sources.mysql.resume import (
     advance_gtid_set,
     advance_gtid_state,
 )
-from airflow_provider_dblog.sources.mysql.wire import BinlogStream
+from airflow_provider_dblog.sources.mysql.wire import WOKEN, BinlogStream
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +108,18 @@ class MysqlLogReader:
         self._file = ""
         self._gtid_state: str | None = None
         self._open_gtid: str | None = None
+        self._read_to = 0
+        """The commit position just past the last transaction read or the last heartbeat:
+        where the log ends as far as the reader knows (what a wake's `Idle` says)."""
         # How events are framed, from the connection and the format description event.
         self._checksum = 0
         self._post_headers: bytes = b""
         self._schema_versions: Mapping[TableRef, int] = {}
+        self._wake_in, self._wake_out = socket.socketpair()
+        """`wake` sends a byte that ends the stream's wait (sockets, not raw descriptors: a
+        late wake after `close` fails instead of writing into a reused descriptor)."""
+        self._wake_in.setblocking(False)
+        self._wake_out.setblocking(False)
 
     # -- LogReader ----------------------------------------------------------------------------
 
@@ -144,6 +155,10 @@ class MysqlLogReader:
                             maps.clear()
                         maps[body] = known
                     table_map(known)
+                    continue
+                if event is WOKEN:
+                    if mapper.open_commit is None:
+                        yield from mapping(LogEnd(self._read_to))
                     continue
                 for record in records(event):
                     for item in mapping(record):
@@ -219,6 +234,16 @@ class MysqlLogReader:
 
     def close(self) -> None:
         self._drop_stream()
+        self._wake_in.close()
+        self._wake_out.close()
+
+    # -- Wakeable -----------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """End the stream's current wait now (any thread): between transactions the reader
+        yields `Idle` at once."""
+        with contextlib.suppress(OSError):  # full (a wake is pending anyway), or closed
+            self._wake_out.send(b"w")
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -240,6 +265,7 @@ class MysqlLogReader:
             self._mapper.drop_transaction()
             self._acks = Acknowledgements(start)
             self._file, self._gtid_state, self._open_gtid = start.file, start.gtid_state, None
+            self._read_to = self._commit(start.offset)
             with catalog.cursor() as cursor:
                 cursor.execute("SELECT @@global.binlog_checksum")
                 row = cursor.fetchone()
@@ -253,6 +279,7 @@ class MysqlLogReader:
                 file=start.file,
                 offset=start.offset,
                 gtid_state=start.gtid_state,
+                wake=self._wake_in,
             )
         except BaseException:
             catalog.close()
@@ -344,10 +371,12 @@ class MysqlLogReader:
             self._file = ev.rotate(event, end)
         elif kind == ev.HEARTBEAT:
             self._file = ev.heartbeat_file(event, end)
-            yield LogEnd(self._commit(ev.HEADER.unpack_from(event)[4]))
+            self._read_to = self._commit(ev.HEADER.unpack_from(event)[4])
+            yield LogEnd(self._read_to)
         elif kind == ev.HEARTBEAT_V2:
             self._file, offset = ev.heartbeat_v2(event, end)
-            yield LogEnd(self._commit(offset))
+            self._read_to = self._commit(offset)
+            yield LogEnd(self._read_to)
         elif kind == ev.FORMAT_DESCRIPTION:
             self._post_headers = ev.post_header_lengths(event)
         elif kind == ev.PARTIAL_UPDATE_ROWS or kind in ev.MARIADB_COMPRESSED_ROWS:
@@ -377,7 +406,9 @@ class MysqlLogReader:
             advance = advance_gtid_state if self._mariadb else advance_gtid_set
             self._gtid_state = advance(self._gtid_state, self._open_gtid)
         self._open_gtid = None
-        return ResumePoint(self._file, ev.HEADER.unpack_from(event)[4], self._gtid_state)
+        offset = ev.HEADER.unpack_from(event)[4]
+        self._read_to = self._commit(offset)
+        return ResumePoint(self._file, offset, self._gtid_state)
 
     def _columns(self, table: TableRef) -> TableColumns:
         """The mapper's one catalog question, asked on the catalog connection."""
