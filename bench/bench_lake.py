@@ -1,22 +1,32 @@
-"""Lake benchmark: the compaction's events/s into the Delta lake tables, and the lake side of a
-direct dump (stage a chunk's rows, commit them in one merge).
+"""Lake benchmark: does a fold's or a direct commit's cost follow the changes or the table?
 
-Writes a synthetic change stream (NDJSON as the tailer writes it: two tables, one keyed by a
-bigint, one by (text, int); creates, updates without the TOASTed column, deletes, dump reads)
-into a temp dir, starts one local[2] SparkSession and prints:
+For each table size (`--rows`, default 500k and 5M) it fills a lake table through the direct
+path (chunks of 100k keys staged and committed as a direct dump does), then, for keys drawn
+at random over the whole key range and for keys skewed to its recent end (what an
+auto-increment table sees: the last 200k keys, whatever the table's size):
 
-C1  the first compaction of N events into new tables (create + fold), events/s;
-C2  a second, incremental run over N new events into the tables C1 made, events/s (most
-    keys already stored: merges update rows rather than insert them);
-C3  a third such run folded in the driver alone (no Spark job: what a run below
-    `--local-below` bytes does);
-D1  the lake side of a direct dump: `stage_rows` of a chunk's rows in two parts (the tasks'
-    share) and `commit_staged` of both (the driver's one merge), rows/s, into a table already
-    holding the same keys (each row compared by position).
+F   a fold of `--changes` (20k) updates and deletes on those keys: the NDJSON written as the
+    tailer writes it, folded by the compaction in the driver (and on Spark local[2] with
+    `--spark`), events/s and seconds;
+D   a direct commit of one chunk of 100k existing keys (a key range: at a random place, or
+    the last keys), rows/s and seconds;
 
-Each line ends with the load average (1, 5, 15 min) at its end (2 cores here, shared).
+each with the files the commit removed and added and the rows it rewrote (from the Delta
+log), and after every step the table read by DuckDB (the Parquet files the log lists) and
+Polars (`read_delta`), whose counts of current rows must equal the bench's own. Then the
+ratios of the largest size's seconds to the smallest's (the goal: <= 2).
 
-    .venv/bin/python bench/bench_lake.py [--quick] [--events N]
+S   sustained folding: a writer thread appends update events at `--rate` events/s for
+    `--seconds` to the NDJSON files while the compaction follower (`dblog lake compact
+    --follow`'s `Follower`, on a private Redis) folds them into the smallest size's table;
+    freshness (from an event's write to the end of the run that folded it) p50/p99, the
+    rate the writer held, and whether the follower kept up (the last event folded within
+    30 s of the writer's end).
+
+Each line ends with the load average (1, 5, 15 min; 2 cores here, shared).
+
+    nice -n 10 .venv/bin/python bench/bench_lake.py [--quick] [--rows 500000,5000000]
+        [--changes N] [--spark] [--rate R] [--seconds S]
 
 No figure is checked against a threshold: this measures, it does not test.
 """
@@ -24,17 +34,23 @@ No figure is checked against a threshold: this measures, it does not test.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-from support import load_average
+import duckdb
+import polars
+import pyarrow as pa
+from support import load_average, wait_until
 
+from airflow_provider_dblog.compaction.follow import Follower, FollowSettings
 from airflow_provider_dblog.compaction.run import CompactOptions, compact
 from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.event import (
@@ -48,158 +64,337 @@ from airflow_provider_dblog.core.event import (
 )
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
-from airflow_provider_dblog.lake.direct import commit_staged, stage_rows
-from airflow_provider_dblog.lake.schema import lake_schema
+from airflow_provider_dblog.devservices.redis import RedisServer
+from airflow_provider_dblog.lake.direct import commit_staged, stage_table
+from airflow_provider_dblog.lake.schema import LakeSchema, lake_schema
+from airflow_provider_dblog.lake.table import LakeTable, table_uri
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
+from airflow_provider_dblog.state import CompactorStore
 
-TABLES = {
-    "accounts": TableSchema(
-        (
-            Column("id", "bigint", False, None),
-            Column("owner", "text", True, None),
-            Column("balance", "numeric(12,2)", True, None),
-            Column("active", "boolean", True, None),
-            Column("updated", "timestamp with time zone", True, None),
-            Column("note", "text", True, None),
-        ),
-        ("id",),
+TABLE = TableRef("app", "accounts")
+SCHEMA = TableSchema(
+    (
+        Column("id", "bigint", False, None),
+        Column("owner", "text", True, None),
+        Column("balance", "numeric(12,2)", True, None),
+        Column("active", "boolean", True, None),
+        Column("updated", "timestamp with time zone", True, None),
+        Column("note", "text", True, None),
     ),
-    "orders": TableSchema(
-        (
-            Column("region", "text", False, None),
-            Column("n", "integer", False, None),
-            Column("amount", "numeric", True, None),
-            Column("tags", "text[]", True, None),
-        ),
-        ("region", "n"),
-    ),
-}
-
-
-class Stream:
-    """Random events over `keys` keys per table, positions increasing."""
-
-    def __init__(self, keys: int, seed: int = 1) -> None:
-        self.rng = random.Random(seed)
-        self.keys = keys
-        self.commit = 1000
-        self.opened = False
-
-    def row(self, table: str, key: int) -> tuple[dict, dict]:
-        rng = self.rng
-        if table == "accounts":
-            row = {
-                "id": key,
-                "owner": f"owner-{key}",
-                "balance": f"{rng.randrange(10**6)}.{rng.randrange(100):02d}",
-                "active": rng.random() < 0.5,
-                "updated": "2026-11-23 12:00:00.123456+00",
-                "note": "x" * rng.randrange(20, 200),
-            }
-            return {"id": key}, row
-        region = ("eu", "us", "ap", "sa")[key % 4]
-        row = {"region": region, "n": key, "amount": str(rng.random()), "tags": ["a", "b"]}
-        return {"region": region, "n": key}, row
-
-    def events(self, count: int) -> list[Event]:
-        found: list[Event] = []
-        if not self.opened:
-            for table, schema in TABLES.items():
-                self.commit += 1
-                source = SourceInfo("src", "db", "app", table, Position(self.commit, 0), Origin.LOG)
-                found.append(table_event(Op.SCHEMA, source, 1, schema))
-            self.opened = True
-        while len(found) < count:
-            self.commit += 1
-            for seq in range(1, 5):
-                table = self.rng.choice(list(TABLES))
-                key, row = self.row(table, self.rng.randrange(self.keys))
-                roll = self.rng.random()
-                op, after = Op.CREATE, row
-                if roll < 0.1:
-                    op, after = Op.DELETE, None
-                elif roll < 0.6:
-                    op = Op.UPDATE
-                    after = {k: v for k, v in row.items() if k != "note"}  # TOASTed, unchanged
-                elif roll < 0.8:
-                    op = Op.READ
-                source = SourceInfo(
-                    "src", "db", "app", table, Position(self.commit, seq), Origin.LOG
-                )
-                found.append(PlainEvent(op, key, None, after, source, 1))
-        return found
+    ("id",),
+)
+CHUNK = 100_000
+RECENT = 200_000
+"""How many keys at the recent end of the key range skewed keys fall in."""
 
 
 def load() -> str:
     return f"load {load_average()}"
 
 
-def run_compaction(
-    spark: SparkSession | None, label: str, events: Path, lake: Path, count: int
-) -> None:
-    start = time.perf_counter()
-    report = compact(spark, events, lake, CompactOptions(local_below=0))
-    elapsed = time.perf_counter() - start
-    rows = sum(t.rows for t in report.tables.values())
-    print(
-        f"{label} compaction {report.events / elapsed:.0f} events/s "
-        f"({report.events} events, {rows} rows written, {elapsed:.1f} s), {load()}",
-        flush=True,
-    )
-    assert report.events >= count
+def values(schema: LakeSchema, keys: Sequence[int], rng: random.Random) -> pa.Table:
+    """Rows of `keys` as a direct dump stages them (built as Arrow columns at once)."""
+    count = len(keys)
+    cents = [rng.randrange(10**8) for _ in range(count)]
+    columns = {
+        "id": pa.array(keys, pa.int64()),
+        "owner": pa.array([f"owner-{k}" for k in keys]),
+        "balance": pa.array(cents, pa.int64()).cast(pa.decimal128(19, 0)),
+        "active": pa.array([c % 2 == 0 for c in cents]),
+        "updated": pa.array([1_700_000_000_000_000 + c for c in cents], pa.timestamp("us")),
+        "note": pa.array(["x" * (20 + c % 180) for c in cents]),
+    }
+    arrays = [columns[f.name].cast(f.type) for f in schema.values_schema()]
+    return pa.Table.from_arrays(arrays, schema=schema.values_schema())
 
 
-def run_direct(lake: Path, rows: int) -> None:
-    table = next(iter(TABLES))
-    schema = lake_schema("postgres", TableRef("app", table), TABLES[table])
-    stream = Stream(rows, seed=9)
-    values = [stream.row(table, k)[1] for k in range(rows)]
-    hw = Position(stream.commit + 10**9, 0)
-    record = DirectRecord("bench", Position(hw.commit - 1, 0), hw, frozenset())
+class Lake:
+    """One lake table of the bench, the positions it hands out and the rows it should hold."""
+
+    def __init__(self, root: Path, rows: int) -> None:
+        self.root, self.rows = root, rows
+        self.schema = lake_schema("postgres", TABLE, SCHEMA)
+        self.commit = 1_000
+        self.deleted: set[int] = set()
+        self.rng = random.Random(rows)
+
+    def direct(self, keys: Sequence[int]) -> int:
+        """Stage `keys`' rows in two parts and commit them as one direct chunk."""
+        batch = values(self.schema, keys, self.rng)
+        half = batch.num_rows // 2
+        handles = [
+            stage_table(self.root, TABLE, batch.slice(0, half)),
+            stage_table(self.root, TABLE, batch.slice(half)),
+        ]
+        self.commit += 10
+        lw, hw = Position(self.commit - 1, 0), Position(self.commit, 0)
+        record = DirectRecord("bench", lw, hw, frozenset())
+        written = commit_staged(self.root, TABLE, handles, self.schema, record, ("id",))
+        self.deleted.difference_update(keys)
+        return written
+
+    def fill(self) -> float:
+        start = time.perf_counter()
+        for first in range(0, self.rows, CHUNK):
+            self.direct(range(first, min(first + CHUNK, self.rows)))
+        return time.perf_counter() - start
+
+    def changes(self, keys: Sequence[int], first: bool) -> list[Event]:
+        """Updates (a partial row: the TOASTed note unchanged) and deletes (one in ten) of
+        `keys`, one transaction of four events per commit."""
+        found: list[Event] = []
+        if first:
+            self.commit += 1
+            at = Position(self.commit, 0)
+            source = SourceInfo("src", "db", "app", "accounts", at, Origin.LOG)
+            found.append(table_event(Op.SCHEMA, source, 1, SCHEMA))
+        now_ms = int(time.time() * 1000)
+        for index, key in enumerate(keys):
+            if index % 4 == 0:
+                self.commit += 1
+            position = Position(self.commit, 2 * (index % 4) + 1)
+            source = SourceInfo("src", "db", "app", "accounts", position, Origin.LOG, ts_ms=now_ms)
+            if self.rng.random() < 0.1:
+                found.append(PlainEvent(Op.DELETE, {"id": key}, None, None, source, 1))
+                self.deleted.add(key)
+            else:
+                after = {"id": key, "owner": f"o-{key}", "balance": "1.50", "active": True}
+                found.append(PlainEvent(Op.UPDATE, {"id": key}, None, after, source, 1))
+                self.deleted.discard(key)
+        return found
+
+    @property
+    def current(self) -> int:
+        return self.rows - len(self.deleted)
+
+
+def layout(root: Path) -> tuple[int, int]:
+    """The table's version and file count."""
+    lake = LakeTable.open(root, TABLE)
+    return lake.version, len(lake.delta.file_uris())
+
+
+def rewritten(root: Path, version: int) -> str:
+    """What the commit that made `version` did, from its log entry: files removed and added,
+    rows in the files it removed."""
+    log = Path(table_uri(root, TABLE)) / "_delta_log" / f"{version:020d}.json"
+    actions = [json.loads(line) for line in log.read_text().splitlines()]
+    gone = {a["remove"]["path"] for a in actions if "remove" in a}
+    added = sum(1 for a in actions if "add" in a)
+    before = LakeTable.open(root, TABLE, version - 1).delta.get_add_actions(flatten=True)
+    records = dict(
+        zip(
+            before.column("path").to_pylist(), before.column("num_records").to_pylist(), strict=True
+        )
+    )
+    rows = sum(records.get(p, 0) for p in gone)
+    return f"-{len(gone)}/+{added} files, {rows} rows rewritten"
+
+
+def check_readers(lake: Lake) -> None:
+    """DuckDB and Polars read the current rows the bench expects."""
+    uris = LakeTable.open(lake.root, TABLE).delta.file_uris()
+    query = "SELECT count(*) FROM read_parquet($files) WHERE NOT _dblog_deleted"
+    found = duckdb.execute(query, {"files": uris}).fetchone()
+    assert found is not None and found[0] == lake.current, (found, lake.current)
+    frame = polars.read_delta(table_uri(lake.root, TABLE))
+    polars_rows = frame.filter(~polars.col("_dblog_deleted")).height
+    assert polars_rows == lake.current, (polars_rows, lake.current)
+
+
+def fold(lake: Lake, events: Path, spark: object, keys: Sequence[int], first: bool) -> float:
+    with NdjsonOutput(events) as out:
+        out.write(lake.changes(keys, first), 1)
     start = time.perf_counter()
-    handles = [
-        stage_rows(lake, schema.table, schema, values[: rows // 2]),
-        stage_rows(lake, schema.table, schema, values[rows // 2 :]),
-    ]
-    staged = time.perf_counter() - start
-    written = commit_staged(lake, schema.table, handles, schema, record, schema.key)
+    report = compact(spark, events, lake.root, CompactOptions(local_below=0))  # type: ignore[arg-type]
     elapsed = time.perf_counter() - start
+    assert report.events >= len(keys), report.events
+    return elapsed
+
+
+def pick(lake: Lake, count: int, recent: bool) -> list[int]:
+    low = max(0, lake.rows - RECENT) if recent else 0
+    return lake.rng.sample(range(low, lake.rows), count)
+
+
+def series(work: Path, rows: int, changes: int, spark: object) -> dict[str, float]:
+    """One size's steps; their seconds by step name."""
+    root, events = work / f"lake-{rows}", work / f"events-{rows}"
+    lake = Lake(root, rows)
+    filled = lake.fill()
+    version, files = layout(root)
+    check_readers(lake)
     print(
-        f"D1 direct {rows / elapsed:.0f} rows/s ({written} rows written; stage "
-        f"{staged * 1000:.0f} ms, commit {(elapsed - staged) * 1000:.0f} ms), {load()}",
+        f"{rows} rows: filled in {filled:.1f} s ({rows / filled:.0f} rows/s), "
+        f"{files} files, {load()}",
         flush=True,
     )
+    seconds: dict[str, float] = {}
+    first = True
+    for keys in ("random", "recent"):
+        recent = keys == "recent"
+        folders = [("driver", None)] + ([("spark", spark)] if spark is not None else [])
+        for where, session in folders:
+            elapsed = fold(lake, events, session, pick(lake, changes, recent), first)
+            first = False
+            version, files = layout(root)
+            check_readers(lake)
+            seconds[f"fold {keys} {where}"] = elapsed
+            print(
+                f"  F {keys:6} fold ({where}) of {changes} changes: {changes / elapsed:.0f} "
+                f"events/s ({elapsed:.2f} s), {rewritten(root, version)}, {files} files, "
+                f"{load()}",
+                flush=True,
+            )
+        start_key = max(0, rows - CHUNK) if recent else lake.rng.randrange(max(1, rows - CHUNK))
+        keys_range = range(start_key, min(rows, start_key + CHUNK))
+        start = time.perf_counter()
+        lake.direct(keys_range)
+        elapsed = time.perf_counter() - start
+        version, files = layout(root)
+        check_readers(lake)
+        seconds[f"direct {keys}"] = elapsed
+        print(
+            f"  D {keys:6} direct commit of {len(keys_range)} existing keys: "
+            f"{len(keys_range) / elapsed:.0f} rows/s ({elapsed:.2f} s), "
+            f"{rewritten(root, version)}, {files} files, {load()}",
+            flush=True,
+        )
+    return seconds
+
+
+def sustained(work: Path, rows: int, rate: int, seconds: float) -> None:
+    """The writer at `rate` events/s for `seconds`; the follower folds as it goes."""
+    root, events = work / "lake-sustained", work / "events-sustained"
+    lake = Lake(root, rows)
+    lake.fill()
+    with NdjsonOutput(events) as out:
+        out.write(lake.changes([0], True), 1)
+    compact(None, events, root, CompactOptions())
+    written: list[tuple[int, int]] = []  # (commit, ts_ms) of each batch's last event
+    sent = [0]
+
+    def write() -> None:
+        with NdjsonOutput(events) as out:
+            begun = time.monotonic()
+            while time.monotonic() - begun < seconds:
+                due = int((time.monotonic() - begun) * rate) - sent[0]
+                if due > 0:
+                    batch = lake.changes([lake.rng.randrange(rows) for _ in range(due)], False)
+                    out.write(batch, 1)
+                    sent[0] += due
+                    written.append((lake.commit, int(time.time() * 1000)))
+                time.sleep(0.05)  # the writer's pace, not a synchronisation
+
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-lake-redis-") as base,
+        RedisServer(Path(base)) as rds,
+    ):
+        store = CompactorStore(rds.info.client(), "bench")
+        follower = Follower(
+            store,
+            events,
+            root,
+            CompactOptions,
+            None,
+            settings=FollowSettings(interval_s=1.0),
+        )
+        folded: list[tuple[float, list[int] | None]] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            runs = 0
+            while not stop.is_set():
+                if follower.stats.runs != runs:
+                    runs = follower.stats.runs
+                    folded.append((time.time(), follower.stats.position))
+                time.sleep(0.01)
+
+        threads = [
+            threading.Thread(target=follower.run, args=(stop,), daemon=True),
+            threading.Thread(target=watch, daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        writer = threading.Thread(target=write)
+        begun = time.monotonic()
+        writer.start()
+        writer.join()
+        ended = time.monotonic()
+        last = lake.commit
+        try:
+            wait_until(
+                lambda: bool(folded) and (folded[-1][1] or [0])[0] >= last,
+                120,
+                "the follower folding the last event",
+            )
+            caught_up_s = time.monotonic() - ended
+        except TimeoutError:
+            caught_up_s = float("inf")
+        stop.set()
+        for thread in threads:
+            thread.join()
+    freshness = []
+    for commit, ts_ms in written:
+        done = next((at for at, pos in folded if pos is not None and pos[0] >= commit), None)
+        if done is not None:
+            freshness.append(done - ts_ms / 1000)
+    p50 = statistics.median(freshness) if freshness else float("inf")
+    p99 = sorted(freshness)[int(0.99 * (len(freshness) - 1))] if freshness else float("inf")
+    kept_up = caught_up_s <= 30
+    print(
+        f"S sustained {rate} events/s for {ended - begun:.0f} s into {rows} rows (the "
+        f"writer held {sent[0] / (ended - begun):.0f}/s): "
+        f"{follower.stats.runs} runs, freshness p50 {p50:.1f} s p99 {p99:.1f} s, "
+        f"last event folded {caught_up_s:.1f} s after the writer ended "
+        f"({'keeps up' if kept_up else 'falls behind'}), {load()}",
+        flush=True,
+    )
+    check_readers(lake)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (well under a minute)")
-    parser.add_argument("--events", type=int, help="events per compaction run")
+    parser.add_argument("--rows", help="table sizes, comma-separated (default 500000,5000000)")
+    parser.add_argument("--changes", type=int, help="changes per fold (default 20000)")
+    parser.add_argument("--spark", action="store_true", help="fold on Spark local[2] too")
+    parser.add_argument("--rate", type=int, help="sustained events/s (default 20000)")
+    parser.add_argument("--seconds", type=float, help="sustained writing time (default 60)")
     args = parser.parse_args(argv)
-    count = args.events or (20_000 if args.quick else 400_000)
-    keys = max(1000, count // 4)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-lake")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "2g")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    sizes = [
+        int(s)
+        for s in (args.rows or ("50000,100000" if args.quick else "500000,5000000")).split(",")
+    ]
+    changes = args.changes or (2_000 if args.quick else 20_000)
+    rate = args.rate or (2_000 if args.quick else 20_000)
+    duration = args.seconds or (2.0 if args.quick else 60.0)
+    spark = None
+    if args.spark:
+        from pyspark.sql import SparkSession
+
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("bench-lake")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.memory", "2g")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
     try:
         with tempfile.TemporaryDirectory(prefix="bench-lake-") as work:
-            events, lake = Path(work) / "events", Path(work) / "lake"
-            stream = Stream(keys)
-            print(f"{count} events per run over {keys} keys per table, local[2], {load()}")
-            for label, session in (("C1", spark), ("C2", spark), ("C3", None)):
-                with NdjsonOutput(events) as out:
-                    out.write(stream.events(count), 1)
-                run_compaction(session, label, events, lake, count)
-            run_direct(lake, keys)
+            print(f"sizes {sizes}, {changes} changes per fold, {load()}", flush=True)
+            results = {rows: series(Path(work), rows, changes, spark) for rows in sizes}
+            if len(sizes) > 1:
+                small, large = results[min(sizes)], results[max(sizes)]
+                ratios = ", ".join(f"{k} {large[k] / small[k]:.2f}" for k in small)
+                print(f"ratios {max(sizes)} / {min(sizes)} rows: {ratios}, {load()}")
+            sustained(Path(work), min(sizes), rate, duration)
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()  # type: ignore[attr-defined]
     return 0
 
 

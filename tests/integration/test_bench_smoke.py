@@ -113,7 +113,7 @@ def test_spark_dump_bench_quick_prints_p2_and_ratio() -> None:
     assert re.search(r"^read Spark JDBC", out, re.M), out  # measured, or skipped with why
 
 
-def test_lake_bench_quick_prints_compaction_and_direct_figures() -> None:
+def test_lake_bench_quick_prints_fold_direct_and_sustained_figures() -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH / "bench_lake.py"), "--quick"],
         capture_output=True,
@@ -122,9 +122,14 @@ def test_lake_bench_quick_prints_compaction_and_direct_figures() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    for label in ("C1", "C2", "C3"):
-        assert re.search(rf"^{label} compaction {NUMBER} events/s .*load {NUMBER}", out, re.M), out
-    assert re.search(rf"^D1 direct {NUMBER} rows/s .*load {NUMBER}", out, re.M), out
+    for keys in ("random", "recent"):
+        fold = rf"^  F {keys} +fold \(driver\) of 2000 changes: {NUMBER} events/s .* rewritten"
+        assert len(re.findall(fold, out, re.M)) == 2, out  # one per table size
+        direct = rf"^  D {keys} +direct commit of {NUMBER} existing keys: {NUMBER} rows/s"
+        assert len(re.findall(direct, out, re.M)) == 2, out
+    assert re.search(rf"^ratios 100000 / 50000 rows: fold random driver {NUMBER}", out, re.M), out
+    sustained = rf"^S sustained 2000 events/s .* freshness p50 {NUMBER} s p99 {NUMBER} s"
+    assert re.search(sustained, out, re.M), out
 
 
 def test_sustained_bench_quick_prints_each_run_on_both_databases() -> None:
