@@ -11,7 +11,9 @@ A merge (`LakeTable.merge`) of a table whose first key column is an integer goes
 2. `apply_rule`: the rows of those files with the batch applied by the one rule (a row
    replaces its key's stored row only at a higher position), sorted by key;
 3. the caller writes them back, one Delta commit per range that replaces its rows (an
-   overwrite with a predicate, `Touched.writes`), cut into files of `FILE_BYTES`. A merge
+   overwrite with a predicate, `Touched.writes`), cut into files of `FILE_BYTES`; a range
+   of many files is read and rewritten a part at a time (`PART_ROWS`), streamed into its
+   commit, so a write of keys spread over a large table holds one part in memory. A merge
    of keys far apart is so several commits, the last one carrying the compaction's progress:
    each is the rule applied to some keys, so a crash between them loses nothing (the next
    run folds the same events again, and a replay changes nothing).
@@ -43,39 +45,80 @@ FILE_BYTES = 8 * 1024 * 1024
 """The size a merge's files are cut at: a write of a few keys rewrites at most this much per
 range it touches, and a table of 50M narrow rows is a few hundred files."""
 
+PART_ROWS = 500_000
+"""The stored rows a write reads and rewrites at once (its memory), where files allow."""
+
 _SOURCE, _STORED = "_dblog_source_row", "_dblog_stored_row"
 
 
 @dataclass(frozen=True, slots=True)
 class DataFile:
-    """A data file of the table and the range of its first key column (None: no
+    """A data file of the table, its rows and the range of its first key column (None: no
     statistics, any key)."""
 
     path: str
     low: int | None
     high: int | None
+    rows: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A piece of one write, read and rewritten at once: the files it reads and the keys
+    `low`..`high` it covers (None: every key)."""
+
+    low: int | None
+    high: int | None
+    files: tuple[DataFile, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One commit: the SQL predicate of the rows it replaces (None: the whole table) and its
+    parts in key order, each rewritten in turn so a write holds one part's rows at a time."""
+
+    predicate: str | None
+    parts: tuple[Part, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Touched:
-    """The files a write rewrites and the key ranges (inclusive) its commit replaces."""
+    """The files a write rewrites and the key ranges (inclusive) its commits replace."""
 
     files: tuple[DataFile, ...]
     ranges: tuple[tuple[int, int], ...]
 
-    def writes(self, rows: pa.Table, column: str) -> list[tuple[str | None, pa.Table]]:
-        """`rows` (sorted by `column`, all in the ranges) cut by range, each with the SQL
-        predicate of the rows its commit replaces (None: the whole table). One write per
-        range: a file written across two would span the untouched files between them."""
+    def writes(self, column: str, part_rows: int) -> list[Write]:
+        """One write per range (a file written across two would span the untouched files
+        between them), cut into parts of about `part_rows` stored rows where no file
+        overlaps the cut."""
         if any(f.low is None or f.high is None for f in self.files):
-            return [(None, rows)]
-        keys = rows[column].to_numpy()
-        found: list[tuple[str | None, pa.Table]] = []
+            return [Write(None, (Part(None, None, self.files),))]
+        found = []
         for low, high in self.ranges:
-            start, end = numpy.searchsorted(keys, [low, high + 1])
+            inside = sorted(
+                (f for f in self.files if f.low is not None and low <= f.low <= high),
+                key=lambda f: f.low or 0,
+            )
             predicate = f"{quote(column)} >= {low} AND {quote(column)} <= {high}"
-            found.append((predicate, rows.slice(start, end - start)))
+            found.append(Write(predicate, tuple(_parts(low, high, inside, part_rows))))
         return found
+
+
+def _parts(low: int, high: int, files: Sequence[DataFile], part_rows: int) -> list[Part]:
+    parts: list[Part] = []
+    taken: list[DataFile] = []
+    start, reach, rows = low, low - 1, 0
+    for file in files:
+        assert file.low is not None and file.high is not None
+        if rows >= part_rows and file.low > reach:
+            parts.append(Part(start, file.low - 1, tuple(taken)))
+            start, taken, rows = file.low, [], 0
+        taken.append(file)
+        rows += file.rows
+        reach = max(reach, file.high)
+    parts.append(Part(start, high, tuple(taken)))
+    return parts
 
 
 def touched(files: Sequence[DataFile], keys: Sequence[int]) -> Touched:

@@ -37,11 +37,12 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -52,7 +53,9 @@ from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.lake.clustered import (
     FILE_BYTES,
+    PART_ROWS,
     DataFile,
+    Write,
     apply_rule,
     quote,
     touched,
@@ -415,33 +418,50 @@ class LakeTable:
 
     def _rewrite(self, source: pa.Table, properties: CommitProperties) -> Written:
         """`source` applied to the files its keys fall in alone, rewritten sorted by key, a
-        commit per key range it replaces, the last with `properties`' progress
-        (`lake/clustered.py`)."""
+        commit per key range it replaces (streamed a part at a time), the last with
+        `properties`' progress (`lake/clustered.py`)."""
         name = self.key[0]
         actions = pa.table(self._delta.get_add_actions(flatten=True))
-        lows = _stats(actions, "min." + name)
-        highs = _stats(actions, "max." + name)
         files = [
-            DataFile(path, low, high)
-            for path, low, high in zip(actions["path"].to_pylist(), lows, highs, strict=True)
+            DataFile(path, low, high, rows)
+            for path, low, high, rows in zip(
+                actions["path"].to_pylist(),
+                _stats(actions, "min." + name),
+                _stats(actions, "max." + name),
+                actions["num_records"].to_pylist(),
+                strict=True,
+            )
         ]
         found = touched(files, pc.unique(source[name]).to_pylist())
+        source = source.sort_by(name)
+        keys = source[name].to_numpy()
         schema = self.arrow_schema
-        stored = self._read([f.path for f in found.files], schema)
-        rows, inserted, updated = apply_rule(stored, source, self.key, schema)
-        writes = found.writes(rows, name)
+        counts = [0, 0]  # inserted, updated
+
+        def rows(write: Write) -> Iterator[pa.RecordBatch]:
+            for part in write.parts:
+                first = 0 if part.low is None else numpy.searchsorted(keys, part.low)
+                end = len(keys) if part.high is None else numpy.searchsorted(keys, part.high + 1)
+                stored = self._read([f.path for f in part.files], schema)
+                coming = source.slice(first, end - first)
+                done, inserted, updated = apply_rule(stored, coming, self.key, schema)
+                counts[0] += inserted
+                counts[1] += updated
+                yield from done.to_batches()
+
+        writes = found.writes(name, PART_ROWS)
         data_only = CommitProperties(custom_metadata=properties.custom_metadata)
-        for index, (predicate, part) in enumerate(writes):
+        for index, write in enumerate(writes):
             write_deltalake(
                 self._delta,
-                part,
+                pa.RecordBatchReader.from_batches(schema, rows(write)),
                 mode="overwrite",
-                predicate=predicate,
+                predicate=write.predicate,
                 target_file_size=FILE_BYTES,
                 commit_properties=properties if index == len(writes) - 1 else data_only,
             )
         self._delta.update_incremental()
-        return Written(inserted, updated, 0, self.version)
+        return Written(counts[0], counts[1], 0, self.version)
 
     def _read(self, paths: Sequence[str], schema: pa.Schema) -> pa.Table:
         """The rows of the data files `paths` (as the log names them) in `schema`: a column a

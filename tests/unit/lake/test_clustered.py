@@ -20,7 +20,7 @@ from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.event import Op, Origin, PlainEvent, SourceInfo, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
-from airflow_provider_dblog.lake.clustered import DataFile, apply_rule, touched
+from airflow_provider_dblog.lake.clustered import DataFile, Part, Write, apply_rule, touched
 from airflow_provider_dblog.lake.direct import commit_staged, stage_rows
 from airflow_provider_dblog.lake.schema import LakeRow, lake_schema
 from airflow_provider_dblog.lake.table import LakeTable, table_uri
@@ -47,19 +47,33 @@ def test_a_write_touches_the_files_its_keys_fall_in() -> None:
     # keys beyond every file: a range of their own, nothing rewritten
     found = touched(files, [500, 900])
     assert found.files == () and found.ranges == ((500, 900),)
-    rows = pa.table({"id": pa.array([500, 700, 900], pa.int64())})
-    [(predicate, part)] = found.writes(rows, "id")
-    assert predicate == '"id" >= 500 AND "id" <= 900' and part.num_rows == 3
+    [write] = found.writes("id", 1000)
+    assert write == Write('"id" >= 500 AND "id" <= 900', (Part(500, 900, ()),))
     # keys on both sides of an untouched file: two ranges
     found = touched(files, [50, 350])
     assert [f.path for f in found.files] == ["a", "c"]
     assert found.ranges == ((0, 99), (300, 399))
-    rows = pa.table({"id": pa.array([3, 50, 301, 350], pa.int64())})
-    writes = [(p, t["id"].to_pylist()) for p, t in found.writes(rows, "id")]
-    assert writes == [
-        ('"id" >= 0 AND "id" <= 99', [3, 50]),
-        ('"id" >= 300 AND "id" <= 399', [301, 350]),
-    ]  # one commit per range: a file across both would span file b
+    a, c = files[0], files[2]
+    assert found.writes("id", 1000) == [  # a commit per range: a file across would span b
+        Write('"id" >= 0 AND "id" <= 99', (Part(0, 99, (a,)),)),
+        Write('"id" >= 300 AND "id" <= 399', (Part(300, 399, (c,)),)),
+    ]
+
+
+def test_a_write_of_many_files_reads_them_a_part_at_a_time_cut_where_none_overlaps() -> None:
+    files = [
+        DataFile("a", 0, 99, 100),
+        DataFile("b", 100, 250, 100),
+        DataFile("c", 200, 299, 100),  # overlaps b: never cut between them
+        DataFile("d", 300, 399, 100),
+    ]
+    [write] = touched(files, [0, 150, 399]).writes("id", 100)
+    assert write.predicate == '"id" >= 0 AND "id" <= 399'
+    assert [(p.low, p.high, [f.path for f in p.files]) for p in write.parts] == [
+        (0, 99, ["a"]),
+        (100, 299, ["b", "c"]),
+        (300, 399, ["d"]),
+    ]
 
 
 def test_files_overlapping_a_touched_one_are_touched_and_no_statistics_means_all() -> None:
@@ -70,8 +84,8 @@ def test_files_overlapping_a_touched_one_are_touched_and_no_statistics_means_all
     blind = [DataFile("x", 0, 500), DataFile("n", None, None)]
     found = touched(blind, [1])
     assert [f.path for f in found.files] == ["x", "n"]
-    [(predicate, _)] = found.writes(pa.table({"id": pa.array([1], pa.int64())}), "id")
-    assert predicate is None
+    [write] = found.writes("id", 1000)
+    assert write.predicate is None and write.parts == (Part(None, None, tuple(blind)),)
 
 
 def test_the_rule_on_the_touched_rows_keeps_the_highest_position_sorted() -> None:
