@@ -4,6 +4,8 @@ What the Sentinel tests and `dblog demo --redis-ha` run on. The sentinels watch 
 `SERVICE_NAME` with a quorum of two, call it down after `DOWN_AFTER_MS` without an answer and
 promote the replica; `kill_primary()` makes that happen (SIGKILL, as a crash) and `heal()`
 brings the killed server back, which the sentinels turn into a replica of the new primary.
+`lag_replica()` before the kill makes the replica miss every write from then on, as a replica
+that lags does: the failover then loses them.
 Every server shares one password (a replica must reach whichever server is primary); it is in
 0600 config files only, the sentinels' `auth-pass` included.
 """
@@ -38,6 +40,8 @@ DOWN_AFTER_MS = 1000
 failover takes seconds (production keeps Sentinel's default of 30 s or so)."""
 FAILOVER_TIMEOUT_MS = 10_000
 READY_TIMEOUT_S = 60.0
+LAG_LIMIT_MS = 120_000
+"""The longest a lagging replica waits for the kill: then it applies the writes after all."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -135,6 +139,7 @@ class RedisSentinelGroup:
         self.tls = tls
         self.servers: list[RedisServer] = []
         self.sentinels: list[SentinelServer] = []
+        self._lagging: RedisServer | None = None
 
     def start(self) -> Self:
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -194,18 +199,42 @@ class RedisSentinelGroup:
         host, port = self._ask_sentinel()
         return next(s for s in self.servers if (LOOPBACK, s.port) == (host, port))
 
+    def lag_replica(self) -> RedisServer:
+        """Make the replica apply none of the primary's writes from now on, until
+        `kill_primary()` loses them: `CLIENT PAUSE WRITE` on a replica holds its replication
+        stream too (the writes wait unapplied in the link's buffer), while the link stays up
+        and the replica answers the sentinels, which still count it a good replica to promote.
+        Returns the lagging replica."""
+        primary = self.primary()
+        replica = next(s for s in self.servers if s is not primary and s.running)
+        with replica.info.probe_client() as client:
+            client.client_pause(LAG_LIMIT_MS, all=False)
+        self._lagging = replica
+        return replica
+
     def kill_primary(self) -> RedisServer:
-        """SIGKILL the primary (a crash) once the replica has every write: writes paused
-        (`CLIENT PAUSE WRITE`), the replica's offset caught up. So the failover loses nothing;
-        one that loses writes is another test's business. The sentinels promote the replica.
+        """SIGKILL the primary (a crash). Without `lag_replica()` first, once the replica has
+        every write (writes paused, the replica's offset caught up): the failover loses
+        nothing. After it, at once: the writes the replica held unapplied go with the link
+        (waited for), then the replica is unpaused. The sentinels promote the replica.
         Returns the killed server; `heal()` brings it back."""
         primary = self.primary()
+        lagging, self._lagging = self._lagging, None
+        if lagging is not None:
+            primary.kill()
+            self._wait_until(
+                lambda: not self._link_up(lagging),
+                "the lagging replica to lose its link (and the writes it held)",
+            )
+            with lagging.info.probe_client() as client:
+                client.client_unpause()
+            return primary
         with primary.info.probe_client() as client:
             client.client_pause(FAILOVER_TIMEOUT_MS, all=False)
             offset = int(client.info("replication")["master_repl_offset"])
         replicas = [s for s in self.servers if s is not primary and s.running]
         self._wait_until(
-            lambda: all(self._offset(r) >= offset for r in replicas),
+            lambda: all(self.offset(r) >= offset for r in replicas),
             "the replica to receive every write",
         )
         primary.kill()
@@ -221,8 +250,12 @@ class RedisSentinelGroup:
         """Start every killed server again as a replica of the current primary (as the
         sentinels would make it, only sooner) and wait until the group is whole."""
         primary = self.primary()
+        self._lagging = None
         for server in self.servers:
-            if not server.running:
+            if server.running:
+                with server.info.probe_client() as client:
+                    client.client_unpause()  # a replica left lagging by a failed test
+            else:
                 server.start()
                 with server.info.probe_client() as client:
                     client.replicaof(LOOPBACK, primary.port)
@@ -267,9 +300,14 @@ class RedisSentinelGroup:
         return state == ("slave", "up")
 
     @staticmethod
-    def _offset(replica: RedisServer) -> int:
-        with replica.info.probe_client() as client:
-            return int(client.info("replication").get("slave_repl_offset", -1))
+    def offset(server: RedisServer) -> int:
+        """How much of the replication stream `server` has: a primary's offset, or what a
+        replica applied."""
+        with server.info.probe_client() as client:
+            replication = client.info("replication")
+        if replication["role"] == "master":
+            return int(replication["master_repl_offset"])
+        return int(replication.get("slave_repl_offset", -1))
 
     @staticmethod
     def _sentinel_client(sentinel: SentinelServer) -> redis.Redis:

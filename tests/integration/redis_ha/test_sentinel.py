@@ -5,8 +5,7 @@ promoted replica; a sentinel that answers nothing and a service the
 sentinels do not know are each one clear error.
 
 The failover here loses no write (the replica has every write when the primary is killed): it
-shows that every client follows the promotion. What a failover that loses writes may cost is
-another test's."""
+shows that every client follows the promotion. One that loses writes: test_lossy_failover.py."""
 
 from __future__ import annotations
 
