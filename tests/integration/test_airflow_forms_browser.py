@@ -185,38 +185,29 @@ def test_a_person_repairs_composite_keys_from_the_trigger_form(
             assert sent["keys"] == keys, sent  # the form sent the JSON typed, as JSON
             result = airflow.xcom("dblog_repair", repair_run, "dump")
 
-            # What the connection form's Test button asks the api-server.
-            tested = airflow.api(
-                "POST",
-                "/api/v2/connections/test",
-                json={
-                    "connection_id": "my_dblog",
-                    "conn_type": "dblog",
-                    "host": redis_server.host,
-                    "extra": json.dumps({"source_name": "shop"}),
+            # What the connection form's Test button asks the api-server: a connection without
+            # its configuration, and one whose sections (JSON in the form) capture no table,
+            # named as the TOML's loader names it.
+            section = {"name": "shop", "dsn": "host=db dbname=shop user=dblog", "tables": []}
+            cases = {
+                "this connection needs config_path in its extras": {"source_name": "shop"},
+                "this connection: the PostgreSQL source captures no table: list at least one": {
+                    "source": section,
+                    "output": {"type": "ndjson"},
                 },
-            )
-            assert tested == {
-                "status": False,
-                "message": "this connection needs config_path in its extras",
             }
-            # The form's sections as JSON: a mistake named as the TOML's loader names it.
-            source = {"name": "shop", "dsn": "host=db dbname=shop user=dblog", "tables": []}
-            tested = airflow.api(
-                "POST",
-                "/api/v2/connections/test",
-                json={
-                    "connection_id": "my_dblog",
-                    "conn_type": "dblog",
-                    "host": redis_server.host,
-                    "extra": json.dumps({"source": source, "output": {"type": "ndjson"}}),
-                },
-            )
-            assert tested == {
-                "status": False,
-                "message": "this connection: the PostgreSQL source captures no table: list at "
-                "least one",
-            }
+            for message, extra in cases.items():
+                tested = airflow.api(
+                    "POST",
+                    "/api/v2/connections/test",
+                    json={
+                        "connection_id": "my_dblog",
+                        "conn_type": "dblog",
+                        "host": redis_server.host,
+                        "extra": json.dumps(extra),
+                    },
+                )
+                assert tested == {"status": False, "message": message}
 
         wait_caught_up(dbs)
         with psycopg.connect(dbs.source_dsn) as source, psycopg.connect(dbs.target_dsn) as target:
