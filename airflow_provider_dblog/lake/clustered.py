@@ -121,11 +121,10 @@ def _parts(low: int, high: int, files: Sequence[DataFile], part_rows: int) -> li
     return parts
 
 
-def touched(files: Sequence[DataFile], keys: Sequence[int]) -> Touched:
-    """The files that may hold one of `keys` (distinct, any order), closed under overlap, and
-    the ranges to replace: theirs and the new keys', joined where no other file lies
-    between."""
-    keys = sorted(keys)
+def touched(files: Sequence[DataFile], keys: Sequence[int] | numpy.ndarray) -> Touched:
+    """The files that may hold one of `keys` (any order), closed under overlap, and the
+    ranges to replace: theirs and the new keys', joined where no other file lies between."""
+    keys = numpy.unique(numpy.asarray(keys, dtype=numpy.int64))
     chosen = {f.path for f in files if _holds_one(f, keys)}
     while True:  # a file overlapping a chosen one may hold rows of its range
         spans = _union([(f.low, f.high) for f in files if f.path in chosen])
@@ -137,21 +136,33 @@ def touched(files: Sequence[DataFile], keys: Sequence[int]) -> Touched:
     if any(f.low is None or f.high is None for f in picked):
         return Touched(tuple(files), ())  # the whole table: its predicate is none
     spans = [(f.low, f.high) for f in picked if f.low is not None and f.high is not None]
-    covered = _union(spans)
-    spans += [(k, k) for k in keys if not _inside(k, covered)]
     others = sorted(
         (f.low, f.high)
         for f in files
         if f.path not in chosen and f.low is not None and f.high is not None
     )
+    spans += _key_spans(keys, [low for low, _ in others])
     return Touched(picked, tuple(_joined(_union(spans), others)))
 
 
-def _holds_one(file: DataFile, keys: Sequence[int]) -> bool:
+def _key_spans(keys: numpy.ndarray, lows: Sequence[int]) -> list[tuple[int, int]]:
+    """`keys` (sorted) as spans of the keys between the same two untouched files (by their
+    least keys, `lows`, sorted): no untouched file meets a span, or it would hold a key and
+    be touched."""
+    if not len(keys):
+        return []
+    gap = numpy.searchsorted(numpy.asarray(lows, dtype=numpy.int64), keys, side="right")
+    cuts = numpy.flatnonzero(numpy.diff(gap)) + 1
+    starts = numpy.concatenate([[0], cuts])
+    ends = numpy.concatenate([cuts, [len(keys)]]) - 1
+    return list(zip(keys[starts].tolist(), keys[ends].tolist(), strict=True))
+
+
+def _holds_one(file: DataFile, keys: numpy.ndarray) -> bool:
     if file.low is None or file.high is None:
         return True
-    at = bisect.bisect_left(keys, file.low)
-    return at < len(keys) and keys[at] <= file.high
+    at = int(numpy.searchsorted(keys, file.low))
+    return at < len(keys) and int(keys[at]) <= file.high
 
 
 def _overlaps(file: DataFile, spans: Sequence[tuple[int, int]]) -> bool:
@@ -169,11 +180,6 @@ def _union(spans: Sequence[tuple[int | None, int | None]]) -> list[tuple[int, in
         else:
             merged.append((low, high))
     return merged
-
-
-def _inside(key: int, spans: Sequence[tuple[int, int]]) -> bool:
-    """`key` lies in one of `spans` (sorted, disjoint)."""
-    return _blocked(key, key, spans)
 
 
 def _blocked(low: int, high: int, spans: Sequence[tuple[int, int]]) -> bool:

@@ -432,7 +432,7 @@ class LakeTable:
                 strict=True,
             )
         ]
-        found = touched(files, pc.unique(source[name]).to_pylist())
+        found = touched(files, source[name].to_numpy())
         source = source.sort_by(name)
         keys = source[name].to_numpy()
         schema = self.arrow_schema
