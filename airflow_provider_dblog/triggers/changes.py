@@ -49,7 +49,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 
-from airflow_provider_dblog.config import ConfigError, load_config
+from airflow_provider_dblog.config import ConfigError
 from airflow_provider_dblog.hooks.dblog import DBLogHook
 from airflow_provider_dblog.outputs.redis_stream import stream_name
 from airflow_provider_dblog.triggers.change_batch import (
@@ -81,8 +81,8 @@ class ChangeStream:
 
 
 async def resolve_stream(dblog_conn_id: str, watch: Watch, group: str) -> ChangeStream:
-    """The connection's TOML checked against what the trigger watches; raises ConfigError
-    naming what does not fit."""
+    """The connection's configuration (its extra, or its TOML) checked against what the
+    trigger watches; raises ConfigError naming what does not fit."""
     try:
         settings = await DBLogHook._async_settings(dblog_conn_id)
     except AirflowNotFoundException:
@@ -90,14 +90,12 @@ async def resolve_stream(dblog_conn_id: str, watch: Watch, group: str) -> Change
             f"the change trigger of {', '.join(sorted(watch.tables))} needs the dblog "
             f"connection {dblog_conn_id!r}, which does not exist"
         ) from None
-    path = settings.config_path
-    config = await asyncio.to_thread(load_config, path)
-    if watch.source not in (settings.source_name, config.source.name) or (
-        settings.source_name != config.source.name
-    ):
+    config = await asyncio.to_thread(settings.read_config)
+    path = settings.config_path or f"connection {dblog_conn_id!r}"
+    if watch.source != config.source.name:
         raise ConfigError(
-            f"the asset names source {watch.source!r}; connection {dblog_conn_id!r} names "
-            f"{settings.source_name!r} and {path} configures {config.source.name!r}"
+            f"the asset names source {watch.source!r}; connection {dblog_conn_id!r} "
+            f"configures source {config.source.name!r}"
         )
     captured = sorted(str(t) for t in config.source.tables)
     unknown = sorted(watch.tables - set(captured))

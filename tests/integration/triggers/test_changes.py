@@ -58,14 +58,15 @@ def test_batches_acknowledgement_redelivery_and_a_redis_restart(
 ) -> None:
     with RedisServer(tmp_path / "redis") as server:
         info = server.info
-        toml = tmp_path / "dblog.toml"
-        toml.write_text(
-            '[source]\ntype = "postgres"\nname = "shop"\ndsn = "host=db dbname=shop user=u"\n'
-            'tables = ["public.orders", "public.items"]\n\n[redis]\nurl = "redis://x:1/0"\n\n'
-            '[output]\ntype = "redis_stream"\nurl_env = "TEST_STREAM_URL"\n'
-        )
-        connection = {"conn_type": "dblog", "extra": {"source_name": "shop", "config_path": ""}}
-        connection["extra"]["config_path"] = str(toml)
+        # The configuration in the connection itself: no TOML on the triggerer.
+        source = {
+            "type": "postgres",
+            "name": "shop",
+            "dsn": "host=db dbname=shop user=u",
+            "tables": ["public.orders", "public.items"],
+        }
+        output = {"type": "redis_stream", "url_env": "TEST_STREAM_URL"}
+        connection = {"conn_type": "dblog", "extra": {"source": source, "output": output}}
         monkeypatch.setenv("AIRFLOW_CONN_DBLOG_TEST", json.dumps(connection))
         monkeypatch.setenv("TEST_STREAM_URL", info.url)
         trigger = DBLogChangeTrigger(
