@@ -349,10 +349,18 @@ def _wait_binlog_caught_up(dbs: MysqlDatabases, store: StateStore, timeout_s: fl
     )
 
 
+WRITER_PER_S = float(os.environ.get("E2E_WRITER_PER_S", "200")) or None
+"""The writer's transactions a second at most (`E2E_WRITER_PER_S`; 0: as fast as it can).
+Enough to keep every chunk read racing writes; unbounded, the writer takes a core of the two a
+CI machine has from the tailer the test waits for."""
+
+
 class Writer:
     """The write workload of e2e_writer.py, in another process; `stop()` returns its journal."""
 
-    def __init__(self, dbs: SourceDatabases, work: Path, seed_value: int) -> None:
+    def __init__(
+        self, dbs: SourceDatabases, work: Path, seed_value: int, per_s: float | None = WRITER_PER_S
+    ) -> None:
         print(f"e2e writer: seed {seed_value}")
         self.journal = work / f"writes-{seed_value}.ndjson"
         self._stop_file = work / f"stop-writer-{seed_value}"
@@ -366,6 +374,7 @@ class Writer:
                 str(seed_value),
                 str(self.journal),
                 str(self._stop_file),
+                *([str(per_s)] if per_s else []),
             ],
             cwd=REPO,
             env=env,

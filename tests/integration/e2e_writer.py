@@ -1,10 +1,11 @@
 """A write workload in its own process, for the end-to-end tests.
 
-    python -m tests.integration.e2e_writer postgres|mysql SEED JOURNAL STOP_FILE
+    python -m tests.integration.e2e_writer postgres|mysql SEED JOURNAL STOP_FILE [PER_S]
 
 Connects with the DSN in `$E2E_WRITER_DSN` and runs random inserts, updates and deletes on the
 three sample tables of demo.py (accounts: bigint key, orders: (text, int) key, items: uuid key,
-binary(16) on MySQL), 1-4 statements per transaction, until STOP_FILE exists. After each commit
+binary(16) on MySQL), 1-4 statements per transaction, until STOP_FILE exists, at most PER_S
+transactions a second (default: as fast as it can). After each commit
 it appends one JSON line to JOURNAL: `{"xid": N, "changes": [[table, key-as-list], ...]}` with
 only the statements that changed a row, so a test can check that every committed change reached
 the output. `xid` is what the events' `source.txid` holds: PostgreSQL's transaction id, and on
@@ -25,6 +26,7 @@ import json
 import os
 import random
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -183,7 +185,7 @@ def mysql_write_one(
     return ("items", [base64.b64encode(item).decode()]) if changed > 0 else None
 
 
-def mysql_main(rng: random.Random, journal: Path, stop_file: Path) -> int:
+def mysql_main(rng: random.Random, journal: Path, stop_file: Path, pace: Pace) -> int:
     url = urlsplit(os.environ["E2E_WRITER_DSN"])
     conn = pymysql.connect(
         host=url.hostname,
@@ -196,6 +198,7 @@ def mysql_main(rng: random.Random, journal: Path, stop_file: Path) -> int:
     versions = itertools.count(1)
     with conn, conn.cursor() as cursor, journal.open("a") as out:
         while not stop_file.exists():
+            pace.wait()
             conn.begin()
             changes = [
                 c
@@ -213,15 +216,30 @@ def mysql_main(rng: random.Random, journal: Path, stop_file: Path) -> int:
     return 0
 
 
-def main(kind: str, seed: int, journal: Path, stop_file: Path) -> int:
+class Pace:
+    """At most `per_s` transactions a second (None: no limit), on the monotonic clock."""
+
+    def __init__(self, per_s: float | None) -> None:
+        self._interval = 1 / per_s if per_s else 0.0
+        self._next = time.monotonic()
+
+    def wait(self) -> None:
+        if self._interval:
+            self._next = max(self._next + self._interval, time.monotonic() - 1)
+            time.sleep(max(0.0, self._next - time.monotonic()))
+
+
+def main(kind: str, seed: int, journal: Path, stop_file: Path, per_s: float | None) -> int:
     rng = random.Random(seed)
+    pace = Pace(per_s)
     if kind == "mysql":
-        return mysql_main(rng, journal, stop_file)
+        return mysql_main(rng, journal, stop_file, pace)
     with (
         psycopg.connect(os.environ["E2E_WRITER_DSN"], autocommit=True) as conn,
         journal.open("a") as out,
     ):
         while not stop_file.exists():
+            pace.wait()
             with conn.transaction():
                 row = conn.execute("SELECT txid_current() % 4294967296").fetchone()
                 assert row is not None
@@ -233,4 +251,5 @@ def main(kind: str, seed: int, journal: Path, stop_file: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])))
+    per_s = float(sys.argv[5]) if len(sys.argv) > 5 else None
+    sys.exit(main(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), per_s))

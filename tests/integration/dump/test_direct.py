@@ -60,7 +60,7 @@ def test_a_direct_dump_under_writes_and_a_tailer_kill_equals_the_source(
         dbs,
         redis_server,
         output,
-        {"heartbeat_s": 0.2, "window_ttl_s": 30},
+        {"heartbeat_s": 0.2, "window_ttl_s": 30, "lease_ttl_ms": 3000},
     )
     env = cli_env(dbs, redis_server, **{TARGET_DSN_ENV: dbs.target_dsn})
     store = StateStore(redis_server.client(), dbs.config.name)

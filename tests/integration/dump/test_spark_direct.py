@@ -69,7 +69,7 @@ def test_a_spark_direct_dump_survives_tailer_task_and_driver_kills(
     run of this test would cost the suite minutes."""
     events, lake = tmp_path / "events", tmp_path / "lake"
     output: dict[str, object] = {"type": "ndjson", "directory": str(events)}
-    tailer = {"heartbeat_s": 0.2, "window_ttl_s": 30}
+    tailer = {"heartbeat_s": 0.2, "window_ttl_s": 30, "lease_ttl_ms": 3000}
     config = write_config(tmp_path / "dblog.toml", dbs, redis_server, output, tailer)
     config.write_text(config.read_text() + f'\n[lake]\nroot = "{lake}"\n')
     env = cli_env(dbs, redis_server, PYSPARK_PYTHON=sys.executable)
