@@ -187,14 +187,22 @@ def check_readable(unreadable: Sequence[TableRef]) -> None:
         )
 
 
+_SETUP_LOCK = 431148003176
+"""The advisory lock `ensure_setup` holds: two tailers starting at once would both find the
+watermark table (or publication, or slot) missing, and the second's CREATE would fail; IF NOT
+EXISTS does not make concurrent creations safe in PostgreSQL."""
+
+
 def ensure_setup(config: PostgresSourceConfig) -> None:
     """Create the watermark table, publication and slot if missing; check everything else.
-    A read-only source only gets its slot (REPLICATION is enough): the rest is checked."""
-    if config.read_only:
-        _ensure_slot(config)
-        preflight(config)
-        return
+    A read-only source only gets its slot (REPLICATION is enough): the rest is checked. One
+    setup at a time per server (`_SETUP_LOCK`, released with the connection)."""
     with config.connect() as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (_SETUP_LOCK,))
+        if config.read_only:
+            _ensure_slot(conn, config.slot)
+            preflight(config)
+            return
         _check_server(conn)
         for table in config.tables:
             check_table(table, _table_facts(conn, table))
@@ -244,18 +252,15 @@ def ensure_setup(config: PostgresSourceConfig) -> None:
                         publication, sql.SQL(", ").join(_identifier(t) for t in missing)
                     )
                 )
-    _ensure_slot(config)
+        _ensure_slot(conn, config.slot)
 
 
-def _ensure_slot(config: PostgresSourceConfig) -> None:
-    with config.connect() as conn:
-        slot = _slot_facts(conn, config.slot)
-        if slot is None:
-            conn.execute(
-                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (config.slot,)
-            )
-        else:
-            check_slot(config.slot, slot, _database(conn))
+def _ensure_slot(conn: psycopg.Connection[TupleRow], slot: str) -> None:
+    facts = _slot_facts(conn, slot)
+    if facts is None:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+    else:
+        check_slot(slot, facts, _database(conn))
 
 
 def _wanted(config: PostgresSourceConfig) -> tuple[TableRef, ...]:

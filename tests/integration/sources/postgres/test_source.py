@@ -493,6 +493,32 @@ def test_ensure_setup_is_idempotent_and_adds_missing_tables(
     assert rows == [(1, None)]
 
 
+def test_tailers_starting_at_once_set_the_source_up_once(
+    postgres: PostgresInfo, make_config: MakeConfig
+) -> None:
+    """Two `ensure_setup` at the same moment on a fresh source (two tailers started together):
+    both succeed, where concurrent CREATE ... IF NOT EXISTS of the watermark schema and table
+    (or of the publication, or the slot) can fail the second one."""
+    config = make_config((new_table(postgres, "id int PRIMARY KEY"),))
+    start = threading.Barrier(3)
+    failures: list[BaseException] = []
+
+    def set_up() -> None:
+        start.wait()
+        try:
+            ensure_setup(config)
+        except BaseException as exc:  # reported by the assertion below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=set_up) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failures == []
+    preflight(config)
+
+
 def test_preflight_names_unknown_tables_and_tables_without_primary_key(
     postgres: PostgresInfo, make_config: MakeConfig
 ) -> None:
