@@ -94,20 +94,33 @@ def assert_succeeded(result: DagTestResult) -> None:
     }
 
 
-def test_repair_dag_fixes_exactly_the_composite_keys_given_in_the_forms_shape(
-    pipeline: Pipeline, run_dag: RunDag
+def test_repair_and_dump_dags_re_send_exactly_the_rows_given(
+    pipeline: Pipeline, run_dags: RunDags
 ) -> None:
+    """Three runs in one Airflow process (starting Airflow is much of a run's time), each
+    dump on Spark: composite keys in the shape the trigger form sends them (its keys box's
+    JSON, parsed); a filter typed as text (its `%` and quotes reach the server as typed), read
+    in chunks of 40 rows of the key, each cut into sub-ranges that keep the filter; and keys
+    typed as text (`3,5,8`), parsed as `dblog dump --keys` parses them. The target then holds
+    exactly those rows."""
     with psycopg.connect(pipeline.dbs.source_dsn) as conn:
         keys = [list(r) for r in conn.execute("SELECT region, n FROM orders ORDER BY n LIMIT 9")]
-    # What the form's keys box sends for `[["eu", 1], ...]` typed into it: the JSON, parsed.
-    result = run_dag(
-        "dblog_repair",
-        {"table": "public.orders", "keys": keys, "chunk_size": 4},
+    where = "active AND owner LIKE '%7%'"
+    results = run_dags(
+        [
+            ("dblog_repair", {"table": "public.orders", "keys": keys, "chunk_size": 4}),
+            ("dblog_repair", {"table": "public.accounts", "where": where, "chunk_size": 40}),
+            (
+                "dblog_dump",
+                {"tables": ["public.accounts"], "keys": "3,5,8", "chunk_size": 2, "parallelism": 1},
+            ),
+        ]
     )
-    assert_succeeded(result)
+    for result in results:
+        assert_succeeded(result)
     wait_caught_up(pipeline.dbs)
     with psycopg.connect(pipeline.dbs.source_dsn) as conn:
-        expected = [
+        orders = [
             r[0]
             for r in conn.execute(
                 "SELECT row_to_json(t)::text FROM orders t "
@@ -116,42 +129,37 @@ def test_repair_dag_fixes_exactly_the_composite_keys_given_in_the_forms_shape(
                 (json.dumps([{"region": r, "n": n} for r, n in keys]),),
             )
         ]
-    target = snapshot(pipeline.dbs.target_dsn)
-    assert len(expected) == len(keys) and target["orders"] == expected
-    assert all(not rows for table, rows in target.items() if table != "orders")
-    (dump_id,) = pipeline.store.dumps.ids()
-    status = pipeline.store.dumps.status(dump_id)
-    assert status is not None and status.state is DumpState.DONE
-    assert status.rows == len(keys) and status.chunks == -(-len(keys) // 4)
-
-
-def test_repair_dag_re_sends_exactly_the_rows_matching_a_filter(
-    pipeline: Pipeline, run_dag: RunDag
-) -> None:
-    """A filter typed as text (its `%` and quotes reach the server as typed), read on Spark in
-    chunks of 40 rows of the key, each cut into sub-ranges that keep the filter."""
-    where = "active AND owner LIKE '%7%'"
-    result = run_dag("dblog_repair", {"table": "public.accounts", "where": where, "chunk_size": 40})
-    assert_succeeded(result)
-    wait_caught_up(pipeline.dbs)
-    with psycopg.connect(pipeline.dbs.source_dsn) as conn:
-        expected = [
+        matching = conn.execute(f"SELECT id FROM accounts WHERE {where}").fetchall()
+        accounts = [
             r[0]
             for r in conn.execute(
-                f"SELECT row_to_json(t)::text FROM accounts t WHERE {where} ORDER BY id"
+                f"SELECT row_to_json(t)::text FROM accounts t WHERE ({where}) OR id IN (3, 5, 8) "
+                "ORDER BY id"
             )
         ]
-    assert 0 < len(expected) < ROWS // 4, "the filter must pick a few rows out of many"
+    assert 0 < len(matching) < ROWS // 4, "the filter must pick a few rows out of many"
     target = snapshot(pipeline.dbs.target_dsn)
-    assert target["accounts"] == expected
-    assert all(not rows for table, rows in target.items() if table != "accounts")
-    (dump_id,) = pipeline.store.dumps.ids()
-    stored = pipeline.store.dumps.get(dump_id)
-    status = pipeline.store.dumps.status(dump_id)
-    assert stored is not None and stored.request.where == where
-    assert status is not None and status.state is DumpState.DONE
+    assert len(orders) == len(keys) and target["orders"] == orders
+    assert target["accounts"] == accounts
+    assert all(not rows for table, rows in target.items() if table not in ("orders", "accounts"))
+    dumps = {}
+    for dump_id in pipeline.store.dumps.ids():
+        stored, status = pipeline.store.dumps.get(dump_id), pipeline.store.dumps.status(dump_id)
+        assert stored is not None and status is not None and status.state is DumpState.DONE
+        (table,) = stored.request.tables
+        dumps[str(table), stored.request.where] = status
+    assert sorted(dumps, key=str) == sorted(
+        [("public.orders", None), ("public.accounts", where), ("public.accounts", None)], key=str
+    )
+    composite, filtered, typed = (
+        dumps["public.orders", None],
+        dumps["public.accounts", where],
+        dumps["public.accounts", None],
+    )
+    assert composite.rows == len(keys) and composite.chunks == -(-len(keys) // 4)
     # Every chunk is a key range of 40 rows, whatever the filter matches in it.
-    assert status.rows == len(expected) and status.chunks >= ROWS // 40
+    assert filtered.rows == len(matching) and filtered.chunks >= ROWS // 40
+    assert typed.rows == 3 and typed.chunks == 2
 
 
 def test_repair_dag_on_mariadb_takes_the_password_from_a_mysql_connection(
@@ -184,20 +192,6 @@ def test_repair_dag_on_mariadb_takes_the_password_from_a_mysql_connection(
     (dump_id,) = pipeline.store.dumps.ids()
     status = pipeline.store.dumps.status(dump_id)
     assert status is not None and status.state is DumpState.DONE and status.rows == len(keys)
-
-
-def test_dump_dag_takes_keys_as_text_as_dblog_dump_does(
-    pipeline: Pipeline, run_dag: RunDag
-) -> None:
-    """`1,2,3` typed into the keys box: sent as text, parsed as `dblog dump --keys` parses it."""
-    result = run_dag(
-        "dblog_dump",
-        {"tables": ["public.accounts"], "keys": "3,5,8", "chunk_size": 2, "parallelism": 1},
-    )
-    assert_succeeded(result)
-    wait_caught_up(pipeline.dbs)
-    ids = [json.loads(row)["id"] for row in snapshot(pipeline.dbs.target_dsn)["accounts"]]
-    assert ids == [3, 5, 8]
 
 
 def test_dump_dag_of_all_tables_converges_on_a_worker_without_the_toml(
