@@ -15,6 +15,9 @@ a mistake in the configuration's sections as the TOML's loader does. The
 repair's dump task shows its "DBLog live view" link (the connection's `ui_url`), which opens
 the dump's page in a running `dblog ui`, whose link leads back to the DAG run.
 
+Airflow knows the deployment only through its connection (the configuration's sections in
+its extra, no TOML), as the README's local quick start sets it up.
+
 Screenshots of each step are kept in a directory the test prints (`screenshots_dir`).
 """
 
@@ -34,7 +37,11 @@ from airflow_provider_dblog.hooks.spark_launcher import driver_log_path
 from airflow_provider_dblog.operators.links import live_view_url
 from airflow_provider_dblog.operators.request import dump_id_for
 from tests.integration.airflow_server import AirflowServer, airflow_server
-from tests.integration.airflow_support import airflow_env, dblog_connection
+from tests.integration.airflow_support import (
+    airflow_env,
+    dblog_connection,
+    holding_the_configuration,
+)
 from tests.integration.browser import Page, chromium, screenshots_dir
 from tests.integration.e2e_support import cli_env, wait_caught_up
 from tests.integration.spark_support import running_pipeline
@@ -68,7 +75,11 @@ def test_a_person_repairs_composite_keys_from_the_trigger_form(
         dbs = pipeline.dbs
         with psycopg.connect(dbs.source_dsn) as source:
             keys = [list(r) for r in source.execute("SELECT region, n FROM orders LIMIT 5")]
-        conn = dblog_connection(redis_server, pg15, dbs.config.name, pipeline.config_path)
+        # Airflow has the connection only, as the README's local quick start sets it up.
+        conn = holding_the_configuration(
+            dblog_connection(redis_server, pg15, dbs.config.name, pipeline.config_path),
+            pipeline.config_path,
+        )
         home = tmp_path / "airflow"
         ui = stack.enter_context(
             running_ui(pipeline.config_path, cli_env(dbs, redis_server), tmp_path)
