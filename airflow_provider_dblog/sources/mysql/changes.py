@@ -169,8 +169,8 @@ class _Transaction:
 @dataclass(frozen=True, slots=True)
 class _Lines:
     """What every row event of one table in one transaction shares: its origin, and its line
-    as a `%` format of key, before and after JSON, commit and seq for each operation (the
-    transaction's txid and time and the table's schema version spelled in once)."""
+    as a `%` format of key, before and after JSON and seq for each operation (the
+    transaction's commit, txid and time and the table's schema version spelled in once)."""
 
     transaction: _Transaction
     origin: LogOrigin
@@ -179,22 +179,24 @@ class _Lines:
 
     @classmethod
     def of(cls, transaction: _Transaction, origin: LogOrigin, version: int) -> _Lines:
-        tail = b'],"origin":"log","dump_id":null,"window_id":null,"txid":%b,"ts_ms":%d}' % (
+        spelled = b'],"origin":"log","dump_id":null,"window_id":null,"txid":%b,"ts_ms":%d}' % (
             origin.txid_json,
             origin.ts_ms,
         )
-        tail += b',"schema_version":%d}\n' % version
+        spelled += b',"schema_version":%d}\n' % version
+        tail = b"%d,%%d" % transaction.begin.commit + spelled.replace(b"%", b"%%")
         formats = {}
         for op in (Op.CREATE, Op.UPDATE, Op.DELETE):
             line = log_line_format(op, origin.name, origin.db, origin.table)
             if not line.endswith(_LINE_END):
                 raise AssertionError("log_line_format no longer ends as the binlog mapper expects")
-            formats[op] = line[: -len(_LINE_END)] + tail.replace(b"%", b"%%")
+            formats[op] = line[: -len(_LINE_END)] + tail
         return cls(transaction, origin, version, formats)
 
 
 _LINE_END = (
-    b'],"origin":"log","dump_id":null,"window_id":null,"txid":%b,"ts_ms":%d},"schema_version":%d}\n'
+    b'%d,%d],"origin":"log","dump_id":null,"window_id":null,"txid":%b,"ts_ms":%d}'
+    b',"schema_version":%d}\n'
 )
 _new = object.__new__
 _SET_COMMIT: Callable[[Position, int], None] = Position.__dict__["commit"].__set__
@@ -524,18 +526,15 @@ class BinlogMapper:
         commit, first = transaction.begin.commit, transaction.seq
         seqs = range(first, first + len(rows))
         keys_json = map(table.spell_key, keyed)
-        nulls = repeat(b"null")
         if record.kind is RowKind.INSERT:
             op, befores, after_rows = _CREATE, None, rows
-            parts = zip(keys_json, nulls, map(spell_row, rows), repeat(commit), seqs)
+            parts = zip(keys_json, repeat(b"null"), map(spell_row, rows), seqs)
         elif record.kind is RowKind.DELETE:
             op, befores, after_rows = _DELETE, rows, None
-            parts = zip(keys_json, map(spell_row, rows), nulls, repeat(commit), seqs)
+            parts = zip(keys_json, map(spell_row, rows), repeat(b"null"), seqs)
         else:
             op, befores, after_rows = _UPDATE, rows, afters
-            parts = zip(
-                keys_json, map(spell_row, rows), map(spell_row, afters), repeat(commit), seqs
-            )
+            parts = zip(keys_json, map(spell_row, rows), map(spell_row, afters), seqs, strict=True)
         origin, version, line_format = lines.origin, lines.version, lines.formats[op]
         if len(rows) == 1:  # most OLTP statements: a `Change` costs less than a run of one
             (values,) = parts
@@ -566,9 +565,9 @@ class BinlogMapper:
         at = transaction.next_position()
         origin, version, formats = lines.origin, lines.version, lines.formats
         if kind is RowKind.INSERT:
-            line = formats[_CREATE] % (table.spell_key(key), b"null", spell(row), at.commit, at.seq)
+            line = formats[_CREATE] % (table.spell_key(key), b"null", spell(row), at.seq)
             return _change(line, _CREATE, key, None, row, at, origin, version)
-        line = formats[_DELETE] % (table.spell_key(key), spell(row), b"null", at.commit, at.seq)
+        line = formats[_DELETE] % (table.spell_key(key), spell(row), b"null", at.seq)
         return _change(line, _DELETE, key, row, None, at, origin, version)
 
     def _key_changes(
@@ -594,7 +593,7 @@ class BinlogMapper:
                 )
                 continue
             at = transaction.next_position()
-            line = update % (spell_key(key), spell(before), spell(after), at.commit, at.seq)
+            line = update % (spell_key(key), spell(before), spell(after), at.seq)
             items.append(_change(line, _UPDATE, key, before, after, at, origin, version))
         return items
 
@@ -648,7 +647,6 @@ class BinlogMapper:
             spell_key(old_key),
             spell(before),
             b"null",
-            position.commit,
             position.seq,
         )
         yield _change(line, Op.DELETE, old_key, before, None, position, origin, version)
@@ -657,7 +655,6 @@ class BinlogMapper:
             spell_key(key),
             b"null",
             spell(after),
-            position.commit,
             position.seq,
         )
         yield _change(line, Op.CREATE, key, None, after, position, origin, version)

@@ -116,7 +116,7 @@ def compile_image(
         code = read.code.format(v=f"v{i}", f=f"f{i}")
         lines += [
             f"        c = {i}",
-            f"        if nulls >> {bit} & 1:",
+            f"        if nulls & {1 << bit}:",
             f"            v{i} = None",
             "        else:",
             *("            " + line for line in code.split("\n")),
