@@ -16,6 +16,8 @@ watermarks, without locking the tables or stalling the log. Its trigger form tak
 - **mode**: sequenced (the tailer sends the rows through the ordered output, with the live
   changes) or direct (the dump writes them into a target that keeps the newest row per
   primary key); empty: the deployment's default.
+- **read_only** on: nothing is written to the source database (the watermarks are positions
+  in its log); sequenced only, and refused on MySQL.
 
 Counts below 1 are refused when you press Trigger. The run checks the rest of the request
 first (`check_request`: unknown tables, malformed keys, a filter the source refuses fail it
@@ -37,6 +39,7 @@ from airflow_provider_dblog.operators.params import (
     keys_param,
     mode_param,
     parallelism_param,
+    read_only_param,
     tables_param,
     where_param,
 )
@@ -60,6 +63,7 @@ with DAG(
         "chunk_size": chunk_size_param(),
         "parallelism": parallelism_param(1),
         "mode": mode_param(),
+        "read_only": read_only_param(),
     },
 ) as dag:
     dump_chain(
@@ -70,4 +74,5 @@ with DAG(
         chunk_size=ParamValue("chunk_size"),
         parallelism=ParamValue("parallelism"),
         mode=ParamValue("mode"),
+        read_only=ParamValue("read_only"),
     )

@@ -14,6 +14,8 @@ keys). Trigger it from its form (Trigger), or from the REST API with
   not deleted downstream (its change travels in the log). Give keys or where, not both.
 - **chunk_size**: rows one chunk reads: with keys, how many of the keys (a row each); with a
   filter, rows of the table (those matching it are sent). Empty: 10,000 (100,000 direct).
+- **read_only** on: nothing is written to the source database (the watermarks are positions
+  in its log); refused on MySQL.
 
 A chunk size below 1 is refused when you press Trigger. The run then checks the rest of the
 request first (`check_request`): an unknown table, keys that do not fit the table's primary
@@ -34,6 +36,7 @@ from airflow_provider_dblog.operators.params import (
     captured_table_names,
     chunk_size_param,
     keys_param,
+    read_only_param,
     table_param,
     where_param,
 )
@@ -49,6 +52,7 @@ with DAG(
         "keys": keys_param(when_empty="the rows matching **where** (give one of the two)"),
         "where": where_param(),
         "chunk_size": chunk_size_param(),
+        "read_only": read_only_param(),
     },
 ) as dag:
     dump_chain(
@@ -56,5 +60,6 @@ with DAG(
         keys=ParamValue("keys"),
         where=ParamValue("where"),
         chunk_size=ParamValue("chunk_size"),
+        read_only=ParamValue("read_only"),
         subset_only=True,
     )

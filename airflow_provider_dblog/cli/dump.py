@@ -4,11 +4,12 @@
 against their columns' types: see `dump/request.py`), so a bad one exits 2 with nothing
 stored; then it registers the request in Redis and runs it in this process (`dump/runner.py`,
 each chunk read between watermarks by `dump/chunk.py`), showing a progress bar per table on
-a terminal and a plain line per step otherwise (`progress.py`). A dump of the same `--dump-id` run
-again resumes from its last completed chunk (one whose process died, for instance), unless a
-live process still runs it. A failed or cancelled dump resumes only when asked with `--resume`,
-as an Airflow retry does; a done one never. The controls act on a running dump from anywhere:
-it reads them between chunks.
+a terminal and a plain line per step otherwise (`progress.py`). A dump of the same
+`--dump-id` run again resumes from its last completed chunk (one whose process died, for
+instance), unless a live process still runs it, read-only or not as it was first asked
+(`--read-only`: its chunk sources write nothing). A failed or cancelled dump resumes only
+when asked with `--resume`, as an Airflow retry does; a done one never. The controls act on
+a running dump from anywhere: it reads them between chunks.
 """
 
 from __future__ import annotations
@@ -72,6 +73,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="direct: this process writes the rows into the target (the [lake] root, or an "
         "SQL-apply output in monotonic mode; the default with a lake); sequenced (the default "
         "otherwise): the tailer emits them into the ordered output",
+    )
+    dump.add_argument(
+        "--read-only",
+        action="store_true",
+        help="write nothing to the source: the watermarks are log positions the tailer arms "
+        "(PostgreSQL, MariaDB; sequenced; what every dump of a [source] read_only source does)",
     )
     dump.add_argument(
         "--max-rows-per-s",
@@ -144,6 +151,12 @@ def _dump(args: argparse.Namespace) -> int:
             raise InvalidRequest(f"--resume: there is no dump {dump_id} to resume")
         store.dumps.create(*_checked_request(config, source, dump_id, args))
     else:
+        if args.read_only and not stored.request.read_only:
+            raise InvalidRequest(
+                f"--read-only: dump {dump_id} writes watermarks into the source; it runs on "
+                "as it was asked (leave out --read-only), or give a read-only dump another "
+                "--dump-id"
+            )
         if args.table is not None:
             request, _ = _checked_request(config, source, dump_id, args)
             if _what(request) != _what(stored.request):
@@ -189,7 +202,7 @@ def _dump(args: argparse.Namespace) -> int:
 def _checked_request(
     config: Config, source: Source, dump_id: str, args: argparse.Namespace
 ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
-    chunks = source.chunk_source()
+    chunks = source.chunk_source(read_only=args.read_only)
     try:
         return build_request(
             config,

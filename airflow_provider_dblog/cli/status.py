@@ -165,6 +165,7 @@ def dump_detail(store: StateStore, dump: str) -> dict[str, JsonValue]:
         "tables": [str(t) for t in request.tables],
         "keys": [list(k) for k in request.keys],
         "where": request.where,
+        "read_only": request.read_only,
         "chunk_size": request.chunk_size,
         "parallelism": request.parallelism,
     }
@@ -188,7 +189,8 @@ def detail_text(detail: dict[str, Any]) -> str:
     lines = [
         f"dump {detail['dump_id']}: {detail['state']}",
         f"  request   {request['kind']} of {', '.join(request['tables'])}{keys}, "
-        f"chunk size {request['chunk_size']}, parallelism {request['parallelism']}",
+        f"chunk size {request['chunk_size']}, parallelism {request['parallelism']}"
+        f"{', read-only' if request.get('read_only') else ''}",
     ]
     if request.get("where"):  # the filter, a line of its text to a line of output
         first, *rest = request["where"].splitlines()

@@ -48,6 +48,9 @@ class DumpRequest:
     their chunk is read are dumped (a table dump only). It narrows each chunk, whose bounds
     stay the primary key's; the source checks it before the request is stored
     (`ChunkSource.check_filter`)."""
+    read_only: bool = False
+    """Write nothing to the source: each window's watermarks are log positions the tailer arms
+    (`state/positional.py`), as for a `[source] read_only` source, whose dumps all are."""
 
     def __post_init__(self) -> None:
         if not self.dump_id:
@@ -70,6 +73,8 @@ class DumpRequest:
             raise InvalidRequest(f"parallelism must be at least 1, got {self.parallelism}")
         if not isinstance(self.mode, DumpMode):
             raise InvalidRequest(f"mode must be a DumpMode, got {self.mode!r}")
+        if not isinstance(self.read_only, bool):
+            raise InvalidRequest(f"read_only must be true or false, got {self.read_only!r}")
         if not self.tables:
             raise InvalidRequest("a dump request names no table")
         if len(set(self.tables)) != len(self.tables):

@@ -142,11 +142,15 @@ def build_request(
     the source normalised them (`"7"` on an integer key is 7). `mode` (None: the deployment's
     default, see `direct_target.py`) must be one the deployment's target takes; a
     `chunk_size` of None is the mode's in `default_chunk_sizes`. `where` (None or blank: no
-    filter) dumps only the rows of one named table that match it, checked by the source."""
+    filter) dumps only the rows of one named table that match it, checked by the source. The
+    request is read-only when `source` writes nothing (`Source.chunk_source(read_only=True)`,
+    or a `[source] read_only` source): it is then checked as such (`check_ready`: MySQL
+    cannot), and sequenced."""
     problems = Problems()
-    dump_mode = problems.check(
-        lambda: default_mode(config) if mode is None else DumpMode.parse(mode)
-    )
+    read_only = source.read_only
+    dump_mode: DumpMode | None = DumpMode.SEQUENCED if read_only else default_mode(config)
+    if mode is not None:
+        dump_mode = problems.check(partial(DumpMode.parse, mode))
     if dump_mode is DumpMode.DIRECT:
         problems.check(lambda: check_direct_target(config))
     refs = problems.check(lambda: captured_tables(config, tables))
@@ -175,11 +179,14 @@ def build_request(
             elif where is not None:
                 where = problems.check(partial(source.check_filter, table, where))
     problems.check(source.check_ready)
-    if source.read_only and dump_mode is DumpMode.DIRECT:
+    if read_only and dump_mode is DumpMode.DIRECT:
+        what = "a read-only dump is"
+        if config.source.read_only:
+            what = "the source is read-only: its dumps are"
         problems.add(
             InvalidRequest(
-                "the source is read-only: its dumps are sequenced (a direct dump's windows need "
-                "watermarks written into the source); dump with mode 'sequenced'"
+                f"{what} sequenced (a direct dump's windows need watermarks written into the "
+                "source); dump with mode 'sequenced'"
             )
         )
     problems.raise_any()
@@ -192,5 +199,7 @@ def build_request(
         kind = DumpKind.TABLE if len(refs) == 1 else DumpKind.ALL
     if chunk_size is None:
         chunk_size = default_chunk_sizes[dump_mode]
-    request = DumpRequest(dump_id, kind, refs, parsed, chunk_size, parallelism, dump_mode, where)
+    request = DumpRequest(
+        dump_id, kind, refs, parsed, chunk_size, parallelism, dump_mode, where, read_only
+    )
     return request, key_columns

@@ -39,7 +39,7 @@ from airflow_provider_dblog.dump.chunk import (
 )
 from airflow_provider_dblog.dump.direct import DirectChunkReader, run_direct_chunk
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S, ChunkRetries, Patience
-from airflow_provider_dblog.sources.base import ChunkSource, SourceUnavailable
+from airflow_provider_dblog.sources.base import ChunkSource, OpenChunkSource, SourceUnavailable
 from airflow_provider_dblog.state import (
     DumpControls,
     DumpState,
@@ -64,7 +64,7 @@ class DumpFailed(DBLogError):
 
 def run_dump(
     store: StateStore,
-    open_source: Callable[[], ChunkSource],
+    open_source: OpenChunkSource,
     dump_id: str,
     *,
     window_timeout_s: float = 60.0,
@@ -81,7 +81,8 @@ def run_dump(
     needs one) and writes its rows into the target; `bounded_chunks` plans range chunks with
     an upper bound always (see `TablePlanner.bounded`), as a reader that splits a chunk
     needs. A chunk is tried `max_attempts` times when its window fails, and for up to
-    `source_patience_s` while the source or Redis is away."""
+    `source_patience_s` while the source or Redis is away. A read-only request's sources are
+    opened read-only, so a resume of it writes nothing either."""
     stored = store.dumps.get(dump_id)
     if stored is None:
         raise DumpFailed(f"no dump request {dump_id!r} in the store")
@@ -96,7 +97,7 @@ def run_dump(
         assert status is not None
         log.info("dump %s is %s: nothing to run", dump_id, status.state)
         return status.state
-    sources = [open_source() for _ in range(parallelism)]
+    sources = [open_source(read_only=request.read_only) for _ in range(parallelism)]
     try:
         store.check_server()  # a Redis that evicts keys would lose windows and progress
         with (

@@ -319,13 +319,15 @@ class DBLogHook(BaseHook):
         parallelism: int = 1,
         mode: str | None = None,
         where: str | None = None,
+        read_only: bool = False,
     ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
         """A validated request, checked as `dblog dump` checks it (`dump.request`): the
         tables' primary keys, the key values and a filter (`where`, for one table and no
-        keys) are judged by the source, which must be set up for dumps; the keys come back
-        normalised. Stores nothing."""
+        keys) are judged by the source, which must be set up for dumps (for a `read_only`
+        dump: one that can be dumped read-only); the keys come back normalised. Stores
+        nothing."""
         self.export_secrets()
-        source = source_for(self.config.source).chunk_source()
+        source = source_for(self.config.source).chunk_source(read_only=read_only)
         try:
             return build_request(
                 self.config,

@@ -38,7 +38,8 @@ DAG_DEFAULTS: dict[str, Any] = {
 
 def dump_chain(**request: Any) -> DBLogDumpOperator:
     """check_request >> wait_for_tailer >> dump, in the DAG being defined, for the request
-    given (`tables`, `keys`, `where`, `chunk_size`, `parallelism`, `mode`, `dblog_conn_id`:
+    given (`tables`, `keys`, `where`, `chunk_size`, `parallelism`, `mode`, `read_only`,
+    `dblog_conn_id`:
     templated, or a DAG param as `params.ParamValue`; and `subset_only`)."""
     conn = request.pop("dblog_conn_id", DBLOG_CONN_ID)
     check = DBLogCheckDumpRequestOperator(

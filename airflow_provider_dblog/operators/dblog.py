@@ -68,6 +68,9 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
         a fixed ~135 ms, see docs/operations.md, Sizing).
     :param parallelism: windows in flight at once, on disjoint key ranges.
     :param mode: "sequenced" or "direct" (see `core/direct.py`); None: the deployment's default.
+    :param read_only: write nothing to the source: each chunk's watermarks are log positions
+        the tailer arms, as for a `[source] read_only` source (whose dumps all are). Refused
+        where it cannot hold (MySQL, a direct dump); sequenced when `mode` is None.
     """
 
     template_fields: Sequence[str] = REQUEST_FIELDS
@@ -83,6 +86,7 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
         chunk_size: int | str | None = None,
         parallelism: int | str = 1,
         mode: str | None = None,
+        read_only: bool | str = False,
         subset_only: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -94,6 +98,7 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
         self.chunk_size = chunk_size
         self.parallelism = parallelism
         self.mode = mode
+        self.read_only = read_only
         self.subset_only = subset_only
 
     @cached_property
@@ -110,20 +115,23 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
             parallelism=self.parallelism,
             mode=self.mode,
             where=self.where,
+            read_only=self.read_only,
             subset_only=self.subset_only,
         )
         tables = [str(t) for t in request.tables]
         self.log.info(
-            "dump request is valid: %s of %s%s",
+            "dump request is valid: %s of %s%s%s",
             request.kind.value,
             ", ".join(tables),
             _filtered(request.where),
+            _writes(request.read_only),
         )
         return {
             "kind": request.kind.value,
             "tables": tables,
             "keys": len(request.keys),
             "where": request.where,
+            "read_only": request.read_only,
         }
 
 
@@ -138,7 +146,9 @@ class DBLogDumpOperator(BaseOperator):
     :param spark_conn_id: the Spark connection (master, deploy mode, spark-submit binary).
     :param tables: see `DBLogCheckDumpRequestOperator`; likewise `keys`, `where` (a filter:
         only the rows of the one table given that match it, checked by the source before
-        anything is stored), `chunk_size`, `parallelism`, `mode` and `subset_only`.
+        anything is stored), `chunk_size`, `parallelism`, `mode`, `read_only` (nothing
+        written to the source; the stored request carries it, so a retry resumes it
+        read-only) and `subset_only`.
     :param dump_id: the dump's id; default: stable per task instance, so retries resume.
     :param tasks_per_chunk: Spark tasks that read one chunk (default: Spark's parallelism).
     :param window_timeout_s: how long a chunk waits for the tailer before it is retried.
@@ -170,6 +180,7 @@ class DBLogDumpOperator(BaseOperator):
         chunk_size: int | str | None = None,
         parallelism: int | str = 1,
         mode: str | None = None,
+        read_only: bool | str = False,
         subset_only: bool = False,
         spark_conn_id: str = "spark_default",
         dump_id: str | None = None,
@@ -191,6 +202,7 @@ class DBLogDumpOperator(BaseOperator):
         self.chunk_size = chunk_size
         self.parallelism = parallelism
         self.mode = mode
+        self.read_only = read_only
         self.subset_only = subset_only
         self.spark_conn_id = spark_conn_id
         self.dump_id = dump_id
@@ -228,6 +240,7 @@ class DBLogDumpOperator(BaseOperator):
             parallelism=self.parallelism,
             mode=self.mode,
             where=self.where,
+            read_only=self.read_only,
             subset_only=self.subset_only,
         )
         link_dump_and_task(hook, context, dump_id)  # first: a bad ui_url fails before a dump
@@ -236,11 +249,12 @@ class DBLogDumpOperator(BaseOperator):
             self.log.info("dump %s is already done", dump_id)
             return self._finish(DumpOutcome.of(dump_id, status), context)
         self.log.info(
-            "dump %s: %s of %s%s, chunk size %d, parallelism %d, %d chunks done before",
+            "dump %s: %s of %s%s%s, chunk size %d, parallelism %d, %d chunks done before",
             dump_id,
             request.kind.value,
             ", ".join(str(t) for t in request.tables),
             _filtered(request.where),
+            _writes(request.read_only),
             request.chunk_size,
             request.parallelism,
             status.chunks,
@@ -341,6 +355,11 @@ class DBLogDumpOperator(BaseOperator):
 def _filtered(where: str | None) -> str:
     """A request's filter as its log lines show it after the tables."""
     return "" if where is None else f" where {where}"
+
+
+def _writes(read_only: bool) -> str:
+    """A read-only request as its log lines show it."""
+    return ", read-only (nothing written to the source)" if read_only else ""
 
 
 class _DumpControlOperator(BaseOperator):

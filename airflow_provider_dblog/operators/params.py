@@ -169,3 +169,18 @@ def mode_param() -> Param:
             "stream. Empty: the deployment's default (sequenced unless a lake is set up)."
         ),
     )
+
+
+def read_only_param() -> Param:
+    """A switch: on, the dump writes nothing to the source (`DBLogDumpOperator.read_only`)."""
+    return Param(
+        False,
+        type="boolean",
+        description_md=(
+            "Write nothing to the source database: each chunk's watermarks are positions in "
+            "its log, which the log tailer marks, instead of rows written into the watermark "
+            "table. For a database where the dump may only read. Sequenced only, and not on "
+            "MySQL (MariaDB and PostgreSQL can); refused before anything runs where it cannot "
+            "hold. A source configured `read_only = true` dumps read-only either way."
+        ),
+    )

@@ -31,6 +31,7 @@ REQUEST_FIELDS = (
     "chunk_size",
     "parallelism",
     "mode",
+    "read_only",
 )
 """The templated fields of an operator that takes a dump request."""
 
@@ -97,6 +98,15 @@ def optional_filter(value: Any) -> str | None:
     return value if value.strip() else None
 
 
+def flag(name: str, value: Any) -> bool:
+    """A switch from a param or a template: a bool, or its text ("true", "False")."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise AirflowFailException(f"{name} must be true or false, got {value!r}")
+
+
 def checked_request(
     hook: DBLogHook,
     dump_id: str,
@@ -107,14 +117,16 @@ def checked_request(
     parallelism: Any,
     mode: Any = None,
     where: Any = None,
+    read_only: Any = False,
     subset_only: bool = False,
 ) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
     """The request the params describe, validated against the source (its tables' primary
-    keys, the key values, the filter) and the key columns of its tables. `subset_only`
-    refuses a request that names neither keys nor a filter (a repair never dumps a whole
-    table by mistake). A bad request fails without retry (`AirflowFailException`), naming
-    every problem found in one message (the params' and the source's: a person fixes them in
-    one go); a source or Redis out of reach fails as retryable (`AirflowException`)."""
+    keys, the key values, the filter; that it can be dumped `read_only`, if asked) and the key
+    columns of its tables. `subset_only` refuses a request that names neither keys nor a
+    filter (a repair never dumps a whole table by mistake). A bad request fails without
+    retry (`AirflowFailException`), naming every problem found in one message (the params'
+    and the source's: a person fixes them in one go); a source or Redis out of reach fails
+    as retryable (`AirflowException`)."""
     problems: list[str] = []
 
     def given(check: Callable[[], T]) -> T | None:
@@ -140,6 +152,7 @@ def checked_request(
         None if chunk_size in (None, "") else given(lambda: positive_int("chunk_size", chunk_size))
     )
     count = given(lambda: positive_int("parallelism", parallelism))
+    writes_nothing = given(lambda: flag("read_only", read_only))
     try:
         request = hook.build_request(
             dump_id,
@@ -149,6 +162,7 @@ def checked_request(
             parallelism=count or 1,
             mode=None if mode in (None, "") else str(mode),
             where=where_given,
+            read_only=bool(writes_nothing),
         )
     except (SourceUnavailable, StateStoreUnavailable) as exc:
         raise AirflowException(f"cannot check the dump request now: {exc}") from None

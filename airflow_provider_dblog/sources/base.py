@@ -188,7 +188,8 @@ class ChunkSource(Protocol):
     @property
     def read_only(self) -> bool:
         """Never write to the source: the dump's watermarks are log positions
-        (`state/positional.py`), and `write_watermark` refuses."""
+        (`state/positional.py`), and `write_watermark` refuses. True for every chunk source of
+        a `[source] read_only` source, and for one opened for a read-only dump."""
         ...
 
     def check_ready(self) -> None:
@@ -223,6 +224,13 @@ class ChunkSource(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class OpenChunkSource(Protocol):
+    """Opens a `ChunkSource` (`Source.chunk_source`): a dump opens its own, read-only for a
+    read-only dump."""
+
+    def __call__(self, *, read_only: bool = False) -> ChunkSource: ...
 
 
 class SourceConfig(Protocol):
@@ -263,8 +271,10 @@ class Source(Protocol):
     @property
     def tables(self) -> tuple[TableRef, ...]: ...
 
-    def chunk_source(self) -> ChunkSource:
-        """A new `ChunkSource` (its own connection, opened on first use); the caller closes it."""
+    def chunk_source(self, *, read_only: bool = False) -> ChunkSource:
+        """A new `ChunkSource` (its own connection, opened on first use); the caller closes it.
+        `read_only`: it writes nothing even where the source may be written (a read-only dump
+        of a writable source); a `[source] read_only` source's always writes nothing."""
         ...
 
     def log_reader(self, resume: str | None = None) -> LogReader:

@@ -127,6 +127,7 @@ def _request_to_json(request: DumpRequest) -> dict[str, JsonValue]:
         "parallelism": request.parallelism,
         "mode": request.mode.value,
         "where": request.where,
+        "read_only": request.read_only,
     }
 
 
@@ -140,6 +141,7 @@ def _request_from_json(data: dict[str, Any]) -> DumpRequest:
         parallelism=data["parallelism"],
         mode=DumpMode(data.get("mode", DumpMode.SEQUENCED)),
         where=data.get("where"),
+        read_only=data.get("read_only", False),
     )
 
 

@@ -260,6 +260,7 @@ class LiveView:
             },
             "tables": tables,
             "where": None if stored is None else stored.request.where,
+            "read_only": stored is not None and stored.request.read_only,
         }
 
     def _pace(self, dump_id: str, progress: TableProgress, now_s: float) -> TablePace | None:

@@ -69,8 +69,11 @@ def test_every_dag_imports_with_its_docs_tasks_and_params() -> None:
     }
     expected_params = {
         "dblog_backfill": {"tables", "chunk_size", "parallelism", "mode"},
-        "dblog_dump": {"source", "tables", "keys", "where", "chunk_size", "parallelism", "mode"},
-        "dblog_repair": {"table", "keys", "where", "chunk_size"},
+        "dblog_dump": {
+            *("source", "tables", "keys", "where", "chunk_size", "parallelism", "mode"),
+            "read_only",
+        },
+        "dblog_repair": {"table", "keys", "where", "chunk_size", "read_only"},
     }
     for dag_id, params in expected_params.items():
         dag = bag.dags[dag_id]
@@ -101,8 +104,8 @@ def test_optional_params_are_optional_in_the_form_and_counts_say_what_they_are()
     }
     assert required == {
         "dblog_backfill": {"parallelism"},
-        "dblog_dump": {"source", "parallelism"},
-        "dblog_repair": {"table"},  # keys or where: `check_request` asks for one of them
+        "dblog_dump": {"source", "parallelism", "read_only"},  # a checkbox, off by default
+        "dblog_repair": {"table", "read_only"},  # keys or where: `check_request` asks for one
     }
     # An empty chunk size is the mode's default (`dump/request.py`), as its help says.
     forms = ("dblog_backfill", "dblog_dump", "dblog_repair")
@@ -209,8 +212,8 @@ def test_the_keys_typed_into_the_form_reach_the_request_as_sent(text: str, keys:
 def test_the_filter_typed_into_the_form_reaches_the_request_as_typed(text: str) -> None:
     """No Jinja on the way: `TRUE` stays text (not a bool), `{{ x }}` stays in the LIKE."""
     for dag_id, conf in (
-        ("dblog_dump", {"tables": ["public.orders"], "where": text}),
-        ("dblog_repair", {"table": "public.orders", "where": text}),
+        ("dblog_dump", {"tables": ["public.orders"], "where": text, "read_only": True}),
+        ("dblog_repair", {"table": "public.orders", "where": text, "read_only": True}),
     ):
         dag = dag_bag().dags[dag_id]
         params = copy.deepcopy(dag.params)
@@ -220,6 +223,7 @@ def test_the_filter_typed_into_the_form_reaches_the_request_as_typed(text: str) 
             task = copy.deepcopy(dag.get_task(task_id))
             task.render_template_fields(context)
             assert (task.tables, task.keys, task.where) == (["public.orders"], None, text)
+            assert task.read_only is True
 
 
 def test_an_empty_filter_box_sends_no_filter() -> None:
@@ -230,6 +234,7 @@ def test_an_empty_filter_box_sends_no_filter() -> None:
     task = copy.deepcopy(dag.get_task("dump"))
     task.render_template_fields({"params": params.validate()})  # type: ignore[arg-type]
     assert task.where is None
+    assert task.read_only is False  # the checkbox's default: watermarks written as before
 
 
 def test_the_repair_form_sends_its_one_table_as_a_list_of_one() -> None:
@@ -281,6 +286,7 @@ def test_without_a_readable_config_the_forms_take_table_names_as_text(
         ("dblog_dump", {"where": 5}, "where"),
         ("dblog_dump", {"where": ["active"]}, "where"),
         ("dblog_repair", {"table": "public.accounts", "where": True}, "where"),
+        ("dblog_dump", {"read_only": "maybe"}, "read_only"),
         ("dblog_repair", {"keys": [1]}, "table"),
     ],
 )

@@ -114,8 +114,9 @@ class MysqlChunkSource:
     """`ChunkSource` on one autocommit PyMySQL connection, opened on first use, and one to the
     `read_replica` if there is one, which reads the chunks."""
 
-    def __init__(self, config: MysqlSourceConfig) -> None:
+    def __init__(self, config: MysqlSourceConfig, *, read_only: bool = False) -> None:
         self._config = config
+        self._read_only = read_only or config.read_only
         self._conn: pymysql.connections.Connection[Any] | None = None
         self._replica: pymysql.connections.Connection[Any] | None = None
         self._shapes: dict[TableRef, _Shape] = {}
@@ -184,8 +185,8 @@ class MysqlChunkSource:
     def write_watermark(self, value: str) -> None:
         """An UPDATE that sets the value the row holds logs nothing, so a repeated value is
         refused rather than silently lost (the dump writes a new UUID each time)."""
-        if self._config.read_only:
-            raise SourceError(f"source {self._config.name} is read-only: no watermark is written")
+        if self._read_only:
+            raise SourceError(f"a read-only dump of source {self._config.name} writes no watermark")
         table = KEYSET.table(self._config.watermark)
         with self._session() as cursor:
             changed = cursor.execute(f"UPDATE {table} SET value = %s WHERE id = 1", (value,))
@@ -205,16 +206,17 @@ class MysqlChunkSource:
 
     @property
     def read_only(self) -> bool:
-        return self._config.read_only
+        return self._read_only
 
     def check_ready(self) -> None:
-        if self._config.read_only:
+        if self._read_only:
             with self._session() as cursor:
                 cursor.execute(_SNAPSHOT_STATUS)
                 if not cursor.fetchall():
                     raise SourceError(
-                        f"source {self._config.name} is read-only, which needs MariaDB: MySQL "
-                        "does not give the binlog position of a snapshot"
+                        f"source {self._config.name} cannot be dumped read-only, which needs "
+                        "MariaDB: MySQL does not give the binlog position of a snapshot; dump "
+                        "it with written watermarks (no --read-only, [source] read_only = false)"
                     )
             return
         table = KEYSET.table(self._config.watermark)

@@ -28,8 +28,8 @@ class MysqlSource:
     def tables(self) -> tuple[TableRef, ...]:
         return self.config.tables
 
-    def chunk_source(self) -> MysqlChunkSource:
-        return MysqlChunkSource(self.config)
+    def chunk_source(self, *, read_only: bool = False) -> MysqlChunkSource:
+        return MysqlChunkSource(self.config, read_only=read_only)
 
     def log_reader(self, resume: str | None = None) -> MysqlLogReader:
         """The binlog reader from `resume`, what its last saved checkpoint's `acknowledge`

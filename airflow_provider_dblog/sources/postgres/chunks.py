@@ -88,8 +88,9 @@ class PostgresChunkSource:
     """`ChunkSource` on one autocommit connection, opened on first use, and one to the
     `read_replica` if there is one, which reads the chunks."""
 
-    def __init__(self, config: PostgresSourceConfig) -> None:
+    def __init__(self, config: PostgresSourceConfig, *, read_only: bool = False) -> None:
         self._config = config
+        self._read_only = read_only or config.read_only
         self._conn: psycopg.Connection[TupleRow] | None = None
         self._replica: psycopg.Connection[TupleRow] | None = None
         self._shapes: dict[TableRef, _Shape] = {}
@@ -166,10 +167,10 @@ class PostgresChunkSource:
 
     @property
     def read_only(self) -> bool:
-        return self._config.read_only
+        return self._read_only
 
     def check_ready(self) -> None:
-        if self._config.read_only:
+        if self._read_only:
             with self._session() as conn:
                 slot = conn.execute(_SLOT, (self._config.slot,)).fetchone()
             if slot is None:
@@ -293,8 +294,8 @@ class PostgresChunkSource:
         return shape, read, frozenset(int(x) & _XID_MASK for (x,) in invisible), snapshot
 
     def write_watermark(self, value: str) -> None:
-        if self._config.read_only:
-            raise SourceError(f"source {self._config.name} is read-only: no watermark is written")
+        if self._read_only:
+            raise SourceError(f"a read-only dump of source {self._config.name} writes no watermark")
         query = sql.SQL("UPDATE {} SET value = %s").format(KEYSET.table(self._config.watermark))
         with self._session() as conn:
             rowcount = conn.execute(query, (value,)).rowcount

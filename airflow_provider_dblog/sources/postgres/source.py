@@ -29,8 +29,8 @@ class PostgresSource:
     def tables(self) -> tuple[TableRef, ...]:
         return self.config.tables
 
-    def chunk_source(self) -> PostgresChunkSource:
-        return PostgresChunkSource(self.config)
+    def chunk_source(self, *, read_only: bool = False) -> PostgresChunkSource:
+        return PostgresChunkSource(self.config, read_only=read_only)
 
     def log_reader(self, resume: str | None = None) -> PostgresLogReader:
         """The slot is the resume point, so `resume` (always None from this reader) is unused."""

@@ -298,7 +298,8 @@ function fillDump(card, d, tailer) {
   const c = d.controls;
   const finished = FINISHED.includes(d.state);
   $(".state", card).textContent = d.state + (c && c.paused && d.state !== "paused" ? " (pause asked)" : "");
-  $(".counters", card).textContent = `${num(d.chunks)} chunks · ${num(d.rows)} rows · ${num(d.windows_retried)} windows retried`;
+  $(".counters", card).textContent = `${num(d.chunks)} chunks · ${num(d.rows)} rows · ${num(d.windows_retried)} windows retried`
+    + (d.read_only ? " · read-only: nothing written to the source" : "");
   $(".times", card).textContent = d.started_ms == null ? `asked ${clockTime(d.created_ms)}`
     : `started ${clockTime(d.started_ms)} · ${finished ? "took" : "running for"} ${d.duration}`;
   // The pace measured (rows/s, an ETA when every table left has one), then the settings.

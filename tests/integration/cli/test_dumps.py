@@ -22,9 +22,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
+from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import DumpStatus, StateStore, WindowStatus
+from airflow_provider_dblog.state.keys import SourceKeys
 from tests.integration.e2e_support import (
     DBLOG,
     Databases,
@@ -251,10 +254,22 @@ def most_at_once(windows: Sequence[WindowStatus]) -> int:
 
 def test_status_shows_a_dumps_filter_line_by_line(cli: Cli) -> None:
     """A filtered dump's `dblog status --dump ID` shows its filter under its request, each of
-    its lines aligned; `--json` gives it to scripts; the dump read only the matching rows."""
+    its lines aligned; `--json` gives it to scripts; the dump read only the matching rows.
+    It is read-only (`--read-only`) on a source that may be written: its watermark row is
+    never written (same value, same row version), its windows were armed by the tailer, and
+    the request says so; `--read-only` is refused for a direct dump and on a writing dump."""
     where = "active\n  AND id % 7 = 0"
-    done = cli.run("dump", "--dump-id", "filtered", "--table", "public.accounts", "--where", where)
+    watermark = "SELECT xmin::text, value FROM dblog.watermark"
+    with psycopg.connect(cli.dbs.source_dsn) as conn:
+        before = conn.execute(watermark).fetchall()
+    done = cli.run("dump", "--dump-id", "filtered", "--table", "public.accounts", "--where",
+                   where, "--read-only")  # fmt: skip
     assert done.returncode == 0, said(done)
+    with psycopg.connect(cli.dbs.source_dsn) as conn:
+        assert conn.execute(watermark).fetchall() == before
+    keys, client = SourceKeys(cli.dbs.config.name), cli.redis.client()
+    windows = [keys.window(w.window.window_id) for w in dump_windows(cli, "filtered")]
+    assert windows and all(client.hget(w, "armed_at") for w in windows), windows
     with psycopg.connect(cli.dbs.source_dsn) as conn:
         (matching,) = conn.execute(f"SELECT count(*) FROM accounts WHERE {where}").fetchone() or (
             0,
@@ -266,8 +281,15 @@ def test_status_shows_a_dumps_filter_line_by_line(cli: Cli) -> None:
     lines = detail.stdout.splitlines()
     assert lines[1].startswith("  request   table of public.accounts, chunk size"), lines
     assert lines[2:4] == ["  where     active", "              AND id % 7 = 0"], lines
+    assert lines[1].endswith(", read-only"), lines
     as_json = json.loads(cli.run("status", "--dump", "filtered", "--json").stdout)
     assert as_json["request"]["where"] == where and as_json["request"]["keys"] == []
+    assert as_json["request"]["read_only"] is True
+    direct = cli.run("dump", "--table", "public.accounts", "--read-only", "--mode", "direct")
+    assert direct.returncode == 2 and "a read-only dump is sequenced" in direct.stderr, said(direct)
+    cli.store.dumps.create(DumpRequest("writes", DumpKind.TABLE, (TableRef("public", "items"),)))
+    again = cli.run("dump", "--dump-id", "writes", "--read-only")
+    assert again.returncode == 2 and "dump writes writes watermarks" in again.stderr, said(again)
 
 
 def test_parallelism_and_max_rows_per_s(cli: Cli) -> None:

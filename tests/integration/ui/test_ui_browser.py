@@ -133,7 +133,7 @@ def test_live_view_follows_a_dump_and_drives_its_controls(
         target=lambda: outcome.append(
             run_dump(
                 store,
-                lambda: GatedChunks(dbs.source.chunk_source(), gate),
+                lambda read_only=False: GatedChunks(dbs.source.chunk_source(), gate),
                 "ui-dump",
                 window_timeout_s=120,
             )

@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_dblog.operators.request import (
     default_dump_id,
     dump_id_for,
+    flag,
     non_negative,
     optional_filter,
     optional_list,
@@ -108,3 +109,16 @@ def test_optional_filter_reads_a_blank_form_field_as_no_filter(value: Any, where
 def test_optional_filter_refuses_what_is_no_text_naming_the_param(value: Any) -> None:
     with pytest.raises(AirflowFailException, match=r"^where must be a condition .* as text"):
         optional_filter(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "on"), [(True, True), (False, False), ("true", True), (" False ", False)]
+)
+def test_flag_takes_a_bool_or_its_text(value: Any, on: bool) -> None:
+    assert flag("read_only", value) is on
+
+
+@pytest.mark.parametrize("value", [None, 1, "yes", "", ["true"]])
+def test_flag_refuses_the_rest_naming_the_param(value: Any) -> None:
+    with pytest.raises(AirflowFailException, match=r"^read_only must be true or false, got"):
+        flag("read_only", value)
