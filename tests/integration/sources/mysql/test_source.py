@@ -465,7 +465,17 @@ def test_check_keys_lets_the_server_judge_and_normalise_key_values(
 
 
 def test_check_ready_says_what_to_run(mariadb: MariaDBInfo, make_config: MakeConfig) -> None:
+    """A writing source needs its watermark table; a read-only dump of it (MariaDB gives each
+    snapshot's binlog position) does not, and its chunk source refuses a watermark write."""
     config = make_config("unused")
+    read_only = MysqlChunkSource(config, read_only=True)
+    try:
+        assert read_only.read_only and not config.read_only
+        read_only.check_ready()
+        with pytest.raises(SourceError, match=r"^a read-only dump of source \S+ writes no"):
+            read_only.write_watermark("lw")
+    finally:
+        read_only.close()
     source = MysqlChunkSource(config)
     try:
         with pytest.raises(NotSetUp, match=r"does not exist.*dblog tail"):
