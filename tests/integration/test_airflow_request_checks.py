@@ -148,7 +148,8 @@ def test_bad_filters_fail_the_check_and_the_dump_without_retry(
 
 def test_a_good_filter_is_checked_by_the_source_and_shown_by_the_check(checks: Checks) -> None:
     """A filter on the clock (`now()`, stable) is taken; the check task's result shows it as
-    the source trimmed it, and a filter passed to the hook comes back in the request."""
+    the source trimmed it, and a filter passed to the hook comes back in the request; a
+    read-only check of this writable source passes and says so."""
     from airflow_provider_dblog.hooks.dblog import DBLogHook
     from airflow_provider_dblog.operators.dblog import DBLogCheckDumpRequestOperator
 
@@ -158,13 +159,18 @@ def test_a_good_filter_is_checked_by_the_source_and_shown_by_the_check(checks: C
     )
     assert (request.kind.value, request.where) == ("table", where.strip())
     check = DBLogCheckDumpRequestOperator(
-        task_id="check", dblog_conn_id="dblog_checks", tables="public.accounts", where=where
+        task_id="check",
+        dblog_conn_id="dblog_checks",
+        tables="public.accounts",
+        where=where,
+        read_only="true",
     )
     assert check.execute(context()) == {
         "kind": "table",
         "tables": ["public.accounts"],
         "keys": 0,
         "where": where.strip(),
+        "read_only": True,
     }
     blank = DBLogCheckDumpRequestOperator(
         task_id="check", dblog_conn_id="dblog_checks", tables="public.accounts", where=" "
@@ -219,6 +225,14 @@ def test_a_repair_needs_keys_or_a_filter(checks: Checks) -> None:
             ["tables public.nope, public.nada are not captured", "mode"],
         ),
         (
+            {"tables": ["public.orders"], "read_only": "maybe"},
+            ["read_only must be true or false, got 'maybe'"],
+        ),
+        (
+            {"tables": ["public.orders"], "read_only": True, "mode": "direct"},
+            ["a read-only dump is sequenced"],
+        ),
+        (
             {"tables": ["public.orders"], "keys": "eu,1"},
             [
                 "public.orders has a composite primary key (region, n): give the keys as JSON, "
@@ -267,6 +281,8 @@ def test_a_request_without_a_chunk_size_gets_its_modes(checks: Checks, tmp_path:
     checks.toml.write_text(checks.toml.read_text() + f'\n[lake]\nroot = "{lake}"\n')
     direct = DBLogHook("dblog_checks").build_request("direct")[0]
     assert (direct.mode.value, direct.chunk_size) == ("direct", 100_000)
+    ro = DBLogHook("dblog_checks").build_request("read-only", read_only=True)[0]
+    assert (ro.mode.value, ro.chunk_size, ro.read_only) == ("sequenced", 10_000, True)
     assert checks.store.dumps.ids() == []
 
 
