@@ -148,15 +148,25 @@ def test_full_dump_of_a_mariadb_source_under_writes_converges(
 
 
 def test_key_list_repair_copies_exactly_those_keys(spark: SparkSession, pipeline: Pipeline) -> None:
+    """Read-only (the request's `read_only`, on a source that may be written): the Spark
+    driver writes no watermark (the row keeps its value and version), the tailer arms and
+    closes the windows, and exactly the keys asked arrive."""
     dbs, store = pipeline.dbs, pipeline.store
     keys = tuple((k,) for k in range(5, ROWS, 7))
-    request = DumpRequest("repair", DumpKind.KEYS, (TABLES[0],), keys, chunk_size=40)
+    request = DumpRequest(
+        "repair", DumpKind.KEYS, (TABLES[0],), keys, chunk_size=40, read_only=True
+    )
     store.dumps.create(request)
     config = load_config(pipeline.config_path)
+    watermark = "SELECT xmin::text, value FROM dblog.watermark"
+    with psycopg.connect(dbs.source_dsn) as conn:
+        before = conn.execute(watermark).fetchall()
     assert (
         run_spark_dump(spark.sparkContext, config, "repair", direct_target_for, tasks=3)
         is DumpState.DONE
     )
+    with psycopg.connect(dbs.source_dsn) as conn:
+        assert conn.execute(watermark).fetchall() == before
     wait_caught_up(dbs)
     wanted = {k for (k,) in keys}
     with psycopg.connect(dbs.source_dsn) as conn:
