@@ -151,7 +151,7 @@ def _dump(args: argparse.Namespace) -> int:
             raise InvalidRequest(f"--resume: there is no dump {dump_id} to resume")
         store.dumps.create(*_checked_request(config, source, dump_id, args))
     else:
-        if args.read_only and not stored.request.read_only:
+        if args.read_only and not (stored.request.read_only or config.source.read_only):
             raise InvalidRequest(
                 f"--read-only: dump {dump_id} writes watermarks into the source; it runs on "
                 "as it was asked (leave out --read-only), or give a read-only dump another "
