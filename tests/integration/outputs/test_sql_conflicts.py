@@ -95,6 +95,9 @@ def test_a_prune_rolled_back_by_a_deadlock_is_tried_again(pg15: PostgresInfo) ->
 
     assert pruned == [2], pruned
     with psycopg.connect(pg15.dsn, autocommit=True) as admin:
-        assert _deadlocks(admin) == deadlocks_before + 1, "no deadlock happened"
+        # A backend reports its deadlock to the statistics when it flushes them (at the
+        # latest as it exits: the output closed that connection), not at once.
+        wait_until(lambda: _deadlocks(admin) > deadlocks_before, 60, "the deadlock counted")
+        assert _deadlocks(admin) == deadlocks_before + 1
         left = admin.execute(f"SELECT count(*) FROM {POSITIONS_TABLE} WHERE source = %s", (source,))
         assert left.fetchone() == (0,)
