@@ -42,7 +42,7 @@ from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.outputs import read_events
 from airflow_provider_dblog.outputs.ndjson import FENCE_FILE, LOCK_FILE
 from airflow_provider_dblog.sources.base import ChunkSource
-from airflow_provider_dblog.state import DumpState, StateStore
+from airflow_provider_dblog.state import DumpState, StateStore, StateStoreUnavailable
 from airflow_provider_dblog.state.keys import SourceKeys
 from tests.integration.e2e_support import (
     REDIS_PASSWORD_ENV,
@@ -160,6 +160,9 @@ def _run(
         store.dumps.create(
             DumpRequest("lossy", DumpKind.ALL, dbs.tables, chunk_size=20, parallelism=2)
         )
+        # Chunks left for the lag: unthrottled, a tailer that catches up at once could let the
+        # dump's 24 chunks end before the standby leads (the lag's progress would be none).
+        store.dumps.throttle("lossy", delay_ms=400)
         dumping.start()
         wait_until(lambda: _chunks(store) >= plan.chunks_before_lag, 120, f"chunks {why}")
 
@@ -196,6 +199,8 @@ def _run(
         frozen.process.send_signal(signal.SIGCONT)
         frozen = None
         group.wait_for_failover(killed)
+        # The promoted replica still has the delay; its clients may still be finding it.
+        wait_until(lambda: _unthrottled(store), 60, f"the dump unthrottled {why}")
 
         dumping.join(300)
         assert ended == [DumpState.DONE], (ended, store.dumps.status("lossy"), why)
@@ -239,6 +244,14 @@ def _dump(store: StateStore, open_source: Callable[[], ChunkSource]) -> DumpStat
         return run_dump(store, open_source, "lossy", window_timeout_s=5)
     except Exception as exc:  # the test names it
         return exc
+
+
+def _unthrottled(store: StateStore) -> bool:
+    try:
+        store.dumps.throttle("lossy", delay_ms=0)
+    except StateStoreUnavailable:
+        return False
+    return True
 
 
 def _leader(client: redis.Redis, keys: SourceKeys) -> str | None:
