@@ -241,10 +241,21 @@ class RedisSentinelGroup:
         return primary
 
     def wait_for_failover(self, old: RedisServer) -> None:
-        """Until the sentinels name a primary other than `old`."""
-        self._wait_until(
-            lambda: self._ask_sentinel()[1] != old.port, "the sentinels promoting the replica"
-        )
+        """Until every sentinel names a primary other than `old` and no longer flags it down:
+        what a client needs to find it. (A sentinel names the promoted replica while it still
+        reconfigures the others, with the old primary's down flags, which clients refuse.)"""
+        self._wait_until(lambda: self._failed_over(old), "the sentinels promoting the replica")
+
+    def _failed_over(self, old: RedisServer) -> bool:
+        try:
+            for sentinel in self.sentinels:
+                with self._sentinel_client(sentinel) as client:
+                    master = client.sentinel_master(SERVICE_NAME)
+                if master["port"] == old.port or master["is_sdown"] or master["is_odown"]:
+                    return False
+        except (redis.RedisError, KeyError):
+            return False
+        return True
 
     def heal(self) -> None:
         """Start every killed server again as a replica of the current primary (as the
