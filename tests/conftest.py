@@ -33,8 +33,10 @@ from tests.installed import installed
 
 S = TypeVar("S", bound=ServerProcess)
 
-# Airflow reads its home and config when first imported: the test session gets its own.
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="dblog-test-airflow-"))
+# Airflow reads its home and config when first imported: the test session gets its own, and
+# so does each pytest-xdist worker (a worker inherits the controller's environment).
+if "AIRFLOW_HOME" not in os.environ or "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="dblog-test-airflow-")
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 

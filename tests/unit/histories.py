@@ -681,8 +681,12 @@ def _chunk_extent(chunk: Chunk, read_keys: list[Key], source: Source) -> set[Key
 
 
 def mutant_search(examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """The settings of a search for a history a broken reconciler fails: fixed (catching it is
-    not a matter of luck) and unshrunk (the first failing history is enough)."""
+    """The settings of a search for a history a broken reconciler fails: derandomized and
+    unshrunk (the search stops at the first failing history). Derandomized is not fixed: Hypothesis
+    also draws constants found in the modules a process has imported, so each pytest-xdist
+    worker searches other histories. `examples` is a budget, spent only on a miss: set it so
+    that even the rarest mutant is caught several times over (about 4 failing histories in
+    1000 for the rarest in the production search today)."""
     return settings(
         max_examples=examples,
         derandomize=True,

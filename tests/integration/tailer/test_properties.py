@@ -63,7 +63,7 @@ from tests.unit.histories import History, histories, mutant_search, run_history
 from tests.unit.simulation import DB, SOURCE_NAME, ReplayDroppingOutput, Source, log_items
 
 EXAMPLES = max(1, int(os.environ.get("DBLOG_PROPERTY_EXAMPLES", "1000")) // 2)
-MUTANT_EXAMPLES = 500
+MUTANT_EXAMPLES = 4000
 REDIS_DB = 15
 """A database of its own: every history starts from an empty one."""
 COMMAND_TIMEOUT_S = 30.0

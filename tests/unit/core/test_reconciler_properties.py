@@ -50,7 +50,7 @@ from tests.unit.histories import (
 from tests.unit.simulation import TABLE_A, TABLE_C, Dump, ModelTailer, ModelWindows, Source
 
 EXAMPLES = int(os.environ.get("DBLOG_PROPERTY_EXAMPLES", "1000"))
-MUTANT_EXAMPLES = 2000
+MUTANT_EXAMPLES = 6000
 
 
 def run_model(
