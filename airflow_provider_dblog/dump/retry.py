@@ -1,11 +1,14 @@
 """How long a dump keeps trying: a few attempts for a window that failed, minutes for a server
-that went away.
+that went away, and as long as it takes for a read replica that is behind.
 
 A window the tailer did not close (it expired, it saw a stale read, hw came before lw) is worth a
 few more attempts; when they are spent, something is wrong that retrying will not fix (is a
 tailer running?). A source or a Redis that went away (a failover, a restart for a minor upgrade)
 is back within minutes however many attempts that takes, so those failures are bounded by time
-instead and spend none of the window attempts. Pure: the clock is given.
+instead and spend none of the window attempts. A read replica that has not applied what a chunk
+needs is neither: it answers, and it is behind because of a load or its operator (replay
+paused); the dump pauses until it catches up, spending nothing, and never reads stale rows.
+Pure: the clock is given.
 """
 
 from __future__ import annotations
@@ -70,6 +73,8 @@ class ChunkRetries:
     max_attempts: int
     patience: Patience
     reasons: list[str] = field(default_factory=list)
+    behind: int = 0
+    """How many times the chunk found its read replica behind."""
 
     def window_failed(self, reason: str) -> bool:
         """A window that reached the servers failed; True while attempts remain."""
@@ -80,6 +85,13 @@ class ChunkRetries:
     def window_backoff(self) -> float:
         """The pause before retrying a window whose reader failed (not the tailer's verdict)."""
         return _backoff(len(self.reasons))
+
+    def replica_behind(self) -> float:
+        """The pause before trying again a chunk whose read replica was behind: the servers
+        answered (a spell away ends), and no attempt is spent."""
+        self.patience.back()
+        self.behind += 1
+        return _backoff(self.behind - 1)
 
 
 def _backoff(tries: int) -> float:

@@ -6,8 +6,10 @@ its Spark job starting) holds no other back. Progress is saved after each chunk,
 the chunks that ended in order, so a dump killed at any moment resumes from its last completed
 chunk when run again. A source or Redis restart is ridden through: the chunk it broke
 is retried with new watermarks, and the calls between chunks wait, for up to
-`source_patience_s` (see `retry.py`). Between chunks it reads the controls in Redis (pause, resume,
-cancel, chunk size, delay, rows/s), so they can be changed while it runs. Used by `dblog dump`
+`source_patience_s` (see `retry.py`); a chunk whose read replica is behind pauses, saying so in
+the dump's status, until the replica catches up or the dump is cancelled or stopped. Between
+chunks it reads the controls in Redis (pause, resume, cancel, chunk size, delay, rows/s), so
+they can be changed while it runs. Used by `dblog dump`
 (chunks read in this process) and by the Spark application (`spark_run.run_spark_dump`: the
 same loop, each chunk read by Spark tasks through another `ChunkReader`).
 """
@@ -39,7 +41,12 @@ from airflow_provider_dblog.dump.chunk import (
 )
 from airflow_provider_dblog.dump.direct import DirectChunkReader, run_direct_chunk
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S, ChunkRetries, Patience
-from airflow_provider_dblog.sources.base import ChunkSource, OpenChunkSource, SourceUnavailable
+from airflow_provider_dblog.sources.base import (
+    ChunkSource,
+    OpenChunkSource,
+    ReplicaBehind,
+    SourceUnavailable,
+)
 from airflow_provider_dblog.state import (
     DumpControls,
     DumpState,
@@ -60,6 +67,11 @@ T = TypeVar("T")
 
 class DumpFailed(DBLogError):
     pass
+
+
+class ChunkLeft(DBLogError):
+    """A chunk left unread: the dump was cancelled or stopped while the chunk waited for its read
+    replica. Its progress is not saved, so a resumed dump reads it."""
 
 
 def run_dump(
@@ -126,6 +138,7 @@ def run_dump(
                     source_patience_s,
                     read,
                     direct,
+                    stop,
                 )
                 ended = run_table(
                     store,
@@ -168,6 +181,7 @@ class _ChunkAttempt:
     source_patience_s: float
     read: ChunkReader
     direct: DirectChunkReader | None
+    stop: threading.Event | None
 
     def __call__(self, chunk: Chunk, source: ChunkSource) -> ChunkOutcome:
         args = (self.store, source, self.dump_id, chunk, self.key_columns)
@@ -182,7 +196,19 @@ class _ChunkAttempt:
             ChunkRetries(self.max_attempts, Patience(self.source_patience_s)),
             f"chunk {chunk.seq} of {chunk.table}",
             on_retry=partial(_count_retry, self.store, self.dump_id),
+            on_pause=partial(_note_pause, self.store, self.dump_id),
+            ending=self._ending,
         )
+
+    def _ending(self) -> bool:
+        """Whether the dump is ending (stopped, cancelled): a paused chunk then stops waiting."""
+        if self.stop is not None and self.stop.is_set():
+            return True
+        try:
+            controls = self.store.dumps.controls(self.dump_id)
+        except StateStoreUnavailable:
+            return False
+        return controls is None or controls.cancelled
 
 
 class ChunkSlots:
@@ -224,7 +250,10 @@ class ChunkSlots:
         for future in sorted(done, key=lambda f: self._running[f][0].seq):
             chunk, source = self._running.pop(future)
             self._free.append(source)
-            ended.append((chunk, future.result()))
+            try:
+                ended.append((chunk, future.result()))
+            except ChunkLeft as exc:
+                log.info("%s", exc)  # the dump is ending: the chunk is read when it resumes
         return ended
 
 
@@ -359,14 +388,26 @@ def retry_chunk(
     what: str,
     *,
     on_retry: Callable[[str], None],
+    on_pause: Callable[[str], None],
+    ending: Callable[[], bool],
     sleep: Callable[[float], None] = time.sleep,
 ) -> ChunkOutcome:
     """Run `attempt` (one window: `run_chunk`) until its chunk completes; each retry is a new
     window with new watermarks, announced to `on_retry` after its backoff. Raises DumpFailed
-    once `retries` is spent, naming `what` (the chunk) and why."""
+    once `retries` is spent, naming `what` (the chunk) and why. While the read replica is
+    behind, the chunk pauses, announced to `on_pause`, for as long as it takes, unless
+    `ending()` says the dump is ending: then it raises `ChunkLeft`."""
     while True:
         try:
             outcome = attempt()
+        except ReplicaBehind as exc:
+            if ending():
+                raise ChunkLeft(f"{what} left unread, the dump ending: {exc}") from exc
+            pause = retries.replica_behind()
+            log.warning("%s paused: %s; trying again in %.2fs", what, exc, pause)
+            on_pause(str(exc))
+            sleep(pause)
+            continue
         except (SourceUnavailable, StateStoreUnavailable) as exc:
             # The source or Redis went away (a restart, a failover): wait for it, within the
             # patience, without spending the window attempts.
@@ -401,6 +442,14 @@ def _count_retry(store: StateStore, dump_id: str, reason: str) -> None:
         store.dumps.note(dump_id, f"retrying a chunk: {reason}")
     except StateStoreUnavailable:
         log.warning("could not count a retried window of %s: the state store is away", dump_id)
+
+
+def _note_pause(store: StateStore, dump_id: str, reason: str) -> None:
+    """Say in the dump's status that a chunk waits for the read replica (not a retried window)."""
+    try:
+        store.dumps.note(dump_id, f"paused until the read replica catches up: {reason}")
+    except StateStoreUnavailable:
+        log.warning("could not note the pause of %s: the state store is away", dump_id)
 
 
 def _throttle(

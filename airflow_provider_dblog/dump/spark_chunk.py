@@ -54,9 +54,10 @@ def sub_ranges(source: ChunkSource, chunk: Chunk, tasks: int, chunk_size: int) -
     return [dataclasses.replace(chunk, after=a, upto=b) for a, b in pairwise(bounds)]
 
 
-PartResult = tuple[int, int | None, Key | None, str | None, str | None]
+PartResult = tuple[int, int | None, Key | None, SourceUnavailable | None, str | None]
 """What a task sends back: part index, rows stored (None: the window ended), last key read, why
-the source could not be read (None: it was), and why it refuses this worker's connection (a
+the source could not be read (None: it was; the error itself, so that a replica behind stays
+`ReplicaBehind` on the driver), and why it refuses this worker's connection (a
 `SourceError`: a TLS file the worker lacks, a certificate that does not verify; None: it did
 not)."""
 
@@ -80,7 +81,7 @@ def read_parts(
                 read = connections.source.read_chunk(part)
             except SourceUnavailable as exc:
                 connections.healthy = False
-                results.append((index, None, None, str(exc), None))
+                results.append((index, None, None, exc, None))
                 break
             except SourceError as exc:
                 connections.healthy = False
@@ -152,13 +153,15 @@ class SparkChunkReader(SparkChunkJob):
         return _combine(self._job(store, source, chunk, task, "dblog dump"))
 
 
-def raise_source_trouble(unavailable: Sequence[str], refused: Sequence[str]) -> None:
+def raise_source_trouble(unavailable: Sequence[SourceUnavailable], refused: Sequence[str]) -> None:
     """What the tasks said of the source, as the driver raises it: `SourceError` if it refused
-    a worker (the dump fails), `SourceUnavailable` if it was away (the runner waits)."""
+    a worker (the dump fails), the task's `SourceUnavailable` (or `ReplicaBehind`) if it was
+    away or behind (the runner waits)."""
     if refused:
         raise SourceError(f"a Spark task cannot use the source: {refused[0]}")
     if unavailable:
-        raise SourceUnavailable(f"a Spark task could not read the source: {unavailable[0]}")
+        first = unavailable[0]
+        raise type(first)(f"a Spark task could not read the source: {first}")
 
 
 def _combine(results: Sequence[PartResult]) -> StoredChunk | None:

@@ -49,7 +49,7 @@ class StagedPart:
     index: int
     stored: int | None
     last_key: Key | None
-    unavailable: str | None
+    unavailable: SourceUnavailable | None
     handle: str | None = None
     refused: str | None = None
 
@@ -74,7 +74,7 @@ def stage_parts(
                 read = target.stage_chunk(connections.source, part, key_columns)
             except SourceUnavailable as exc:
                 connections.healthy = False
-                staged.append(StagedPart(index, None, None, str(exc)))
+                staged.append(StagedPart(index, None, None, exc))
                 break
             except SourceError as exc:
                 connections.healthy = False

@@ -2,14 +2,16 @@
 each chunk is read on the replica once it has applied what its window needs.
 
 On PostgreSQL (a hot standby) and MariaDB (a GTID replica), with written watermarks and
-read-only, under concurrent writes: the replica's replay is paused mid-dump, the dump stops
-moving and says why in its status (the replica's lag), and once replay resumes it completes;
-the NDJSON replay equals the primary with no time travel.
+read-only, under concurrent writes: the replica's replay is paused mid-dump, the dump pauses
+and says why in its status (the replica's lag), for longer than its patience for a source
+away (a replica behind is not an outage), and once replay resumes it completes; the NDJSON
+replay equals the primary with no time travel.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import random
 import threading
@@ -50,6 +52,7 @@ from tests.integration.e2e_support import (
 
 pytestmark = pytest.mark.integration
 REPLICA_WAIT_S = 2
+PATIENCE_S = 1.0
 
 
 def replica_fixture(kind: str) -> str:
@@ -81,6 +84,7 @@ def test_chunks_read_on_a_paused_replica_wait_for_it_and_converge(
     request: pytest.FixtureRequest,
     redis_server: RedisInfo,
     tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     kind = "mariadb" if isinstance(dbs, MysqlDatabases) else "postgres"
     replica: Replica = request.getfixturevalue(replica_fixture(kind))
@@ -110,8 +114,11 @@ def test_chunks_read_on_a_paused_replica_wait_for_it_and_converge(
         writer.wait_for(10)
         store.dumps.create(DumpRequest("r", DumpKind.ALL, dbs.tables, chunk_size=20, parallelism=2))
         ended: list[str] = []
+        # A patience for a source away far below the pause: the pause must not spend it.
         dump = threading.Thread(
-            target=lambda: ended.append(run_dump(store, source.chunk_source, "r"))
+            target=lambda: ended.append(
+                run_dump(store, source.chunk_source, "r", source_patience_s=PATIENCE_S)
+            )
         )
         dump.start()
 
@@ -122,8 +129,16 @@ def test_chunks_read_on_a_paused_replica_wait_for_it_and_converge(
         wait_until(lambda: chunks(store) >= 2, 120, "two chunks dumped")
         replica.pause_replay()
         paused = True
+        caplog.set_level(logging.WARNING, logger="airflow_provider_dblog.dump.runner")
         wait_until(
-            lambda: "read replica" in status_reason(), 120, "the dump saying the replica lags"
+            lambda: status_reason().startswith("paused until the read replica catches up: "),
+            120,
+            "the dump saying it waits for the replica",
+        )
+        wait_until(
+            lambda: sum(" paused: " in r.getMessage() for r in caplog.records) >= 3,
+            120,
+            f"three pauses of {REPLICA_WAIT_S}s each: longer than the patience",
         )
         assert not ended, "the dump cannot end while the replica is paused"
         replica.resume_replay()

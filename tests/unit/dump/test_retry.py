@@ -1,5 +1,6 @@
 """The dump's retry budget on a fake clock: a source that is away is waited for, within a time
-bound and without spending the window attempts; failed windows still run out of attempts."""
+bound and without spending the window attempts; failed windows still run out of attempts; a read
+replica behind pauses the chunk for as long as it takes, unless the dump is ending."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 
 from airflow_provider_dblog.dump.chunk import ChunkOutcome, ChunkReadFailed
 from airflow_provider_dblog.dump.retry import MAX_BACKOFF_S, ChunkRetries, Patience
-from airflow_provider_dblog.dump.runner import DumpFailed, retry_chunk
-from airflow_provider_dblog.sources.base import SourceUnavailable
+from airflow_provider_dblog.dump.runner import ChunkLeft, DumpFailed, retry_chunk
+from airflow_provider_dblog.sources.base import ReplicaBehind, SourceUnavailable
 from airflow_provider_dblog.state import StateStoreUnavailable
 
 DONE = ChunkOutcome(True, 10, (10,))
@@ -50,7 +51,13 @@ def scripted(clock: Clock, *steps: BaseException | ChunkOutcome) -> Callable[[],
 
 
 def run(
-    clock: Clock, attempt: Callable[[], ChunkOutcome], *, attempts: int = 5, patience_s: float = 300
+    clock: Clock,
+    attempt: Callable[[], ChunkOutcome],
+    *,
+    attempts: int = 5,
+    patience_s: float = 300,
+    paused: list[str] | None = None,
+    ending: Callable[[], bool] = lambda: False,
 ) -> tuple[ChunkOutcome, list[str]]:
     retried: list[str] = []
     outcome = retry_chunk(
@@ -58,6 +65,8 @@ def run(
         ChunkRetries(attempts, Patience(patience_s, clock)),
         "chunk 3 of public.t",
         on_retry=retried.append,
+        on_pause=(paused if paused is not None else []).append,
+        ending=ending,
         sleep=clock.sleep,
     )
     return outcome, retried
@@ -139,3 +148,50 @@ def test_a_failed_read_is_a_failed_window_retried_after_a_backoff() -> None:
     with pytest.raises(DumpFailed, match=r"failed 3 times; last: the Spark job .* \(2\)"):
         run(clock, scripted(clock, *failures), attempts=3)
     assert clock.sleeps == [0.25, 0.5, 1.0]
+
+
+BEHIND = ReplicaBehind("the read replica of src has replayed the WAL up to 0/3000000: 4096 short")
+
+
+def test_a_replica_behind_far_longer_than_the_patience_pauses_the_chunk() -> None:
+    """An hour behind (a replica whose replay its operator paused) under 120 s of patience: the
+    chunk waits, says why each time, and spends no window attempt."""
+    clock = Clock()
+    paused: list[str] = []
+    steps: list[BaseException | ChunkOutcome] = [BEHIND] * 720
+    outcome, retried = run(clock, scripted(clock, *steps), patience_s=120, paused=paused)
+    assert outcome == DONE
+    assert clock.now - 1000.0 > 3600
+    assert retried == [] and paused == [str(BEHIND)] * 720
+    assert clock.sleeps[:3] == [0.25, 0.5, 1.0] and max(clock.sleeps) == MAX_BACKOFF_S
+
+
+def test_a_replica_behind_ends_a_spell_of_the_source_away() -> None:
+    """Two spells away of 80 s each under 100 s of patience, the replica answering between
+    them (behind): the servers were reached, so the second spell gets the whole patience."""
+    clock = Clock()
+    spell: list[BaseException | ChunkOutcome] = [SourceUnavailable("lost")] * 20
+    outcome, _ = run(clock, scripted(clock, *spell, BEHIND, *spell), patience_s=100)
+    assert outcome == DONE
+
+
+def test_pauses_spend_no_window_attempt() -> None:
+    clock = Clock()
+    steps: list[BaseException | ChunkOutcome] = [BEHIND, failed_window()] * 4 + [BEHIND] * 10
+    outcome, retried = run(clock, scripted(clock, *steps), attempts=5)
+    assert outcome == DONE and len(retried) == 4
+
+
+def test_a_paused_chunk_of_a_dump_that_ends_is_left_unread() -> None:
+    """Cancelled (or stopped) while its replica is behind: the chunk stops waiting at once,
+    named, and nothing says it completed."""
+    clock = Clock()
+    checks: list[bool] = []
+
+    def ending() -> bool:
+        checks.append(len(checks) >= 3)
+        return checks[-1]
+
+    with pytest.raises(ChunkLeft, match=r"^chunk 3 of public\.t left unread, the dump ending: the"):
+        run(clock, scripted(clock, *[BEHIND] * 100), ending=ending)
+    assert len(checks) == 4

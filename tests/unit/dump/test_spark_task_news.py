@@ -1,0 +1,27 @@
+"""What a Spark task says of the source reaches the driver's runner as the same kind of error:
+a replica behind must stay `ReplicaBehind` (the chunk pauses), a source away `SourceUnavailable`
+(the runner waits within its patience), a refusal `SourceError` (the dump fails)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from airflow_provider_dblog.dump.spark_chunk import raise_source_trouble
+from airflow_provider_dblog.sources.base import ReplicaBehind, SourceError, SourceUnavailable
+
+
+@pytest.mark.parametrize("kind", [ReplicaBehind, SourceUnavailable])
+def test_the_task_error_keeps_its_kind_across_the_wire(kind: type[SourceUnavailable]) -> None:
+    sent = pickle.loads(pickle.dumps(kind("behind by 4096 bytes")))  # as Spark returns it
+    with pytest.raises(kind) as raised:
+        raise_source_trouble([sent], [])
+    assert type(raised.value) is kind
+    assert str(raised.value) == "a Spark task could not read the source: behind by 4096 bytes"
+
+
+def test_a_refusal_wins_over_an_outage() -> None:
+    with pytest.raises(SourceError, match="cannot use the source: no such CA file") as raised:
+        raise_source_trouble([SourceUnavailable("away")], ["no such CA file"])
+    assert not isinstance(raised.value, SourceUnavailable)
