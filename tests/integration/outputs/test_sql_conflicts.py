@@ -34,7 +34,7 @@ def test_a_prune_rolled_back_by_a_deadlock_is_tried_again(pg15: PostgresInfo) ->
     source, name = f"src_{uuid.uuid4().hex[:8]}", f"t_{uuid.uuid4().hex[:8]}"
     table = TableRef("public", name)
     with psycopg.connect(pg15.dsn, autocommit=True) as admin:
-        admin.execute(f"CREATE TABLE {name} (id int PRIMARY KEY)")
+        admin.execute(f"CREATE TABLE public.{name} (id int PRIMARY KEY)")
         events = []
         for key in (1, 2):
             row = {"id": key}
