@@ -16,7 +16,10 @@ from redis.typing import EncodableT
 
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue
-from airflow_provider_dblog.state.client_certificate import refused_client_certificate
+from airflow_provider_dblog.state.client_certificate import (
+    ClientCertificateRefused,
+    refused_client_certificate,
+)
 from airflow_provider_dblog.state.errors import (
     RedisCertificateRefused,
     StateStoreError,
@@ -118,6 +121,12 @@ def unreachable(client: redis.Redis, error: redis.RedisError) -> StateStoreError
     server refused this client's (`client_certificate`: it shows as an EOF, so the server is
     asked). (redis-py raises its ConnectionError while handling the ssl module's error.)"""
     address = address_of(client)
+    if isinstance(error, ClientCertificateRefused):
+        return RedisCertificateRefused(
+            f"the Redis state store at {address} cannot be used: {error}; check [redis] "
+            "cert_file and key_file: a certificate signed by a CA the sentinels and servers "
+            "trust, not expired: nothing retries this"
+        )
     cause = error.__context__
     if isinstance(cause, ssl.SSLCertVerificationError):
         return RedisCertificateRefused(

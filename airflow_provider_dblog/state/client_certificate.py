@@ -13,14 +13,21 @@ import socket
 import ssl
 
 import redis
+import redis.asyncio
 import redis.sentinel
+
+
+class ClientCertificateRefused(redis.ConnectionError):
+    """A sentinel refused this client's certificate (`no_primary_error` raises it instead of
+    "no sentinel names a primary"): a configuration error, not an outage."""
+
 
 PROBE_TIMEOUT_S = 2.0
 """How long the probe waits for an alert. A server that took the certificate says nothing
 until a command comes, so a refusal is known at once and an acceptance takes this long."""
 
 
-def refused_client_certificate(client: redis.Redis) -> str | None:
+def refused_client_certificate(client: redis.Redis | redis.asyncio.Redis) -> str | None:
     """The alert the server sends a connection offering `client`'s certificate (such as
     `TLSV1_ALERT_UNKNOWN_CA`), or None: no client certificate, no alert (the certificate was
     taken), or no server to ask. Only the certificate is offered: no password, no command."""
@@ -47,7 +54,7 @@ def refused_client_certificate(client: redis.Redis) -> str | None:
     return None
 
 
-def _server(client: redis.Redis) -> tuple[str, int]:
+def _server(client: redis.Redis | redis.asyncio.Redis) -> tuple[str, int]:
     """The server the client's connections go to (with sentinels, the primary they name)."""
     pool = client.connection_pool
     if isinstance(pool, redis.sentinel.SentinelConnectionPool):

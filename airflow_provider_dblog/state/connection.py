@@ -32,6 +32,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.state.client_certificate import (
+    ClientCertificateRefused,
+    refused_client_certificate,
+)
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 SENTINEL_TIMEOUT_S = 5.0
@@ -214,23 +218,36 @@ def no_primary_error(
     service_name: str, sentinels: Sequence[Any], answers: Sequence[Any]
 ) -> redis.ConnectionError:
     """The error when no sentinel named a primary: a `MasterNotFoundError` saying why, unless a
-    sentinel's TLS certificate did not verify. Then that sentinel's own error, whose context is
-    the ssl module's error, so that the stores report a configuration error instead of an
-    outage (`state.base.unreachable`). Raised outside an `except`, it keeps that context."""
+    sentinel's TLS certificate did not verify or it refused this client's: then that sentinel's
+    own error, whose context is the ssl module's error, or `ClientCertificateRefused` (asked of
+    the sentinel, as a refusal reads as an EOF), so that the stores report a configuration
+    error instead of an outage (`state.base.unreachable`). Raised outside an `except`, the
+    sentinel's error keeps its context."""
     for answer in answers:
         if isinstance(answer, redis.ConnectionError) and isinstance(
             answer.__context__, ssl.SSLCertVerificationError
         ):
             return answer
+    for sentinel, answer in zip(sentinels, answers, strict=True):
+        if isinstance(answer, redis.ConnectionError) and (
+            alert := refused_client_certificate(sentinel)
+        ):
+            return ClientCertificateRefused(
+                f"sentinel {_address(sentinel)} refused this client's TLS certificate ({alert})"
+            )
     return redis.sentinel.MasterNotFoundError(no_primary(service_name, sentinels, answers))
+
+
+def _address(sentinel: Any) -> str:
+    kwargs = sentinel.connection_pool.connection_kwargs
+    return f"{kwargs.get('host')}:{kwargs.get('port')}"
 
 
 def no_primary(service_name: str, sentinels: Sequence[Any], answers: Sequence[Any]) -> str:
     """Why no sentinel named a primary: each one's answer to SENTINEL MASTERS (or its error)."""
     reasons = []
     for sentinel, answer in zip(sentinels, answers, strict=True):
-        kwargs = sentinel.connection_pool.connection_kwargs
-        at = f"{kwargs.get('host')}:{kwargs.get('port')}"
+        at = _address(sentinel)
         if isinstance(answer, Exception):
             reasons.append(f"sentinel {at} does not answer ({answer})")
         elif service_name not in answer:

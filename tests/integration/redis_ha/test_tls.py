@@ -19,7 +19,11 @@ from airflow_provider_dblog.cli import main
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
-from airflow_provider_dblog.devservices.redis_sentinel import SERVICE_NAME, RedisSentinelGroup
+from airflow_provider_dblog.devservices.redis_sentinel import (
+    SERVICE_NAME,
+    RedisSentinelGroup,
+    SentinelServer,
+)
 from airflow_provider_dblog.devservices.tls import make_test_ca
 from airflow_provider_dblog.outputs import read_events
 from airflow_provider_dblog.state import StateStore, StateStoreUnavailable
@@ -192,3 +196,44 @@ def test_a_store_over_tls_sentinels_follows_a_failover_and_refuses_another_ca(
     wrong = dataclasses.replace(settings, ca_file=str(other_ca.ca_file))
     with pytest.raises(RedisCertificateRefused, match="its TLS certificate does not verify"):
         StateStore(wrong.client(password=group.password), "tls_ha").dumps.get("tls-ha")
+
+
+class CertificateCheckingSentinel(SentinelServer):
+    """A sentinel that checks a client certificate offered to it against its CA (the group's
+    do not: a sentinel offers its server certificate when it connects to another)."""
+
+    def _command(self) -> list[str]:
+        return [*super()._command(), "--tls-auth-clients", "optional"]
+
+
+def test_a_sentinel_that_refuses_the_client_certificate_is_named(
+    tls_redis: TlsRedis, tmp_path: Path
+) -> None:
+    """A sentinel refuses a client certificate of another CA as the server closing the
+    connection (TLS 1.3): a configuration error naming the sentinel and the server's alert,
+    not "no sentinel names a primary". A certificate of its own CA gets through."""
+    info, ca = tls_redis.info, tls_redis.ca
+    tls = ca.server_tls(["127.0.0.1"])
+    other_ca = make_test_ca(tmp_path / "other-ca")
+    with CertificateCheckingSentinel(tmp_path / "sentinel", info, tls=tls) as sentinel:
+
+        def store(client_cert: tuple[Path, Path]) -> StateStore:
+            settings = parse_redis_settings(
+                {
+                    "sentinels": [f"127.0.0.1:{sentinel.port}"],
+                    "service_name": SERVICE_NAME,
+                    "tls": True,
+                    "ca_file": str(ca.ca_file),
+                    "cert_file": str(client_cert[0]),
+                    "key_file": str(client_cert[1]),
+                }
+            )
+            return StateStore(settings.client(password=info.password), "checked")
+
+        assert store(ca.client_cert("dblog")).dumps.get("none") is None
+        with pytest.raises(RedisCertificateRefused) as refused:
+            store(other_ca.client_cert("dblog")).dumps.get("none")
+    message = str(refused.value)
+    assert f"sentinel 127.0.0.1:{sentinel.port} refused this client's TLS certificate " in message
+    assert "(TLSV1_ALERT_UNKNOWN_CA)" in message and "check [redis] cert_file" in message
+    assert info.password not in message
