@@ -37,6 +37,7 @@ import hashlib
 import json
 import logging
 import os
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Hashable, Sequence
@@ -129,6 +130,18 @@ EntryKey = tuple[str, str]
 """(stream, entry id)"""
 
 
+def refused_certificate(error: redis.RedisError) -> None:
+    """Raise ConfigError if `error` is the stream's Redis presenting a TLS certificate that does
+    not verify: no retry would pass it, so the trigger fails saying why instead of waiting."""
+    cause = error.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        raise ConfigError(
+            "the change stream's Redis ([output] url_env) cannot be used: its TLS certificate "
+            f"does not verify ({cause.verify_message}); check the url's host and its CA "
+            "(ssl_ca_certs in the url, or the system's CAs)"
+        ) from error
+
+
 class ChangeStreamProducer(SharedStreamProducer):
     """Reads the trigger's consumer group into batches for the triggerer (ack mode), and
     acknowledges a batch's entries once Airflow has stored the events made from it."""
@@ -187,6 +200,7 @@ class ChangeStreamProducer(SharedStreamProducer):
                         client, stream, dict.fromkeys(stream.streams, ">"), batcher.room(), block
                     )
             except (redis.ConnectionError, redis.TimeoutError) as exc:
+                refused_certificate(exc)
                 log.warning(
                     "change stream's Redis unavailable (%s); retrying in %.1fs", exc, backoff
                 )

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 import redis
 
+from airflow_provider_dblog.config import ConfigError
 from airflow_provider_dblog.devservices.redis import RedisServer
+from airflow_provider_dblog.devservices.tls import make_test_ca
 from airflow_provider_dblog.triggers.change_batch import ChangeBatch
 from airflow_provider_dblog.triggers.changes import (
     ChangeStreamProducer,
@@ -129,3 +131,44 @@ def test_batches_acknowledgement_redelivery_and_a_redis_restart(
 
         asyncio.run(scenario())
         client.close()
+
+
+def test_a_stream_redis_whose_certificate_does_not_verify_fails_the_trigger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `rediss://` stream whose server certificate is not of the CA the URL names: the
+    producer fails at once with a `ConfigError` saying so (no password in it), where a Redis
+    away is waited for."""
+    tls = make_test_ca(tmp_path / "ca").server_tls(["127.0.0.1"])
+    other_ca = make_test_ca(tmp_path / "other-ca")
+    with RedisServer(tmp_path / "redis", tls=tls) as server:
+        info = server.info
+        url = f"{info.url}?ssl_ca_certs={other_ca.ca_file}"
+        source = {
+            "type": "postgres",
+            "name": "shop",
+            "dsn": "host=db dbname=shop user=u",
+            "tables": ["public.orders"],
+        }
+        output = {"type": "redis_stream", "url_env": "TEST_STREAM_URL"}
+        connection = {"conn_type": "dblog", "extra": {"source": source, "output": output}}
+        monkeypatch.setenv("AIRFLOW_CONN_DBLOG_TEST", json.dumps(connection))
+        monkeypatch.setenv("TEST_STREAM_URL", url)
+        trigger = DBLogChangeTrigger(
+            dblog_conn_id="dblog_test", source="shop", tables=["public.orders"]
+        )
+        _, kwargs = trigger.serialize()
+
+        async def first_batch() -> None:
+            producer = DBLogChangeTrigger.create_shared_stream_producer(kwargs)
+            try:
+                await asyncio.wait_for(anext(producer.open_stream()), 60)
+            finally:
+                await producer.aclose()
+
+        with pytest.raises(ConfigError) as refused:
+            asyncio.run(first_batch())
+    message = str(refused.value)
+    assert message.startswith("the change stream's Redis ([output] url_env) cannot be used: ")
+    assert "its TLS certificate does not verify (" in message
+    assert info.password not in message
