@@ -9,9 +9,9 @@ is retried with new watermarks, and the calls between chunks wait, for up to
 `source_patience_s` (see `retry.py`); a chunk whose read replica is behind pauses, saying so in
 the dump's status, until the replica catches up or the dump is cancelled or stopped. Between
 chunks it reads the controls in Redis (pause, resume, cancel, chunk size, delay, rows/s), so
-they can be changed while it runs. Used by `dblog dump`
-(chunks read in this process) and by the Spark application (`spark_run.run_spark_dump`: the
-same loop, each chunk read by Spark tasks through another `ChunkReader`).
+they can be changed while it runs. Used by `dblog dump` (chunks read in this process) and by
+the Spark application (`spark_run.run_spark_dump`: the same loop, each chunk read by Spark
+tasks through another `ChunkReader`).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ server that asks for one (`tls-auth-clients`).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import ssl
@@ -211,7 +212,8 @@ class _AsyncSentinel(redis.asyncio.sentinel.Sentinel):
                     answers.append(await sentinel.sentinel_masters())
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
                     answers.append(exc)
-        raise no_primary_error(service_name, self.sentinels, answers)
+        # In a thread: asking a sentinel about our client certificate blocks (up to seconds).
+        raise await asyncio.to_thread(no_primary_error, service_name, self.sentinels, answers)
 
 
 def no_primary_error(

@@ -7,6 +7,7 @@ CA is refused."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import random
@@ -26,7 +27,8 @@ from airflow_provider_dblog.devservices.redis_sentinel import (
 )
 from airflow_provider_dblog.devservices.tls import make_test_ca
 from airflow_provider_dblog.outputs import read_events
-from airflow_provider_dblog.state import StateStore, StateStoreUnavailable
+from airflow_provider_dblog.state import AsyncStateReader, StateStore, StateStoreUnavailable
+from airflow_provider_dblog.state.client_certificate import ClientCertificateRefused
 from airflow_provider_dblog.state.connection import RedisSettings, parse_redis_settings
 from airflow_provider_dblog.state.errors import RedisCertificateRefused
 from tests.integration.e2e_support import (
@@ -217,8 +219,8 @@ def test_a_sentinel_that_refuses_the_client_certificate_is_named(
     other_ca = make_test_ca(tmp_path / "other-ca")
     with CertificateCheckingSentinel(tmp_path / "sentinel", info, tls=tls) as sentinel:
 
-        def store(client_cert: tuple[Path, Path]) -> StateStore:
-            settings = parse_redis_settings(
+        def settings_of(client_cert: tuple[Path, Path]) -> RedisSettings:
+            return parse_redis_settings(
                 {
                     "sentinels": [f"127.0.0.1:{sentinel.port}"],
                     "service_name": SERVICE_NAME,
@@ -228,11 +230,23 @@ def test_a_sentinel_that_refuses_the_client_certificate_is_named(
                     "key_file": str(client_cert[1]),
                 }
             )
-            return StateStore(settings.client(password=info.password), "checked")
+
+        def store(client_cert: tuple[Path, Path]) -> StateStore:
+            return StateStore(settings_of(client_cert).client(password=info.password), "checked")
+
+        async def status_for_triggers(client_cert: tuple[Path, Path]) -> None:
+            client = settings_of(client_cert).async_client(password=info.password)
+            try:
+                await AsyncStateReader(client, "checked").dump_status("none")
+            finally:
+                await client.aclose()
 
         assert store(ca.client_cert("dblog")).dumps.get("none") is None
+        asyncio.run(status_for_triggers(ca.client_cert("dblog")))
         with pytest.raises(RedisCertificateRefused) as refused:
             store(other_ca.client_cert("dblog")).dumps.get("none")
+        with pytest.raises(ClientCertificateRefused, match=r"^sentinel 127\.0\.0\.1:\d+ refused"):
+            asyncio.run(status_for_triggers(other_ca.client_cert("dblog")))
     message = str(refused.value)
     assert f"sentinel 127.0.0.1:{sentinel.port} refused this client's TLS certificate " in message
     assert "(TLSV1_ALERT_UNKNOWN_CA)" in message and "check [redis] cert_file" in message
