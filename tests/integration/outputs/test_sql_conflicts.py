@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -30,10 +31,24 @@ def _deadlocks(conn: psycopg.Connection[Any]) -> int:
     return int(row[0])
 
 
-def test_a_prune_rolled_back_by_a_deadlock_is_tried_again(pg15: PostgresInfo) -> None:
+@pytest.fixture
+def database(pg15: PostgresInfo) -> Iterator[tuple[str, str]]:
+    """A database of its own (its dsn, and the superuser's): the server's default one may hold
+    a `dblog` schema, first on the search path of the user of that name but not the
+    superuser's, so the two would name different tables unqualified."""
+    name = f"conflicts_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg15.admin_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} OWNER {pg15.user}")
+    yield make_conninfo(pg15.dsn, dbname=name), make_conninfo(pg15.admin_dsn, dbname=name)
+    with psycopg.connect(pg15.admin_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_a_prune_rolled_back_by_a_deadlock_is_tried_again(database: tuple[str, str]) -> None:
+    dsn, admin_dsn = database
     source, name = f"src_{uuid.uuid4().hex[:8]}", f"t_{uuid.uuid4().hex[:8]}"
     table = TableRef("public", name)
-    with psycopg.connect(pg15.dsn, autocommit=True) as admin:
+    with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(f"CREATE TABLE public.{name} (id int PRIMARY KEY)")
         events = []
         for key in (1, 2):
@@ -44,21 +59,19 @@ def test_a_prune_rolled_back_by_a_deadlock_is_tried_again(pg15: PostgresInfo) ->
             ):
                 info = SourceInfo(source, "db", "public", name, Position(commit, key), Origin.LOG)
                 events.append(PlainEvent(op, row, before, after, info, 0))
-        with SqlApplyOutput(pg15.dsn, monotonic=True) as output:
+        with SqlApplyOutput(dsn, monotonic=True) as output:
             output.write(events, 1)
         deadlocks_before = _deadlocks(admin)
 
     # As the superuser, who may set deadlock_timeout: the prune's session detects the deadlock
     # (2 s after it starts to wait), the blocker's would only after a minute, so the prune is
     # the transaction rolled back.
-    target = SqlDirectTarget(
-        make_conninfo(pg15.admin_dsn, options="-c deadlock_timeout=2s"), source
-    )
+    target = SqlDirectTarget(make_conninfo(admin_dsn, options="-c deadlock_timeout=2s"), source)
     where = "source = %s AND tbl = %s AND key = %s::jsonb"
     pruned: list[int | BaseException] = []
     with (
-        psycopg.connect(pg15.admin_dsn) as blocker,
-        psycopg.connect(pg15.admin_dsn, autocommit=True) as watcher,
+        psycopg.connect(admin_dsn) as blocker,
+        psycopg.connect(admin_dsn, autocommit=True) as watcher,
     ):
         blocker.execute("SET deadlock_timeout = '1min'")
         blocker.execute(
@@ -94,7 +107,7 @@ def test_a_prune_rolled_back_by_a_deadlock_is_tried_again(pg15: PostgresInfo) ->
             target.close()
 
     assert pruned == [2], pruned
-    with psycopg.connect(pg15.dsn, autocommit=True) as admin:
+    with psycopg.connect(dsn, autocommit=True) as admin:
         # A backend reports its deadlock to the statistics when it flushes them (at the
         # latest as it exits: the output closed that connection), not at once.
         wait_until(lambda: _deadlocks(admin) > deadlocks_before, 60, "the deadlock counted")
