@@ -4,12 +4,14 @@ whose `[redis]` section the test spells."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.devservices.tls import TestCA
+from airflow_provider_dblog.state import StateStoreUnavailable
 from tests.integration.e2e_support import REDIS_PASSWORD_ENV, SourceDatabases
 
 
@@ -56,3 +58,14 @@ def write_redis_config(
     ]
     path.write_text("\n".join(lines))
     return path
+
+
+def answered(call: Callable[[], object]) -> bool:
+    """Whether `call`, a store call, was answered. Right after a failover a client made before
+    it may still hold a connection to the dead primary: that call fails, and the next one asks
+    the sentinels again (a condition to wait on)."""
+    try:
+        call()
+    except StateStoreUnavailable:
+        return False
+    return True

@@ -42,7 +42,7 @@ from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.outputs import read_events
 from airflow_provider_dblog.outputs.ndjson import FENCE_FILE, LOCK_FILE
 from airflow_provider_dblog.sources.base import ChunkSource
-from airflow_provider_dblog.state import DumpState, StateStore, StateStoreUnavailable
+from airflow_provider_dblog.state import DumpState, StateStore
 from airflow_provider_dblog.state.keys import SourceKeys
 from tests.integration.e2e_support import (
     REDIS_PASSWORD_ENV,
@@ -59,7 +59,7 @@ from tests.integration.e2e_support import (
     wait_until,
 )
 from tests.integration.redis_ha.journaled_tailer import JOURNALS_ENV
-from tests.integration.redis_ha.support import write_redis_config
+from tests.integration.redis_ha.support import answered, write_redis_config
 
 pytestmark = pytest.mark.integration
 SEEDS_ENV = "DBLOG_FAILOVER_SEEDS"
@@ -199,8 +199,9 @@ def _run(
         frozen.process.send_signal(signal.SIGCONT)
         frozen = None
         group.wait_for_failover(killed)
-        # The promoted replica still has the delay; its clients may still be finding it.
-        wait_until(lambda: _unthrottled(store), 60, f"the dump unthrottled {why}")
+        # The promoted replica still has the delay.
+        unthrottle = lambda: store.dumps.throttle("lossy", delay_ms=0)  # noqa: E731
+        wait_until(lambda: answered(unthrottle), 60, f"the dump unthrottled {why}")
 
         dumping.join(300)
         assert ended == [DumpState.DONE], (ended, store.dumps.status("lossy"), why)
@@ -244,14 +245,6 @@ def _dump(store: StateStore, open_source: Callable[[], ChunkSource]) -> DumpStat
         return run_dump(store, open_source, "lossy", window_timeout_s=5)
     except Exception as exc:  # the test names it
         return exc
-
-
-def _unthrottled(store: StateStore) -> bool:
-    try:
-        store.dumps.throttle("lossy", delay_ms=0)
-    except StateStoreUnavailable:
-        return False
-    return True
 
 
 def _leader(client: redis.Redis, keys: SourceKeys) -> str | None:

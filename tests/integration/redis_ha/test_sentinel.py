@@ -14,7 +14,7 @@ import json
 import os
 import random
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,12 +25,7 @@ from airflow_provider_dblog.devservices.process import LOOPBACK, free_port
 from airflow_provider_dblog.devservices.redis_sentinel import SERVICE_NAME, RedisSentinelGroup
 from airflow_provider_dblog.hooks.dblog import DBLogConnection
 from airflow_provider_dblog.outputs import read_events
-from airflow_provider_dblog.state import (
-    AsyncStateReader,
-    DumpStatus,
-    StateStore,
-    StateStoreUnavailable,
-)
+from airflow_provider_dblog.state import AsyncStateReader, DumpStatus, StateStore
 from tests.integration.e2e_support import (
     DBLOG,
     REDIS_PASSWORD_ENV,
@@ -46,7 +41,7 @@ from tests.integration.e2e_support import (
     wait_caught_up,
     wait_until,
 )
-from tests.integration.redis_ha.support import write_redis_config
+from tests.integration.redis_ha.support import answered, write_redis_config
 
 pytestmark = pytest.mark.integration
 
@@ -112,8 +107,7 @@ def test_tail_and_dump_follow_a_failover_and_the_output_equals_the_source(
         killed = group.kill_primary()
         group.wait_for_failover(killed)
         assert group.primary() is not first
-        # The sentinels may still say the primary is down to a client for a moment.
-        wait_until(lambda: _reached(chunks), 60, "the promoted primary reached")
+        wait_until(lambda: answered(chunks), 60, "the promoted primary reached")
         after_failover = chunks()
         assert dump.wait(240) == 0, (tmp_path / "dump.log").read_text()[-3000:]
         transactions = writer.stop()
@@ -200,11 +194,3 @@ def test_a_sentinel_that_answers_nothing_and_an_unknown_service_are_clear_errors
         for text in wanted:
             assert text in stderr, (name, text, stderr)
         assert redis_sentinels.password not in stderr
-
-
-def _reached(read: Callable[[], object]) -> bool:
-    try:
-        read()
-    except StateStoreUnavailable:
-        return False
-    return True

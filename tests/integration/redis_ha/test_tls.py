@@ -27,7 +27,7 @@ from airflow_provider_dblog.devservices.redis_sentinel import (
 )
 from airflow_provider_dblog.devservices.tls import make_test_ca
 from airflow_provider_dblog.outputs import read_events
-from airflow_provider_dblog.state import AsyncStateReader, StateStore, StateStoreUnavailable
+from airflow_provider_dblog.state import AsyncStateReader, StateStore
 from airflow_provider_dblog.state.client_certificate import ClientCertificateRefused
 from airflow_provider_dblog.state.connection import RedisSettings, parse_redis_settings
 from airflow_provider_dblog.state.errors import RedisCertificateRefused
@@ -43,7 +43,7 @@ from tests.integration.e2e_support import (
     state_differences,
     wait_until,
 )
-from tests.integration.redis_ha.support import TlsRedis, write_redis_config
+from tests.integration.redis_ha.support import TlsRedis, answered, write_redis_config
 
 pytestmark = pytest.mark.integration
 ROWS = 100
@@ -183,13 +183,11 @@ def test_a_store_over_tls_sentinels_follows_a_failover_and_refuses_another_ca(
     group.wait_for_failover(killed)
     assert group.primary() is not first
 
-    def paused() -> bool:
-        try:
-            return store.dumps.pause("tls-ha")
-        except StateStoreUnavailable:
-            return False  # the client met the dead primary: the next call asks the sentinels
-
-    wait_until(paused, 30, "a write through the same client on the promoted replica")
+    wait_until(
+        lambda: answered(lambda: store.dumps.pause("tls-ha")),
+        30,
+        "a write through the same client on the promoted replica",
+    )
     controls = store.dumps.controls("tls-ha")
     assert controls is not None and controls.paused
     assert store.dumps.get("tls-ha") is not None
