@@ -348,7 +348,11 @@ function fillDump(card, d, tailer) {
   $(".rerun", card).hidden = !RESUMABLE.includes(d.state);
 }
 
+// Answers can come back out of order (one server thread per request): a message shows the
+// answer to the latest press only, never a slower answer to an earlier one.
 async function act(card, id, action) {
+  const asked = String(Number(card.dataset.asked || 0) + 1);
+  card.dataset.asked = asked;
   const body = {};
   if (action === "throttle") {
     for (const input of card.querySelectorAll(".controls input")) {
@@ -360,9 +364,11 @@ async function act(card, id, action) {
     const answer = await fetch(`/api/dumps/${encodeURIComponent(id)}/${action}`, {
       method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
     const reply = await answer.json();
+    if (card.dataset.asked !== asked) return;
     message.classList.toggle("bad", !answer.ok);
     message.textContent = reply.message || reply.error;
   } catch (exc) {
+    if (card.dataset.asked !== asked) return;
     message.classList.add("bad");
     message.textContent = `not sent: ${exc}`;
   }

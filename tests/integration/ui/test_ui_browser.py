@@ -174,6 +174,11 @@ def test_live_view_follows_a_dump_and_drives_its_controls(
             page.type_into('.dump[data-dump-id="ui-dump"] input[name="delay_ms"]', "15")
             click(page, "ui-dump", "throttle")
             wait_until(lambda: _controls(store, "ui-dump").delay_ms == 15, 30, "the throttle")
+            page.wait(
+                f"{dump_card('ui-dump')}.querySelector('.controls .message:not(.bad)')?.textContent"
+                " === 'dump ui-dump: throttle updated'",
+                "the throttle's answer shown",
+            )
             page.type_into('.dump[data-dump-id="ui-dump"] input[name="delay_ms"]', "-1")
             click(page, "ui-dump", "throttle")
             refused = page.wait(
