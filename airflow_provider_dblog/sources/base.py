@@ -35,6 +35,17 @@ class NotSetUp(SourceError):
     """The source lacks what a dump needs (its watermark table); the message says what to run."""
 
 
+class WatermarkRefused(SourceError):
+    """The dump's role may not write the watermark table: a configuration error, never retried."""
+
+    def __init__(self, source: str, table: object, reason: str) -> None:
+        super().__init__(
+            f"source {source}: the dump may not write its watermark table {table} ({reason}): "
+            "grant UPDATE on it, or dump read-only (dblog dump --read-only, or [source] "
+            "read_only = true)"
+        )
+
+
 class InvalidKey(InvalidRequest):
     """A key value that its key column's type does not accept; the message names the table,
     the column, its type and the value."""

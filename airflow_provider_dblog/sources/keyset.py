@@ -191,15 +191,26 @@ def split_keys(
     chunk_size: int,
     count: int,
     probe: Callable[[Q, list[Any]], Key | None],
+    replica_probe: Callable[[Q, list[Any]], Key | None] | None = None,
 ) -> list[Key]:
     """`ChunkSource.split_keys`: keys at every `chunk_size`-th row after `after`, none beyond
-    `upto`, at most `count`; `probe` runs one split probe and returns the key it found."""
+    `upto`, at most `count`; `probe` runs one split probe on the source and returns the key it
+    found.
+
+    With `replica_probe` (a read replica) the probes, an index walk of `chunk_size` keys each,
+    run there, sparing the primary. A split key is only a boundary, so one from a replica
+    behind is as good as any; but a replica finding fewer keys than asked may lack the newest
+    rows, and fewer keys plan the range's last, unbounded chunk: the primary goes on from there.
+    """
     keys: list[Key] = []
-    lower = after
-    for _ in range(count):
-        found = probe(*keyset.split_probe(shape, lower, upto, chunk_size))
-        if found is None:
-            break
-        lower = found
-        keys.append(lower)
+    for run in (replica_probe, probe):
+        if run is None:
+            continue
+        lower = keys[-1] if keys else after
+        while len(keys) < count:
+            found = run(*keyset.split_probe(shape, lower, upto, chunk_size))
+            if found is None:
+                break
+            lower = found
+            keys.append(lower)
     return keys

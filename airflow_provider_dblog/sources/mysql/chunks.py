@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ from airflow_provider_dblog.sources.base import (
     ReplicaBehind,
     SourceError,
     SourceUnavailable,
+    WatermarkRefused,
 )
 from airflow_provider_dblog.sources.filter_text import MYSQL, scan_filter
 from airflow_provider_dblog.sources.keyset import TableShape, split_keys
@@ -82,6 +83,7 @@ LOST_SERVER_CODES = frozenset((1053, 1927, 2003, 2006, 2013, 4031))
 connect, gone away, lost during a query, disconnected for inactivity (MySQL 8)."""
 
 _UNKNOWN_COLUMN = 1054
+_TABLE_ACCESS_DENIED = 1142
 _STRICT = "STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE"
 """The sql_mode `check_keys` judges values in: refuse what would be truncated or zeroed."""
 _SCHEMA_RETRIES = 3
@@ -134,15 +136,21 @@ class MysqlChunkSource:
     def split_keys(
         self, table: TableRef, after: Key | None, upto: Key, chunk_size: int, count: int
     ) -> list[Key]:
+        """On the read replica if there is one, the primary confirming the range's end
+        (`keyset.split_keys`)."""
         shape = self._shape(table)
-        with self._session() as cursor:
 
+        def probe_on(replica: bool) -> Callable[[str, list[Any]], Key | None]:
             def probe(query: str, params: list[Any]) -> Key | None:
-                cursor.execute(query, params)
-                row = cursor.fetchone()
+                with self._session(replica=replica) as cursor:
+                    cursor.execute(query, params)
+                    row = cursor.fetchone()
                 return None if row is None else _key(shape.key, row)
 
-            return split_keys(KEYSET, shape, after, upto, chunk_size, count, probe)
+            return probe
+
+        replica = probe_on(True) if self._config.read_replica is not None else None
+        return split_keys(KEYSET, shape, after, upto, chunk_size, count, probe_on(False), replica)
 
     def read_chunk(self, chunk: Chunk) -> ChunkRead:
         """Read the chunk in a consistent snapshot (no invisible transactions: see the module
@@ -189,7 +197,12 @@ class MysqlChunkSource:
             raise SourceError(f"a read-only dump of source {self._config.name} writes no watermark")
         table = KEYSET.table(self._config.watermark)
         with self._session() as cursor:
-            changed = cursor.execute(f"UPDATE {table} SET value = %s WHERE id = 1", (value,))
+            try:
+                changed = cursor.execute(f"UPDATE {table} SET value = %s WHERE id = 1", (value,))
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] != _TABLE_ACCESS_DENIED:
+                    raise
+                raise WatermarkRefused(self._config.name, table, exc.args[1]) from None
             if changed == 1:
                 return
             cursor.execute(f"SELECT value FROM {table} WHERE id = 1")

@@ -34,6 +34,7 @@ from airflow_provider_dblog.sources.base import (
     ReplicaBehind,
     SourceError,
     SourceUnavailable,
+    WatermarkRefused,
 )
 from airflow_provider_dblog.sources.filter_text import POSTGRES, scan_filter
 from airflow_provider_dblog.sources.keyset import TableShape, split_keys
@@ -233,14 +234,20 @@ class PostgresChunkSource:
     def split_keys(
         self, table: TableRef, after: Key | None, upto: Key, chunk_size: int, count: int
     ) -> list[Key]:
+        """On the read replica if there is one, the primary confirming the range's end
+        (`keyset.split_keys`)."""
         shape = self._shape(table)
-        with self._session() as conn:
 
+        def probe_on(replica: bool) -> Callable[[sql.Composed, list[Any]], Key | None]:
             def probe(query: sql.Composed, params: list[Any]) -> Key | None:
-                rows = _raw_rows(conn.execute(query, params))
+                with self._session(replica=replica) as conn:
+                    rows = _raw_rows(conn.execute(query, params))
                 return _key(shape.key, rows[0]) if rows else None
 
-            return split_keys(KEYSET, shape, after, upto, chunk_size, count, probe)
+            return probe
+
+        replica = probe_on(True) if self._config.read_replica is not None else None
+        return split_keys(KEYSET, shape, after, upto, chunk_size, count, probe_on(False), replica)
 
     def read_chunk(self, chunk: Chunk) -> ChunkRead:
         """Read the chunk in a REPEATABLE READ transaction and name the transactions its
@@ -298,7 +305,11 @@ class PostgresChunkSource:
             raise SourceError(f"a read-only dump of source {self._config.name} writes no watermark")
         query = sql.SQL("UPDATE {} SET value = %s").format(KEYSET.table(self._config.watermark))
         with self._session() as conn:
-            rowcount = conn.execute(query, (value,)).rowcount
+            try:
+                rowcount = conn.execute(query, (value,)).rowcount
+            except psycopg.errors.InsufficientPrivilege as exc:
+                reason = str(exc).strip()
+                raise WatermarkRefused(self._config.name, self._config.watermark, reason) from None
         if rowcount != 1:
             raise SourceError(
                 f"the watermark table {self._config.watermark} has {rowcount} rows, "

@@ -300,6 +300,24 @@ def test_status_shows_a_dumps_filter_line_by_line(cli: Cli) -> None:
     assert again.returncode == 2 and "dump writes writes watermarks" in again.stderr, said(again)
 
 
+def test_a_role_that_may_not_write_the_watermark_is_told_to_grant_it_or_dump_read_only(
+    cli: Cli,
+) -> None:
+    """A dump whose role lost UPDATE on the watermark table fails at its first chunk with one
+    line naming the table and the two ways out, not a driver's traceback."""
+    with psycopg.connect(cli.dbs.source_dsn, autocommit=True) as conn:
+        conn.execute("REVOKE UPDATE ON dblog.watermark FROM CURRENT_USER")
+    try:
+        denied = cli.run("dump", "--dump-id", "denied", "--table", "public.items")
+    finally:
+        with psycopg.connect(cli.dbs.source_dsn, autocommit=True) as conn:
+            conn.execute("GRANT UPDATE ON dblog.watermark TO CURRENT_USER")
+    assert denied.returncode == 2, said(denied)  # a configuration error
+    assert "may not write its watermark table dblog.watermark" in denied.stderr, said(denied)
+    assert "dblog dump --read-only" in denied.stderr and "Traceback" not in denied.stderr
+    assert cli.status("denied").state == "failed"
+
+
 def test_parallelism_and_max_rows_per_s(cli: Cli) -> None:
     """`--parallelism 3` reads three chunks at a time (never more than three windows open at
     once, and three at some moment) and `--max-rows-per-s` holds the dump to that rate over
