@@ -4,10 +4,10 @@ runner (in this process, sequenced) through a tailer in a thread, on PostgreSQL 
 A read-only window waits for the tailer twice (arming, then passing hw) where a written one
 waits for the tailer to meet two watermark rows; the bench prints rows/s of each, the best of
 `--runs` alternating runs, and their ratio (issue 25's goal: read-only / written >= 0.9).
-On PostgreSQL it also reads the chunks from a hot standby (`read_replica`, read-only) and
-prints the primary's CPU seconds per million rows dumped, beside the same with the reads on
-the primary (issue 25's goal: near zero). The primary spends CPU without any dump too (the
-tailer's walsender answering its idle keepalives, streaming to the standby, background
+It also reads the chunks from a replica (`read_replica`, read-only: a hot standby, a GTID
+replica of MariaDB) and prints the primary's CPU seconds per million rows dumped, beside the
+same with the reads on the primary (issue 25's goal: near zero). The primary spends CPU
+without any dump too (the tailer's idle keepalives, streaming to the replica, background
 workers): the same span of time with the tailer idle is measured after each dump and the
 dump's share printed as the difference.
 """
@@ -26,6 +26,7 @@ from support import Env, RunningTailer, TimedNdjson, load_average, say, tree_cpu
 
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.devservices.mariadb import MariaDBServer
+from airflow_provider_dblog.devservices.mariadb_replica import MariaDBReplica
 from airflow_provider_dblog.devservices.pg_replica import PostgresReplica
 from airflow_provider_dblog.devservices.postgres import PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
@@ -64,12 +65,12 @@ def dump_rate(
     table: str,
     read_only: bool,
     run: int,
-    primary: int | None,
+    primary: int,
     replica: str | None = None,
 ) -> tuple[float, float, float]:
     """Rows/s of one full dump of the table, a tailer of the source's own running; the CPU
-    seconds a million rows of the server process `primary` and its children (0 without), and
-    theirs over as long a time right after, the tailer idle and no dump running."""
+    seconds a million rows of the server process `primary` and its children, and theirs over
+    as long a time right after, the tailer idle and no dump running."""
     mode = "replica" if replica else "read_only" if read_only else "written"
     name = f"ro_{kind}_{mode}"
     section = {**env.source_section(name, [table], kind), "read_only": read_only}
@@ -93,21 +94,39 @@ def dump_rate(
                 parallelism=PARALLELISM,
             )
         )
-        cpu_before = tree_cpu_s(primary) if primary else 0.0
+        cpu_before = tree_cpu_s(primary)
         started = time.monotonic()
         state = run_dump(store, source.chunk_source, dump_id)
         seconds = time.monotonic() - started
-        cpu = (tree_cpu_s(primary) - cpu_before) if primary else 0.0
+        cpu = tree_cpu_s(primary) - cpu_before
         assert state == "done", f"the dump ended {state}"
-        idle_cpu = 0.0
-        if primary:
-            idle_before = tree_cpu_s(primary)
-            time.sleep(seconds)  # a measurement span, not a wait for anything
-            idle_cpu = tree_cpu_s(primary) - idle_before
+        idle_before = tree_cpu_s(primary)
+        time.sleep(seconds)  # a measurement span, not a wait for anything
+        idle_cpu = tree_cpu_s(primary) - idle_before
         assert tailer.alive()
     status = store.dumps.status(dump_id)
     assert status is not None
     return status.rows / seconds, cpu / status.rows * 1e6, idle_cpu / status.rows * 1e6
+
+
+def start_replica(
+    stack: contextlib.ExitStack,
+    kind: str,
+    pg: PostgresServer,
+    mariadb: MariaDBServer,
+    base: Path,
+) -> str:
+    """A replica of the bench's server of `kind` (a hot standby, or a GTID replica), caught
+    up; the DSN a source's `read_replica` gives it."""
+    if kind == "postgres":
+        standby = stack.enter_context(PostgresReplica(pg, base / "pg-replica")).info
+        standby.wait_caught_up()
+        return (
+            f"host={standby.host} port={standby.port} dbname={pg.info.dbname} user={pg.info.user}"
+        )
+    replica = stack.enter_context(MariaDBReplica(mariadb, base / "mariadb-replica")).info
+    replica.wait_caught_up()
+    return f"mysql://{mariadb.info.user}@{replica.host}:{replica.port}/{mariadb.info.dbname}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,33 +155,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu_lines: list[str] = []
         for kind in kinds:
             table = prepare(env, kind, args.rows)
+            server = pg if kind == "postgres" else mariadb
+            assert server.pid is not None
             best = {False: 0.0, True: 0.0}
             primary_cpu = {False: (0.0, 0.0), True: (0.0, 0.0)}
             for run in range(args.runs):
                 for read_only in (False, True):
-                    server = pg.pid if kind == "postgres" else None
-                    rate, cpu, idle = dump_rate(env, kind, table, read_only, run, server)
+                    rate, cpu, idle = dump_rate(env, kind, table, read_only, run, server.pid)
                     mode = "read-only" if read_only else "written"
                     say(f"{kind} {mode} run {run + 1}: {rate:,.0f} rows/s")
                     best[read_only] = max(best[read_only], rate)
                     primary_cpu[read_only] = cpu, idle
             ratio = best[True] / best[False]
             lines.append(f"{kind:<10} {best[False]:>15,.0f} {best[True]:>17,.0f} {ratio:>7.3f}")
-            if kind == "postgres":
-                standby = stack.enter_context(PostgresReplica(pg, base / "pg-replica"))
-                standby.info.wait_caught_up()
-                dsn = f"host={standby.info.host} port={standby.info.port} dbname={pg.info.dbname}"
-                dsn += f" user={pg.info.user}"
-                rate, cpu, idle = dump_rate(env, kind, table, True, args.runs, pg.pid, replica=dsn)
-                on_primary, idle_primary = primary_cpu[True]
-                cpu_lines += [
-                    "postgres primary CPU s a million rows dumped (read-only; the same span "
-                    "with no dump; the dump's share):",
-                    f"  reading the primary: {on_primary:.2f}; {idle_primary:.2f}; "
-                    f"{on_primary - idle_primary:.2f}",
-                    f"  reading the standby: {cpu:.2f}; {idle:.2f}; {cpu - idle:.2f} "
-                    f"({rate:,.0f} rows/s there)",
-                ]
+            dsn = start_replica(stack, kind, pg, mariadb, base)
+            rate, cpu, idle = dump_rate(env, kind, table, True, args.runs, server.pid, dsn)
+            on_primary, idle_primary = primary_cpu[True]
+            cpu_lines += [
+                f"{kind} primary CPU s a million rows dumped (read-only; the same span "
+                "with no dump; the dump's share):",
+                f"  reading the primary: {on_primary:.2f}; {idle_primary:.2f}; "
+                f"{on_primary - idle_primary:.2f}",
+                f"  reading the replica: {cpu:.2f}; {idle:.2f}; {cpu - idle:.2f} "
+                f"({rate:,.0f} rows/s there)",
+            ]
     print("\n".join(lines + cpu_lines))
     print(f"\n{args.rows:,} rows, chunk size {CHUNK_SIZE:,}, parallelism {PARALLELISM}")
     print(f"load average (1, 5, 15 min): {load_before} at the start, {load_average()} at the end")

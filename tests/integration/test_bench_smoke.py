@@ -170,7 +170,8 @@ def test_read_only_bench_quick_prints_both_modes_on_both_databases() -> None:
     out = done.stdout
     for database in ("postgres", "mariadb"):
         assert re.search(rf"^{database}\s+[\d,]+\s+[\d,]+\s+{NUMBER}$", out, re.M), out
-    for where in ("primary", "standby"):
-        shares = rf"-?{NUMBER}; -?{NUMBER}; -?{NUMBER}"
-        assert re.search(rf"^  reading the {where}: {shares}", out, re.M), out
+    shares = rf"-?{NUMBER}; -?{NUMBER}; -?{NUMBER}"
+    for where in ("primary", "replica"):
+        found = re.findall(rf"^  reading the {where}: {shares}", out, re.M)
+        assert len(found) == 2, out  # each database
     assert re.search(rf"^load average \(1, 5, 15 min\): {NUMBER} ", out, re.M), out
