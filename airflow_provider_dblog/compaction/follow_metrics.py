@@ -6,7 +6,8 @@ Freshness is the lake's side of the tailer's lag: the seconds between the source
 the oldest event a run folded (`source.ts_ms`, which every log event carries) and the end of
 that run's last commit, so the longest any event of the run waited to reach the lake, on the
 follower's clock against the source's. A run of dump rows only (no commit time) leaves it as
-it was.
+it was. Each run's freshness also goes into a histogram (`dblog_compact_run_freshness_seconds`),
+so a quantile over an hour says how fresh the lake was, not only how fresh the last run left it.
 """
 
 from __future__ import annotations
@@ -14,11 +15,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import accumulate
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from airflow_provider_dblog.compaction.run import CompactReport
@@ -28,6 +35,36 @@ log = logging.getLogger(__name__)
 
 STATES = ("starting", "standby", "leading")
 """The values of `dblog_compact_state`'s label."""
+
+FRESHNESS_BUCKETS_S = (1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+"""Upper bounds of the run freshness histogram, around the 30 s a follower should keep."""
+
+
+@dataclass
+class FreshnessHistogram:
+    """Runs by freshness: counts per bucket (not cumulative), their sum and count."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(FRESHNESS_BUCKETS_S) + 1))
+    sum_s: float = 0.0
+    runs: int = 0
+
+    def observe(self, seconds: float) -> None:
+        bucket = next(
+            (i for i, bound in enumerate(FRESHNESS_BUCKETS_S) if seconds <= bound),
+            len(FRESHNESS_BUCKETS_S),
+        )
+        self.counts[bucket] += 1
+        self.sum_s += seconds
+        self.runs += 1
+
+    def family(self) -> HistogramMetricFamily:
+        bounds = [str(b) for b in FRESHNESS_BUCKETS_S] + ["+Inf"]
+        return HistogramMetricFamily(
+            "dblog_compact_run_freshness_seconds",
+            "Freshness of each run that folded log events (see dblog_compact_freshness_seconds).",
+            buckets=list(zip(bounds, accumulate(self.counts), strict=True)),
+            sum_value=self.sum_s,
+        )
 
 
 @dataclass
@@ -45,6 +82,7 @@ class FollowStats:
     pending_bytes: int = 0
     """Complete event bytes the tailer wrote that no run has read yet (at the last look)."""
     freshness_s: float | None = None
+    freshness: FreshnessHistogram = field(default_factory=FreshnessHistogram)
     last_fold_ms: int = 0
     """When the last run that folded events ended (Unix time, ms)."""
     position: list[int] | None = None
@@ -59,6 +97,7 @@ class FollowStats:
             self.last_fold_ms = now_ms
         if report.committed is not None:
             self.freshness_s = max(0.0, (now_ms - report.committed[0]) / 1000)
+            self.freshness.observe(self.freshness_s)
 
     def metrics(self) -> dict[str, JsonValue]:
         """What each heartbeat carries."""
@@ -101,6 +140,7 @@ class _StatsCollector(Collector):
                 "the end of that run.",
                 stats.freshness_s,
             )
+        yield stats.freshness.family()
         yield GaugeMetricFamily(
             "dblog_compact_last_fold_timestamp_seconds",
             "When the last run that folded events ended (Unix time); 0 before the first.",

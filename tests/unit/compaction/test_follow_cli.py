@@ -11,12 +11,14 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from airflow_provider_dblog.cli import lake as lake_cli
 from airflow_provider_dblog.cli import main
 from airflow_provider_dblog.compaction import run
 from airflow_provider_dblog.compaction.follow import FollowSettings
-from airflow_provider_dblog.compaction.follow_metrics import FollowStats
+from airflow_provider_dblog.compaction.follow_metrics import FollowMetrics, FollowStats
 from airflow_provider_dblog.compaction.run import CompactReport, compact
 from airflow_provider_dblog.compaction.segments import CompactState
 from airflow_provider_dblog.core.event import Event, Op, Origin, PlainEvent, SourceInfo, table_event
@@ -123,3 +125,29 @@ def test_freshness_is_the_oldest_folded_event_s_wait_and_a_run_without_one_keeps
     stats.folded(CompactReport(CompactState([6, 0]), events=2))  # dump rows: no commit time
     assert stats.freshness_s is not None and 90 <= stats.freshness_s < 120
     assert stats.metrics()["events"] == 5 and stats.metrics()["position"] == [6, 0]
+
+
+def test_each_run_s_freshness_lands_in_its_histogram_bucket() -> None:
+    """Runs 0.5 s, 20 s and an hour behind: the served histogram counts them cumulatively by
+    bound (1 s, 30 s, +Inf), their sum is theirs, a run of dump rows adds nothing."""
+    stats = FollowStats()
+    now_ms = int(time.time() * 1000)
+    for age_ms in (500, 20_000, 3_600_000):
+        committed = (now_ms - age_ms, now_ms)
+        stats.folded(CompactReport(CompactState([1, 0]), events=1, committed=committed))
+    stats.folded(CompactReport(CompactState([2, 0]), events=4))
+    text = generate_latest(FollowMetrics(stats).registry).decode()
+    samples = {
+        (sample.name, sample.labels.get("le")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("dblog_compact_run_freshness_seconds")
+    }
+    bucket = "dblog_compact_run_freshness_seconds_bucket"
+    assert samples[(bucket, "1.0")] == 1
+    assert samples[(bucket, "15.0")] == 1
+    assert samples[(bucket, "30.0")] == 2
+    assert samples[(bucket, "1800.0")] == 2
+    assert samples[(bucket, "+Inf")] == 3
+    assert samples[("dblog_compact_run_freshness_seconds_count", None)] == 3
+    assert 3620 <= samples[("dblog_compact_run_freshness_seconds_sum", None)] < 3700
