@@ -6,12 +6,15 @@ inserted, so a table that the compaction and direct dumps write all day collects
 and files that no current version lists stay on disk; and a reader finds a table's state by
 replaying the log from its last checkpoint. Per table, in order:
 
-1. **optimize** (delta-rs `optimize.compact`): the small files rewritten into few large ones,
-   in one commit that changes no row (`dataChange` false). It conflicts with a commit that
-   removed a file it read: a merge of the compaction or of a direct dump's driver that lands
-   between its read and its commit makes it fail (`CommitFailedError`), and it runs again on
-   the new version; a merge that read a file it removed fails the same way and the merge runs
-   again (`LakeTable.merge`). Either way no row is lost, and a key never gets a second row.
+1. **optimize** (`LakeTable.optimize`): the small files rewritten into few large ones. A table
+   kept in key ranges (`lake/clustered.py`) keeps them: each run of neighbouring small files
+   becomes one range, a commit replacing its rows with the same rows sorted by key; other
+   tables use delta-rs's `optimize.compact`, one commit that changes no row (`dataChange`
+   false). Either conflicts with a commit that removed a file it read: a merge of the
+   compaction or of a direct dump's driver that lands between its read and its commit makes
+   it fail (`CommitFailedError`), and it runs again on the new version; a merge that read a
+   file it removed fails the same way and the merge runs again (`LakeTable.merge`). Either
+   way no row is lost, and a key never gets a second row.
 2. **vacuum** (delta-rs `vacuum`, full mode): the files removed from the table more than the
    retention ago, and the files no version lists (a merge that died before its commit) that
    were written more than the retention ago. A file a writer wrote and has not committed yet is
@@ -181,12 +184,11 @@ def maintain_table(
 ) -> TableMaintenance:
     """Optimize, vacuum and checkpoint one table, as `options` says (the caller holds the
     lock, or knows no compaction runs)."""
-    delta = LakeTable.open(root, table).delta
+    lake = LakeTable.open(root, table)
+    delta = lake.delta
     report = TableMaintenance(str(table), delta.version(), 0, dry_run=options.dry_run)
     if options.optimize and not options.dry_run:
-        metrics = _retried(delta, lambda: delta.optimize.compact(commit_properties=_commit()))
-        report.compacted = int(metrics["numFilesRemoved"])
-        report.written = int(metrics["numFilesAdded"])
+        report.compacted, report.written = lake.optimize(_commit())
     if options.vacuum:
         report.vacuumed = _retried(
             delta,

@@ -60,6 +60,8 @@ class DataFile:
     low: int | None
     high: int | None
     rows: int = 0
+    size: int = 0
+    """Its bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +145,48 @@ def touched(files: Sequence[DataFile], keys: Sequence[int] | numpy.ndarray) -> T
     )
     spans += _key_spans(keys, [low for low, _ in others])
     return Touched(picked, tuple(_joined(_union(spans), others)))
+
+
+def packed(files: Sequence[DataFile], target_bytes: int) -> list[Touched]:
+    """What an optimize rewrites, each a range in one commit: runs of neighbouring small files
+    (under half `target_bytes`, in key order, nothing between them) of at most `target_bytes`
+    together, and any group of files whose ranges overlap (the older layout) alone, so that
+    the files written, cut at `target_bytes` from rows sorted by key, stay in disjoint ranges.
+    A run of one file is left as it is; a file of half the target or more ends a run, so what
+    an optimize wrote is not packed again by the next. Nothing when a file has no statistics:
+    its keys could be anywhere."""
+    if any(f.low is None or f.high is None for f in files):
+        return []
+    blocks: list[list[DataFile]] = []  # groups of overlapping files, in key order
+    reach = 0
+    for file in sorted(files, key=lambda f: (f.low, f.high)):
+        assert file.low is not None and file.high is not None
+        if blocks and file.low <= reach:
+            blocks[-1].append(file)
+            reach = max(reach, file.high)
+        else:
+            blocks.append([file])
+            reach = file.high
+    runs: list[list[DataFile]] = []
+    run: list[DataFile] = []
+    for block in blocks:
+        size = sum(f.size for f in block)
+        if size * 2 >= target_bytes:
+            runs += [run, block]
+            run = []
+        elif sum(f.size for f in run) + size > target_bytes:
+            runs.append(run)
+            run = list(block)
+        else:
+            run += block
+    runs.append(run)
+    found = []
+    for chosen in runs:
+        if len(chosen) > 1:
+            low = min(f.low for f in chosen if f.low is not None)
+            high = max(f.high for f in chosen if f.high is not None)
+            found.append(Touched(tuple(chosen), ((low, high),)))
+    return found
 
 
 def _key_spans(keys: numpy.ndarray, lows: Sequence[int]) -> list[tuple[int, int]]:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,8 +55,10 @@ from airflow_provider_dblog.lake.clustered import (
     FILE_BYTES,
     PART_ROWS,
     DataFile,
+    Part,
     Write,
     apply_rule,
+    packed,
     quote,
     touched,
 )
@@ -421,47 +423,89 @@ class LakeTable:
         commit per key range it replaces (streamed a part at a time), the last with
         `properties`' progress (`lake/clustered.py`)."""
         name = self.key[0]
-        actions = pa.table(self._delta.get_add_actions(flatten=True))
-        files = [
-            DataFile(path, low, high, rows)
-            for path, low, high, rows in zip(
-                actions["path"].to_pylist(),
-                _stats(actions, "min." + name),
-                _stats(actions, "max." + name),
-                actions["num_records"].to_pylist(),
-                strict=True,
-            )
-        ]
-        found = touched(files, source[name].to_numpy())
+        found = touched(self._data_files(), source[name].to_numpy())
         source = source.sort_by(name)
         keys = source[name].to_numpy()
         schema = self.arrow_schema
         counts = [0, 0]  # inserted, updated
 
-        def rows(write: Write) -> Iterator[pa.RecordBatch]:
-            for part in write.parts:
-                first = 0 if part.low is None else numpy.searchsorted(keys, part.low)
-                end = len(keys) if part.high is None else numpy.searchsorted(keys, part.high + 1)
-                stored = self._read([f.path for f in part.files], schema)
-                coming = source.slice(first, end - first)
-                done, inserted, updated = apply_rule(stored, coming, self.key, schema)
-                counts[0] += inserted
-                counts[1] += updated
-                yield from done.to_batches()
+        def rows(part: Part) -> pa.Table:
+            first = 0 if part.low is None else numpy.searchsorted(keys, part.low)
+            end = len(keys) if part.high is None else numpy.searchsorted(keys, part.high + 1)
+            stored = self._read([f.path for f in part.files], schema)
+            coming = source.slice(first, end - first)
+            done, inserted, updated = apply_rule(stored, coming, self.key, schema)
+            counts[0] += inserted
+            counts[1] += updated
+            return done
 
-        writes = found.writes(name, PART_ROWS)
+        self._write_ranges(found.writes(name, PART_ROWS), rows, properties)
+        return Written(counts[0], counts[1], 0, self.version)
+
+    def optimize(self, properties: CommitProperties) -> tuple[int, int]:
+        """Rewrite small files into few, changing no row: (files removed, files written). A
+        table kept in key ranges keeps them: each run of neighbouring small files becomes one
+        range (`clustered.packed`), where delta-rs's optimize would pack files of keys far
+        apart and the next write touching one would rewrite them all. Other tables, and one
+        with a file without statistics, bin-pack with delta-rs (`dataChange` false). Run
+        again on the latest version when another writer's commit won."""
+
+        def run() -> tuple[int, int]:
+            files = self._data_files()
+            if self._clustered() and all(f.low is not None for f in files):
+                schema, order = self.arrow_schema, [(k, "ascending") for k in self.key]
+
+                def rows(part: Part) -> pa.Table:
+                    return self._read([f.path for f in part.files], schema).sort_by(order)
+
+                runs = packed(files, FILE_BYTES)
+                writes = [w for run in runs for w in run.writes(self.key[0], PART_ROWS)]
+                self._write_ranges(writes, rows, properties)
+                before, after = {f.path for f in files}, {f.path for f in self._data_files()}
+                return len(before - after), len(after - before)
+            metrics = self._delta.optimize.compact(commit_properties=properties)
+            return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+        return self._retried(run)
+
+    def _data_files(self) -> list[DataFile]:
+        """The table's data files with their range of the first key column."""
+        name = self.key[0]
+        actions = pa.table(self._delta.get_add_actions(flatten=True))
+        return [
+            DataFile(path, low, high, rows, size)
+            for path, low, high, rows, size in zip(
+                actions["path"].to_pylist(),
+                _stats(actions, "min." + name),
+                _stats(actions, "max." + name),
+                actions["num_records"].to_pylist(),
+                actions["size_bytes"].to_pylist(),
+                strict=True,
+            )
+        ]
+
+    def _write_ranges(
+        self,
+        writes: Sequence[Write],
+        rows: Callable[[Part], pa.Table],
+        properties: CommitProperties,
+    ) -> None:
+        """Each write one commit replacing the rows of its predicate with `rows` of its parts
+        (sorted by key, streamed a part at a time), cut into files of `FILE_BYTES`; the last
+        commit carries `properties`' transactions (the compaction's progress)."""
+        schema = self.arrow_schema
         data_only = CommitProperties(custom_metadata=properties.custom_metadata)
         for index, write in enumerate(writes):
+            batches = (batch for part in write.parts for batch in rows(part).to_batches())
             write_deltalake(
                 self._delta,
-                pa.RecordBatchReader.from_batches(schema, rows(write)),
+                pa.RecordBatchReader.from_batches(schema, batches),
                 mode="overwrite",
                 predicate=write.predicate,
                 target_file_size=FILE_BYTES,
                 commit_properties=properties if index == len(writes) - 1 else data_only,
             )
         self._delta.update_incremental()
-        return Written(counts[0], counts[1], 0, self.version)
 
     def _read(self, paths: Sequence[str], schema: pa.Schema) -> pa.Table:
         """The rows of the data files `paths` (as the log names them) in `schema`: a column a

@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 import pytest
-from deltalake import DeltaTable
+from deltalake import CommitProperties, DeltaTable
 from deltalake.table import TableOptimizer
 
 from airflow_provider_dblog.cli import lake as lake_cli
@@ -206,21 +206,49 @@ def test_an_optimize_that_loses_to_a_direct_commit_runs_again_and_loses_no_row(
     version."""
     lake_with_small_files(tmp_path)
     before = read(tmp_path)
-    real = TableOptimizer.compact
+    real = LakeTable._write_ranges
     attempts = []
 
-    def compact_after_a_direct_commit(self: TableOptimizer, **kwargs: Any) -> dict[str, Any]:
-        attempts.append(kwargs)
-        if len(attempts) == 1:
-            assert direct_commit(tmp_path, range(0, 6), 100, "direct") == 6
-        return real(self, **kwargs)
+    def write_after_a_direct_commit(
+        self: LakeTable, writes: Any, rows: Any, properties: CommitProperties
+    ) -> None:
+        if properties.custom_metadata == maintenance.OPERATION:  # the optimize's, not the dump's
+            attempts.append(writes)
+            if len(attempts) == 1:
+                assert direct_commit(tmp_path, range(0, 6), 100, "direct") == 6
+        real(self, writes, rows, properties)
 
-    monkeypatch.setattr(TableOptimizer, "compact", compact_after_a_direct_commit)
+    monkeypatch.setattr(LakeTable, "_write_ranges", write_after_a_direct_commit)
     report = maintain_table(tmp_path, TABLE, ONLY_OPTIMIZE)
     assert len(attempts) == 2 and report.written == 1
     rows = read(tmp_path)
     assert [r[1] for r in rows] == expected_after(before, range(0, 6), "direct")
     assert len({r[0] for r in rows}) == len(rows), "one row per key"
+
+
+def test_a_table_of_another_key_bin_packs_with_delta_rs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A text key has no ranges to keep: delta-rs's optimize packs its small files."""
+    table = TableRef("app", "tags")
+    schema = lake_schema(
+        "postgres", table, TableSchema((Column("tag", "text", False, None),), ("tag",))
+    )
+    lake = LakeTable.open_or_create(tmp_path, table, schema)
+    for n in range(6):
+        lake.merge(schema.to_arrow([LakeRow({"tag": f"t{n}"}, 10 + n, 0, "c")]))
+    files = len(listed(tmp_path, table))
+    packs = []
+    real = TableOptimizer.compact
+
+    def counted(self: TableOptimizer, **kwargs: Any) -> dict[str, Any]:
+        packs.append(kwargs)
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(TableOptimizer, "compact", counted)
+    report = maintain_table(tmp_path, table, ONLY_OPTIMIZE)
+    assert len(packs) == 1 and (report.compacted, report.written) == (files, 1)
+    assert len(LakeTable.open(tmp_path, table).rows()) == 6
 
 
 def test_a_fold_that_loses_to_the_optimize_runs_again_and_loses_no_row(tmp_path: Path) -> None:

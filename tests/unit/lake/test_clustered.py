@@ -7,20 +7,30 @@ is rewritten whole where it overlaps, and stays right."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import duckdb
 import polars
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import CommitProperties, write_deltalake
 
 from airflow_provider_dblog.compaction.run import CompactOptions, compact
 from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.event import Op, Origin, PlainEvent, SourceInfo, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
-from airflow_provider_dblog.lake.clustered import DataFile, Part, Write, apply_rule, touched
+from airflow_provider_dblog.lake import table as table_module
+from airflow_provider_dblog.lake.clustered import (
+    DataFile,
+    Part,
+    Touched,
+    Write,
+    apply_rule,
+    packed,
+    touched,
+)
 from airflow_provider_dblog.lake.direct import commit_staged, stage_rows
 from airflow_provider_dblog.lake.schema import LakeRow, lake_schema
 from airflow_provider_dblog.lake.table import LakeTable, table_uri
@@ -208,3 +218,56 @@ def test_a_table_of_the_older_layout_is_rewritten_where_it_overlaps(tmp_path: Pa
         20: "n20",
         50: "n50",
     }
+
+
+MIB = 1024 * 1024
+
+
+def test_an_optimize_packs_runs_of_neighbouring_small_files_into_ranges() -> None:
+    """Small files (under half the target) between two larger ones pack apart; a run stops at
+    the target size; a run of one file stays; overlapping files (the older layout) are
+    rewritten together, even large."""
+    a, b = DataFile("a", 0, 9, size=MIB), DataFile("b", 10, 19, size=MIB)
+    big = DataFile("big", 20, 29, size=9 * MIB)
+    d, e, f = (DataFile(p, lo, lo + 9, size=3 * MIB) for p, lo in (("d", 30), ("e", 40), ("f", 50)))
+    lone = DataFile("lone", 60, 69, size=MIB)
+    big2 = DataFile("big2", 70, 79, size=4 * MIB)  # half the target: not small
+    assert packed([lone, f, e, d, big, b, a, big2], 8 * MIB) == [
+        Touched((a, b), ((0, 19),)),
+        Touched((d, e), ((30, 49),)),  # f would make 9 MiB: it starts the next run, with lone
+        Touched((f, lone), ((50, 69),)),
+    ]
+    x, y = DataFile("x", 0, 100, size=5 * MIB), DataFile("y", 50, 150, size=5 * MIB)
+    z = DataFile("z", 200, 210, size=MIB)
+    assert packed([x, y, z], 8 * MIB) == [Touched((x, y), ((0, 150),))]
+    assert packed([a], 8 * MIB) == []
+    assert packed([a, b, DataFile("nostats", None, None)], 8 * MIB) == []
+
+
+def test_an_optimize_keeps_the_ranges_and_the_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twelve small files of neighbouring key ranges (1000 rows each), optimized with a target
+    of about four files' size: fewer files, still in disjoint key ranges that cover the same
+    keys, read the same by DuckDB and Polars; a later write of one key rewrites one file; what
+    the optimize wrote is not packed again."""
+    lake = LakeTable.open_or_create(tmp_path, TABLE, SCHEMA)
+    for n in range(12):
+        keys = range(n * 1000, n * 1000 + 1000)
+        rows = [LakeRow({"id": k, "name": f"name {k}"}, 10 + n, k, "c") for k in keys]
+        lake.merge(SCHEMA.to_arrow(rows))
+    lake.merge(SCHEMA.to_arrow([LakeRow({"id": 1500, "name": "again"}, 30, 0, "u")]))
+    before = readers_see(tmp_path, lake)
+    sizes = pa.table(lake.delta.get_add_actions(flatten=True))["size_bytes"].to_pylist()
+    assert len(sizes) == 12
+    monkeypatch.setattr(table_module, "FILE_BYTES", int(max(sizes) * 4.5))
+    removed, written = lake.optimize(CommitProperties())
+    layout = sorted(files_by_range(lake))
+    assert removed == 12 and 2 <= written == len(layout) < 12, (removed, written, layout)
+    assert all(high < next_low for (_, high), (next_low, _) in pairwise(layout))
+    assert (layout[0][0], layout[-1][1]) == (0, 11_999)
+    assert readers_see(tmp_path, lake) == before
+    lake.merge(SCHEMA.to_arrow([LakeRow({"id": 6001, "name": "later"}, 40, 0, "u")]))
+    removed_files, added = last_commit(tmp_path, lake)
+    assert len(removed_files) == 1 and len(added) == 1
+    assert lake.optimize(CommitProperties()) == (0, 0)  # what it wrote is not small
