@@ -42,11 +42,10 @@ FRESHNESS_BUCKETS_S = (1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.
 
 @dataclass
 class FreshnessHistogram:
-    """Runs by freshness: counts per bucket (not cumulative), their sum and count."""
+    """Runs by freshness: counts per bucket (not cumulative) and their sum."""
 
     counts: list[int] = field(default_factory=lambda: [0] * (len(FRESHNESS_BUCKETS_S) + 1))
     sum_s: float = 0.0
-    runs: int = 0
 
     def observe(self, seconds: float) -> None:
         bucket = next(
@@ -55,7 +54,6 @@ class FreshnessHistogram:
         )
         self.counts[bucket] += 1
         self.sum_s += seconds
-        self.runs += 1
 
     def family(self) -> HistogramMetricFamily:
         bounds = [str(b) for b in FRESHNESS_BUCKETS_S] + ["+Inf"]
