@@ -147,16 +147,16 @@ def touched(files: Sequence[DataFile], keys: Sequence[int] | numpy.ndarray) -> T
     return Touched(picked, tuple(_joined(_union(spans), others)))
 
 
-def packed(files: Sequence[DataFile], target_bytes: int) -> list[Touched]:
+def packed(files: Sequence[DataFile], target_bytes: int) -> list[Touched] | None:
     """What an optimize rewrites, each a range in one commit: runs of neighbouring small files
     (under half `target_bytes`, in key order, nothing between them) of at most `target_bytes`
     together, and any group of files whose ranges overlap (the older layout) alone, so that
     the files written, cut at `target_bytes` from rows sorted by key, stay in disjoint ranges.
     A run of one file is left as it is; a file of half the target or more ends a run, so what
-    an optimize wrote is not packed again by the next. Nothing when a file has no statistics:
-    its keys could be anywhere."""
+    an optimize wrote is not packed again by the next. None when a file has no statistics:
+    its keys could be anywhere, so no range can be rewritten alone."""
     if any(f.low is None or f.high is None for f in files):
-        return []
+        return None
     blocks: list[list[DataFile]] = []  # groups of overlapping files, in key order
     reach = 0
     for file in sorted(files, key=lambda f: (f.low, f.high)):

@@ -452,14 +452,14 @@ class LakeTable:
 
         def run() -> tuple[int, int]:
             files = self._data_files()
-            if self._clustered() and all(f.low is not None for f in files):
+            runs = packed(files, FILE_BYTES) if self._clustered() else None
+            if runs is not None:
                 schema, order = self.arrow_schema, [(k, "ascending") for k in self.key]
 
                 def rows(part: Part) -> pa.Table:
                     return self._read([f.path for f in part.files], schema).sort_by(order)
 
-                runs = packed(files, FILE_BYTES)
-                writes = [w for run in runs for w in run.writes(self.key[0], PART_ROWS)]
+                writes = [w for found in runs for w in found.writes(self.key[0], PART_ROWS)]
                 self._write_ranges(writes, rows, properties)
                 before, after = {f.path for f in files}, {f.path for f in self._data_files()}
                 return len(before - after), len(after - before)
