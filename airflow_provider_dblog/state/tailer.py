@@ -26,7 +26,7 @@ import redis
 from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
-from airflow_provider_dblog.core.schema_versions import KnownSchema
+from airflow_provider_dblog.core.schema_versions import KnownSchema, replayable
 from airflow_provider_dblog.state.base import (
     BEAT,
     FENCE,
@@ -140,13 +140,18 @@ return 1
         raw = self._r.get(self.keys.tailer_resume)
         return None if raw is None else text(raw)
 
-    # KEYS: schemas, token. ARGV: token, table, version, JSON. Returns 0 if the stored version
-    # is not older (a replay), 1 when saved.
+    # KEYS: schemas, token. ARGV: token, table, version, JSON (the table's history, newest
+    # last). Returns 0 if the stored newest version is not older (a replay), 1 when saved. A
+    # single schema object is how earlier releases stored a table's one schema.
     _SCHEMA = (
         FENCE
         + """
 local stored = redis.call('HGET', KEYS[1], ARGV[2])
-if stored and cjson.decode(stored)['version'] >= tonumber(ARGV[3]) then return 0 end
+if stored then
+  local data = cjson.decode(stored)
+  local newest = data['version'] or data[#data]['version']
+  if newest >= tonumber(ARGV[3]) then return 0 end
+end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[4])
 return 1
 """
@@ -155,17 +160,16 @@ return 1
     @reachable
     def save_schema(self, known: KnownSchema, token: int) -> bool:
         """Store a table's schema once its event is durable, unless a version at least as new
-        is stored (versions only grow). Raises `FencedOut` if `token` no longer holds the
-        lease."""
-        data = {
-            "version": known.version,
-            "schema": known.schema.to_json(),
-            "position": known.position.to_json(),
-        }
+        is stored (versions only grow), with the earlier ones a tailer restarting from the
+        checkpoint can still meet (`replayable`). Raises `FencedOut` if `token` no longer
+        holds the lease."""
+        raw = self._r.hget(self.keys.tailer_schemas, str(known.table))
+        stored = [] if raw is None else _schemas(known.table, text(raw))
+        history = replayable([*stored, known], self.load_checkpoint())
         result = self._eval(
             self._SCHEMA,
             keys=[self.keys.tailer_schemas, self.keys.tailer_token],
-            args=[token, str(known.table), known.version, compact_json(data)],
+            args=[token, str(known.table), known.version, compact_json(_history_json(history))],
         )
         if result == -1:
             raise FencedOut.of(self.source, token, f"schema of {known.table} was not saved")
@@ -173,19 +177,11 @@ return 1
 
     @reachable
     def load_schemas(self) -> list[KnownSchema]:
-        """Every table's last durable schema, as `save_schema` stored it."""
-        known = []
-        for table, raw in decode_hash(self._r.hgetall(self.keys.tailer_schemas)).items():
-            data = json.loads(raw)
-            known.append(
-                KnownSchema(
-                    TableRef.parse(table),
-                    int(data["version"]),
-                    TableSchema.from_json(data["schema"]),
-                    Position.from_json(data["position"]),
-                )
-            )
-        return known
+        """Every table's durable schemas, as `save_schema` stored them."""
+        raw = decode_hash(self._r.hgetall(self.keys.tailer_schemas))
+        return [
+            known for table, data in raw.items() for known in _schemas(TableRef.parse(table), data)
+        ]
 
     def __init__(self, client: redis.Redis, source: str) -> None:
         super().__init__(client, source)
@@ -261,3 +257,28 @@ return 1
             pipe.time()
             raw, now = pipe.execute()
         return tailer_health_from(raw, now)
+
+
+def _history_json(history: Sequence[KnownSchema]) -> JsonValue:
+    return [
+        {
+            "version": known.version,
+            "schema": known.schema.to_json(),
+            "position": known.position.to_json(),
+        }
+        for known in history
+    ]
+
+
+def _schemas(table: TableRef, raw: str) -> list[KnownSchema]:
+    """A table's stored schemas, oldest first: a list, or one schema (earlier releases)."""
+    data = json.loads(raw)
+    return [
+        KnownSchema(
+            table,
+            int(item["version"]),
+            TableSchema.from_json(item["schema"]),
+            Position.from_json(item["position"]),
+        )
+        for item in (data if isinstance(data, list) else [data])
+    ]

@@ -150,7 +150,9 @@ class Session:
         self._source_name = source_name
         self._db = db
         self._reconciler = reconciler(source_name, db)
-        self._schemas = SchemaTracker(store.tailer.load_schemas())
+        self._schemas = SchemaTracker(
+            store.tailer.load_schemas(), resume=store.tailer.load_checkpoint()
+        )
         self._writer = Writer(
             output,
             store.windows,

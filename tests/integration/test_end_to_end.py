@@ -490,6 +490,70 @@ def test_truncate_and_alters_under_a_dump_and_a_tailer_kill_reach_every_output(
     assert dbs.pg.password not in log.read_text()
 
 
+def test_a_replay_across_an_added_and_dropped_column_reaches_the_sql_target(
+    dbs: Databases, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """A tailer SIGKILLed once a column's ADD and DROP are durable, but not yet checkpointed,
+    replays the rows written with the column: they carry the version they were read with, so
+    the SQL target (which no longer has the column) leaves it out of them, and goes on: the
+    changed rows equal the source's. (The target holds only the changed rows: no dump runs.)"""
+    store = StateStore(redis_server.client(), dbs.config.name)
+    orders = TableRef("public", "orders")
+    config = write_config(
+        tmp_path / "dblog.toml",
+        dbs,
+        redis_server,
+        {"type": "ndjson", "directory": str(tmp_path / "events")},
+        # The first checkpoint is saved at once, the next an hour later: the restart replays.
+        {"lease_ttl_ms": LEASE_TTL_MS, "heartbeat_s": 0.2, "checkpoint_s": 3600},
+    )
+    env = cli_env(dbs, redis_server, E2E_TARGET_DSN=dbs.target_dsn)
+    log = tmp_path / "tail.log"
+    tail = TailProcess(config, "tailer", env, log, module="tests.integration.e2e_tailer")
+
+    def target_note(n: int) -> object:
+        with psycopg.connect(dbs.target_dsn) as conn:
+            row = conn.execute(
+                "SELECT note FROM orders WHERE n = %s ORDER BY region LIMIT 1", (n,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def orders_version() -> int:
+        return max((k.version for k in store.tailer.load_schemas() if k.table == orders), default=0)
+
+    try:
+        wait_until(lambda: leading(store, redis_server, "tailer"), 30, "the tailer leading")
+        wait_until(lambda: store.tailer.load_checkpoint() is not None, 60, "a first checkpoint")
+        with psycopg.connect(dbs.source_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE orders SET note = 'before' WHERE n = 1")
+            wait_until(lambda: orders_version() == 1, 60, "orders described")
+            conn.execute("ALTER TABLE orders ADD COLUMN legacy text DEFAULT 'old'")
+            conn.execute("UPDATE orders SET note = 'with legacy', legacy = 'x' WHERE n = 1")
+            conn.execute("ALTER TABLE orders DROP COLUMN legacy")
+            conn.execute("UPDATE orders SET note = 'after drop' WHERE n = 2")
+        wait_until(lambda: target_note(2) == "after drop", 60, "the drop applied")
+        assert orders_version() == 3, "the added and the dropped column are durable"
+        tail.kill()
+        tail.start()
+        with psycopg.connect(dbs.source_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE orders SET note = 'after restart' WHERE n = 3")
+        wait_until(
+            lambda: target_note(3) == "after restart" or not tail.alive(),
+            60,
+            "the restart caught up",
+        )
+        assert tail.stop() == 0, log.read_text()[-3000:]
+    finally:
+        if tail.alive():
+            tail.kill()
+    changed = "SELECT * FROM orders WHERE n IN (1, 2, 3) ORDER BY region, n"
+    with psycopg.connect(dbs.source_dsn) as source, psycopg.connect(dbs.target_dsn) as target:
+        assert target.execute(changed).fetchall() == source.execute(changed).fetchall()
+        columns = target.execute(changed).description
+    assert columns is not None and "legacy" not in [c.name for c in columns]
+    assert dbs.pg.password not in log.read_text()
+
+
 def test_an_alter_with_no_later_write_reaches_the_stream_through_the_dump(
     dbs: Databases, redis_server: RedisInfo, tmp_path: Path
 ) -> None:

@@ -3,6 +3,8 @@ heartbeats."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from airflow_provider_dblog.core.event import TableRef
@@ -91,14 +93,50 @@ def test_schemas_persist_only_grow_and_are_fenced(store: StateStore) -> None:
     assert not store.tailer.save_schema(KnownSchema(table, 1, v1, Position(10, 0)), first), (
         "an older version (a replay) is not saved over a newer one"
     )
-    assert store.tailer.load_schemas() == [KnownSchema(table, 2, v2, Position(2**64 - 1, 4))]
+    assert store.tailer.load_schemas() == [
+        KnownSchema(table, 1, v1, Position(10, 0)),
+        KnownSchema(table, 2, v2, Position(2**64 - 1, 4)),
+    ]
 
     assert store.tailer.release_lease("tailer-a", first)
     second = store.tailer.acquire_lease("tailer-b", 10_000)
     assert second is not None
     with pytest.raises(FencedOut):
         store.tailer.save_schema(KnownSchema(table, 3, v1, Position(2**64 - 1, 6)), first)
-    assert [k.version for k in store.tailer.load_schemas()] == [2]
+    assert [k.version for k in store.tailer.load_schemas()] == [1, 2]
+
+
+def test_schemas_keep_what_a_replay_from_the_checkpoint_can_meet(store: StateStore) -> None:
+    """Every version after the checkpoint and the one in effect there: a restarted tailer
+    stamps the rows it reads again with the versions they first had."""
+    table = TableRef("app", "orders")
+    v1 = TableSchema((Column("id", "bigint", False, None),), ("id",))
+    v2 = TableSchema((*v1.columns, Column("flag", "integer", True, "7")), ("id",))
+    token = store.tailer.acquire_lease("tailer-a", 10_000)
+    assert token is not None
+    versions = [KnownSchema(table, n, (v1, v2)[n % 2], Position(n * 10, 0)) for n in (1, 2, 3)]
+    for known in versions:
+        assert store.tailer.save_schema(known, token)
+    assert store.tailer.load_schemas() == versions, "no checkpoint yet: every version"
+    store.tailer.save_checkpoint(25, token)
+    later = KnownSchema(table, 4, v2, Position(40, 0))
+    assert store.tailer.save_schema(later, token)
+    assert store.tailer.load_schemas() == [*versions[1:], later], "v1 is behind the checkpoint"
+    assert not store.tailer.save_schema(versions[2], token), "a replayed version is not saved"
+
+
+def test_a_schema_stored_by_an_earlier_release_loads_and_grows(store: StateStore) -> None:
+    """Earlier releases kept one schema object per table."""
+    table = TableRef("app", "orders")
+    v1 = TableSchema((Column("id", "bigint", False, None),), ("id",))
+    old = {"version": 3, "schema": v1.to_json(), "position": [2**64 - 1, 2]}
+    store.tailer._r.hset(store.tailer.keys.tailer_schemas, str(table), json.dumps(old))
+    assert store.tailer.load_schemas() == [KnownSchema(table, 3, v1, Position(2**64 - 1, 2))]
+    token = store.tailer.acquire_lease("tailer-a", 10_000)
+    assert token is not None
+    assert not store.tailer.save_schema(KnownSchema(table, 3, v1, Position(10, 0)), token)
+    assert store.tailer.save_schema(KnownSchema(table, 4, v1, Position(2**64 - 1, 6)), token)
+    assert [k.version for k in store.tailer.load_schemas()] == [3, 4]
 
 
 def test_the_resume_point_is_saved_with_the_checkpoint_under_the_fence(store: StateStore) -> None:

@@ -7,7 +7,7 @@ import pytest
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
-from airflow_provider_dblog.core.schema_versions import KnownSchema, SchemaTracker
+from airflow_provider_dblog.core.schema_versions import KnownSchema, SchemaTracker, replayable
 
 pytestmark = pytest.mark.unit
 
@@ -16,6 +16,7 @@ OTHER = TableRef("public", "other")
 ID = Column("id", "integer", False, None)
 V1 = TableSchema((ID,), ("id",))
 V2 = TableSchema((ID, Column("flag", "integer", True, "7")), ("id",))
+V3 = TableSchema((*V2.columns, Column("legacy", "text", True, "'old'")), ("id",))
 
 
 def test_a_table_starts_at_version_one_and_a_repeat_changes_nothing() -> None:
@@ -60,3 +61,60 @@ def test_defaults_and_nullability_ride_along_but_change_nothing() -> None:
     wider = TableSchema((ID, Column("flag", "bigint", True, "7")), ("id",))
     changed = tracker.observe(T, wider, Position(13, 0))
     assert changed is not None and changed.version == 2
+
+
+def test_a_replay_stamps_the_version_in_effect_where_the_log_is_read_again() -> None:
+    """A tailer restarted from checkpoint 15 after a column was added (v3 at 30) and dropped
+    (v4 at 50) reads rows of before the add, with the column, and after the drop again: each
+    takes the version it took when first read, so the SQL target knows the column went."""
+    history = [
+        KnownSchema(T, 2, V2, Position(10, 0)),
+        KnownSchema(T, 3, V3, Position(30, 2)),
+        KnownSchema(T, 4, V2, Position(50, 0)),
+    ]
+    tracker = SchemaTracker(history, resume=15)
+    assert tracker.version(T) == 2 and tracker.schema(T) == V2
+    assert tracker.versions == {T: 2}
+    assert tracker.observe(T, V2, Position(20, 0)) is None and tracker.version(T) == 2
+    assert tracker.observe(T, V3, Position(30, 2)) is None
+    assert tracker.versions == {T: 3} and tracker.schema(T) == V3
+    assert tracker.observe(T, V2, Position(50, 0)) is None and tracker.version(T) == 4
+    assert tracker.observe(T, V2, Position(60, 0)) is None and tracker.version(T) == 4
+    later = tracker.observe(T, V3, Position(70, 0))
+    assert later == KnownSchema(T, 5, V3, Position(70, 0))
+
+
+def test_a_replay_past_the_last_schema_without_its_description_catches_up() -> None:
+    """The last schema was emitted at a chunk's hw (the catalog asked): the replay's next
+    description of the same columns comes later and puts the tracker at the latest again."""
+    tracker = SchemaTracker(
+        [KnownSchema(T, 1, V1, Position(10, 0)), KnownSchema(T, 2, V2, Position(30, 0))],
+        resume=20,
+    )
+    assert tracker.version(T) == 1
+    assert tracker.observe(T, V2, Position(40, 0)) is None
+    assert tracker.version(T) == 2 and tracker.schema(T) == V2
+
+
+def test_without_a_checkpoint_or_before_every_kept_schema() -> None:
+    """No checkpoint: the latest is in effect. A checkpoint older than every schema kept: the
+    version before the first, its columns unknown (rows go out as read)."""
+    history = [KnownSchema(T, 3, V1, Position(30, 0)), KnownSchema(T, 4, V2, Position(40, 0))]
+    assert SchemaTracker(history).version(T) == 4
+    before = SchemaTracker(history, resume=20)
+    assert before.version(T) == 2 and before.schema(T) is None
+    first = SchemaTracker([KnownSchema(T, 1, V1, Position(30, 0))], resume=20)
+    assert first.version(T) == 0 and first.schema(T) is None
+
+
+def test_the_store_keeps_what_a_replay_from_the_checkpoint_can_meet() -> None:
+    history = [
+        KnownSchema(T, 1, V1, Position(10, 0)),
+        KnownSchema(T, 2, V2, Position(20, 4)),
+        KnownSchema(T, 3, V3, Position(30, 0)),
+    ]
+    assert replayable(history, None) == history
+    assert replayable(history, 5) == history
+    assert replayable(history, 20) == history[1:], "v2 is in effect after every seq of 20"
+    assert replayable(history, 29) == history[1:]
+    assert replayable(history, 99) == history[2:]
