@@ -2,7 +2,10 @@
 key, and the files' ranges do not overlap, so a write rewrites only the files its keys fall in
 (docs/adr/0008-key-range-clustered-lake-files.md says why, and what readers see).
 
-A merge (`LakeTable.merge`) of a table whose first key column is an integer goes through here:
+A merge (`LakeTable.merge`) of a table whose first key column is an integer or a string (text,
+varchar, uuid) goes through here; strings order by their UTF-8 bytes, as Arrow, DataFusion and
+the Parquet statistics order them. The statistics are bounds, not values (delta-rs cuts a long
+string's to a prefix, the maximum's last character raised), which is all a range needs:
 
 1. `touched`: from the Delta log's min/max statistics of that column, the files that may hold
    one of the batch's keys, closed under overlap (a file of the older layout whose range
@@ -28,12 +31,17 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dblog.lake.schema import COMMIT, KEEP_PREFIX, SEQ
+
+Key = Any
+"""A first key column's value: an int or a str, compared in its own type's order (one table's
+keys are all of one type)."""
 
 
 def quote(name: str) -> str:
@@ -57,8 +65,8 @@ class DataFile:
     statistics, any key)."""
 
     path: str
-    low: int | None
-    high: int | None
+    low: Key | None
+    high: Key | None
     rows: int = 0
     size: int = 0
     """Its bytes."""
@@ -67,11 +75,13 @@ class DataFile:
 @dataclass(frozen=True, slots=True)
 class Part:
     """A piece of one write, read and rewritten at once: the files it reads and the keys
-    `low`..`high` it covers (None: every key)."""
+    `low`..`high` it covers (None: every key), `high` itself only if not `cut` (where the next
+    part starts)."""
 
-    low: int | None
-    high: int | None
+    low: Key | None
+    high: Key | None
     files: tuple[DataFile, ...]
+    cut: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +98,7 @@ class Touched:
     """The files a write rewrites and the key ranges (inclusive) its commits replace."""
 
     files: tuple[DataFile, ...]
-    ranges: tuple[tuple[int, int], ...]
+    ranges: tuple[tuple[Key, Key], ...]
 
     def writes(self, column: str, part_rows: int) -> list[Write]:
         """One write per range (a file written across two would span the untouched files
@@ -102,19 +112,26 @@ class Touched:
                 (f for f in self.files if f.low is not None and low <= f.low <= high),
                 key=lambda f: f.low or 0,
             )
-            predicate = f"{quote(column)} >= {low} AND {quote(column)} <= {high}"
+            predicate = f"{quote(column)} >= {literal(low)} AND {quote(column)} <= {literal(high)}"
             found.append(Write(predicate, tuple(_parts(low, high, inside, part_rows))))
         return found
 
 
-def _parts(low: int, high: int, files: Sequence[DataFile], part_rows: int) -> list[Part]:
+def literal(value: Key) -> str:
+    """A key value as delta-rs's SQL spells it: an integer, or a string in quotes."""
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return str(int(value))
+
+
+def _parts(low: Key, high: Key, files: Sequence[DataFile], part_rows: int) -> list[Part]:
     parts: list[Part] = []
     taken: list[DataFile] = []
-    start, reach, rows = low, low - 1, 0
+    start, reach, rows = low, low, 0
     for file in files:
         assert file.low is not None and file.high is not None
         if rows >= part_rows and file.low > reach:
-            parts.append(Part(start, file.low - 1, tuple(taken)))
+            parts.append(Part(start, file.low, tuple(taken), cut=True))
             start, taken, rows = file.low, [], 0
         taken.append(file)
         rows += file.rows
@@ -123,10 +140,19 @@ def _parts(low: int, high: int, files: Sequence[DataFile], part_rows: int) -> li
     return parts
 
 
-def touched(files: Sequence[DataFile], keys: Sequence[int] | numpy.ndarray) -> Touched:
+def key_array(keys: Sequence[Key] | numpy.ndarray) -> numpy.ndarray:
+    """`keys` as an array numpy compares in their type's order: int64, or Python strings
+    (object: a fixed-width numpy string would drop a trailing NUL)."""
+    found = numpy.asarray(keys)
+    if found.dtype.kind in "iu":
+        return found.astype(numpy.int64)
+    return numpy.asarray(keys, dtype=object)
+
+
+def touched(files: Sequence[DataFile], keys: Sequence[Key] | numpy.ndarray) -> Touched:
     """The files that may hold one of `keys` (any order), closed under overlap, and the
     ranges to replace: theirs and the new keys', joined where no other file lies between."""
-    keys = numpy.unique(numpy.asarray(keys, dtype=numpy.int64))
+    keys = numpy.unique(key_array(keys))
     chosen = {f.path for f in files if _holds_one(f, keys)}
     while True:  # a file overlapping a chosen one may hold rows of its range
         spans = _union([(f.low, f.high) for f in files if f.path in chosen])
@@ -158,7 +184,7 @@ def packed(files: Sequence[DataFile], target_bytes: int) -> list[Touched] | None
     if any(f.low is None or f.high is None for f in files):
         return None
     blocks: list[list[DataFile]] = []  # groups of overlapping files, in key order
-    reach = 0
+    reach: Key = None
     for file in sorted(files, key=lambda f: (f.low, f.high)):
         assert file.low is not None and file.high is not None
         if blocks and file.low <= reach:
@@ -189,13 +215,13 @@ def packed(files: Sequence[DataFile], target_bytes: int) -> list[Touched] | None
     return found
 
 
-def _key_spans(keys: numpy.ndarray, lows: Sequence[int]) -> list[tuple[int, int]]:
+def _key_spans(keys: numpy.ndarray, lows: Sequence[Key]) -> list[tuple[Key, Key]]:
     """`keys` (sorted) as spans of the keys between the same two untouched files (by their
     least keys, `lows`, sorted): no untouched file meets a span, or it would hold a key and
     be touched."""
     if not len(keys):
         return []
-    gap = numpy.searchsorted(numpy.asarray(lows, dtype=numpy.int64), keys, side="right")
+    gap = numpy.searchsorted(key_array(lows), keys, side="right")
     cuts = numpy.flatnonzero(numpy.diff(gap)) + 1
     starts = numpy.concatenate([[0], cuts])
     ends = numpy.concatenate([cuts, [len(keys)]]) - 1
@@ -206,18 +232,18 @@ def _holds_one(file: DataFile, keys: numpy.ndarray) -> bool:
     if file.low is None or file.high is None:
         return True
     at = int(numpy.searchsorted(keys, file.low))
-    return at < len(keys) and int(keys[at]) <= file.high
+    return at < len(keys) and bool(keys[at] <= file.high)
 
 
-def _overlaps(file: DataFile, spans: Sequence[tuple[int, int]]) -> bool:
+def _overlaps(file: DataFile, spans: Sequence[tuple[Key, Key]]) -> bool:
     if file.low is None or file.high is None:
         return True
     return _blocked(file.low, file.high, spans)
 
 
-def _union(spans: Sequence[tuple[int | None, int | None]]) -> list[tuple[int, int]]:
+def _union(spans: Sequence[tuple[Key | None, Key | None]]) -> list[tuple[Key, Key]]:
     """Inclusive ranges merged where they overlap, sorted."""
-    merged: list[tuple[int, int]] = []
+    merged: list[tuple[Key, Key]] = []
     for low, high in sorted((lo, hi) for lo, hi in spans if lo is not None and hi is not None):
         if merged and low <= merged[-1][1]:
             merged[-1] = (merged[-1][0], max(merged[-1][1], high))
@@ -226,19 +252,26 @@ def _union(spans: Sequence[tuple[int | None, int | None]]) -> list[tuple[int, in
     return merged
 
 
-def _blocked(low: int, high: int, spans: Sequence[tuple[int, int]]) -> bool:
+def _blocked(low: Key, high: Key, spans: Sequence[tuple[Key, Key]]) -> bool:
     """Some range of `spans` (sorted, disjoint) meets [low, high]."""
     at = bisect.bisect_left(spans, low, key=lambda span: span[1])
-    return at < len(spans) and spans[at][0] <= high
+    return at < len(spans) and bool(spans[at][0] <= high)
 
 
-def _joined(spans: list[tuple[int, int]], others: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _between(low: Key, high: Key, spans: Sequence[tuple[Key, Key]]) -> bool:
+    """Some range of `spans` (sorted, disjoint) meets what lies strictly between `low` and
+    `high`."""
+    at = bisect.bisect_right(spans, low, key=lambda span: span[1])
+    return at < len(spans) and bool(spans[at][0] < high)
+
+
+def _joined(spans: list[tuple[Key, Key]], others: list[tuple[Key, Key]]) -> list[tuple[Key, Key]]:
     """Neighbouring ranges made one where no range of `others` (files left alone) lies
     between them: a shorter predicate that replaces the same rows."""
     others = _union(others)
-    joined: list[tuple[int, int]] = []
+    joined: list[tuple[Key, Key]] = []
     for low, high in spans:
-        if joined and not _blocked(joined[-1][1] + 1, low - 1, others):
+        if joined and not _between(joined[-1][1], low, others):
             joined[-1] = (joined[-1][0], high)
         else:
             joined.append((low, high))

@@ -55,9 +55,11 @@ from airflow_provider_dblog.lake.clustered import (
     FILE_BYTES,
     PART_ROWS,
     DataFile,
+    Key,
     Part,
     Write,
     apply_rule,
+    key_array,
     packed,
     quote,
     touched,
@@ -378,8 +380,6 @@ class LakeTable:
             if truncate is None and source.num_rows and self._clustered():
                 return self._rewrite(source, properties)
             matched = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in self.key)
-            if truncate is None:  # a truncate's delete must see every stored row
-                matched += self._key_range(source)
             merger = self._delta.merge(
                 source,
                 matched,
@@ -414,9 +414,11 @@ class LakeTable:
 
     def _clustered(self) -> bool:
         """The table's files are kept in ranges of its first key column (`lake/clustered.py`):
-        an integer one. Other keys merge with delta-rs, a cost that follows the table."""
+        an integer or a string one. Other keys (dates, timestamps, whose statistics delta-rs
+        cuts to milliseconds; decimals; floats) merge with delta-rs, a cost that follows the
+        table."""
         column = self.schema.column(self.key[0])
-        return column is not None and column.kind == "int"
+        return column is not None and column.kind in ("int", "string")
 
     def _rewrite(self, source: pa.Table, properties: CommitProperties) -> Written:
         """`source` applied to the files its keys fall in alone, rewritten sorted by key, a
@@ -425,13 +427,17 @@ class LakeTable:
         name = self.key[0]
         found = touched(self._data_files(), source[name].to_numpy())
         source = source.sort_by(name)
-        keys = source[name].to_numpy()
+        keys = key_array(source[name].to_numpy())
         schema = self.arrow_schema
         counts = [0, 0]  # inserted, updated
 
         def rows(part: Part) -> pa.Table:
             first = 0 if part.low is None else numpy.searchsorted(keys, part.low)
-            end = len(keys) if part.high is None else numpy.searchsorted(keys, part.high + 1)
+            end = len(keys)
+            if part.high is not None:
+                end = int(
+                    numpy.searchsorted(keys, part.high, side="left" if part.cut else "right")
+                )
             stored = self._read([f.path for f in part.files], schema)
             coming = source.slice(first, end - first)
             done, inserted, updated = apply_rule(stored, coming, self.key, schema)
@@ -523,21 +529,6 @@ class LakeTable:
             parts.append(pa.Table.from_arrays(arrays, schema=schema))
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
-    def _key_range(self, batch: pa.Table) -> str:
-        """` AND` the first key column between the batch's least and greatest value, as
-        literals delta-rs skips files by: without them it reads every file's statistics for
-        a merge, a cost that grows with the table. Integer and text keys only."""
-        column = self.schema.column(self.key[0])
-        if column is None or column.kind not in ("int", "string") or not batch.num_rows:
-            return ""
-        bounds = pc.min_max(batch[column.name])
-        least = _sql_literal(bounds["min"].as_py(), column)
-        greatest = _sql_literal(bounds["max"].as_py(), column)
-        if least is None or greatest is None:
-            return ""
-        name = quote(column.name)
-        return f" AND t.{name} >= {least} AND t.{name} <= {greatest}"
-
     def prune_tombstones(self, before: Position) -> int:
         """Remove the tombstones positioned before `before`, the caller's horizon: no row
         positioned before it can still reach the table (no direct window whose lw lies before
@@ -584,11 +575,11 @@ class LakeTable:
         raise AssertionError("unreachable")
 
 
-def _stats(actions: pa.Table, column: str) -> list[int | None]:
+def _stats(actions: pa.Table, column: str) -> list[Key | None]:
     """A column of the log's file statistics (None where a file has none)."""
     if column not in actions.column_names:
         return [None] * actions.num_rows
-    found: list[int | None] = actions[column].to_pylist()
+    found: list[Key | None] = actions[column].to_pylist()
     return found
 
 

@@ -229,14 +229,14 @@ def test_an_optimize_that_loses_to_a_direct_commit_runs_again_and_loses_no_row(
 def test_a_table_of_another_key_bin_packs_with_delta_rs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A text key has no ranges to keep: delta-rs's optimize packs its small files."""
-    table = TableRef("app", "tags")
+    """A date key has no ranges to keep: delta-rs's optimize packs its small files."""
+    table = TableRef("app", "days")
     schema = lake_schema(
-        "postgres", table, TableSchema((Column("tag", "text", False, None),), ("tag",))
+        "postgres", table, TableSchema((Column("day", "date", False, None),), ("day",))
     )
     lake = LakeTable.open_or_create(tmp_path, table, schema)
     for n in range(6):
-        lake.merge(schema.to_arrow([LakeRow({"tag": f"t{n}"}, 10 + n, 0, "c")]))
+        lake.merge(schema.to_arrow([LakeRow({"day": f"2024-01-0{n + 1}"}, 10 + n, 0, "c")]))
     files = len(listed(tmp_path, table))
     packs = []
     real = TableOptimizer.compact

@@ -13,6 +13,7 @@ from pathlib import Path
 import duckdb
 import polars
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import CommitProperties, write_deltalake
 
@@ -79,10 +80,10 @@ def test_a_write_of_many_files_reads_them_a_part_at_a_time_cut_where_none_overla
     ]
     [write] = touched(files, [0, 150, 399]).writes("id", 100)
     assert write.predicate == '"id" >= 0 AND "id" <= 399'
-    assert [(p.low, p.high, [f.path for f in p.files]) for p in write.parts] == [
-        (0, 99, ["a"]),
-        (100, 299, ["b", "c"]),
-        (300, 399, ["d"]),
+    assert [(p.low, p.high, p.cut, [f.path for f in p.files]) for p in write.parts] == [
+        (0, 100, True, ["a"]),  # up to 100, without it
+        (100, 300, True, ["b", "c"]),
+        (300, 399, False, ["d"]),
     ]
 
 
@@ -271,3 +272,83 @@ def test_an_optimize_keeps_the_ranges_and_the_rows(
     removed_files, added = last_commit(tmp_path, lake)
     assert len(removed_files) == 1 and len(added) == 1
     assert lake.optimize(CommitProperties()) == (0, 0)  # what it wrote is not small
+
+
+def test_string_keys_make_ranges_and_quoted_predicates() -> None:
+    """Strings order by their bytes; a predicate spells them quoted, a quote doubled and a
+    backslash as it is."""
+    files = [DataFile("a", "a", "azz"), DataFile("b", "b", "bzz"), DataFile("d", "d", "dzz")]
+    found = touched(files, ["bz", "b1"])
+    assert [f.path for f in found.files] == ["b"]
+    assert found.writes("tag", 1000) == [
+        Write("\"tag\" >= 'b' AND \"tag\" <= 'bzz'", (Part("b", "bzz", (files[1],)),))
+    ]
+    found = touched(files, ["c'q\\", "c"])  # between b and d: a range of its own
+    assert found.files == () and found.ranges == (("c", "c'q\\"),)
+    [write] = found.writes("tag", 1000)
+    assert write.predicate == "\"tag\" >= 'c' AND \"tag\" <= 'c''q\\'"
+    found = touched(files, ["a1", "é"])  # é (two UTF-8 bytes) sorts after every ASCII key
+    assert [f.path for f in found.files] == ["a"] and found.ranges == (("a", "azz"), ("é", "é"))
+    many = [DataFile(p, p, p + "z", 100) for p in ("m", "n", "o")]
+    [write] = touched(many, ["m", "n1", "o"]).writes("tag", 100)
+    assert [(p.low, p.high, p.cut) for p in write.parts] == [
+        ("m", "n", True),
+        ("n", "o", True),
+        ("o", "oz", False),
+    ]
+
+
+TAGS = TableRef("app", "tags")
+TAGS_SCHEMA = lake_schema(
+    "postgres",
+    TAGS,
+    TableSchema((Column("tag", "text", False, None), Column("name", "text", True, None)), ("tag",)),
+)
+
+
+def tags_seen(root: Path, lake: LakeTable) -> dict[str, str | None]:
+    """The current rows of `tags` as DuckDB and Polars read them (the same, or the test fails)."""
+    lake.refresh()
+    query = "SELECT tag, name FROM read_parquet($files) WHERE NOT _dblog_deleted"
+    by_duckdb = dict(duckdb.execute(query, {"files": lake.delta.file_uris()}).fetchall())
+    frame = polars.read_delta(table_uri(root, TAGS)).filter(~polars.col("_dblog_deleted"))
+    by_polars = dict(zip(frame["tag"].to_list(), frame["name"].to_list(), strict=True))
+    assert by_duckdb == by_polars
+    return by_duckdb
+
+
+def test_a_write_of_text_keys_rewrites_the_files_of_their_range_alone(tmp_path: Path) -> None:
+    """Four merges of neighbouring text key ranges, with a quote, a backslash, a non-ASCII
+    letter and keys longer than delta-rs keeps in a statistic: four files in disjoint ranges;
+    a write of keys in one range rewrites that range's file alone, and the readers see every
+    row once."""
+    lake = LakeTable.open_or_create(tmp_path, TAGS, TAGS_SCHEMA)
+    expected: dict[str, str | None] = {}
+    for chunk in range(4):
+        keys = [f"k{chunk}-{n:03d}" for n in range(100)]
+        keys += [f"k{chunk}-050'q", f"k{chunk}-050\\b", f"k{chunk}-050é", f"k{chunk}-" + "x" * 90]
+        rows = [
+            LakeRow({"tag": k, "name": f"n-{k}"}, 10 + chunk, n, "c") for n, k in enumerate(keys)
+        ]
+        lake.merge(TAGS_SCHEMA.to_arrow(rows))
+        expected |= {k: f"n-{k}" for k in keys}
+    actions = pa.table(lake.delta.get_add_actions(flatten=True))
+    ranges = sorted(
+        zip(actions["min.tag"].to_pylist(), actions["max.tag"].to_pylist(), strict=True)
+    )
+    assert len(ranges) == 4 and all(high < low for (_, high), (low, _) in pairwise(ranges))
+    assert tags_seen(tmp_path, lake) == expected
+
+    changed = ["k2-050'q", "k2-" + "x" * 90, "k2-050\\b", "k2-0505"]  # the last one new
+    rows = [LakeRow({"tag": k, "name": "changed"}, 50, n, "u") for n, k in enumerate(changed)]
+    lake.merge(TAGS_SCHEMA.to_arrow([*rows, LakeRow({"tag": "k2-007"}, 51, 0, "d", deleted=True)]))
+    entry = Path(table_uri(tmp_path, TAGS)) / "_delta_log" / f"{lake.version:020d}.json"
+    actions_now = [json.loads(line) for line in entry.read_text().splitlines()]
+    assert sum(1 for a in actions_now if "remove" in a) == 1
+    [added] = [a["add"]["path"] for a in actions_now if "add" in a]
+    written = pq.read_table(Path(table_uri(tmp_path, TAGS)) / added)["tag"].to_pylist()
+    assert written == sorted(written) and "k2-0505" in written, "rewritten sorted by key"
+    assert lake.delta.history(1)[0]["operation"] == "WRITE", "a range write, not a MERGE"
+    expected |= dict.fromkeys(changed, "changed")
+    del expected["k2-007"]
+    assert tags_seen(tmp_path, lake) == expected

@@ -232,9 +232,8 @@ def test_staged_files_no_driver_committed_are_removed_once_old(tmp_path: Path) -
 
 
 def test_a_merge_on_a_key_range_leaves_the_keys_between_alone(tmp_path: Path) -> None:
-    """A merge names the batch's least and greatest first-key values so delta-rs skips the
-    files outside them; the stored keys inside the range that the batch lacks stay as they
-    are, and a text key with a quote is spelled as a literal."""
+    """A merge of text keys rewrites the range they fall in: the stored keys inside it that
+    the batch lacks stay as they are, and a text key with a quote is spelled as a literal."""
     table = TableRef("app", "tags")
     schema = lake_schema(
         "postgres",
