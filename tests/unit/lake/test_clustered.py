@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import polars
@@ -149,13 +150,16 @@ def files_by_range(lake: LakeTable) -> dict[tuple[int, int], str]:
     }
 
 
-def readers_see(root: Path, lake: LakeTable) -> dict[int, str | None]:
-    """The current rows as DuckDB and Polars read them (the same, or the test fails)."""
+def readers_see(
+    root: Path, lake: LakeTable, table: TableRef = TABLE, key: str = "id"
+) -> dict[Any, str | None]:
+    """The current rows (`key` to name) as DuckDB and Polars read them (the same, or the test
+    fails)."""
     lake.refresh()
-    query = "SELECT id, name FROM read_parquet($files) WHERE NOT _dblog_deleted"
+    query = f"SELECT {key}, name FROM read_parquet($files) WHERE NOT _dblog_deleted"
     by_duckdb = dict(duckdb.execute(query, {"files": lake.delta.file_uris()}).fetchall())
-    frame = polars.read_delta(table_uri(root, TABLE)).filter(~polars.col("_dblog_deleted"))
-    by_polars = dict(zip(frame["id"].to_list(), frame["name"].to_list(), strict=True))
+    frame = polars.read_delta(table_uri(root, table)).filter(~polars.col("_dblog_deleted"))
+    by_polars = dict(zip(frame[key].to_list(), frame["name"].to_list(), strict=True))
     assert by_duckdb == by_polars
     return by_duckdb
 
@@ -306,17 +310,6 @@ TAGS_SCHEMA = lake_schema(
 )
 
 
-def tags_seen(root: Path, lake: LakeTable) -> dict[str, str | None]:
-    """The current rows of `tags` as DuckDB and Polars read them (the same, or the test fails)."""
-    lake.refresh()
-    query = "SELECT tag, name FROM read_parquet($files) WHERE NOT _dblog_deleted"
-    by_duckdb = dict(duckdb.execute(query, {"files": lake.delta.file_uris()}).fetchall())
-    frame = polars.read_delta(table_uri(root, TAGS)).filter(~polars.col("_dblog_deleted"))
-    by_polars = dict(zip(frame["tag"].to_list(), frame["name"].to_list(), strict=True))
-    assert by_duckdb == by_polars
-    return by_duckdb
-
-
 def test_a_write_of_text_keys_rewrites_the_files_of_their_range_alone(tmp_path: Path) -> None:
     """Four merges of neighbouring text key ranges, with a quote, a backslash, a non-ASCII
     letter and keys longer than delta-rs keeps in a statistic: four files in disjoint ranges;
@@ -337,7 +330,7 @@ def test_a_write_of_text_keys_rewrites_the_files_of_their_range_alone(tmp_path: 
         zip(actions["min.tag"].to_pylist(), actions["max.tag"].to_pylist(), strict=True)
     )
     assert len(ranges) == 4 and all(high < low for (_, high), (low, _) in pairwise(ranges))
-    assert tags_seen(tmp_path, lake) == expected
+    assert readers_see(tmp_path, lake, TAGS, "tag") == expected
 
     changed = ["k2-050'q", "k2-" + "x" * 90, "k2-050\\b", "k2-0505"]  # the last one new
     rows = [LakeRow({"tag": k, "name": "changed"}, 50, n, "u") for n, k in enumerate(changed)]
@@ -351,4 +344,4 @@ def test_a_write_of_text_keys_rewrites_the_files_of_their_range_alone(tmp_path: 
     assert lake.delta.history(1)[0]["operation"] == "WRITE", "a range write, not a MERGE"
     expected |= dict.fromkeys(changed, "changed")
     del expected["k2-007"]
-    assert tags_seen(tmp_path, lake) == expected
+    assert readers_see(tmp_path, lake, TAGS, "tag") == expected
