@@ -26,7 +26,9 @@ S   sustained folding: a writer thread appends update events at `--rate` events/
 Each line ends with the load average (1, 5, 15 min; 2 cores here, shared).
 
     nice -n 10 .venv/bin/python bench/bench_lake.py [--quick] [--rows 500000,5000000]
-        [--changes N] [--spark] [--rate R] [--seconds S]
+        [--changes N] [--spark] [--rate R] [--seconds S] [--key bigint|text]
+
+`--key text` keys the table by text (`acct-` and 12 digits, in the integers' order).
 
 No figure is checked against a threshold: this measures, it does not test.
 """
@@ -42,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import duckdb
@@ -72,17 +74,27 @@ from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.state import CompactorStore
 
 TABLE = TableRef("app", "accounts")
-SCHEMA = TableSchema(
-    (
-        Column("id", "bigint", False, None),
-        Column("owner", "text", True, None),
-        Column("balance", "numeric(12,2)", True, None),
-        Column("active", "boolean", True, None),
-        Column("updated", "timestamp with time zone", True, None),
-        Column("note", "text", True, None),
-    ),
-    ("id",),
-)
+KEYS: dict[str, Callable[[int], int | str]] = {
+    "bigint": int,
+    "text": lambda n: f"acct-{n:012d}",  # in the integers' order: recent keys stay at the end
+}
+"""The key types of `--key`: how key number n is spelled."""
+
+
+def described(key: str) -> TableSchema:
+    return TableSchema(
+        (
+            Column("id", key, False, None),
+            Column("owner", "text", True, None),
+            Column("balance", "numeric(12,2)", True, None),
+            Column("active", "boolean", True, None),
+            Column("updated", "timestamp with time zone", True, None),
+            Column("note", "text", True, None),
+        ),
+        ("id",),
+    )
+
+
 CHUNK = 100_000
 RECENT = 200_000
 """How many keys at the recent end of the key range skewed keys fall in."""
@@ -92,12 +104,12 @@ def load() -> str:
     return f"load {load_average()}"
 
 
-def values(schema: LakeSchema, keys: Sequence[int], rng: random.Random) -> pa.Table:
+def values(schema: LakeSchema, keys: Sequence[int | str], rng: random.Random) -> pa.Table:
     """Rows of `keys` as a direct dump stages them (built as Arrow columns at once)."""
     count = len(keys)
     cents = [rng.randrange(10**8) for _ in range(count)]
     columns = {
-        "id": pa.array(keys, pa.int64()),
+        "id": pa.array(keys),
         "owner": pa.array([f"owner-{k}" for k in keys]),
         "balance": pa.array(cents, pa.int64()).cast(pa.decimal128(19, 0)),
         "active": pa.array([c % 2 == 0 for c in cents]),
@@ -111,9 +123,11 @@ def values(schema: LakeSchema, keys: Sequence[int], rng: random.Random) -> pa.Ta
 class Lake:
     """One lake table of the bench, the positions it hands out and the rows it should hold."""
 
-    def __init__(self, root: Path, rows: int) -> None:
+    def __init__(self, root: Path, rows: int, key: str) -> None:
         self.root, self.rows = root, rows
-        self.schema = lake_schema("postgres", TABLE, SCHEMA)
+        self.described = described(key)
+        self.key = KEYS[key]
+        self.schema = lake_schema("postgres", TABLE, self.described)
         self.commit = 1_000
         self.deleted: set[int] = set()
         self.rng = random.Random(rows)
@@ -121,7 +135,7 @@ class Lake:
     def direct(self, keys: Sequence[int]) -> float:
         """Stage `keys`' rows in two parts and commit them as one direct chunk; the seconds
         that took (the rows are made before)."""
-        batch = values(self.schema, keys, self.rng)
+        batch = values(self.schema, [self.key(k) for k in keys], self.rng)
         start = time.perf_counter()
         half = batch.num_rows // 2
         handles = [
@@ -150,19 +164,20 @@ class Lake:
             self.commit += 1
             at = Position(self.commit, 0)
             source = SourceInfo("src", "db", "app", "accounts", at, Origin.LOG)
-            found.append(table_event(Op.SCHEMA, source, 1, SCHEMA))
+            found.append(table_event(Op.SCHEMA, source, 1, self.described))
         now_ms = int(time.time() * 1000)
         for index, key in enumerate(keys):
             if index % 4 == 0:
                 self.commit += 1
             position = Position(self.commit, 2 * (index % 4) + 1)
             source = SourceInfo("src", "db", "app", "accounts", position, Origin.LOG, ts_ms=now_ms)
+            spelled = self.key(key)
             if self.rng.random() < 0.1:
-                found.append(PlainEvent(Op.DELETE, {"id": key}, None, None, source, 1))
+                found.append(PlainEvent(Op.DELETE, {"id": spelled}, None, None, source, 1))
                 self.deleted.add(key)
             else:
-                after = {"id": key, "owner": f"o-{key}", "balance": "1.50", "active": True}
-                found.append(PlainEvent(Op.UPDATE, {"id": key}, None, after, source, 1))
+                after = {"id": spelled, "owner": f"o-{key}", "balance": "1.50", "active": True}
+                found.append(PlainEvent(Op.UPDATE, {"id": spelled}, None, after, source, 1))
                 self.deleted.discard(key)
         return found
 
@@ -220,10 +235,10 @@ def pick(lake: Lake, count: int, recent: bool) -> list[int]:
     return lake.rng.sample(range(low, lake.rows), count)
 
 
-def series(work: Path, rows: int, changes: int, spark: object) -> dict[str, float]:
+def series(work: Path, rows: int, changes: int, spark: object, key: str) -> dict[str, float]:
     """One size's steps; their seconds by step name."""
     root, events = work / f"lake-{rows}", work / f"events-{rows}"
-    lake = Lake(root, rows)
+    lake = Lake(root, rows, key)
     filled = lake.fill()
     version, files = layout(root)
     check_readers(lake)
@@ -264,10 +279,10 @@ def series(work: Path, rows: int, changes: int, spark: object) -> dict[str, floa
     return seconds
 
 
-def sustained(work: Path, rows: int, rate: int, seconds: float) -> None:
+def sustained(work: Path, rows: int, rate: int, seconds: float, key: str) -> None:
     """The writer at `rate` events/s for `seconds`; the follower folds as it goes."""
     root, events = work / "lake-sustained", work / "events-sustained"
-    lake = Lake(root, rows)
+    lake = Lake(root, rows, key)
     lake.fill()
     with NdjsonOutput(events) as out:
         out.write(lake.changes([0], True), 1)
@@ -362,6 +377,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--spark", action="store_true", help="fold on Spark local[2] too")
     parser.add_argument("--rate", type=int, help="sustained events/s (default 20000)")
     parser.add_argument("--seconds", type=float, help="sustained writing time (default 60)")
+    parser.add_argument(
+        "--key", choices=sorted(KEYS), default="bigint", help="the key's type (default bigint)"
+    )
     args = parser.parse_args(argv)
     sizes = [
         int(s)
@@ -386,13 +404,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
     try:
         with tempfile.TemporaryDirectory(prefix="bench-lake-") as work:
-            print(f"sizes {sizes}, {changes} changes per fold, {load()}", flush=True)
-            results = {rows: series(Path(work), rows, changes, spark) for rows in sizes}
+            print(
+                f"sizes {sizes}, {changes} changes per fold, {args.key} keys, {load()}", flush=True
+            )
+            results = {rows: series(Path(work), rows, changes, spark, args.key) for rows in sizes}
             if len(sizes) > 1:
                 small, large = results[min(sizes)], results[max(sizes)]
                 ratios = ", ".join(f"{k} {large[k] / small[k]:.2f}" for k in small)
                 print(f"ratios {max(sizes)} / {min(sizes)} rows: {ratios}, {load()}")
-            sustained(Path(work), min(sizes), rate, duration)
+            sustained(Path(work), min(sizes), rate, duration, args.key)
     finally:
         if spark is not None:
             spark.stop()  # type: ignore[attr-defined]

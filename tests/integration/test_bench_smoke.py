@@ -113,15 +113,17 @@ def test_spark_dump_bench_quick_prints_p2_and_ratio() -> None:
     assert re.search(r"^read Spark JDBC", out, re.M), out  # measured, or skipped with why
 
 
-def test_lake_bench_quick_prints_fold_direct_and_sustained_figures() -> None:
+@pytest.mark.parametrize("key", ["bigint", "text"])
+def test_lake_bench_quick_prints_fold_direct_and_sustained_figures(key: str) -> None:
     done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_lake.py"), "--quick"],
+        [sys.executable, str(BENCH / "bench_lake.py"), "--quick", "--key", key],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
+    assert re.search(rf"^sizes \[50000, 100000\], 2000 changes per fold, {key} keys", out), out
     for keys in ("random", "recent"):
         fold = rf"^  F {keys} +fold \(driver\) of 2000 changes: {NUMBER} events/s .* rewritten"
         assert len(re.findall(fold, out, re.M)) == 2, out  # one per table size
