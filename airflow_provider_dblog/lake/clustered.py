@@ -13,13 +13,13 @@ string's to a prefix, the maximum's last character raised), which is all a range
    cover, as few as there are runs of touched files with no untouched file between them;
 2. `apply_rule`: the rows of those files with the batch applied by the one rule (a row
    replaces its key's stored row only at a higher position), sorted by key;
-3. the caller writes them back, one Delta commit per range that replaces its rows (an
-   overwrite with a predicate, `Touched.writes`), cut into files of `FILE_BYTES`; a range
-   of many files is read and rewritten a part at a time (`PART_ROWS`), streamed into its
-   commit, so a write of keys spread over a large table holds one part in memory. A merge
-   of keys far apart is so several commits, the last one carrying the compaction's progress:
-   each is the rule applied to some keys, so a crash between them loses nothing (the next
-   run folds the same events again, and a replay changes nothing).
+3. the caller writes them back a part at a time (`Touched.writes`): a range of many files is
+   cut into parts of about `PART_ROWS` stored rows where no file overlaps the cut, so a
+   write of keys spread over a large table holds one part in memory; each part is one Delta
+   commit that replaces the rows of its keys (an overwrite with a predicate), cut into files
+   of `FILE_BYTES`. A merge of many keys is so several commits, the last one carrying the
+   compaction's progress: each is the rule applied to some keys, so a crash between them
+   loses nothing (the next run folds the same events again, and a replay changes nothing).
 
 Delta's conflict check of that commit is a merge's: a concurrent commit that added a file in
 one of the ranges, or removed a file this one read, fails it, and it runs again. A file
@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import numpy
@@ -86,11 +87,11 @@ class Part:
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """One commit: the SQL predicate of the rows it replaces (None: the whole table) and its
-    parts in key order, each rewritten in turn so a write holds one part's rows at a time."""
+    """One commit: the SQL predicate of the rows it replaces (None: the whole table) and the
+    part whose rows replace them."""
 
     predicate: str | None
-    parts: tuple[Part, ...]
+    part: Part
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,19 +102,23 @@ class Touched:
     ranges: tuple[tuple[Key, Key], ...]
 
     def writes(self, column: str, part_rows: int) -> list[Write]:
-        """One write per range (a file written across two would span the untouched files
-        between them), cut into parts of about `part_rows` stored rows where no file
-        overlaps the cut."""
+        """A write per part of each range (a range, not a file, is what a write covers: a
+        file written across two ranges would span the untouched files between them), the
+        ranges cut into parts of about `part_rows` stored rows where no file overlaps the
+        cut, in key order."""
         if any(f.low is None or f.high is None for f in self.files):
-            return [Write(None, (Part(None, None, self.files),))]
+            return [Write(None, Part(None, None, self.files))]
         found = []
+        name = quote(column)
         for low, high in self.ranges:
             inside = sorted(
                 (f for f in self.files if f.low is not None and low <= f.low <= high),
-                key=lambda f: f.low or 0,
+                key=attrgetter("low"),
             )
-            predicate = f"{quote(column)} >= {literal(low)} AND {quote(column)} <= {literal(high)}"
-            found.append(Write(predicate, tuple(_parts(low, high, inside, part_rows))))
+            for part in _parts(low, high, inside, part_rows):
+                below = "<" if part.cut else "<="
+                predicate = f"{name} >= {literal(part.low)} AND {name} {below} {literal(part.high)}"
+                found.append(Write(predicate, part))
         return found
 
 

@@ -435,9 +435,7 @@ class LakeTable:
             first = 0 if part.low is None else numpy.searchsorted(keys, part.low)
             end = len(keys)
             if part.high is not None:
-                end = int(
-                    numpy.searchsorted(keys, part.high, side="left" if part.cut else "right")
-                )
+                end = int(numpy.searchsorted(keys, part.high, side="left" if part.cut else "right"))
             stored = self._read([f.path for f in part.files], schema)
             coming = source.slice(first, end - first)
             done, inserted, updated = apply_rule(stored, coming, self.key, schema)
@@ -496,16 +494,16 @@ class LakeTable:
         rows: Callable[[Part], pa.Table],
         properties: CommitProperties,
     ) -> None:
-        """Each write one commit replacing the rows of its predicate with `rows` of its parts
-        (sorted by key, streamed a part at a time), cut into files of `FILE_BYTES`; the last
-        commit carries `properties`' transactions (the compaction's progress)."""
-        schema = self.arrow_schema
+        """Each write one commit replacing the rows of its predicate with `rows` of its part
+        (sorted by key), cut into files of `FILE_BYTES`; the last commit carries
+        `properties`' transactions (the compaction's progress). A part goes to delta-rs as one
+        record batch: it spreads the batches of one write over its writer tasks, and the
+        files of two tasks would interleave their key ranges."""
         data_only = CommitProperties(custom_metadata=properties.custom_metadata)
         for index, write in enumerate(writes):
-            batches = (batch for part in write.parts for batch in rows(part).to_batches())
             write_deltalake(
                 self._delta,
-                pa.RecordBatchReader.from_batches(schema, batches),
+                rows(write.part).combine_chunks(),
                 mode="overwrite",
                 predicate=write.predicate,
                 target_file_size=FILE_BYTES,

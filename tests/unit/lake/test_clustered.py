@@ -60,15 +60,15 @@ def test_a_write_touches_the_files_its_keys_fall_in() -> None:
     found = touched(files, [500, 900])
     assert found.files == () and found.ranges == ((500, 900),)
     [write] = found.writes("id", 1000)
-    assert write == Write('"id" >= 500 AND "id" <= 900', (Part(500, 900, ()),))
+    assert write == Write('"id" >= 500 AND "id" <= 900', Part(500, 900, ()))
     # keys on both sides of an untouched file: two ranges
     found = touched(files, [50, 350])
     assert [f.path for f in found.files] == ["a", "c"]
     assert found.ranges == ((0, 99), (300, 399))
     a, c = files[0], files[2]
     assert found.writes("id", 1000) == [  # a commit per range: a file across would span b
-        Write('"id" >= 0 AND "id" <= 99', (Part(0, 99, (a,)),)),
-        Write('"id" >= 300 AND "id" <= 399', (Part(300, 399, (c,)),)),
+        Write('"id" >= 0 AND "id" <= 99', Part(0, 99, (a,))),
+        Write('"id" >= 300 AND "id" <= 399', Part(300, 399, (c,))),
     ]
 
 
@@ -79,12 +79,16 @@ def test_a_write_of_many_files_reads_them_a_part_at_a_time_cut_where_none_overla
         DataFile("c", 200, 299, 100),  # overlaps b: never cut between them
         DataFile("d", 300, 399, 100),
     ]
-    [write] = touched(files, [0, 150, 399]).writes("id", 100)
-    assert write.predicate == '"id" >= 0 AND "id" <= 399'
-    assert [(p.low, p.high, p.cut, [f.path for f in p.files]) for p in write.parts] == [
-        (0, 100, True, ["a"]),  # up to 100, without it
-        (100, 300, True, ["b", "c"]),
-        (300, 399, False, ["d"]),
+    writes = touched(files, [0, 150, 399]).writes("id", 100)
+    assert [(w.predicate, [f.path for f in w.part.files]) for w in writes] == [
+        ('"id" >= 0 AND "id" < 100', ["a"]),  # a commit a part, up to the next one's files
+        ('"id" >= 100 AND "id" < 300', ["b", "c"]),
+        ('"id" >= 300 AND "id" <= 399', ["d"]),
+    ]
+    assert [(w.part.low, w.part.high, w.part.cut) for w in writes] == [
+        (0, 100, True),
+        (100, 300, True),
+        (300, 399, False),
     ]
 
 
@@ -97,7 +101,7 @@ def test_files_overlapping_a_touched_one_are_touched_and_no_statistics_means_all
     found = touched(blind, [1])
     assert [f.path for f in found.files] == ["x", "n"]
     [write] = found.writes("id", 1000)
-    assert write.predicate is None and write.parts == (Part(None, None, tuple(blind)),)
+    assert write.predicate is None and write.part == Part(None, None, tuple(blind))
 
 
 def test_the_rule_on_the_touched_rows_keeps_the_highest_position_sorted() -> None:
@@ -285,7 +289,7 @@ def test_string_keys_make_ranges_and_quoted_predicates() -> None:
     found = touched(files, ["bz", "b1"])
     assert [f.path for f in found.files] == ["b"]
     assert found.writes("tag", 1000) == [
-        Write("\"tag\" >= 'b' AND \"tag\" <= 'bzz'", (Part("b", "bzz", (files[1],)),))
+        Write("\"tag\" >= 'b' AND \"tag\" <= 'bzz'", Part("b", "bzz", (files[1],)))
     ]
     found = touched(files, ["c'q\\", "c"])  # between b and d: a range of its own
     assert found.files == () and found.ranges == (("c", "c'q\\"),)
@@ -294,11 +298,11 @@ def test_string_keys_make_ranges_and_quoted_predicates() -> None:
     found = touched(files, ["a1", "é"])  # é (two UTF-8 bytes) sorts after every ASCII key
     assert [f.path for f in found.files] == ["a"] and found.ranges == (("a", "azz"), ("é", "é"))
     many = [DataFile(p, p, p + "z", 100) for p in ("m", "n", "o")]
-    [write] = touched(many, ["m", "n1", "o"]).writes("tag", 100)
-    assert [(p.low, p.high, p.cut) for p in write.parts] == [
-        ("m", "n", True),
-        ("n", "o", True),
-        ("o", "oz", False),
+    writes = touched(many, ["m", "n1", "o"]).writes("tag", 100)
+    assert [w.predicate for w in writes] == [
+        "\"tag\" >= 'm' AND \"tag\" < 'n'",
+        "\"tag\" >= 'n' AND \"tag\" < 'o'",
+        "\"tag\" >= 'o' AND \"tag\" <= 'oz'",
     ]
 
 
@@ -345,3 +349,32 @@ def test_a_write_of_text_keys_rewrites_the_files_of_their_range_alone(tmp_path: 
     expected |= dict.fromkeys(changed, "changed")
     del expected["k2-007"]
     assert readers_see(tmp_path, lake, TAGS, "tag") == expected
+
+
+def test_a_write_of_many_parts_leaves_files_in_disjoint_ranges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fold of keys all over a table rewrites it a part at a time, a commit a part, each
+    part one record batch: delta-rs spreads the batches of one write over its writer tasks,
+    whose files would interleave their key ranges, and every later write touch several."""
+    monkeypatch.setattr(table_module, "PART_ROWS", 4000)
+    monkeypatch.setattr(table_module, "FILE_BYTES", 48 * 1024)
+    batches = []
+    real = table_module.write_deltalake
+
+    def counted(table: Any, data: Any, **options: Any) -> None:
+        batches.append(len(pa.table(data).to_batches()))
+        real(table, data, **options)
+
+    monkeypatch.setattr(table_module, "write_deltalake", counted)
+    lake = LakeTable.open_or_create(tmp_path, TABLE, SCHEMA)
+    keys = range(40_000)
+    lake.merge(SCHEMA.to_arrow([LakeRow({"id": k, "name": f"n{k}"}, 10, k, "c") for k in keys]))
+    first = lake.version
+    changed = range(0, 40_000, 97)
+    lake.merge(SCHEMA.to_arrow([LakeRow({"id": k, "name": "new"}, 20, k, "u") for k in changed]))
+    layout = sorted(files_by_range(lake))
+    assert len(layout) >= 8 and lake.version - first >= 8, "several parts, a commit each"
+    assert set(batches) == {1}, batches
+    assert all(high < low for (_, high), (low, _) in pairwise(layout)), layout
+    assert readers_see(tmp_path, lake) == {k: "new" if k % 97 == 0 else f"n{k}" for k in keys}
