@@ -11,8 +11,8 @@ F   a fold of `--changes` (20k) updates and deletes on those keys: the NDJSON wr
 D   a direct commit (staging and commit, the rows made before) of one chunk of 100k existing
     keys (a key range: at a random place, or the last keys), rows/s and seconds;
 
-each with the files the commit removed and added and the rows it rewrote (from the Delta
-log), and after every step the table read by DuckDB (the Parquet files the log lists) and
+each with the files its commits removed and added, the rows they rewrote and the commits
+(from the Delta log), and after every step the table read by DuckDB (the Parquet files the log lists) and
 Polars (`read_delta`), whose counts of current rows must equal the bench's own. Then the
 ratios of the largest size's seconds to the smallest's (the goal: <= 2).
 
@@ -192,21 +192,27 @@ def layout(root: Path) -> tuple[int, int]:
     return lake.version, len(lake.delta.file_uris())
 
 
-def rewritten(root: Path, version: int) -> str:
-    """What the commit that made `version` did, from its log entry: files removed and added,
-    rows in the files it removed."""
-    log = Path(table_uri(root, TABLE)) / "_delta_log" / f"{version:020d}.json"
-    actions = [json.loads(line) for line in log.read_text().splitlines()]
-    gone = {a["remove"]["path"] for a in actions if "remove" in a}
-    added = sum(1 for a in actions if "add" in a)
-    before = LakeTable.open(root, TABLE, version - 1).delta.get_add_actions(flatten=True)
+def rewritten(root: Path, since: int, version: int) -> str:
+    """What the commits after `since` up to `version` did, from their log entries: files
+    removed (of those `since` listed) and added, rows in the files removed, and commits."""
+    gone: set[str] = set()
+    added: set[str] = set()
+    for at in range(since + 1, version + 1):
+        log = Path(table_uri(root, TABLE)) / "_delta_log" / f"{at:020d}.json"
+        actions = [json.loads(line) for line in log.read_text().splitlines()]
+        gone |= {a["remove"]["path"] for a in actions if "remove" in a}
+        added |= {a["add"]["path"] for a in actions if "add" in a}
+    before = LakeTable.open(root, TABLE, since).delta.get_add_actions(flatten=True)
     records = dict(
         zip(
             before.column("path").to_pylist(), before.column("num_records").to_pylist(), strict=True
         )
     )
     rows = sum(records.get(p, 0) for p in gone)
-    return f"-{len(gone)}/+{added} files, {rows} rows rewritten"
+    removed = len(gone & set(records))
+    return (
+        f"-{removed}/+{len(added - gone)} files, {rows} rows rewritten, {version - since} commits"
+    )
 
 
 def check_readers(lake: Lake) -> None:
@@ -253,6 +259,7 @@ def series(work: Path, rows: int, changes: int, spark: object, key: str) -> dict
         recent = keys == "recent"
         folders = [("driver", None)] + ([("spark", spark)] if spark is not None else [])
         for where, session in folders:
+            since = version
             elapsed = fold(lake, events, session, pick(lake, changes, recent), first)
             first = False
             version, files = layout(root)
@@ -260,12 +267,13 @@ def series(work: Path, rows: int, changes: int, spark: object, key: str) -> dict
             seconds[f"fold {keys} {where}"] = elapsed
             print(
                 f"  F {keys:6} fold ({where}) of {changes} changes: {changes / elapsed:.0f} "
-                f"events/s ({elapsed:.2f} s), {rewritten(root, version)}, {files} files, "
+                f"events/s ({elapsed:.2f} s), {rewritten(root, since, version)}, {files} files, "
                 f"{load()}",
                 flush=True,
             )
         start_key = max(0, rows - CHUNK) if recent else lake.rng.randrange(max(1, rows - CHUNK))
         keys_range = range(start_key, min(rows, start_key + CHUNK))
+        since = version
         elapsed = lake.direct(keys_range)
         version, files = layout(root)
         check_readers(lake)
@@ -273,7 +281,7 @@ def series(work: Path, rows: int, changes: int, spark: object, key: str) -> dict
         print(
             f"  D {keys:6} direct commit of {len(keys_range)} existing keys: "
             f"{len(keys_range) / elapsed:.0f} rows/s ({elapsed:.2f} s), "
-            f"{rewritten(root, version)}, {files} files, {load()}",
+            f"{rewritten(root, since, version)}, {files} files, {load()}",
             flush=True,
         )
     return seconds
