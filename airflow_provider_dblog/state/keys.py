@@ -40,8 +40,9 @@ every key of a source lives in one slot and every Lua script of the stores may t
 | P tailer:token         | string | the last fencing token handed out                           |
 | P tailer:lease         | hash   | owner, token of the active tailer; expires (PX)             |
 | P tailer:heartbeat     | hash   | owner, at_ms (Redis clock), metrics (JSON); expires (PX)    |
-| P tailer:schemas       | hash   | table ("schema.name") -> its last durable schema event:     |
-|                        |        | JSON {version, schema, position}                            |
+| P tailer:schemas       | hash   | table ("schema.name") -> its durable schema events a        |
+|                        |        | replay from the checkpoint can meet, oldest first: JSON     |
+|                        |        | [{version, schema, position}, ...]                          |
 | P tailer:tables        | list   | changes of the captured tables a running tailer took, the   |
 |                        |        | newest first (the last 20): JSON {at_ms, owner, added,      |
 |                        |        | removed}                                                    |
