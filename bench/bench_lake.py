@@ -28,8 +28,13 @@ Each line ends with the load average (1, 5, 15 min; 2 cores here, shared).
 
     nice -n 10 .venv/bin/python bench/bench_lake.py [--quick] [--rows 500000,5000000]
         [--changes N] [--spark] [--rate R] [--seconds S] [--key bigint|text]
+        [--deletion-vectors]
 
 `--key text` keys the table by text (`acct-` and 12 digits, in the integers' order).
+`--deletion-vectors` turns deletion vectors on once a table is filled: writes then mark the
+rows they replace deleted instead of rewriting files (a file so marked is counted apart), and
+DuckDB reads the table through delta-rs's engine (Arrow), as a plain Parquet read would see
+the deleted rows.
 
 No figure is checked against a threshold: this measures, it does not test.
 """
@@ -126,8 +131,8 @@ def values(schema: LakeSchema, keys: Sequence[int | str], rng: random.Random) ->
 class Lake:
     """One lake table of the bench, the positions it hands out and the rows it should hold."""
 
-    def __init__(self, root: Path, rows: int, key: str) -> None:
-        self.root, self.rows = root, rows
+    def __init__(self, root: Path, rows: int, key: str, vectors: bool = False) -> None:
+        self.root, self.rows, self.vectors = root, rows, vectors
         self.described = described(key)
         self.key = KEYS[key]
         self.schema = lake_schema("postgres", TABLE, self.described)
@@ -157,6 +162,8 @@ class Lake:
         start = time.perf_counter()
         for first in range(0, self.rows, CHUNK):
             self.direct(range(first, min(first + CHUNK, self.rows)))
+        if self.vectors:
+            LakeTable.open(self.root, TABLE).enable_deletion_vectors()
         return time.perf_counter() - start
 
     def changes(self, keys: Sequence[int], first: bool) -> list[Event]:
@@ -197,7 +204,8 @@ def layout(root: Path) -> tuple[int, int]:
 
 def rewritten(root: Path, since: int, version: int) -> str:
     """What the commits after `since` up to `version` did, from their log entries: files
-    removed (of those `since` listed) and added, rows in the files removed, and commits."""
+    removed (of those `since` listed) and added, rows in the files removed, files marked
+    (removed and added again with a deletion vector), and commits."""
     gone: set[str] = set()
     added: set[str] = set()
     for at in range(since + 1, version + 1):
@@ -211,18 +219,24 @@ def rewritten(root: Path, since: int, version: int) -> str:
             before.column("path").to_pylist(), before.column("num_records").to_pylist(), strict=True
         )
     )
-    rows = sum(records.get(p, 0) for p in gone)
-    removed = len(gone & set(records))
+    marked = gone & added
+    rows = sum(records.get(p, 0) for p in gone - marked)
+    removed = len((gone - marked) & set(records))
     return (
-        f"-{removed}/+{len(added - gone)} files, {rows} rows rewritten, {version - since} commits"
+        f"-{removed}/+{len(added - gone)} files, {rows} rows rewritten, {len(marked)} files "
+        f"marked, {version - since} commits"
     )
 
 
 def reader_counts(root: Path) -> tuple[int, int]:
     """The current rows as DuckDB (the Parquet files the log lists) and Polars count them."""
-    uris = LakeTable.open(root, TABLE).delta.file_uris()
-    query = "SELECT count(*) FROM read_parquet($files) WHERE NOT _dblog_deleted"
-    found = duckdb.execute(query, {"files": uris}).fetchone()
+    lake = LakeTable.open(root, TABLE)
+    if lake.deletion_vectors:
+        scan = lake.delta.scan(columns=["_dblog_deleted"])  # noqa: F841 (DuckDB reads it)
+        found = duckdb.execute("SELECT count(*) FROM scan WHERE NOT _dblog_deleted").fetchone()
+    else:
+        query = "SELECT count(*) FROM read_parquet($files) WHERE NOT _dblog_deleted"
+        found = duckdb.execute(query, {"files": lake.delta.file_uris()}).fetchone()
     frame = polars.read_delta(table_uri(root, TABLE))
     return (-1 if found is None else found[0]), frame.filter(~polars.col("_dblog_deleted")).height
 
@@ -251,10 +265,12 @@ def pick(lake: Lake, count: int, recent: bool) -> list[int]:
     return lake.rng.sample(range(low, lake.rows), count)
 
 
-def series(work: Path, rows: int, changes: int, spark: object, key: str) -> dict[str, float]:
+def series(
+    work: Path, rows: int, changes: int, spark: object, key: str, vectors: bool
+) -> dict[str, float]:
     """One size's steps; their seconds by step name."""
     root, events = work / f"lake-{rows}", work / f"events-{rows}"
-    lake = Lake(root, rows, key)
+    lake = Lake(root, rows, key, vectors)
     filled = lake.fill()
     version, files = layout(root)
     check_readers(lake)
@@ -297,10 +313,10 @@ def series(work: Path, rows: int, changes: int, spark: object, key: str) -> dict
     return seconds
 
 
-def sustained(work: Path, rows: int, rate: int, seconds: float, key: str) -> None:
+def sustained(work: Path, rows: int, rate: int, seconds: float, key: str, vectors: bool) -> None:
     """The writer at `rate` events/s for `seconds`; the follower folds as it goes."""
     root, events = work / "lake-sustained", work / "events-sustained"
-    lake = Lake(root, rows, key)
+    lake = Lake(root, rows, key, vectors)
     lake.fill()
     with NdjsonOutput(events) as out:
         out.write(lake.changes([0], True), 1)
@@ -398,6 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--key", choices=sorted(KEYS), default="bigint", help="the key's type (default bigint)"
     )
+    parser.add_argument(
+        "--deletion-vectors", action="store_true", help="writes mark rows deleted in place"
+    )
     args = parser.parse_args(argv)
     sizes = [
         int(s)
@@ -423,14 +442,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-lake-") as work:
             print(
-                f"sizes {sizes}, {changes} changes per fold, {args.key} keys, {load()}", flush=True
+                f"sizes {sizes}, {changes} changes per fold, {args.key} keys, deletion vectors "
+                f"{'on' if args.deletion_vectors else 'off'}, {load()}",
+                flush=True,
             )
-            results = {rows: series(Path(work), rows, changes, spark, args.key) for rows in sizes}
+            results = {
+                rows: series(Path(work), rows, changes, spark, args.key, args.deletion_vectors)
+                for rows in sizes
+            }
             if len(sizes) > 1:
                 small, large = results[min(sizes)], results[max(sizes)]
                 ratios = ", ".join(f"{k} {large[k] / small[k]:.2f}" for k in small)
                 print(f"ratios {max(sizes)} / {min(sizes)} rows: {ratios}, {load()}")
-            sustained(Path(work), min(sizes), rate, duration, args.key)
+            sustained(Path(work), min(sizes), rate, duration, args.key, args.deletion_vectors)
     finally:
         if spark is not None:
             spark.stop()  # type: ignore[attr-defined]

@@ -57,6 +57,7 @@ from deltalake.exceptions import CommitFailedError
 from airflow_provider_dblog.compaction.run import CompactionLocked, output_lock
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.lake import delta_log
 from airflow_provider_dblog.lake.schema import LakeSchemaError
 from airflow_provider_dblog.lake.table import LakeTable
 
@@ -189,7 +190,9 @@ def maintain_table(
     report = TableMaintenance(str(table), delta.version(), 0, dry_run=options.dry_run)
     if options.optimize and not options.dry_run:
         report.compacted, report.written = lake.optimize(_commit())
-    if options.vacuum:
+    if options.vacuum and lake.deletion_vectors:
+        report.vacuumed = _vacuum_keeping_vectors(lake, options)
+    elif options.vacuum:
         report.vacuumed = _retried(
             delta,
             lambda: delta.vacuum(
@@ -209,6 +212,38 @@ def maintain_table(
     report.version = delta.version()
     report.files = len(delta.file_uris())
     return report
+
+
+def _vacuum_keeping_vectors(lake: LakeTable, options: MaintenanceOptions) -> list[str]:
+    """The vacuum of a table with deletion vectors. delta-rs's full vacuum takes their files
+    for files no version lists and removes them, those in use too: here the files its dry
+    run lists less the deletion vector files, and the deletion vector files no version
+    within the retention refers to, written more than the retention ago (as a data file, one
+    written for a commit yet to come is younger)."""
+    delta, directory = lake.delta, Path(lake.directory)
+    listed = delta.vacuum(
+        retention_hours=options.retention_hours,
+        dry_run=True,
+        enforce_retention_duration=False,
+        full=True,
+    )
+    found = {directory / Path(p).name for p in listed if not _vector_file(Path(p))}
+    since_ms = (time.time() - options.retention_hours * 3600) * 1000
+    in_use = delta_log.vectors_in_use(directory, delta.version(), int(since_ms))
+    if in_use is not None:
+        found |= {
+            path
+            for path in directory.glob("deletion_vector_*.bin")
+            if path.name not in in_use and path.stat().st_mtime * 1000 < since_ms
+        }
+    if not options.dry_run:
+        for path in found:
+            path.unlink(missing_ok=True)
+    return sorted(path.name for path in found)
+
+
+def _vector_file(path: Path) -> bool:
+    return path.name.startswith("deletion_vector_") and path.suffix == ".bin"
 
 
 @contextmanager

@@ -178,6 +178,14 @@ def touched(files: Sequence[DataFile], keys: Sequence[Key] | numpy.ndarray) -> T
     return Touched(picked, tuple(_joined(_union(spans), others)))
 
 
+def holding(files: Sequence[DataFile], keys: Sequence[Key] | numpy.ndarray) -> list[DataFile]:
+    """The files that may hold one of `keys` (any order), by their ranges alone: what a write
+    that marks rows deleted in place (deletion vectors) reads, where a rewrite also takes the
+    files overlapping them."""
+    keys = numpy.unique(key_array(keys))
+    return [f for f in files if _holds_one(f, keys)]
+
+
 def packed(files: Sequence[DataFile], target_bytes: int) -> list[Touched] | None:
     """What an optimize rewrites, each a range in one commit: runs of neighbouring small files
     (under half `target_bytes`, in key order, nothing between them) of at most `target_bytes`
@@ -289,17 +297,47 @@ def apply_rule(
     """The rows of the touched files (`stored`, in `schema`) with `source` (in `schema`, one
     row per key, `_dblog_keep:` flags after) applied by position, sorted by key; and the rows
     inserted and updated. A kept column of an updated row keeps the stored value."""
-    names = list(key)
-    order = [(k, "ascending") for k in names]
+    order = [(k, "ascending") for k in key]
     if not stored.num_rows:
         return source.select(schema.names).cast(schema).sort_by(order), source.num_rows, 0
-    stored, source = stored.combine_chunks(), source.combine_chunks()  # take is slow on chunks
+    stored = stored.combine_chunks()  # take is slow on chunks
+    found = decide(stored, source, key, schema)
+    unchanged = numpy.ones(stored.num_rows, dtype=bool)
+    unchanged[found.replaced] = False
+    kept = stored.filter(pa.array(unchanged))
+    rows = pa.concat_tables([kept, found.winners]).combine_chunks().sort_by(order)
+    return rows, found.inserted, found.updated
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """The one rule applied to stored rows: the rows of the source that win (in the
+    table's schema), the indexes of the stored rows they replace, and how many of them are
+    new keys and how many replace a stored row."""
+
+    winners: pa.Table
+    replaced: numpy.ndarray
+    inserted: int
+    updated: int
+
+
+def decide(stored: pa.Table, source: pa.Table, key: Sequence[str], schema: pa.Schema) -> Decided:
+    """The rule (a row replaces its key's stored row only at a higher position; a kept column
+    of an updated row keeps the stored value) applied to `source` (in `schema`, one row per
+    key, `_dblog_keep:` flags after) against `stored`, which holds at least the key, the
+    position and the kept columns, at most one row per key."""
+    if not stored.num_rows:
+        winners = source.select(schema.names).cast(schema)
+        return Decided(winners, numpy.zeros(0, dtype=numpy.int64), source.num_rows, 0)
+    names = list(key)
+    source = source.combine_chunks()
     probe = source.select(names).append_column(_SOURCE, pa.array(numpy.arange(source.num_rows)))
     build = stored.select(names).append_column(_STORED, pa.array(numpy.arange(stored.num_rows)))
     pairs = probe.join(build, keys=names, join_type="left outer").combine_chunks()
     at_source, at_stored = pairs[_SOURCE], pairs[_STORED]
     matched = pc.is_valid(at_stored)
-    stored_at = stored.take(pc.fill_null(at_stored, 0))
+    flags = [f.name for f in schema if KEEP_PREFIX + f.name in source.column_names]
+    stored_at = stored.select([COMMIT, SEQ, *flags]).take(pc.fill_null(at_stored, 0))
     coming = source.take(at_source)
     higher = pc.or_(
         pc.greater(coming[COMMIT], stored_at[COMMIT]),
@@ -312,16 +350,12 @@ def apply_rule(
     arrays = []
     for field in schema:
         value = coming[field.name]
-        flag = KEEP_PREFIX + field.name
-        if flag in source.column_names:
-            keep = pc.and_(updates, pc.fill_null(coming[flag], False))
+        if field.name in flags:
+            keep = pc.and_(updates, pc.fill_null(coming[KEEP_PREFIX + field.name], False))
             value = pc.if_else(keep, stored_at[field.name], value)
         arrays.append(value)
     winners = pa.Table.from_arrays(arrays, schema=schema).filter(wins)
-    unchanged = numpy.ones(stored.num_rows, dtype=bool)
-    unchanged[pc.filter(at_stored, updates).to_numpy()] = False
-    kept = stored.filter(pa.array(unchanged))
-    rows = pa.concat_tables([kept, winners]).combine_chunks().sort_by(order)
+    replaced = pc.filter(at_stored, updates).to_numpy().astype(numpy.int64)
     inserted = pc.sum(pc.invert(matched).cast(pa.int64())).as_py() or 0
     updated = pc.sum(updates.cast(pa.int64())).as_py() or 0
-    return rows, inserted, updated
+    return Decided(winners, replaced, inserted, updated)

@@ -36,21 +36,32 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
+import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlparse
 
 import numpy
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
+from deltalake import (
+    CommitProperties,
+    DeltaTable,
+    Field,
+    TableFeatures,
+    Transaction,
+    write_deltalake,
+)
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.lake import delta_log
 from airflow_provider_dblog.lake.clustered import (
     FILE_BYTES,
     PART_ROWS,
@@ -59,11 +70,14 @@ from airflow_provider_dblog.lake.clustered import (
     Part,
     Write,
     apply_rule,
+    decide,
+    holding,
     key_array,
     packed,
     quote,
     touched,
 )
+from airflow_provider_dblog.lake.deletion_vectors import VectorFile
 from airflow_provider_dblog.lake.schema import (
     COMMIT,
     DELETED,
@@ -90,6 +104,9 @@ the fold gives its rows the default from here (`added_defaults`)."""
 FOLDED_SCHEMA_PROPERTY = "dblog.compaction.schema"
 """The last schema event the compaction folded into the table: JSON `{"at": [commit, seq],
 "columns": [name, ...]}` (`folded_schema`)."""
+DELETION_VECTORS_PROPERTY = "delta.enableDeletionVectors"
+"""Delta's table property: "true" where writes mark replaced rows deleted in deletion vectors
+instead of rewriting their files (`enable_deletion_vectors`)."""
 PROGRESS_COMMIT = "dblog.compaction.commit"
 PROGRESS_SEQ = "dblog.compaction.seq"
 ATTEMPTS = 30
@@ -248,7 +265,10 @@ class LakeTable:
 
     def rows(self, *, include_tombstones: bool = False) -> pa.Table:
         """The table's rows (the current ones: tombstones left out unless asked for)."""
-        found = pa.table(self._delta.to_pyarrow_table())
+        if self.deletion_vectors:  # delta-rs's pyarrow reader refuses them, its engine not
+            found = pa.table(self._delta.scan()).cast(self.arrow_schema)
+        else:
+            found = pa.table(self._delta.to_pyarrow_table())
         if not include_tombstones:
             found = found.filter(pc.invert(found[DELETED]))
         return found
@@ -378,6 +398,8 @@ class LakeTable:
                 custom_metadata=dict(metadata or {}), app_transactions=transactions
             )
             if truncate is None and source.num_rows and self._clustered():
+                if self.deletion_vectors:
+                    return self._mark(source, properties)
                 return self._rewrite(source, properties)
             matched = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in self.key)
             merger = self._delta.merge(
@@ -446,6 +468,145 @@ class LakeTable:
         self._write_ranges(found.writes(name, PART_ROWS), rows, properties)
         return Written(counts[0], counts[1], 0, self.version)
 
+    @property
+    def deletion_vectors(self) -> bool:
+        """Writes mark the rows they replace deleted (`_mark`) instead of rewriting files:
+        the table has Delta's deletion vectors feature and they are enabled."""
+        protocol = self._delta.protocol()
+        return "deletionVectors" in (protocol.writer_features or ()) and (
+            self._properties().get(DELETION_VECTORS_PROPERTY) == "true"
+        )
+
+    def enable_deletion_vectors(self) -> bool:
+        """Turn on deletion vectors (`_mark`): a protocol upgrade no writer undoes, after which
+        a reader must support deletion vectors (Spark's Delta 2.3 on, DuckDB's delta
+        extension, Polars, delta-rs's engine); False if they were on already."""
+
+        def enable() -> bool:
+            if self.deletion_vectors:
+                return False
+            self._delta.alter.add_feature(
+                [TableFeatures.DeletionVectors], allow_protocol_versions_increase=True
+            )
+            self._delta.alter.set_table_properties(
+                {DELETION_VECTORS_PROPERTY: "true"}, raise_if_not_exists=False
+            )
+            return True
+
+        return self._retried(enable)
+
+    def _mark(self, source: pa.Table, properties: CommitProperties) -> Written:
+        """`source` applied in one commit that rewrites no file: the stored rows it replaces
+        are marked deleted in their files' deletion vectors, and its winning rows are added
+        in new files, sorted by key (a merge-on-read: the cost follows the changes, whatever
+        the table's size and wherever the keys fall). The files it reads are those whose
+        range may hold one of its keys, and of those only the key, position and kept
+        columns. `LostCommit` when another writer committed first."""
+        version, directory = self.version, self.directory
+        name, schema = self.key[0], self.arrow_schema
+        candidates = holding(self._data_files(), source[name].to_numpy())
+        deleted = self._deleted_rows([f.path for f in candidates])
+        kept = [n[len(KEEP_PREFIX) :] for n in source.column_names if n.startswith(KEEP_PREFIX)]
+        columns = pa.schema(
+            [schema.field(n) for n in dict.fromkeys([*self.key, COMMIT, SEQ, *kept])]
+        )
+        physical, stored, where = [], [], []
+        for index, file in enumerate(candidates):
+            rows = self._read_file(file.path, columns)
+            alive = ~_padded(deleted.get(file.path), rows.num_rows)
+            physical.append(rows.num_rows)
+            stored.append(rows.filter(pa.array(alive)))
+            where.append(
+                numpy.stack([numpy.full(rows.num_rows, index), numpy.arange(rows.num_rows)])[
+                    :, alive
+                ]
+            )
+        found = decide(
+            pa.concat_tables(stored) if stored else columns.empty_table(), source, self.key, schema
+        )
+        at = numpy.concatenate(where, axis=1) if where else numpy.zeros((2, 0), dtype=numpy.int64)
+        replaced = at[:, found.replaced]
+        adds = delta_log.active_adds(directory, version)
+        now = int(time.time() * 1000)
+        actions: list[delta_log.Action] = [
+            {"txn": {"appId": t.app_id, "version": t.version, "lastUpdated": now}}
+            for t in properties.app_transactions or ()
+        ]
+        vectors, moved = VectorFile(), list[Path]()
+        for index in numpy.unique(replaced[0]):
+            file = candidates[int(index)]
+            add = adds[file.path]
+            rows = numpy.flatnonzero(_padded(deleted.get(file.path), physical[index]))
+            rows = numpy.union1d(rows, replaced[1][replaced[0] == index])
+            remove = {
+                "path": file.path,
+                "deletionTimestamp": now,
+                "dataChange": True,
+                "extendedFileMetadata": True,
+                "partitionValues": add.get("partitionValues", {}),
+                "size": add["size"],
+            }
+            if add.get("deletionVector"):
+                remove["deletionVector"] = add["deletionVector"]
+            actions.append({"remove": remove})
+            if len(rows) < physical[index]:
+                stats = json.loads(add.get("stats") or "{}")
+                stats["tightBounds"] = False  # the bounds are the file's, deleted rows too
+                vector = vectors.add(rows)
+                actions.append(
+                    {
+                        "add": {
+                            **add,
+                            "stats": json.dumps(stats),
+                            "dataChange": True,
+                            "deletionVector": vector,
+                        }
+                    }
+                )
+        staging = Path(directory) / f"_dblog_marking_{uuid.uuid4()}"
+        try:
+            if found.winners.num_rows:
+                winners = found.winners.sort_by([(k, "ascending") for k in self.key])
+                write_deltalake(staging, winners, target_file_size=FILE_BYTES)
+                for path, add in delta_log.active_adds(staging, 0).items():
+                    (staging / path).rename(Path(directory) / path)
+                    moved.append(Path(directory) / path)
+                    actions.append({"add": {**add, "modificationTime": now, "dataChange": True}})
+            if len(vectors.data) > 1:
+                (Path(directory) / vectors.name).write_bytes(vectors.data)
+                moved.append(Path(directory) / vectors.name)
+            actions.append(delta_log.commit_info("MERGE", properties.custom_metadata or {}, now))
+            delta_log.commit(directory, version + 1, actions)
+        except BaseException:
+            for written in moved:
+                written.unlink(missing_ok=True)
+            raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        self._delta.update_incremental()
+        return Written(found.inserted, found.updated, 0, self.version)
+
+    def _deleted_rows(self, paths: Collection[str]) -> dict[str, numpy.ndarray]:
+        """The rows of the data files `paths` (as the log names them) that their deletion
+        vectors delete, as masks (True: deleted; a mask may stop short of the file's end)."""
+        if not self.deletion_vectors:
+            return {}
+        by_name = {Path(p).name: p for p in paths}
+        found = {}
+        for batch in self._delta.deletion_vectors():
+            for uri, keep in zip(
+                batch["filepath"].to_pylist(), batch["selection_vector"].to_pylist(), strict=True
+            ):
+                path = by_name.get(Path(unquote(urlparse(uri).path)).name)
+                if path is not None:
+                    found[path] = ~numpy.asarray(keep, dtype=bool)
+        return found
+
+    @property
+    def directory(self) -> str:
+        """The table's directory (a local path)."""
+        return unquote(urlparse(self._delta.table_uri).path)
+
     def optimize(self, properties: CommitProperties) -> tuple[int, int]:
         """Rewrite small files into few, changing no row: (files removed, files written). A
         table kept in key ranges keeps them: each run of neighbouring small files becomes one
@@ -512,20 +673,28 @@ class LakeTable:
         self._delta.update_incremental()
 
     def _read(self, paths: Sequence[str], schema: pa.Schema) -> pa.Table:
-        """The rows of the data files `paths` (as the log names them) in `schema`: a column a
-        file was written without is null in its rows."""
-        by_name = {Path(uri).name: uri for uri in self._delta.file_uris()}
+        """The rows of the data files `paths` (as the log names them) in `schema` (some of the
+        table's columns), less those their deletion vectors delete."""
+        deleted = self._deleted_rows(paths)
         parts = []
         for path in paths:
-            part = pq.read_table(by_name[Path(path).name])
-            arrays = [
-                part[f.name].cast(f.type)
-                if f.name in part.column_names
-                else pa.nulls(part.num_rows, f.type)
-                for f in schema
-            ]
-            parts.append(pa.Table.from_arrays(arrays, schema=schema))
+            part = self._read_file(path, schema)
+            if path in deleted:
+                part = part.filter(pa.array(~_padded(deleted[path], part.num_rows)))
+            parts.append(part)
         return pa.concat_tables(parts) if parts else schema.empty_table()
+
+    def _read_file(self, path: str, schema: pa.Schema) -> pa.Table:
+        """Every row of the data file `path` in `schema`, those deleted too (a row's index is
+        its place in the file): a column the file was written without is null."""
+        file = pq.ParquetFile(Path(self.directory) / unquote(path))
+        has = set(file.schema_arrow.names)
+        part = file.read(columns=[n for n in schema.names if n in has])
+        arrays = [
+            part[f.name].cast(f.type) if f.name in has else pa.nulls(part.num_rows, f.type)
+            for f in schema
+        ]
+        return pa.Table.from_arrays(arrays, schema=schema)
 
     def prune_tombstones(self, before: Position) -> int:
         """Remove the tombstones positioned before `before`, the caller's horizon: no row
@@ -565,7 +734,7 @@ class LakeTable:
         for attempt in range(ATTEMPTS):
             try:
                 return write()
-            except CommitFailedError:
+            except (CommitFailedError, delta_log.LostCommit):
                 if attempt == ATTEMPTS - 1:
                     raise
                 time.sleep(random.uniform(0, min(2.0, 0.02 * 2**attempt)))
@@ -578,6 +747,14 @@ def _stats(actions: pa.Table, column: str) -> list[Key | None]:
     if column not in actions.column_names:
         return [None] * actions.num_rows
     found: list[Key | None] = actions[column].to_pylist()
+    return found
+
+
+def _padded(mask: numpy.ndarray | None, rows: int) -> numpy.ndarray:
+    """A deletion mask over all `rows` of its file (rows past its end are not deleted)."""
+    found = numpy.zeros(rows, dtype=bool)
+    if mask is not None:
+        found[: len(mask)] = mask[:rows]
     return found
 
 

@@ -43,6 +43,22 @@ SCHEMA = lake_schema(
 )
 
 
+@pytest.fixture(autouse=True, params=["rewrite", "deletion vectors"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every rule holds whether a write rewrites the files its keys fall in or marks the rows
+    it replaces deleted in deletion vectors (tables created with them enabled)."""
+    if request.param == "deletion vectors":
+        created = LakeTable.open_or_create.__func__  # type: ignore[attr-defined]
+
+        def with_vectors(cls: type[LakeTable], *args: object, **kwargs: object) -> LakeTable:
+            found: LakeTable = created(cls, *args, **kwargs)
+            found.enable_deletion_vectors()
+            return found
+
+        monkeypatch.setattr(LakeTable, "open_or_create", classmethod(with_vectors))
+    return str(request.param)
+
+
 def row(key: int, commit: int, name: str | None = None, op: str = "c", **extra: object) -> LakeRow:
     values = {"id": key} if name is None else {"id": key, "name": name}
     return LakeRow(values, commit, 0, op, **extra)  # type: ignore[arg-type]

@@ -1,0 +1,126 @@
+"""Delta deletion vectors as the Delta protocol stores them: which rows of a data file are
+deleted, kept beside the file instead of rewriting it (docs/adr/0009-deletion-vectors.md).
+
+delta-rs reads tables with deletion vectors and keeps them when it writes, but writes none
+itself; `LakeTable` writes them through here. A vector is a 64-bit roaring bitmap of row
+indexes in "portable" serialization (the magic number, the count of 32-bit bitmaps, each one's
+key and its roaring serialization with array and bitmap containers), stored in a file
+`deletion_vector_<uuid>.bin` at the table's root: a format version byte, then per vector its
+size (big-endian), its bytes and their CRC-32. The file action names it by the uuid in Z85.
+Pure: the caller writes the bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+import zlib
+from collections.abc import Sequence
+
+import numpy
+
+MAGIC = 1681511377
+"""The first four bytes of a serialized RoaringBitmapArray (Delta's 64-bit roaring)."""
+_NO_RUN_COOKIE = 12346
+_ARRAY_MAX = 4096
+"""A container of more rows than this is a bitset of 8 KiB, of fewer a sorted array."""
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+def serialized(rows: numpy.ndarray) -> bytes:
+    """The deleted row indexes `rows` (any order, each below 2**32: a data file's rows) as
+    the portable RoaringBitmapArray Delta reads."""
+    rows = numpy.unique(numpy.asarray(rows, dtype=numpy.uint64))
+    if len(rows) and int(rows[-1]) >= 2**32:
+        raise ValueError("a deletion vector's row index must be below 2**32")
+    head = struct.pack("<iqi", MAGIC, 1, 0)  # one 32-bit bitmap, its high key 0
+    return head + _roaring32(rows.astype(numpy.uint32))
+
+
+def _roaring32(rows: numpy.ndarray) -> bytes:
+    """A 32-bit roaring bitmap (sorted unique `rows`) in portable serialization, without run
+    containers."""
+    highs, starts = numpy.unique(rows >> 16, return_index=True)
+    ends = [*starts[1:], len(rows)]
+    containers = []
+    for start, end in zip(starts, ends, strict=True):
+        lows = (rows[start:end] & 0xFFFF).astype("<u2")
+        if len(lows) <= _ARRAY_MAX:
+            containers.append(lows.tobytes())
+        else:
+            bits = numpy.zeros(1 << 16, dtype=bool)
+            bits[lows] = True
+            containers.append(numpy.packbits(bits, bitorder="little").tobytes())
+    count = len(containers)
+    header = struct.pack("<II", _NO_RUN_COOKIE, count)
+    header += b"".join(
+        struct.pack("<HH", int(high), int(end - start) - 1)
+        for high, start, end in zip(highs, starts, ends, strict=True)
+    )
+    offset = len(header) + 4 * count
+    for container in containers:
+        header += struct.pack("<I", offset)
+        offset += len(container)
+    return header + b"".join(containers)
+
+
+def z85(data: bytes) -> str:
+    """`data` (a multiple of 4 bytes) in Z85, the encoding of a deletion vector's file id."""
+    if len(data) % 4:
+        raise ValueError("Z85 encodes whole 4-byte words")
+    out: list[str] = []
+    for at in range(0, len(data), 4):
+        value = int.from_bytes(data[at : at + 4], "big")
+        word: list[str] = []
+        for _ in range(5):
+            value, digit = divmod(value, 85)
+            word.append(_Z85[digit])
+        out.extend(reversed(word))
+    return "".join(out)
+
+
+def z85_decoded(text: str) -> bytes:
+    """The bytes `text` (a multiple of 5 characters) spells in Z85."""
+    if len(text) % 5:
+        raise ValueError("Z85 decodes whole 5-character words")
+    out = b""
+    for at in range(0, len(text), 5):
+        value = 0
+        for char in text[at : at + 5]:
+            value = value * 85 + _Z85.index(char)
+        out += value.to_bytes(4, "big")
+    return out
+
+
+class VectorFile:
+    """The deletion vectors of one commit, stored in one file: `add` each, then write `data`
+    to `name` at the table's root."""
+
+    def __init__(self) -> None:
+        self.id = uuid.uuid4()
+        self._data = bytearray(b"\x01")  # the format's version
+
+    @property
+    def name(self) -> str:
+        return f"deletion_vector_{self.id}.bin"
+
+    @property
+    def data(self) -> bytes:
+        return bytes(self._data)
+
+    def add(self, rows: numpy.ndarray | Sequence[int]) -> dict[str, object]:
+        """Store the vector of the deleted row indexes `rows` (at least one); its descriptor,
+        the `deletionVector` of the file's add action."""
+        rows = numpy.unique(numpy.asarray(rows, dtype=numpy.uint64))
+        if not len(rows):
+            raise ValueError("a deletion vector deletes at least one row")
+        body = serialized(rows)
+        offset = len(self._data)
+        self._data += struct.pack(">i", len(body)) + body + struct.pack(">I", zlib.crc32(body))
+        return {
+            "storageType": "u",
+            "pathOrInlineDv": z85(self.id.bytes),
+            "offset": offset,
+            "sizeInBytes": len(body),
+            "cardinality": len(rows),
+        }

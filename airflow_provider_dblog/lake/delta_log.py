@@ -1,0 +1,132 @@
+"""The few reads and writes of a Delta log that delta-rs's Python API does not offer: the add
+actions of a version as the log spells them (with their deletion vectors, which
+`DeltaTable.get_add_actions` leaves out), and a commit of actions written here.
+
+A commit is the JSON file of the next version, created only if absent (written aside, then
+hard-linked into place: a reader never sees half a commit, and of two writers of one version
+exactly one wins, as delta-rs commits on a local file system). A lake root is a local path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from airflow_provider_dblog.lake.deletion_vectors import z85_decoded
+
+Action = dict[str, Any]
+
+
+class LostCommit(Exception):
+    """Another writer committed the version first: read the new one and write again."""
+
+
+def log_dir(table_dir: str | Path) -> Path:
+    return Path(table_dir) / "_delta_log"
+
+
+def active_adds(table_dir: str | Path, version: int) -> dict[str, Action]:
+    """The add actions of the files that make up `version`, by path: the last checkpoint at
+    or before it, then the commits after."""
+    log = log_dir(table_dir)
+    start, adds = _checkpoint(log, version)
+    for at in range(start, version + 1):
+        with open(log / f"{at:020d}.json", encoding="utf-8") as commit:
+            for line in commit:
+                if not line.strip():
+                    continue
+                action = json.loads(line)
+                if "add" in action:
+                    adds[action["add"]["path"]] = action["add"]
+                elif "remove" in action:
+                    adds.pop(action["remove"]["path"], None)
+    return adds
+
+
+def _checkpoint(log: Path, version: int) -> tuple[int, dict[str, Action]]:
+    """The first commit after the newest checkpoint at or before `version`, and its adds."""
+    found = sorted(
+        (int(path.name.split(".")[0]), path)
+        for path in log.glob("*.checkpoint*.parquet")
+        if int(path.name.split(".")[0]) <= version
+    )
+    if not found:
+        return 0, {}
+    newest = found[-1][0]
+    adds: dict[str, Action] = {}
+    for at, path in found:
+        if at != newest:
+            continue
+        column = pq.read_table(path, columns=["add"])["add"]
+        for add in column.to_pylist():
+            if add is not None:
+                add["partitionValues"] = dict(add.get("partitionValues") or [])
+                adds[add["path"]] = {k: v for k, v in add.items() if v is not None}
+    return newest + 1, adds
+
+
+def vectors_in_use(table_dir: str | Path, version: int, since_ms: int) -> set[str] | None:
+    """The names of the deletion vector files that `version`, or any version time travel to
+    `since_ms` or later reaches, refers to; None if the log no longer says (its commits from
+    then were cleaned up with no checkpoint before them)."""
+    log = log_dir(table_dir)
+    first = version
+    while first > 0 and (log / f"{first:020d}.json").exists():
+        if (log / f"{first:020d}.json").stat().st_mtime * 1000 <= since_ms:
+            break  # the version in effect at since_ms
+        first -= 1
+    try:
+        adds = list(active_adds(table_dir, first).values())
+        for at in range(first + 1, version + 1):
+            with open(log / f"{at:020d}.json", encoding="utf-8") as commit:
+                adds += [json.loads(line)["add"] for line in commit if '"add"' in line[:8]]
+    except FileNotFoundError:
+        return None
+    return {_vector_file(a["deletionVector"]) for a in adds if a.get("deletionVector")}
+
+
+def _vector_file(descriptor: Mapping[str, Any]) -> str:
+    """The file name of a deletion vector stored in a file (`u`: a uuid in Z85 after a
+    prefix; `p`: a path), "" for one stored inline."""
+    stored, where = descriptor["storageType"], descriptor["pathOrInlineDv"]
+    if stored == "u":
+        return f"deletion_vector_{_uuid(where[-20:])}.bin"
+    return Path(where).name if stored == "p" else ""
+
+
+def _uuid(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=z85_decoded(text))
+
+
+def commit(table_dir: str | Path, version: int, actions: Iterable[Action]) -> None:
+    """Write `actions` as `version`'s commit; `LostCommit` if another writer's came first."""
+    log = log_dir(table_dir)
+    aside = log / f".dblog-{uuid.uuid4()}.json.tmp"
+    aside.write_text("".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions))
+    try:
+        os.link(aside, log / f"{version:020d}.json")
+    except FileExistsError:
+        message = f"version {version} of {table_dir} was committed by another writer"
+        raise LostCommit(message) from None
+    finally:
+        aside.unlink()
+
+
+def commit_info(operation: str, metadata: Mapping[str, Any], timestamp_ms: int) -> Action:
+    """The commitInfo of a commit written here, with the caller's metadata beside it (where
+    delta-rs puts `CommitProperties.custom_metadata`)."""
+    return {
+        "commitInfo": {
+            **metadata,
+            "timestamp": timestamp_ms,
+            "operation": operation,
+            "operationParameters": {},
+            "engineInfo": "dblog",
+        }
+    }

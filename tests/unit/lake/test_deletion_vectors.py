@@ -1,0 +1,168 @@
+"""Deletion vectors on real Delta tables in a temp dir (delta-rs, Polars, DuckDB; no server):
+the vectors written here are the ones delta-rs and Polars read, a write into a table with
+them enabled marks rows instead of rewriting files, an optimize folds the marks away, and the
+maintenance keeps every vector file a version within the retention needs."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy
+import polars
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, TableFeatures, write_deltalake
+
+from airflow_provider_dblog.compaction.maintenance import MaintenanceOptions, maintain_table
+from airflow_provider_dblog.core.direct import DirectRecord
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.schema import Column, TableSchema
+from airflow_provider_dblog.lake import delta_log
+from airflow_provider_dblog.lake.deletion_vectors import VectorFile, z85, z85_decoded
+from airflow_provider_dblog.lake.direct import commit_staged, stage_rows
+from airflow_provider_dblog.lake.schema import LakeRow, lake_schema
+from airflow_provider_dblog.lake.table import LakeTable
+
+pytestmark = pytest.mark.unit
+
+TABLE = TableRef("app", "users")
+SCHEMA = lake_schema(
+    "postgres",
+    TABLE,
+    TableSchema((Column("id", "bigint", False, None), Column("name", "text", True, None)), ("id",)),
+)
+
+
+def test_z85_spells_the_specifications_example_and_back() -> None:
+    data = bytes([0x86, 0x4F, 0xD2, 0x6F, 0xB5, 0x59, 0xF7, 0x5B])
+    assert z85(data) == "HelloWorld"
+    assert z85_decoded("HelloWorld") == data
+
+
+@pytest.mark.parametrize(
+    "deleted",
+    [
+        [0],
+        [5, 65535, 65536, 69999],  # two containers, the last row of the file
+        [*range(1000, 6000), 66000],  # a bitset container, then an array
+    ],
+    ids=["one row", "two containers", "a bitset"],
+)
+def test_a_vector_written_here_is_the_one_delta_rs_and_polars_read(
+    tmp_path: Path, deleted: list[int]
+) -> None:
+    rows = 70_000
+    write_deltalake(tmp_path, pa.table({"id": pa.array(numpy.arange(rows))}))
+    table = DeltaTable(tmp_path)
+    table.alter.add_feature([TableFeatures.DeletionVectors], allow_protocol_versions_increase=True)
+    version = table.version()
+    [(path, add)] = delta_log.active_adds(tmp_path, version).items()
+    vectors = VectorFile()
+    descriptor = vectors.add(deleted)
+    (tmp_path / vectors.name).write_bytes(vectors.data)
+    remove = {"path": path, "deletionTimestamp": 1, "dataChange": True, "size": add["size"]}
+    marked = {"add": {**add, "deletionVector": descriptor}}
+    delta_log.commit(tmp_path, version + 1, [{"remove": remove}, marked])
+    with pytest.raises(delta_log.LostCommit):
+        delta_log.commit(tmp_path, version + 1, [{"remove": remove}, marked])
+    table.update_incremental()
+    [keep] = pa.table(table.deletion_vectors())["selection_vector"].to_pylist()
+    assert [i for i, kept in enumerate(keep) if not kept] == deleted
+    expected = sorted(set(range(rows)) - set(deleted))
+    assert sorted(polars.read_delta(str(tmp_path))["id"].to_list()) == expected
+    assert delta_log.vectors_in_use(tmp_path, version + 1, 0) == {vectors.name}
+
+
+def readers_see(lake: LakeTable) -> dict[int, Any]:
+    """The current rows (id to name) as Polars and DuckDB (over delta-rs's engine: a read of
+    the Parquet files alone would see the rows the vectors delete) read them."""
+    lake.refresh()
+    frame = polars.read_delta(lake.directory).filter(~polars.col("_dblog_deleted"))
+    by_polars = dict(zip(frame["id"].to_list(), frame["name"].to_list(), strict=True))
+    scan = lake.delta.scan(columns=["id", "name", "_dblog_deleted"])  # noqa: F841 (DuckDB's)
+    query = "SELECT id, name FROM scan WHERE NOT _dblog_deleted"
+    by_duckdb = dict(duckdb.execute(query).fetchall())
+    assert by_polars == by_duckdb == {r["id"]: r["name"] for r in lake.rows().to_pylist()}
+    return by_polars
+
+
+def filled(root: Path) -> LakeTable:
+    """Four direct chunks of 1000 keys (four files, a range each), then vectors turned on."""
+    for chunk in range(4):
+        keys = range(chunk * 1000, chunk * 1000 + 1000)
+        handle = stage_rows(root, TABLE, SCHEMA, [{"id": k, "name": f"n{k}"} for k in keys])
+        hw = Position(100 + chunk, 0)
+        record = DirectRecord("w", Position(hw.commit - 1, 0), hw, frozenset())
+        commit_staged(root, TABLE, [handle], SCHEMA, record, ("id",))
+    lake = LakeTable.open(root, TABLE)
+    assert lake.enable_deletion_vectors() and not lake.enable_deletion_vectors()
+    assert lake.deletion_vectors
+    return lake
+
+
+def data_files(lake: LakeTable) -> set[str]:
+    lake.refresh()
+    return set(pa.table(lake.delta.get_add_actions(flatten=True))["path"].to_pylist())
+
+
+def test_a_write_of_keys_over_every_file_marks_rows_and_rewrites_none(tmp_path: Path) -> None:
+    lake = filled(tmp_path)
+    before = data_files(lake)
+    rows = [
+        LakeRow({"id": 5, "name": "five"}, 500, 1, "u"),
+        LakeRow({"id": 1500, "name": "stale"}, 50, 1, "u"),  # older than the stored row
+        LakeRow({"id": 2500}, 500, 2, "d", deleted=True),
+        LakeRow({"id": 3999, "name": "last"}, 500, 3, "u"),
+        LakeRow({"id": 7000, "name": "new"}, 500, 4, "c"),
+    ]
+    written = lake.merge(SCHEMA.to_arrow(rows), progress=Position(500, 4))
+    assert (written.inserted, written.updated) == (1, 3)
+    after = data_files(lake)
+    assert before < after and len(after - before) == 1, "every file kept, one added"
+    marked = pa.table(lake.delta.deletion_vectors())
+    assert sum(keep.count(False) for keep in marked["selection_vector"].to_pylist()) == 3
+    assert lake.progress == Position(500, 4)
+    seen = readers_see(lake)
+    assert len(seen) == 4000 and 2500 not in seen
+    assert (seen[5], seen[1500], seen[3999], seen[7000]) == ("five", "n1500", "last", "new")
+
+    lake.merge(SCHEMA.to_arrow([LakeRow({"id": 5, "name": "again"}, 600, 0, "u")]))
+    assert readers_see(lake)[5] == "again", "a marked file's vector grows"
+    assert len(data_files(lake)) == len(after) + 1
+
+
+def test_an_optimize_folds_the_marks_into_ranges_and_the_vacuum_keeps_vectors_in_use(
+    tmp_path: Path,
+) -> None:
+    lake = filled(tmp_path)
+    lake.merge(SCHEMA.to_arrow([LakeRow({"id": k, "name": "x"}, 500, 0, "u") for k in (1, 2001)]))
+    expected = readers_see(lake)
+    old_vectors = {p.name for p in tmp_path.joinpath(str(TABLE)).glob("deletion_vector_*")}
+    assert len(old_vectors) == 1
+    dry = maintain_table(
+        tmp_path, TABLE, MaintenanceOptions(retention_hours=0, dry_run=True, min_retention_hours=0)
+    )
+    assert dry.vacuumed == [], "the vector in use is no file to remove"
+
+    # a vector file no version refers to, older than the retention: a write that died
+    orphan = Path(lake.directory) / VectorFile().name
+    orphan.write_bytes(b"\x01")
+    os.utime(orphan, (time.time() - 7200, time.time() - 7200))
+    report = maintain_table(  # optimize, vacuum, checkpoint
+        tmp_path, TABLE, MaintenanceOptions(retention_hours=1, min_retention_hours=0)
+    )
+    assert report.compacted == 5, "four ranges and the file the write added, one range now"
+    assert report.vacuumed == [orphan.name]
+    lake = LakeTable.open(tmp_path, TABLE)
+    assert pa.table(lake.delta.deletion_vectors()).num_rows == 0, "no file keeps a mark"
+    assert readers_see(lake) == expected
+    report = maintain_table(
+        tmp_path, TABLE, MaintenanceOptions(retention_hours=0, min_retention_hours=0)
+    )
+    assert set(report.vacuumed or ()) >= old_vectors, "the old vector went with its files"
+    assert readers_see(LakeTable.open(tmp_path, TABLE)) == expected
