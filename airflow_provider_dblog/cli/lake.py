@@ -16,8 +16,16 @@ files no version within the retention needs removed (vacuum), the log checkpoint
 `compaction/maintenance.py`). With none of `--optimize`, `--vacuum`, `--checkpoint`, all three
 run. One line per table says what each step did. Exit status 75 when the compaction's lock
 stays held, as for a second compaction; 2 for a retention below the floor, a table the lake
-lacks, or no `[lake] root`. The compaction and maintenance code (and delta-rs, Spark) is
-imported only when a command runs.
+lacks, or no `[lake] root`.
+
+`dblog lake enable-deletion-vectors`: per table, Delta's deletion vectors turned on (a
+protocol upgrade: readers must support them), after which a write marks the rows it replaces
+deleted instead of rewriting their files, and `maintain --optimize` folds the marks away
+(`docs/adr/0009-deletion-vectors.md`). Tables created later start without: run it again.
+Exit status 2 for a table the lake lacks or no `[lake] root`.
+
+The compaction and maintenance code (and delta-rs, Spark) is imported only when a command
+runs.
 """
 
 from __future__ import annotations
@@ -89,6 +97,18 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="seconds to wait for a running compaction (default %(default)s)",
     )
     maintain.set_defaults(func=_maintain)
+    vectors = actions.add_parser(
+        "enable-deletion-vectors",
+        help="writes mark replaced rows deleted instead of rewriting files, per table",
+    )
+    add_config_option(vectors)
+    vectors.add_argument(
+        "--table",
+        action="append",
+        type=_table,
+        help="a lake table, 'schema.table' (repeatable; default: every table under the root)",
+    )
+    vectors.set_defaults(func=_enable_deletion_vectors)
     _register_compact(actions)
 
 
@@ -198,6 +218,26 @@ def _maintain(args: argparse.Namespace) -> int:
         return 2
     if not reports:
         print(f"no lake tables under {config.lake_root}: nothing to maintain")
+    return 0
+
+
+def _enable_deletion_vectors(args: argparse.Namespace) -> int:
+    from airflow_provider_dblog.compaction.maintenance import enable_deletion_vectors
+    from airflow_provider_dblog.lake.schema import LakeSchemaError
+
+    config = config_of(args)
+    if config.lake_root is None:
+        print(f"dblog: error: {args.config} has no [lake] root: no lake tables", file=sys.stderr)
+        return 2
+    try:
+        done = enable_deletion_vectors(config.lake_root, args.table)
+    except LakeSchemaError as exc:
+        print(f"dblog: error: {exc}", file=sys.stderr)
+        return 2
+    for table, changed in done:
+        print(f"{table}: deletion vectors {'enabled' if changed else 'were enabled already'}")
+    if not done:
+        print(f"no lake tables under {config.lake_root}: nothing to enable")
     return 0
 
 

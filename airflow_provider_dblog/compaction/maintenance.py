@@ -149,21 +149,38 @@ def maintain_lake(
     time, each under the lake's compaction lock; `done` is called with each table's report as
     it ends."""
     root = Path(root)
-    if tables is None:
-        chosen = lake_table_refs(root)
-    else:
-        chosen = list(tables)
-        missing = [str(t) for t in chosen if not LakeTable.exists(root, t)]
-        if missing:
-            raise LakeSchemaError(f"no lake table of {', '.join(missing)} under {root}")
     reports = []
-    for table in chosen:
+    for table in chosen_tables(root, tables):
         with compaction_lock(root, options.lock_timeout_s):
             report = maintain_table(root, table, options)
         if done is not None:
             done(report)
         reports.append(report)
     return reports
+
+
+def chosen_tables(root: Path, tables: Sequence[TableRef] | None) -> list[TableRef]:
+    """`tables`, each of which the lake under `root` must hold (`LakeSchemaError` names
+    those it lacks), or every lake table there."""
+    if tables is None:
+        return lake_table_refs(root)
+    missing = [str(t) for t in tables if not LakeTable.exists(root, t)]
+    if missing:
+        raise LakeSchemaError(f"no lake table of {', '.join(missing)} under {root}")
+    return list(tables)
+
+
+def enable_deletion_vectors(
+    root: str | Path, tables: Sequence[TableRef] | None = None
+) -> list[tuple[TableRef, bool]]:
+    """Turn on deletion vectors in `tables` of the lake under `root` (default: every lake
+    table there; `LakeTable.enable_deletion_vectors`): each table, and whether this turned
+    them on (False: they were on)."""
+    root = Path(root)
+    return [
+        (table, LakeTable.open(root, table).enable_deletion_vectors())
+        for table in chosen_tables(root, tables)
+    ]
 
 
 def lake_table_refs(root: Path) -> list[TableRef]:

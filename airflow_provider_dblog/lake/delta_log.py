@@ -66,7 +66,9 @@ def _checkpoint(log: Path, version: int) -> tuple[int, dict[str, Action]]:
         column = pq.read_table(path, columns=["add"])["add"]
         for add in column.to_pylist():
             if add is not None:
-                add["partitionValues"] = dict(add.get("partitionValues") or [])
+                for name in ("partitionValues", "tags"):  # maps, read as lists of pairs
+                    if add.get(name) is not None:
+                        add[name] = dict(add[name])
                 adds[add["path"]] = {k: v for k, v in add.items() if v is not None}
     return newest + 1, adds
 

@@ -40,6 +40,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -105,8 +106,13 @@ FOLDED_SCHEMA_PROPERTY = "dblog.compaction.schema"
 """The last schema event the compaction folded into the table: JSON `{"at": [commit, seq],
 "columns": [name, ...]}` (`folded_schema`)."""
 DELETION_VECTORS_PROPERTY = "delta.enableDeletionVectors"
-"""Delta's table property: "true" where writes mark replaced rows deleted in deletion vectors
-instead of rewriting their files (`enable_deletion_vectors`)."""
+"""Delta's table property: "false" turns deletion vectors off in a table that has the feature
+(`deletion_vectors`)."""
+READERS = 4
+"""The threads a write with deletion vectors reads its files in."""
+CHECKPOINT_INTERVAL = 100
+"""Delta's default `delta.checkpointInterval`: a commit written here at a multiple of it
+writes a checkpoint too."""
 PROGRESS_COMMIT = "dblog.compaction.commit"
 PROGRESS_SEQ = "dblog.compaction.seq"
 ATTEMPTS = 30
@@ -471,25 +477,30 @@ class LakeTable:
     @property
     def deletion_vectors(self) -> bool:
         """Writes mark the rows they replace deleted (`_mark`) instead of rewriting files:
-        the table has Delta's deletion vectors feature and they are enabled."""
+        the table has Delta's deletion vectors feature, and its `delta.enableDeletionVectors`
+        does not turn them off."""
         protocol = self._delta.protocol()
         return "deletionVectors" in (protocol.writer_features or ()) and (
-            self._properties().get(DELETION_VECTORS_PROPERTY) == "true"
+            self._properties().get(DELETION_VECTORS_PROPERTY) != "false"
         )
 
     def enable_deletion_vectors(self) -> bool:
         """Turn on deletion vectors (`_mark`): a protocol upgrade no writer undoes, after which
         a reader must support deletion vectors (Spark's Delta 2.3 on, DuckDB's delta
-        extension, Polars, delta-rs's engine); False if they were on already."""
+        extension, Polars, delta-rs's engine); False if they were on already. Only the
+        feature is added: delta-rs, asked to set `delta.enableDeletionVectors`, adds
+        `variantType` to the features a reader must know as well."""
 
         def enable() -> bool:
             if self.deletion_vectors:
                 return False
+            if self._properties().get(DELETION_VECTORS_PROPERTY) == "false":
+                raise LakeSchemaError(
+                    f"the lake table of {self.table} sets {DELETION_VECTORS_PROPERTY} false: "
+                    "set it true with the engine that set it"
+                )
             self._delta.alter.add_feature(
                 [TableFeatures.DeletionVectors], allow_protocol_versions_increase=True
-            )
-            self._delta.alter.set_table_properties(
-                {DELETION_VECTORS_PROPERTY: "true"}, raise_if_not_exists=False
             )
             return True
 
@@ -505,27 +516,9 @@ class LakeTable:
         version, directory = self.version, self.directory
         name, schema = self.key[0], self.arrow_schema
         candidates = holding(self._data_files(), source[name].to_numpy())
-        deleted = self._deleted_rows([f.path for f in candidates])
-        kept = [n[len(KEEP_PREFIX) :] for n in source.column_names if n.startswith(KEEP_PREFIX)]
-        columns = pa.schema(
-            [schema.field(n) for n in dict.fromkeys([*self.key, COMMIT, SEQ, *kept])]
-        )
-        physical, stored, where = [], [], []
-        for index, file in enumerate(candidates):
-            rows = self._read_file(file.path, columns)
-            alive = ~_padded(deleted.get(file.path), rows.num_rows)
-            physical.append(rows.num_rows)
-            stored.append(rows.filter(pa.array(alive)))
-            where.append(
-                numpy.stack([numpy.full(rows.num_rows, index), numpy.arange(rows.num_rows)])[
-                    :, alive
-                ]
-            )
-        found = decide(
-            pa.concat_tables(stored) if stored else columns.empty_table(), source, self.key, schema
-        )
-        at = numpy.concatenate(where, axis=1) if where else numpy.zeros((2, 0), dtype=numpy.int64)
-        replaced = at[:, found.replaced]
+        matched = self._matched(candidates, source)
+        found = decide(matched.stored, source, self.key, schema)
+        replaced = matched.where[:, found.replaced]
         adds = delta_log.active_adds(directory, version)
         now = int(time.time() * 1000)
         actions: list[delta_log.Action] = [
@@ -536,7 +529,7 @@ class LakeTable:
         for index in numpy.unique(replaced[0]):
             file = candidates[int(index)]
             add = adds[file.path]
-            rows = numpy.flatnonzero(_padded(deleted.get(file.path), physical[index]))
+            rows = numpy.flatnonzero(_padded(matched.deleted.get(file.path), matched.rows[index]))
             rows = numpy.union1d(rows, replaced[1][replaced[0] == index])
             remove = {
                 "path": file.path,
@@ -549,7 +542,7 @@ class LakeTable:
             if add.get("deletionVector"):
                 remove["deletionVector"] = add["deletionVector"]
             actions.append({"remove": remove})
-            if len(rows) < physical[index]:
+            if len(rows) < matched.rows[index]:
                 stats = json.loads(add.get("stats") or "{}")
                 stats["tightBounds"] = False  # the bounds are the file's, deleted rows too
                 vector = vectors.add(rows)
@@ -584,7 +577,46 @@ class LakeTable:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         self._delta.update_incremental()
+        interval = int(self._properties().get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
+        if self.version % interval == 0:  # as delta-rs does after its own commits
+            self._delta.create_checkpoint()
         return Written(found.inserted, found.updated, 0, self.version)
+
+    def _matched(self, candidates: Sequence[DataFile], source: pa.Table) -> _Matched:
+        """What a write with deletion vectors reads of the files `candidates`. Files are
+        read in threads (Parquet decodes without the GIL), the kept columns only where some
+        row matched: a long kept text costs several times the key and position."""
+        name, schema = self.key[0], self.arrow_schema
+        flags = [n for n in source.column_names if n.startswith(KEEP_PREFIX)]
+        kept = [f[len(KEEP_PREFIX) :] for f in flags if pc.any(source[f]).as_py()]
+        first = pa.schema([schema.field(n) for n in dict.fromkeys([*self.key, COMMIT, SEQ])])
+        rest = pa.schema([schema.field(n) for n in kept if n not in first.names])
+        deleted = self._deleted_rows([f.path for f in candidates])
+
+        def read(file: DataFile) -> tuple[pa.Table, numpy.ndarray, int]:
+            rows = self._read_file(file.path, first)
+            hit = pc.is_in(rows[name], value_set=source[name]).to_numpy(zero_copy_only=False)
+            at = numpy.flatnonzero(hit & ~_padded(deleted.get(file.path), rows.num_rows))
+            found = rows.take(at)
+            if len(at) and len(rest):
+                more = self._read_file(file.path, rest).take(at)
+                for field in rest:
+                    found = found.append_column(field, more[field.name])
+            return found, at, rows.num_rows
+
+        with ThreadPoolExecutor(READERS) as pool:
+            results = list(pool.map(read, candidates))
+        empty = pa.schema([*first, *rest]).empty_table()
+        where = [numpy.zeros((2, 0), dtype=numpy.int64)] + [
+            numpy.stack([numpy.full(len(at), index), at])
+            for index, (_, at, _) in enumerate(results)
+        ]
+        return _Matched(
+            pa.concat_tables([empty] + [found for found, _, _ in results]),
+            numpy.concatenate(where, axis=1),
+            [rows for _, _, rows in results],
+            deleted,
+        )
 
     def _deleted_rows(self, paths: Collection[str]) -> dict[str, numpy.ndarray]:
         """The rows of the data files `paths` (as the log names them) that their deletion
@@ -593,13 +625,15 @@ class LakeTable:
             return {}
         by_name = {Path(p).name: p for p in paths}
         found = {}
-        for batch in self._delta.deletion_vectors():
-            for uri, keep in zip(
-                batch["filepath"].to_pylist(), batch["selection_vector"].to_pylist(), strict=True
-            ):
+        for batch in map(pa.record_batch, self._delta.deletion_vectors()):
+            vectors = batch.column("selection_vector")
+            assert isinstance(vectors, pa.ListArray)
+            keep = vectors.values.to_numpy(zero_copy_only=False)
+            offsets = vectors.offsets.to_numpy()
+            for at, uri in enumerate(batch.column("filepath").to_pylist()):
                 path = by_name.get(Path(unquote(urlparse(uri).path)).name)
                 if path is not None:
-                    found[path] = ~numpy.asarray(keep, dtype=bool)
+                    found[path] = ~keep[offsets[at] : offsets[at + 1]]
         return found
 
     @property
@@ -748,6 +782,21 @@ def _stats(actions: pa.Table, column: str) -> list[Key | None]:
         return [None] * actions.num_rows
     found: list[Key | None] = actions[column].to_pylist()
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Matched:
+    """The stored rows a write with deletion vectors may replace: those of the files it
+    reads whose first key column holds a value of the write's, not deleted already."""
+
+    stored: pa.Table
+    """Their key, position and kept columns (those whose flag the write sets somewhere)."""
+    where: numpy.ndarray
+    """Where each is: the file's index among those read, and the row's in the file."""
+    rows: list[int]
+    """Each file's rows, deleted ones too."""
+    deleted: dict[str, numpy.ndarray]
+    """The rows the files' deletion vectors delete already, by file (`_deleted_rows`)."""
 
 
 def _padded(mask: numpy.ndarray | None, rows: int) -> numpy.ndarray:

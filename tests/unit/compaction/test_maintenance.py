@@ -148,6 +148,26 @@ def test_a_retention_below_the_floor_is_refused_before_anything_changes(
     assert LakeTable.open(tmp_path / "lake", TABLE).version == version
 
 
+def test_deletion_vectors_are_enabled_per_table_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lake_with_small_files(tmp_path / "lake", commits=2)
+    config = write_config(tmp_path)
+    absent = ["--table", "app.absent"]
+    assert main(["lake", "enable-deletion-vectors", "-c", str(config), *absent]) == 2
+    assert "no lake table of app.absent under" in capsys.readouterr().err
+    assert not LakeTable.open(tmp_path / "lake", TABLE).deletion_vectors
+    for said in ("enabled", "were enabled already"):
+        assert main(["lake", "enable-deletion-vectors", "-c", str(config)]) == 0
+        assert capsys.readouterr().out == f"app.users: deletion vectors {said}\n"
+    lake = LakeTable.open(tmp_path / "lake", TABLE)
+    assert lake.deletion_vectors
+    assert sorted(lake.delta.protocol().reader_features or ()) == [
+        "deletionVectors",
+        "timestampNtz",
+    ]
+
+
 def test_the_vacuum_keeps_what_a_running_writer_or_reader_needs(tmp_path: Path) -> None:
     """At the floor (1 hour): the files an optimize just removed stay (a reader of the version
     before it, opened a moment ago, still reads them), and so does a file a merge has written

@@ -136,6 +136,24 @@ def test_a_write_of_keys_over_every_file_marks_rows_and_rewrites_none(tmp_path: 
     assert len(data_files(lake)) == len(after) + 1
 
 
+def test_a_commit_written_here_checkpoints_at_the_interval_and_reads_back(
+    tmp_path: Path,
+) -> None:
+    lake = filled(tmp_path)
+    lake.delta.alter.set_table_properties({"delta.checkpointInterval": "2"})
+    lake.refresh()
+    assert lake.deletion_vectors
+    for commit in range(500, 504):  # the first two checkpoint; the next read one
+        lake.merge(SCHEMA.to_arrow([LakeRow({"id": 5, "name": str(commit)}, commit, 0, "u")]))
+    log = Path(lake.directory) / "_delta_log"
+    written = [
+        v for v in range(lake.version + 1) if (log / f"{v:020d}.checkpoint.parquet").exists()
+    ]
+    assert len(written) >= 2 and all(v % 2 == 0 for v in written)
+    seen = readers_see(LakeTable.open(tmp_path, TABLE))
+    assert len(seen) == 4000 and seen[5] == "503"
+
+
 def test_an_optimize_folds_the_marks_into_ranges_and_the_vacuum_keeps_vectors_in_use(
     tmp_path: Path,
 ) -> None:
