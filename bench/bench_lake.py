@@ -204,8 +204,9 @@ def layout(root: Path) -> tuple[int, int]:
 
 def rewritten(root: Path, since: int, version: int) -> str:
     """What the commits after `since` up to `version` did, from their log entries: files
-    removed (of those `since` listed) and added, rows in the files removed, files marked
-    (removed and added again with a deletion vector), and commits."""
+    removed (of those `since` listed) and added, the rows of those removed (rewritten; with
+    deletion vectors, all replaced), files marked (removed and added again with a deletion
+    vector), and commits."""
     gone: set[str] = set()
     added: set[str] = set()
     for at in range(since + 1, version + 1):
@@ -223,7 +224,7 @@ def rewritten(root: Path, since: int, version: int) -> str:
     rows = sum(records.get(p, 0) for p in gone - marked)
     removed = len((gone - marked) & set(records))
     return (
-        f"-{removed}/+{len(added - gone)} files, {rows} rows rewritten, {len(marked)} files "
+        f"-{removed}/+{len(added - gone)} files, {rows} rows in removed files, {len(marked)} files "
         f"marked, {version - since} commits"
     )
 

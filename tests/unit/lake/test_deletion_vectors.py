@@ -15,7 +15,7 @@ import numpy
 import polars
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, TableFeatures, write_deltalake
+from deltalake import CommitProperties, DeltaTable, TableFeatures, write_deltalake
 
 from airflow_provider_dblog.compaction.maintenance import MaintenanceOptions, maintain_table
 from airflow_provider_dblog.core.direct import DirectRecord
@@ -31,11 +31,8 @@ from airflow_provider_dblog.lake.table import LakeTable
 pytestmark = pytest.mark.unit
 
 TABLE = TableRef("app", "users")
-SCHEMA = lake_schema(
-    "postgres",
-    TABLE,
-    TableSchema((Column("id", "bigint", False, None), Column("name", "text", True, None)), ("id",)),
-)
+SCHEMA_COLUMNS = (Column("id", "bigint", False, None), Column("name", "text", True, None))
+SCHEMA = lake_schema("postgres", TABLE, TableSchema(SCHEMA_COLUMNS, ("id",)))
 
 
 def test_z85_spells_the_specifications_example_and_back() -> None:
@@ -134,6 +131,57 @@ def test_a_write_of_keys_over_every_file_marks_rows_and_rewrites_none(tmp_path: 
     lake.merge(SCHEMA.to_arrow([LakeRow({"id": 5, "name": "again"}, 600, 0, "u")]))
     assert readers_see(lake)[5] == "again", "a marked file's vector grows"
     assert len(data_files(lake)) == len(after) + 1
+
+
+def test_a_delta_rs_write_that_loses_to_a_marking_one_runs_again_and_loses_no_row(
+    tmp_path: Path,
+) -> None:
+    """An optimize (delta-rs overwrites) planned on the version before a write that marked
+    rows in the files it rewrites: delta-rs sees them removed, fails, and runs again; a
+    marking write planned on a stale version loses its commit and runs again too."""
+    lake = filled(tmp_path)
+    stale = LakeTable.open(tmp_path, TABLE)
+    lake.merge(SCHEMA.to_arrow([LakeRow({"id": 5, "name": "marked"}, 500, 0, "u")]))
+    assert stale.optimize(CommitProperties()) == (5, 1)
+    seen = readers_see(lake)
+    assert len(seen) == 4000 and seen[5] == "marked"
+    stale = LakeTable.open(tmp_path, TABLE, lake.version - 1)
+    stale.merge(SCHEMA.to_arrow([LakeRow({"id": 6, "name": "late"}, 501, 0, "u")]))
+    seen = readers_see(LakeTable.open(tmp_path, TABLE))
+    assert len(seen) == 4000 and (seen[5], seen[6]) == ("marked", "late")
+
+
+def test_delta_rs_updates_deletes_and_truncates_keep_the_marks(tmp_path: Path) -> None:
+    """The writes that stay delta-rs's (a column's default filled in, tombstones pruned, a
+    truncate's merge) on a table with marked rows: no marked row comes back."""
+    lake = filled(tmp_path)
+    lake.merge(
+        SCHEMA.to_arrow(
+            [
+                LakeRow({"id": 5, "name": "five"}, 500, 0, "u"),
+                LakeRow({"id": 6}, 500, 1, "d", deleted=True),
+            ]
+        )
+    )
+    wider = lake_schema(
+        "postgres",
+        TABLE,
+        TableSchema((*SCHEMA_COLUMNS, Column("tier", "text", True, None)), ("id",)),
+    )
+    lake.add_columns(wider.columns)
+    tier = wider.column("tier")
+    assert tier is not None
+    lake.fill(tier, "basic", Position(400, 0))
+    assert lake.prune_tombstones(Position(600, 0)) == 1
+    rows = {r["id"]: (r["name"], r["tier"]) for r in lake.rows().to_pylist()}
+    assert len(rows) == 3999 and 6 not in rows
+    assert rows[5] == ("five", None) and rows[7] == ("n7", "basic")
+    assert len(readers_see(lake)) == 3999
+    lake.merge(
+        SCHEMA.to_arrow([LakeRow({"id": 1, "name": "after"}, 700, 0, "c")]),
+        truncate=Position(650, 0),
+    )
+    assert readers_see(lake) == {1: "after"}
 
 
 def test_a_commit_written_here_checkpoints_at_the_interval_and_reads_back(
