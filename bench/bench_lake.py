@@ -28,13 +28,15 @@ Each line ends with the load average (1, 5, 15 min; 2 cores here, shared).
 
     nice -n 10 .venv/bin/python bench/bench_lake.py [--quick] [--rows 500000,5000000]
         [--changes N] [--spark] [--rate R] [--seconds S] [--key bigint|text]
-        [--deletion-vectors]
+        [--deletion-vectors] [--full-rows]
 
 `--key text` keys the table by text (`acct-` and 12 digits, in the integers' order).
 `--deletion-vectors` turns deletion vectors on once a table is filled: writes then mark the
 rows they replace deleted instead of rewriting files (a file so marked is counted apart), and
 DuckDB reads the table through delta-rs's engine (Arrow), as a plain Parquet read would see
-the deleted rows.
+the deleted rows. `--full-rows` makes updates carry every column (MySQL/MariaDB's full row
+images; a PostgreSQL row with no unchanged TOASTed value), where by default they leave the
+note out, as PostgreSQL does an unchanged TOASTed value, which a write must then read.
 
 No figure is checked against a threshold: this measures, it does not test.
 """
@@ -131,8 +133,10 @@ def values(schema: LakeSchema, keys: Sequence[int | str], rng: random.Random) ->
 class Lake:
     """One lake table of the bench, the positions it hands out and the rows it should hold."""
 
-    def __init__(self, root: Path, rows: int, key: str, vectors: bool = False) -> None:
-        self.root, self.rows, self.vectors = root, rows, vectors
+    def __init__(
+        self, root: Path, rows: int, key: str, vectors: bool = False, full_rows: bool = False
+    ) -> None:
+        self.root, self.rows, self.vectors, self.full_rows = root, rows, vectors, full_rows
         self.described = described(key)
         self.key = KEYS[key]
         self.schema = lake_schema("postgres", TABLE, self.described)
@@ -167,8 +171,9 @@ class Lake:
         return time.perf_counter() - start
 
     def changes(self, keys: Sequence[int], first: bool) -> list[Event]:
-        """Updates (a partial row: the TOASTed note unchanged) and deletes (one in ten) of
-        `keys`, one transaction of four events per commit."""
+        """Updates (a partial row: the TOASTed note unchanged; with `full_rows`, every
+        column) and deletes (one in ten) of `keys`, one transaction of four events per
+        commit."""
         found: list[Event] = []
         if first:
             self.commit += 1
@@ -187,6 +192,8 @@ class Lake:
                 self.deleted.add(key)
             else:
                 after = {"id": spelled, "owner": f"o-{key}", "balance": "1.50", "active": True}
+                if self.full_rows:
+                    after |= {"updated": "2026-01-01T00:00:00+00:00", "note": f"n-{key}"}
                 found.append(PlainEvent(Op.UPDATE, {"id": spelled}, None, after, source, 1))
                 self.deleted.discard(key)
         return found
@@ -267,11 +274,11 @@ def pick(lake: Lake, count: int, recent: bool) -> list[int]:
 
 
 def series(
-    work: Path, rows: int, changes: int, spark: object, key: str, vectors: bool
+    work: Path, rows: int, changes: int, spark: object, key: str, vectors: bool, full: bool
 ) -> dict[str, float]:
     """One size's steps; their seconds by step name."""
     root, events = work / f"lake-{rows}", work / f"events-{rows}"
-    lake = Lake(root, rows, key, vectors)
+    lake = Lake(root, rows, key, vectors, full)
     filled = lake.fill()
     version, files = layout(root)
     check_readers(lake)
@@ -418,6 +425,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--deletion-vectors", action="store_true", help="writes mark rows deleted in place"
     )
+    parser.add_argument(
+        "--full-rows", action="store_true", help="updates carry every column (no kept one)"
+    )
     args = parser.parse_args(argv)
     sizes = [
         int(s)
@@ -444,11 +454,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-lake-") as work:
             print(
                 f"sizes {sizes}, {changes} changes per fold, {args.key} keys, deletion vectors "
-                f"{'on' if args.deletion_vectors else 'off'}, {load()}",
+                f"{'on' if args.deletion_vectors else 'off'}, "
+                f"{'full' if args.full_rows else 'partial'} updates, {load()}",
                 flush=True,
             )
             results = {
-                rows: series(Path(work), rows, changes, spark, args.key, args.deletion_vectors)
+                rows: series(
+                    Path(work),
+                    rows,
+                    changes,
+                    spark,
+                    args.key,
+                    args.deletion_vectors,
+                    args.full_rows,
+                )
                 for rows in sizes
             }
             if len(sizes) > 1:

@@ -7,7 +7,7 @@ indexes in "portable" serialization (the magic number, the count of 32-bit bitma
 key and its roaring serialization with array and bitmap containers), stored in a file
 `deletion_vector_<uuid>.bin` at the table's root: a format version byte, then per vector its
 size (big-endian), its bytes and their CRC-32. The file action names it by the uuid in Z85.
-Pure: the caller writes the bytes.
+Pure but for `stored_rows`, which reads a vector where its descriptor says.
 """
 
 from __future__ import annotations
@@ -15,13 +15,18 @@ from __future__ import annotations
 import struct
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
 
 import numpy
 
 MAGIC = 1681511377
 """The first four bytes of a serialized RoaringBitmapArray (Delta's 64-bit roaring)."""
 _NO_RUN_COOKIE = 12346
+_RUN_COOKIE = 12347
+_NO_OFFSET_THRESHOLD = 4
 _ARRAY_MAX = 4096
 """A container of more rows than this is a bitset of 8 KiB, of fewer a sorted array."""
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
@@ -35,6 +40,81 @@ def serialized(rows: numpy.ndarray) -> bytes:
         raise ValueError("a deletion vector's row index must be below 2**32")
     head = struct.pack("<iqi", MAGIC, 1, 0)  # one 32-bit bitmap, its high key 0
     return head + _roaring32(rows.astype(numpy.uint32))
+
+
+def deserialized(data: bytes) -> numpy.ndarray:
+    """The row indexes a portable RoaringBitmapArray holds (the inverse of `serialized`, and
+    of what Spark writes: run containers too), sorted."""
+    magic, count = struct.unpack_from("<iq", data, 0)
+    if magic != MAGIC:
+        raise ValueError(f"not a deletion vector (magic {magic})")
+    at, found = 12, []
+    for _ in range(count):
+        (high,) = struct.unpack_from("<I", data, at)
+        rows, at = _roaring32_rows(data, at + 4)
+        found.append(rows.astype(numpy.uint64) | (numpy.uint64(high) << numpy.uint64(32)))
+    return numpy.concatenate(found) if found else numpy.zeros(0, dtype=numpy.uint64)
+
+
+def _roaring32_rows(data: bytes, at: int) -> tuple[numpy.ndarray, int]:
+    """The values of the 32-bit roaring bitmap serialized at `at`, and where it ends."""
+    (cookie,) = struct.unpack_from("<I", data, at)
+    runs = b""
+    if cookie & 0xFFFF == _RUN_COOKIE:
+        count = (cookie >> 16) + 1
+        runs = data[at + 4 : at + 4 + (count + 7) // 8]
+        at += 4 + len(runs)
+    elif cookie == _NO_RUN_COOKIE:
+        (count,) = struct.unpack_from("<I", data, at + 4)
+        at += 8
+    else:
+        raise ValueError(f"not a roaring bitmap (cookie {cookie})")
+    header = numpy.frombuffer(data, dtype="<u2", count=2 * count, offset=at)
+    at += 4 * count
+    if cookie == _NO_RUN_COOKIE or count >= _NO_OFFSET_THRESHOLD:
+        at += 4 * count  # the containers' offsets: they follow each other anyway
+    found = []
+    for index in range(count):
+        key, cardinality = int(header[2 * index]), int(header[2 * index + 1]) + 1
+        if runs and runs[index // 8] >> (index % 8) & 1:
+            (pairs,) = struct.unpack_from("<H", data, at)
+            run = numpy.frombuffer(data, dtype="<u2", count=2 * pairs, offset=at + 2)
+            at += 2 + 4 * pairs
+            lows = numpy.concatenate(
+                [numpy.arange(s, s + n + 1) for s, n in zip(run[::2], run[1::2], strict=True)]
+            )
+        elif cardinality > _ARRAY_MAX:
+            bits = numpy.frombuffer(data, dtype=numpy.uint8, count=8192, offset=at)
+            lows = numpy.flatnonzero(numpy.unpackbits(bits, bitorder="little"))
+            at += 8192
+        else:
+            lows = numpy.frombuffer(data, dtype="<u2", count=cardinality, offset=at)
+            at += 2 * cardinality
+        found.append(lows.astype(numpy.uint32) | numpy.uint32(key << 16))
+    return (numpy.concatenate(found) if found else numpy.zeros(0, dtype=numpy.uint32)), at
+
+
+def stored_rows(table_dir: str | Path, descriptor: Mapping[str, Any]) -> numpy.ndarray:
+    """The row indexes the deletion vector `descriptor` (a file action's `deletionVector`)
+    deletes, read from where it is stored: inline, or in a file beside the table's data
+    (checked against its CRC-32)."""
+    stored, where = descriptor["storageType"], descriptor["pathOrInlineDv"]
+    size = int(descriptor["sizeInBytes"])
+    if stored == "i":
+        return deserialized(z85_decoded(where + "0" * (-len(where) % 5))[:size])
+    if stored == "u":
+        prefix, name = where[:-20], f"deletion_vector_{uuid.UUID(bytes=z85_decoded(where[-20:]))}"
+        path = Path(table_dir) / prefix / f"{name}.bin"
+    else:
+        path = Path(unquote(urlparse(where).path))
+    with open(path, "rb") as file:
+        file.seek(int(descriptor.get("offset") or 1))
+        (length,) = struct.unpack(">i", file.read(4))
+        data = file.read(length)
+        (crc,) = struct.unpack(">I", file.read(4))
+    if length != size or zlib.crc32(data) != crc:
+        raise ValueError(f"the deletion vector at {path} does not match its descriptor")
+    return deserialized(data)
 
 
 def _roaring32(rows: numpy.ndarray) -> bytes:
@@ -98,6 +178,8 @@ class VectorFile:
 
     def __init__(self) -> None:
         self.id = uuid.uuid4()
+        self.count = 0
+        """The vectors added."""
         self._data = bytearray(b"\x01")  # the format's version
 
     @property
@@ -116,6 +198,7 @@ class VectorFile:
             raise ValueError("a deletion vector deletes at least one row")
         body = serialized(rows)
         offset = len(self._data)
+        self.count += 1
         self._data += struct.pack(">i", len(body)) + body + struct.pack(">I", zlib.crc32(body))
         return {
             "storageType": "u",

@@ -78,7 +78,7 @@ from airflow_provider_dblog.lake.clustered import (
     quote,
     touched,
 )
-from airflow_provider_dblog.lake.deletion_vectors import VectorFile
+from airflow_provider_dblog.lake.deletion_vectors import VectorFile, stored_rows
 from airflow_provider_dblog.lake.schema import (
     COMMIT,
     DELETED,
@@ -513,63 +513,56 @@ class LakeTable:
         the table's size and wherever the keys fall). The files it reads are those whose
         range may hold one of its keys, and of those only the key, position and kept
         columns. `LostCommit` when another writer committed first."""
-        version, directory = self.version, self.directory
-        name, schema = self.key[0], self.arrow_schema
-        candidates = holding(self._data_files(), source[name].to_numpy())
-        matched = self._matched(candidates, source)
-        found = decide(matched.stored, source, self.key, schema)
-        replaced = matched.where[:, found.replaced]
-        adds = delta_log.active_adds(directory, version)
+        version = self.version
+        candidates = holding(self._data_files(), source[self.key[0]].to_numpy())
+        adds = delta_log.active_adds(self.directory, version)
+        matched = self._matched(candidates, source, adds)
+        found = decide(matched.stored, source, self.key, self.arrow_schema)
         now = int(time.time() * 1000)
         actions: list[delta_log.Action] = [
             {"txn": {"appId": t.app_id, "version": t.version, "lastUpdated": now}}
             for t in properties.app_transactions or ()
         ]
-        vectors, moved = VectorFile(), list[Path]()
+        vectors = VectorFile()
+        replaced = matched.where[:, found.replaced]
         for index in numpy.unique(replaced[0]):
             file = candidates[int(index)]
-            add = adds[file.path]
-            rows = numpy.flatnonzero(_padded(matched.deleted.get(file.path), matched.rows[index]))
-            rows = numpy.union1d(rows, replaced[1][replaced[0] == index])
-            remove = {
-                "path": file.path,
-                "deletionTimestamp": now,
-                "dataChange": True,
-                "extendedFileMetadata": True,
-                "partitionValues": add.get("partitionValues", {}),
-                "size": add["size"],
-            }
-            if add.get("deletionVector"):
-                remove["deletionVector"] = add["deletionVector"]
-            actions.append({"remove": remove})
-            if len(rows) < matched.rows[index]:
-                stats = json.loads(add.get("stats") or "{}")
-                stats["tightBounds"] = False  # the bounds are the file's, deleted rows too
-                vector = vectors.add(rows)
-                actions.append(
-                    {
-                        "add": {
-                            **add,
-                            "stats": json.dumps(stats),
-                            "dataChange": True,
-                            "deletionVector": vector,
-                        }
-                    }
-                )
-        staging = Path(directory) / f"_dblog_marking_{uuid.uuid4()}"
+            deleted = numpy.flatnonzero(
+                _padded(matched.deleted.get(file.path), matched.rows[index])
+            )
+            deleted = numpy.union1d(deleted, replaced[1][replaced[0] == index])
+            actions += _marked(adds[file.path], deleted, matched.rows[index], vectors, now)
+        winners = found.winners.sort_by([(k, "ascending") for k in self.key])
+        self._commit(version + 1, actions, winners, vectors, properties, now)
+        return Written(found.inserted, found.updated, 0, self.version)
+
+    def _commit(
+        self,
+        version: int,
+        actions: list[delta_log.Action],
+        rows: pa.Table,
+        vectors: VectorFile,
+        properties: CommitProperties,
+        now: int,
+    ) -> None:
+        """Commit `actions`, with `rows` added in new files and `vectors` stored, as
+        `version` (written here: `LostCommit` if another writer's came first, and the files
+        written for it are removed). delta-rs writes the rows into a staging table beside,
+        for its Parquet and statistics; its files are moved in."""
+        directory = Path(self.directory)
+        staging, moved = directory / f"_dblog_marking_{uuid.uuid4()}", list[Path]()
         try:
-            if found.winners.num_rows:
-                winners = found.winners.sort_by([(k, "ascending") for k in self.key])
-                write_deltalake(staging, winners, target_file_size=FILE_BYTES)
+            if rows.num_rows:
+                write_deltalake(staging, rows, target_file_size=FILE_BYTES)
                 for path, add in delta_log.active_adds(staging, 0).items():
-                    (staging / path).rename(Path(directory) / path)
-                    moved.append(Path(directory) / path)
+                    (staging / path).rename(directory / path)
+                    moved.append(directory / path)
                     actions.append({"add": {**add, "modificationTime": now, "dataChange": True}})
-            if len(vectors.data) > 1:
-                (Path(directory) / vectors.name).write_bytes(vectors.data)
-                moved.append(Path(directory) / vectors.name)
+            if vectors.count:
+                (directory / vectors.name).write_bytes(vectors.data)
+                moved.append(directory / vectors.name)
             actions.append(delta_log.commit_info("MERGE", properties.custom_metadata or {}, now))
-            delta_log.commit(directory, version + 1, actions)
+            delta_log.commit(directory, version, actions)
         except BaseException:
             for written in moved:
                 written.unlink(missing_ok=True)
@@ -578,12 +571,17 @@ class LakeTable:
             shutil.rmtree(staging, ignore_errors=True)
         self._delta.update_incremental()
         interval = int(self._properties().get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
-        if self.version % interval == 0:  # as delta-rs does after its own commits
+        if version % interval == 0:  # as delta-rs does after its own commits
             self._delta.create_checkpoint()
-        return Written(found.inserted, found.updated, 0, self.version)
 
-    def _matched(self, candidates: Sequence[DataFile], source: pa.Table) -> _Matched:
-        """What a write with deletion vectors reads of the files `candidates`. Files are
+    def _matched(
+        self,
+        candidates: Sequence[DataFile],
+        source: pa.Table,
+        adds: Mapping[str, delta_log.Action],
+    ) -> _Matched:
+        """What a write with deletion vectors reads of the files `candidates` (`adds`: the
+        table's add actions). Files are
         read in threads (Parquet decodes without the GIL), the kept columns only where some
         row matched: a long kept text costs several times the key and position."""
         name, schema = self.key[0], self.arrow_schema
@@ -591,11 +589,16 @@ class LakeTable:
         kept = [f[len(KEEP_PREFIX) :] for f in flags if pc.any(source[f]).as_py()]
         first = pa.schema([schema.field(n) for n in dict.fromkeys([*self.key, COMMIT, SEQ])])
         rest = pa.schema([schema.field(n) for n in kept if n not in first.names])
-        deleted = self._deleted_rows([f.path for f in candidates])
+        deleted = self._deleted_rows([f.path for f in candidates], adds)
+
+        keys = numpy.sort(key_array(source[name].to_numpy(zero_copy_only=False)))
 
         def read(file: DataFile) -> tuple[pa.Table, numpy.ndarray, int]:
             rows = self._read_file(file.path, first)
-            hit = pc.is_in(rows[name], value_set=source[name]).to_numpy(zero_copy_only=False)
+            low = 0 if file.low is None else numpy.searchsorted(keys, file.low)
+            high = len(keys) if file.high is None else numpy.searchsorted(keys, file.high, "right")
+            inside = pa.array(keys[low:high], rows.schema.field(name).type)  # its range's
+            hit = pc.is_in(rows[name], value_set=inside).to_numpy(zero_copy_only=False)
             at = numpy.flatnonzero(hit & ~_padded(deleted.get(file.path), rows.num_rows))
             found = rows.take(at)
             if len(at) and len(rest):
@@ -618,22 +621,25 @@ class LakeTable:
             deleted,
         )
 
-    def _deleted_rows(self, paths: Collection[str]) -> dict[str, numpy.ndarray]:
-        """The rows of the data files `paths` (as the log names them) that their deletion
-        vectors delete, as masks (True: deleted; a mask may stop short of the file's end)."""
+    def _deleted_rows(
+        self, paths: Collection[str], adds: Mapping[str, delta_log.Action] | None = None
+    ) -> dict[str, numpy.ndarray]:
+        """The rows of the data files `paths` (as the log names them; `adds`, their add
+        actions if read already) that their deletion vectors delete, as masks (True:
+        deleted; a mask may stop short of the file's end). Only their vectors are read
+        (delta-rs's `deletion_vectors` reads every file's)."""
         if not self.deletion_vectors:
             return {}
-        by_name = {Path(p).name: p for p in paths}
+        if adds is None:
+            adds = delta_log.active_adds(self.directory, self.version)
         found = {}
-        for batch in map(pa.record_batch, self._delta.deletion_vectors()):
-            vectors = batch.column("selection_vector")
-            assert isinstance(vectors, pa.ListArray)
-            keep = vectors.values.to_numpy(zero_copy_only=False)
-            offsets = vectors.offsets.to_numpy()
-            for at, uri in enumerate(batch.column("filepath").to_pylist()):
-                path = by_name.get(Path(unquote(urlparse(uri).path)).name)
-                if path is not None:
-                    found[path] = ~keep[offsets[at] : offsets[at + 1]]
+        for path in paths:
+            descriptor = adds[path].get("deletionVector")
+            if descriptor:
+                rows = stored_rows(self.directory, descriptor).astype(numpy.int64)
+                mask = numpy.zeros(int(rows.max()) + 1 if len(rows) else 0, dtype=bool)
+                mask[rows] = True
+                found[path] = mask
         return found
 
     @property
@@ -797,6 +803,31 @@ class _Matched:
     """Each file's rows, deleted ones too."""
     deleted: dict[str, numpy.ndarray]
     """The rows the files' deletion vectors delete already, by file (`_deleted_rows`)."""
+
+
+def _marked(
+    add: delta_log.Action, deleted: numpy.ndarray, rows: int, vectors: VectorFile, now: int
+) -> list[delta_log.Action]:
+    """The actions that mark `deleted` (every deleted row, the old vector's too) in the data
+    file of `add` (of `rows` rows): its removal (with its old vector), and unless every row
+    is deleted its add again with the new vector, stored in `vectors`. Its statistics stay
+    the file's, deleted rows too, so they are no longer tight bounds."""
+    remove = {
+        "path": add["path"],
+        "deletionTimestamp": now,
+        "dataChange": True,
+        "extendedFileMetadata": True,
+        "partitionValues": add.get("partitionValues", {}),
+        "size": add["size"],
+    }
+    if add.get("deletionVector"):
+        remove["deletionVector"] = add["deletionVector"]
+    if len(deleted) == rows:
+        return [{"remove": remove}]
+    stats = {**json.loads(add.get("stats") or "{}"), "tightBounds": False}
+    marked = {**add, "stats": json.dumps(stats), "dataChange": True}
+    marked["deletionVector"] = vectors.add(deleted)
+    return [{"remove": remove}, {"add": marked}]
 
 
 def _padded(mask: numpy.ndarray | None, rows: int) -> numpy.ndarray:

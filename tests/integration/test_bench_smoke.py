@@ -113,20 +113,30 @@ def test_spark_dump_bench_quick_prints_p2_and_ratio() -> None:
     assert re.search(r"^read Spark JDBC", out, re.M), out  # measured, or skipped with why
 
 
-@pytest.mark.parametrize("key", ["bigint", "text"])
-def test_lake_bench_quick_prints_fold_direct_and_sustained_figures(key: str) -> None:
+@pytest.mark.parametrize(("key", "vectors"), [("bigint", False), ("text", False), ("bigint", True)])
+def test_lake_bench_quick_prints_fold_direct_and_sustained_figures(key: str, vectors: bool) -> None:
+    options = ["--deletion-vectors"] if vectors else []
     done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_lake.py"), "--quick", "--key", key],
+        [sys.executable, str(BENCH / "bench_lake.py"), "--quick", "--key", key, *options],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert re.search(rf"^sizes \[50000, 100000\], 2000 changes per fold, {key} keys", out), out
+    state = "on" if vectors else "off"
+    heading = (
+        rf"^sizes \[50000, 100000\], 2000 changes per fold, {key} keys, deletion vectors {state}"
+    )
+    assert re.search(heading, out), out
     for keys in ("random", "recent"):
-        fold = rf"^  F {keys} +fold \(driver\) of 2000 changes: {NUMBER} events/s .* rewritten"
-        assert len(re.findall(fold, out, re.M)) == 2, out  # one per table size
+        fold = (
+            rf"^  F {keys} +fold \(driver\) of 2000 changes: {NUMBER} events/s .* "
+            rf"{NUMBER} rows in removed files, (\d+) files marked"
+        )
+        marked = [int(m) for m in re.findall(fold, out, re.M)]
+        assert len(marked) == 2, out  # one per table size
+        assert all(marked) if vectors else not any(marked), out
         direct = rf"^  D {keys} +direct commit of {NUMBER} existing keys: {NUMBER} rows/s"
         assert len(re.findall(direct, out, re.M)) == 2, out
     assert re.search(rf"^ratios 100000 / 50000 rows: fold random driver {NUMBER}", out, re.M), out

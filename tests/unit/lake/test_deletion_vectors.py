@@ -6,6 +6,7 @@ maintenance keeps every vector file a version within the retention needs."""
 from __future__ import annotations
 
 import os
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,14 @@ from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.lake import delta_log
-from airflow_provider_dblog.lake.deletion_vectors import VectorFile, z85, z85_decoded
+from airflow_provider_dblog.lake.deletion_vectors import (
+    VectorFile,
+    deserialized,
+    serialized,
+    stored_rows,
+    z85,
+    z85_decoded,
+)
 from airflow_provider_dblog.lake.direct import commit_staged, stage_rows
 from airflow_provider_dblog.lake.schema import LakeRow, lake_schema
 from airflow_provider_dblog.lake.table import LakeTable
@@ -68,11 +76,27 @@ def test_a_vector_written_here_is_the_one_delta_rs_and_polars_read(
     with pytest.raises(delta_log.LostCommit):
         delta_log.commit(tmp_path, version + 1, [{"remove": remove}, marked])
     table.update_incremental()
+    assert stored_rows(tmp_path, descriptor).tolist() == deleted
     [keep] = pa.table(table.deletion_vectors())["selection_vector"].to_pylist()
     assert [i for i, kept in enumerate(keep) if not kept] == deleted
     expected = sorted(set(range(rows)) - set(deleted))
     assert sorted(polars.read_delta(str(tmp_path))["id"].to_list()) == expected
     assert delta_log.vectors_in_use(tmp_path, version + 1, 0) == {vectors.name}
+
+
+def test_a_vector_with_run_containers_and_one_stored_inline_read_back() -> None:
+    """What Spark writes after its run optimization: run containers (cookie 12347, the
+    count in its high half, a bit per container saying it holds runs), here rows 3-6 and
+    70000-70001 of one 32-bit bitmap; and a vector stored inline, in Z85."""
+    runs = struct.pack("<IB", 12347 | (2 - 1) << 16, 0b11)  # two containers, both runs
+    runs += struct.pack("<HHHH", 0, 3, 1, 1)  # key 0: 4 rows; key 1: 2 rows
+    runs += struct.pack("<HHH", 1, 3, 3) + struct.pack("<HHH", 1, 70000 - 65536, 1)
+    data = struct.pack("<iqI", 1681511377, 1, 0) + runs
+    assert deserialized(data).tolist() == [3, 4, 5, 6, 70000, 70001]
+    inline = serialized(numpy.array([7, 9, 100_000]))
+    padded = inline + b"\0" * (-len(inline) % 4)
+    descriptor = {"storageType": "i", "pathOrInlineDv": z85(padded), "sizeInBytes": len(inline)}
+    assert stored_rows("/nowhere", descriptor).tolist() == [7, 9, 100_000]
 
 
 def readers_see(lake: LakeTable) -> dict[int, Any]:
