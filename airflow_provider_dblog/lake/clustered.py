@@ -21,6 +21,10 @@ string's to a prefix, the maximum's last character raised), which is all a range
    compaction's progress: each is the rule applied to some keys, so a crash between them
    loses nothing (the next run folds the same events again, and a replay changes nothing).
 
+On a table with deletion vectors (`LakeTable._mark`) no file is rewritten: a write reads the
+files that may hold one of its keys (`holding`, no closure), applies the rule to the stored
+rows of its keys (`decide`, which `apply_rule` uses too) and marks those it replaces.
+
 Delta's conflict check of that commit is a merge's: a concurrent commit that added a file in
 one of the ranges, or removed a file this one read, fails it, and it runs again. A file
 without statistics could hold any key: it is touched. Pure: no I/O here.

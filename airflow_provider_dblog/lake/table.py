@@ -13,9 +13,12 @@ Rules, the same for the compaction and for direct dumps (so either may commit fi
   Setting a property is a metadata change, which makes every concurrent commit conflict and
   run again against the new floor.
 
-Every write is one Delta commit (delta-rs's merge, delete or update). A commit that loses a race
-with another writer (the compaction and a direct dump's driver may both write a table) fails
-with delta-rs's `CommitFailedError` and is run again on the new version, a few times. Merges
+Every write is one Delta commit (delta-rs's merge, delete or update; a write of a table kept
+in key ranges is one per range part, `lake/clustered.py`; on a table with deletion vectors,
+one this module writes itself, `_mark`). A commit that loses a race with another writer (the
+compaction and a direct dump's driver may both write a table) fails with delta-rs's
+`CommitFailedError`, or `delta_log.LostCommit`, and is run again on the new version, a few
+times. Merges
 are serializable: one that read a file another commit removed, or that would insert a key
 another commit added, fails rather than committing a second row of a key.
 
@@ -553,7 +556,8 @@ class LakeTable:
         staging, moved = directory / f"_dblog_marking_{uuid.uuid4()}", list[Path]()
         try:
             if rows.num_rows:
-                write_deltalake(staging, rows, target_file_size=FILE_BYTES)
+                # one batch: delta-rs's tasks would write files of interleaved key ranges
+                write_deltalake(staging, rows.combine_chunks(), target_file_size=FILE_BYTES)
                 for path, add in delta_log.active_adds(staging, 0).items():
                     (staging / path).rename(directory / path)
                     moved.append(directory / path)
@@ -581,16 +585,15 @@ class LakeTable:
         adds: Mapping[str, delta_log.Action],
     ) -> _Matched:
         """What a write with deletion vectors reads of the files `candidates` (`adds`: the
-        table's add actions). Files are
-        read in threads (Parquet decodes without the GIL), the kept columns only where some
-        row matched: a long kept text costs several times the key and position."""
+        table's add actions). Files are read in threads (Parquet decodes without the GIL),
+        the kept columns only where some row matched: a long kept text costs several times
+        the key and position."""
         name, schema = self.key[0], self.arrow_schema
         flags = [n for n in source.column_names if n.startswith(KEEP_PREFIX)]
         kept = [f[len(KEEP_PREFIX) :] for f in flags if pc.any(source[f]).as_py()]
         first = pa.schema([schema.field(n) for n in dict.fromkeys([*self.key, COMMIT, SEQ])])
         rest = pa.schema([schema.field(n) for n in kept if n not in first.names])
         deleted = self._deleted_rows([f.path for f in candidates], adds)
-
         keys = numpy.sort(key_array(source[name].to_numpy(zero_copy_only=False)))
 
         def read(file: DataFile) -> tuple[pa.Table, numpy.ndarray, int]:
