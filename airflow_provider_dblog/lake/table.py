@@ -54,11 +54,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import (
+    ColumnProperties,
     CommitProperties,
     DeltaTable,
     Field,
     TableFeatures,
     Transaction,
+    WriterProperties,
     write_deltalake,
 )
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
@@ -451,6 +453,20 @@ class LakeTable:
         column = self.schema.column(self.key[0])
         return column is not None and column.kind in ("int", "string")
 
+    def _writer_properties(self) -> WriterProperties:
+        """How the files of a table kept in key ranges are written: Snappy, delta-rs's
+        default (which properties given without a compression would replace with none), and
+        an integer first key column, sorted in each file, delta-encoded (DELTA_BINARY_PACKED,
+        no dictionary), which Parquet decodes four to five times faster than the
+        dictionary's fallback to plain (a write reads that column of every file its keys may
+        fall in) and stores in a few kilobytes rather than 600 KB per 100k rows. Strings
+        gain nothing from it."""
+        column = self.schema.column(self.key[0])
+        if column is None or column.kind != "int":
+            return WriterProperties(compression="SNAPPY")
+        packed = ColumnProperties(dictionary_enabled=False, encoding="DELTA_BINARY_PACKED")
+        return WriterProperties(compression="SNAPPY", column_properties={self.key[0]: packed})
+
     def _rewrite(self, source: pa.Table, properties: CommitProperties) -> Written:
         """`source` applied to the files its keys fall in alone, rewritten sorted by key, a
         commit per key range it replaces (streamed a part at a time), the last with
@@ -557,7 +573,12 @@ class LakeTable:
         try:
             if rows.num_rows:
                 # one batch: delta-rs's tasks would write files of interleaved key ranges
-                write_deltalake(staging, rows.combine_chunks(), target_file_size=FILE_BYTES)
+                write_deltalake(
+                    staging,
+                    rows.combine_chunks(),
+                    target_file_size=FILE_BYTES,
+                    writer_properties=self._writer_properties(),
+                )
                 for path, add in delta_log.active_adds(staging, 0).items():
                     (staging / path).rename(directory / path)
                     moved.append(directory / path)
@@ -711,6 +732,7 @@ class LakeTable:
                 mode="overwrite",
                 predicate=write.predicate,
                 target_file_size=FILE_BYTES,
+                writer_properties=self._writer_properties(),
                 commit_properties=properties if index == len(writes) - 1 else data_only,
             )
         self._delta.update_incremental()
