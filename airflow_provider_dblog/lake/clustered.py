@@ -190,6 +190,18 @@ def holding(files: Sequence[DataFile], keys: Sequence[Key] | numpy.ndarray) -> l
     return [f for f in files if _holds_one(f, keys)]
 
 
+def rows_holding(column: numpy.ndarray, keys: numpy.ndarray) -> numpy.ndarray:
+    """The indexes of the rows of an integer key `column` whose value is one of `keys`
+    (sorted, unique), in order. A file written here is sorted by key: a binary search of each
+    key, not a probe of each row; another file's column is probed."""
+    if len(column) < 2 or bool(numpy.all(column[1:] > column[:-1])):
+        at = numpy.searchsorted(column, keys)
+        inside = at < len(column)
+        found: numpy.ndarray = at[inside][column[at[inside]] == keys[inside]]
+        return found
+    return numpy.flatnonzero(numpy.isin(column, keys))
+
+
 def packed(files: Sequence[DataFile], target_bytes: int) -> list[Touched] | None:
     """What an optimize rewrites, each a range in one commit: runs of neighbouring small files
     (under half `target_bytes`, in key order, nothing between them) of at most `target_bytes`

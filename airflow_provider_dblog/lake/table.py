@@ -81,6 +81,7 @@ from airflow_provider_dblog.lake.clustered import (
     key_array,
     packed,
     quote,
+    rows_holding,
     touched,
 )
 from airflow_provider_dblog.lake.deletion_vectors import VectorFile, stored_rows
@@ -621,9 +622,13 @@ class LakeTable:
             rows = self._read_file(file.path, first)
             low = 0 if file.low is None else numpy.searchsorted(keys, file.low)
             high = len(keys) if file.high is None else numpy.searchsorted(keys, file.high, "right")
-            inside = pa.array(keys[low:high], rows.schema.field(name).type)  # its range's
-            hit = pc.is_in(rows[name], value_set=inside).to_numpy(zero_copy_only=False)
-            at = numpy.flatnonzero(hit & ~_padded(deleted.get(file.path), rows.num_rows))
+            inside = keys[low:high]  # the write's keys in the file's range
+            if inside.dtype.kind == "i":
+                at = rows_holding(rows[name].to_numpy(), inside)
+            else:
+                value_set = pa.array(inside, rows.schema.field(name).type)
+                at = numpy.flatnonzero(pc.is_in(rows[name], value_set=value_set))
+            at = at[~_padded(deleted.get(file.path), rows.num_rows)[at]]
             found = rows.take(at)
             if len(at) and len(rest):
                 more = self._read_file(file.path, rest).take(at)

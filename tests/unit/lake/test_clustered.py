@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import duckdb
+import numpy
 import polars
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,6 +33,7 @@ from airflow_provider_dblog.lake.clustered import (
     Write,
     apply_rule,
     packed,
+    rows_holding,
     touched,
 )
 from airflow_provider_dblog.lake.direct import commit_staged, stage_rows
@@ -103,6 +105,17 @@ def test_files_overlapping_a_touched_one_are_touched_and_no_statistics_means_all
     assert [f.path for f in found.files] == ["x", "n"]
     [write] = found.writes("id", 1000)
     assert write.predicate is None and write.part == Part(None, None, tuple(blind))
+
+
+@pytest.mark.parametrize(
+    "column",
+    [[3, 5, 8, 13, 21], [13, 3, 21, 8, 5], [], [8]],
+    ids=["sorted", "unsorted", "empty", "one row"],
+)
+def test_the_rows_holding_keys_are_found_by_search_or_probe(column: list[int]) -> None:
+    keys = numpy.array([1, 5, 8, 21, 40])  # sorted; some absent, one past every row
+    found = rows_holding(numpy.array(column, dtype=numpy.int64), keys)
+    assert found.tolist() == [i for i, value in enumerate(column) if value in keys]
 
 
 def test_the_rule_on_the_touched_rows_keeps_the_highest_position_sorted() -> None:
