@@ -37,7 +37,7 @@ from airflow_provider_dblog.lake.clustered import (
     touched,
 )
 from airflow_provider_dblog.lake.direct import commit_staged, stage_rows
-from airflow_provider_dblog.lake.schema import LakeRow, lake_schema
+from airflow_provider_dblog.lake.schema import LakeRow, LakeSchema, lake_schema
 from airflow_provider_dblog.lake.table import LakeTable, table_uri
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 
@@ -182,15 +182,20 @@ def readers_see(
     return by_duckdb
 
 
-def test_a_fold_of_keys_in_one_range_rewrites_that_ranges_file_alone(tmp_path: Path) -> None:
-    root, events = tmp_path / "lake", tmp_path / "events"
-    for chunk in range(4):  # four direct chunks of 1000 keys: four files, one range each
+def four_ranges(root: Path, schema: LakeSchema = SCHEMA) -> LakeTable:
+    """`TABLE` of four direct chunks of 1000 keys named `n<key>`: four files, one range each."""
+    for chunk in range(4):
         keys = range(chunk * 1000, chunk * 1000 + 1000)
-        handle = stage_rows(root, TABLE, SCHEMA, [{"id": k, "name": f"n{k}"} for k in keys])
+        handle = stage_rows(root, TABLE, schema, [{"id": k, "name": f"n{k}"} for k in keys])
         hw = Position(100 + chunk, 0)
         record = DirectRecord("w", Position(hw.commit - 1, 0), hw, frozenset())
-        commit_staged(root, TABLE, [handle], SCHEMA, record, ("id",))
-    lake = LakeTable.open(root, TABLE)
+        commit_staged(root, TABLE, [handle], schema, record, ("id",))
+    return LakeTable.open(root, TABLE)
+
+
+def test_a_fold_of_keys_in_one_range_rewrites_that_ranges_file_alone(tmp_path: Path) -> None:
+    root, events = tmp_path / "lake", tmp_path / "events"
+    lake = four_ranges(root)
     layout = files_by_range(lake)
     assert sorted(layout) == [(0, 999), (1000, 1999), (2000, 2999), (3000, 3999)]
 

@@ -19,7 +19,6 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, TableFeatures, write_deltalake
 
 from airflow_provider_dblog.compaction.maintenance import MaintenanceOptions, maintain_table
-from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
@@ -32,9 +31,9 @@ from airflow_provider_dblog.lake.deletion_vectors import (
     z85,
     z85_decoded,
 )
-from airflow_provider_dblog.lake.direct import commit_staged, stage_rows
 from airflow_provider_dblog.lake.schema import LakeRow, lake_schema
 from airflow_provider_dblog.lake.table import LakeTable
+from tests.unit.lake.test_clustered import four_ranges
 
 pytestmark = pytest.mark.unit
 
@@ -114,13 +113,7 @@ def readers_see(lake: LakeTable) -> dict[int, Any]:
 
 def filled(root: Path) -> LakeTable:
     """Four direct chunks of 1000 keys (four files, a range each), then vectors turned on."""
-    for chunk in range(4):
-        keys = range(chunk * 1000, chunk * 1000 + 1000)
-        handle = stage_rows(root, TABLE, SCHEMA, [{"id": k, "name": f"n{k}"} for k in keys])
-        hw = Position(100 + chunk, 0)
-        record = DirectRecord("w", Position(hw.commit - 1, 0), hw, frozenset())
-        commit_staged(root, TABLE, [handle], SCHEMA, record, ("id",))
-    lake = LakeTable.open(root, TABLE)
+    lake = four_ranges(root, SCHEMA)
     assert lake.enable_deletion_vectors() and not lake.enable_deletion_vectors()
     assert lake.deletion_vectors
     return lake
