@@ -204,6 +204,8 @@ NOT_CODE = {
     "delta.targetFileSize": "a Delta table property",
     "delta.deletedFileRetentionDuration": "a Delta table property",
     "delta.logRetentionDuration": "a Delta table property",
+    "delta.checkpointInterval": "a Delta table property",
+    "delta.enableDeletionVectors": "a Delta table property",
 }
 """Dotted names the docs show that are not Python: each says what it is instead."""
 EXTERNAL = {"DeltaTable": "deltalake", "dag": "airflow.sdk.DAG"}
