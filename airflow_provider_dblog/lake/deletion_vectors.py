@@ -81,7 +81,10 @@ def _roaring32_rows(data: bytes, at: int) -> tuple[numpy.ndarray, int]:
             run = numpy.frombuffer(data, dtype="<u2", count=2 * pairs, offset=at + 2)
             at += 2 + 4 * pairs
             lows = numpy.concatenate(
-                [numpy.arange(s, s + n + 1) for s, n in zip(run[::2], run[1::2], strict=True)]
+                [  # in int: a run ending at 65535 would wrap in uint16
+                    numpy.arange(int(s), int(s) + int(n) + 1)
+                    for s, n in zip(run[::2], run[1::2], strict=True)
+                ]
             )
         elif cardinality > _ARRAY_MAX:
             bits = numpy.frombuffer(data, dtype=numpy.uint8, count=8192, offset=at)

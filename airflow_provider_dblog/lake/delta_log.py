@@ -87,7 +87,8 @@ def vectors_in_use(table_dir: str | Path, version: int, since_ms: int) -> set[st
         adds = list(active_adds(table_dir, first).values())
         for at in range(first + 1, version + 1):
             with open(log / f"{at:020d}.json", encoding="utf-8") as commit:
-                adds += [json.loads(line)["add"] for line in commit if '"add"' in line[:8]]
+                actions = [json.loads(line) for line in commit if line.strip()]
+            adds += [action["add"] for action in actions if "add" in action]
     except FileNotFoundError:
         return None
     return {_vector_file(a["deletionVector"]) for a in adds if a.get("deletionVector")}

@@ -547,10 +547,8 @@ class LakeTable:
         replaced = matched.where[:, found.replaced]
         for index in numpy.unique(replaced[0]):
             file = candidates[int(index)]
-            deleted = numpy.flatnonzero(
-                _padded(matched.deleted.get(file.path), matched.rows[index])
-            )
-            deleted = numpy.union1d(deleted, replaced[1][replaced[0] == index])
+            already = matched.deleted.get(file.path, _NONE)
+            deleted = numpy.union1d(already, replaced[1][replaced[0] == index])
             actions += _marked(adds[file.path], deleted, matched.rows[index], vectors, now)
         winners = found.winners.sort_by([(k, "ascending") for k in self.key])
         self._commit(version + 1, actions, winners, vectors, properties, now)
@@ -628,7 +626,7 @@ class LakeTable:
             else:
                 value_set = pa.array(inside, rows.schema.field(name).type)
                 at = numpy.flatnonzero(pc.is_in(rows[name], value_set=value_set))
-            at = at[~_padded(deleted.get(file.path), rows.num_rows)[at]]
+            at = numpy.setdiff1d(at, deleted.get(file.path, _NONE), assume_unique=True)
             found = rows.take(at)
             if len(at) and len(rest):
                 more = self._read_file(file.path, rest).take(at)
@@ -653,23 +651,19 @@ class LakeTable:
     def _deleted_rows(
         self, paths: Collection[str], adds: Mapping[str, delta_log.Action] | None = None
     ) -> dict[str, numpy.ndarray]:
-        """The rows of the data files `paths` (as the log names them; `adds`, their add
-        actions if read already) that their deletion vectors delete, as masks (True:
-        deleted; a mask may stop short of the file's end). Only their vectors are read
-        (delta-rs's `deletion_vectors` reads every file's)."""
+        """The indexes of the rows of the data files `paths` (as the log names them;
+        `adds`, their add actions if read already) that their deletion vectors delete, by
+        file. Only their vectors are read (delta-rs's `deletion_vectors` reads every
+        file's)."""
         if not self.deletion_vectors:
             return {}
         if adds is None:
             adds = delta_log.active_adds(self.directory, self.version)
-        found = {}
-        for path in paths:
-            descriptor = adds[path].get("deletionVector")
-            if descriptor:
-                rows = stored_rows(self.directory, descriptor).astype(numpy.int64)
-                mask = numpy.zeros(int(rows.max()) + 1 if len(rows) else 0, dtype=bool)
-                mask[rows] = True
-                found[path] = mask
-        return found
+        return {
+            path: stored_rows(self.directory, adds[path]["deletionVector"]).astype(numpy.int64)
+            for path in paths
+            if adds[path].get("deletionVector")
+        }
 
     @property
     def directory(self) -> str:
@@ -750,7 +744,9 @@ class LakeTable:
         for path in paths:
             part = self._read_file(path, schema)
             if path in deleted:
-                part = part.filter(pa.array(~_padded(deleted[path], part.num_rows)))
+                alive = numpy.ones(part.num_rows, dtype=bool)
+                alive[deleted[path]] = False
+                part = part.filter(pa.array(alive))
             parts.append(part)
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
@@ -820,6 +816,10 @@ def _stats(actions: pa.Table, column: str) -> list[Key | None]:
     return found
 
 
+_NONE = numpy.zeros(0, dtype=numpy.int64)
+"""No rows: what a file without a deletion vector deletes."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Matched:
     """The stored rows a write with deletion vectors may replace: those of the files it
@@ -858,14 +858,6 @@ def _marked(
     marked = {**add, "stats": json.dumps(stats), "dataChange": True}
     marked["deletionVector"] = vectors.add(deleted)
     return [{"remove": remove}, {"add": marked}]
-
-
-def _padded(mask: numpy.ndarray | None, rows: int) -> numpy.ndarray:
-    """A deletion mask over all `rows` of its file (rows past its end are not deleted)."""
-    found = numpy.zeros(rows, dtype=bool)
-    if mask is not None:
-        found[: len(mask)] = mask[:rows]
-    return found
 
 
 def _unfolded(field: pa.Field) -> pa.Field:

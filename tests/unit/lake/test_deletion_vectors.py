@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,11 @@ def test_a_vector_with_run_containers_and_one_stored_inline_read_back() -> None:
     runs += struct.pack("<HHH", 1, 3, 3) + struct.pack("<HHH", 1, 70000 - 65536, 1)
     data = struct.pack("<iqI", 1681511377, 1, 0) + runs
     assert deserialized(data).tolist() == [3, 4, 5, 6, 70000, 70001]
+    last = struct.pack("<IBHH", 12347, 1, 0, 1) + struct.pack("<HHH", 1, 65534, 1)
+    with warnings.catch_warnings():  # a run to 65535 summed in uint16 overflows
+        warnings.simplefilter("error")
+        found = deserialized(struct.pack("<iqI", 1681511377, 1, 0) + last)
+    assert found.tolist() == [65534, 65535]
     inline = serialized(numpy.array([7, 9, 100_000]))
     padded = inline + b"\0" * (-len(inline) % 4)
     descriptor = {"storageType": "i", "pathOrInlineDv": z85(padded), "sizeInBytes": len(inline)}
