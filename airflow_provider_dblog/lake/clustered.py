@@ -75,6 +75,8 @@ class DataFile:
     rows: int = 0
     size: int = 0
     """Its bytes."""
+    newest: int | None = None
+    """The highest commit of its rows' positions (None: no statistics)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,10 +97,13 @@ def _roaring32_rows(data: bytes, at: int) -> tuple[numpy.ndarray, int]:
     return (numpy.concatenate(found) if found else numpy.zeros(0, dtype=numpy.uint32)), at
 
 
-def stored_rows(table_dir: str | Path, descriptor: Mapping[str, Any]) -> numpy.ndarray:
+def stored_rows(
+    table_dir: str | Path, descriptor: Mapping[str, Any], files: dict[Path, bytes] | None = None
+) -> numpy.ndarray:
     """The row indexes the deletion vector `descriptor` (a file action's `deletionVector`)
     deletes, read from where it is stored: inline, or in a file beside the table's data
-    (checked against its CRC-32)."""
+    (checked against its CRC-32). `files`: the vector files read already, by path, and where
+    to keep those read now (one commit's vectors share one file)."""
     stored, where = descriptor["storageType"], descriptor["pathOrInlineDv"]
     size = int(descriptor["sizeInBytes"])
     if stored == "i":
@@ -110,11 +113,13 @@ def stored_rows(table_dir: str | Path, descriptor: Mapping[str, Any]) -> numpy.n
         path = Path(table_dir) / prefix / f"{name}.bin"
     else:
         path = Path(unquote(urlparse(where).path))
-    with open(path, "rb") as file:
-        file.seek(int(descriptor.get("offset") or 1))
-        (length,) = struct.unpack(">i", file.read(4))
-        data = file.read(length)
-        (crc,) = struct.unpack(">I", file.read(4))
+    files = {} if files is None else files
+    if path not in files:
+        files[path] = path.read_bytes()
+    at = int(descriptor.get("offset") or 1)
+    (length,) = struct.unpack_from(">i", files[path], at)
+    data = files[path][at + 4 : at + 4 + length]
+    (crc,) = struct.unpack_from(">I", files[path], at + 4 + length)
     if length != size or zlib.crc32(data) != crc:
         raise ValueError(f"the deletion vector at {path} does not match its descriptor")
     return deserialized(data)

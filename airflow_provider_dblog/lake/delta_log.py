@@ -63,7 +63,7 @@ def _checkpoint(log: Path, version: int) -> tuple[int, dict[str, Action]]:
     for at, path in found:
         if at != newest:
             continue
-        column = pq.read_table(path, columns=["add"])["add"]
+        column = pq.ParquetFile(path).read(columns=["add"])["add"]  # no dataset discovery
         for add in column.to_pylist():
             if add is not None:
                 for name in ("partitionValues", "tags"):  # maps, read as lists of pairs

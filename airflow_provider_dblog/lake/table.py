@@ -46,7 +46,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 from urllib.parse import unquote, urlparse
 
 import numpy
@@ -174,6 +174,8 @@ class LakeTable:
     def __init__(self, table: TableRef, delta: DeltaTable) -> None:
         self.table = table
         self._delta = delta
+        self.directory = unquote(urlparse(delta.table_uri).path)
+        """The table's directory (a local path)."""
 
     @classmethod
     def open_or_create(
@@ -545,11 +547,15 @@ class LakeTable:
         ]
         vectors = VectorFile()
         replaced = matched.where[:, found.replaced]
-        for index in numpy.unique(replaced[0]):
+        replaced = replaced[:, numpy.lexsort((replaced[1], replaced[0]))]  # by file, then row
+        starts = numpy.flatnonzero(numpy.diff(replaced[0], prepend=-1))  # each file's first
+        for index, rows in zip(
+            replaced[0][starts], numpy.split(replaced[1], starts)[1:], strict=True
+        ):
             file = candidates[int(index)]
-            already = matched.deleted.get(file.path, _NONE)
-            deleted = numpy.union1d(already, replaced[1][replaced[0] == index])
-            actions += _marked(adds[file.path], deleted, matched.rows[index], vectors, now)
+            if file.path in matched.deleted:
+                rows = numpy.union1d(matched.deleted[file.path], rows)
+            actions += _marked(adds[file.path], rows, matched.rows[index], vectors, now)
         winners = found.winners.sort_by([(k, "ascending") for k in self.key])
         self._commit(version + 1, actions, winners, vectors, properties, now)
         return Written(found.inserted, found.updated, 0, self.version)
@@ -605,19 +611,26 @@ class LakeTable:
         adds: Mapping[str, delta_log.Action],
     ) -> _Matched:
         """What a write with deletion vectors reads of the files `candidates` (`adds`: the
-        table's add actions). Files are read in threads (Parquet decodes without the GIL),
-        the kept columns only where some row matched: a long kept text costs several times
-        the key and position."""
+        table's add actions). Files are read in threads (Parquet decodes without the GIL, and
+        each file in one thread), the position columns only where the log's statistics do not
+        already say that every row of the file is older than every row of the write (a fold
+        of the log over older rows reads the key alone), the kept columns only where some row
+        matched: a long kept text costs several times the key and position."""
         name, schema = self.key[0], self.arrow_schema
         flags = [n for n in source.column_names if n.startswith(KEEP_PREFIX)]
         kept = [f[len(KEEP_PREFIX) :] for f in flags if pc.any(source[f]).as_py()]
-        first = pa.schema([schema.field(n) for n in dict.fromkeys([*self.key, COMMIT, SEQ])])
+        key_columns = pa.schema([schema.field(n) for n in self.key])
+        first = pa.schema([*key_columns, schema.field(COMMIT), schema.field(SEQ)])
         rest = pa.schema([schema.field(n) for n in kept if n not in first.names])
         deleted = self._deleted_rows([f.path for f in candidates], adds)
         keys = numpy.sort(key_array(source[name].to_numpy(zero_copy_only=False)))
+        oldest = pc.min(source[COMMIT]).as_py()
+        data = Path(self.directory)
 
-        def read(file: DataFile) -> tuple[pa.Table, numpy.ndarray, int]:
-            rows = self._read_file(file.path, first)
+        def read(file: DataFile) -> tuple[numpy.ndarray, list[Taken], int]:
+            older = file.newest is not None and oldest is not None and file.newest < oldest
+            columns = key_columns.names if older else first.names  # in every file
+            rows = pq.ParquetFile(data / unquote(file.path)).read(columns, use_threads=False)
             low = 0 if file.low is None else numpy.searchsorted(keys, file.low)
             high = len(keys) if file.high is None else numpy.searchsorted(keys, file.high, "right")
             inside = keys[low:high]  # the write's keys in the file's range
@@ -626,24 +639,31 @@ class LakeTable:
             else:
                 value_set = pa.array(inside, rows.schema.field(name).type)
                 at = numpy.flatnonzero(pc.is_in(rows[name], value_set=value_set))
-            at = numpy.setdiff1d(at, deleted.get(file.path, _NONE), assume_unique=True)
-            found = rows.take(at)
-            if len(at) and len(rest):
-                more = self._read_file(file.path, rest).take(at)
-                for field in rest:
-                    found = found.append_column(field, more[field.name])
-            return found, at, rows.num_rows
+            if file.path in deleted:
+                at = numpy.setdiff1d(at, deleted[file.path], assume_unique=True)
+            found = [_taken(rows[n], at) for n in columns]
+            if older:  # the file's newest commit stands for its rows' positions: all lose
+                found += [numpy.full(len(at), file.newest), numpy.zeros(len(at), numpy.int64)]
+            if len(rest):
+                more = self._read_file(file.path, rest).take(at) if len(at) else rest.empty_table()
+                found += more.columns
+            return at, found, rows.num_rows
 
         with ThreadPoolExecutor(READERS) as pool:
             results = list(pool.map(read, candidates))
-        empty = pa.schema([*first, *rest]).empty_table()
-        where = [numpy.zeros((2, 0), dtype=numpy.int64)] + [
-            numpy.stack([numpy.full(len(at), index), at])
-            for index, (_, at, _) in enumerate(results)
-        ]
+        stored = pa.schema([*first, *rest])
+        ats = [at for at, _, _ in results]
         return _Matched(
-            pa.concat_tables([empty] + [found for found, _, _ in results]),
-            numpy.concatenate(where, axis=1),
+            pa.table(
+                [_joined([f[i] for _, f, _ in results], field) for i, field in enumerate(stored)],
+                schema=stored,
+            ),
+            numpy.stack(
+                [
+                    numpy.repeat(numpy.arange(len(ats)), [len(at) for at in ats]),
+                    numpy.concatenate([numpy.zeros(0, dtype=numpy.int64), *ats]),
+                ]
+            ),
             [rows for _, _, rows in results],
             deleted,
         )
@@ -659,16 +679,12 @@ class LakeTable:
             return {}
         if adds is None:
             adds = delta_log.active_adds(self.directory, self.version)
+        files: dict[Path, bytes] = {}
         return {
-            path: stored_rows(self.directory, adds[path]["deletionVector"]).astype(numpy.int64)
+            path: stored_rows(self.directory, vector, files).astype(numpy.int64)
             for path in paths
-            if adds[path].get("deletionVector")
+            if (vector := adds[path].get("deletionVector"))
         }
-
-    @property
-    def directory(self) -> str:
-        """The table's directory (a local path)."""
-        return unquote(urlparse(self._delta.table_uri).path)
 
     def optimize(self, properties: CommitProperties) -> tuple[int, int]:
         """Rewrite small files into few, changing no row: (files removed, files written). A
@@ -701,13 +717,14 @@ class LakeTable:
         name = self.key[0]
         actions = pa.table(self._delta.get_add_actions(flatten=True))
         return [
-            DataFile(path, low, high, rows, size)
-            for path, low, high, rows, size in zip(
+            DataFile(path, low, high, rows, size, newest)
+            for path, low, high, rows, size, newest in zip(
                 actions["path"].to_pylist(),
                 _stats(actions, "min." + name),
                 _stats(actions, "max." + name),
                 actions["num_records"].to_pylist(),
                 actions["size_bytes"].to_pylist(),
+                _stats(actions, "max." + COMMIT),
                 strict=True,
             )
         ]
@@ -816,8 +833,32 @@ def _stats(actions: pa.Table, column: str) -> list[Key | None]:
     return found
 
 
-_NONE = numpy.zeros(0, dtype=numpy.int64)
-"""No rows: what a file without a deletion vector deletes."""
+Taken: TypeAlias = numpy.ndarray | pa.ChunkedArray
+"""Some values of a column: numpy's where it is an integer column without nulls."""
+
+
+def _taken(column: pa.ChunkedArray, at: numpy.ndarray) -> Taken:
+    """The values of `column` at the row indexes `at`: an integer column's through numpy,
+    which costs a fraction of Arrow's take on the hundreds of files a write reads."""
+    if pa.types.is_integer(column.type) and not column.null_count:
+        taken: numpy.ndarray = column.to_numpy()[at]
+        return taken
+    found: pa.ChunkedArray = column.take(at)
+    return found
+
+
+def _joined(parts: Sequence[Taken], field: pa.Field) -> pa.ChunkedArray:
+    """The values `parts` of one column, in order, as one column of `field`'s type."""
+    if parts and all(isinstance(p, numpy.ndarray) for p in parts):
+        return pa.chunked_array([pa.array(numpy.concatenate(parts), field.type)])
+    chunks = [
+        chunk
+        for part in parts
+        for chunk in (
+            [pa.array(part, field.type)] if isinstance(part, numpy.ndarray) else part.chunks
+        )
+    ]
+    return pa.chunked_array(chunks, field.type)
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,25 @@ def test_the_highest_position_per_key_wins_and_a_replay_changes_nothing(tmp_path
     assert LakeTable.open(tmp_path, TABLE, version).rows().num_rows == 2  # time travel
 
 
+def test_within_one_commit_the_higher_seq_wins(tmp_path: Path) -> None:
+    """A write whose rows all come after the stored rows' newest commit may take the log's
+    statistics for their positions; one sharing that commit must compare the seq."""
+    lake = LakeTable.open_or_create(tmp_path, TABLE, SCHEMA)
+    merge(
+        lake,
+        LakeRow({"id": 1, "name": "a"}, 10, 5, "c"),
+        LakeRow({"id": 2, "name": "b"}, 10, 5, "c"),
+    )
+    merge(
+        lake,
+        LakeRow({"id": 1, "name": "x"}, 10, 4, "u"),
+        LakeRow({"id": 2, "name": "b2"}, 10, 6, "u"),
+    )
+    assert current(lake) == {1: "a", 2: "b2"}
+    merge(lake, LakeRow({"id": 1, "name": "a3"}, 11, 0, "u"))
+    assert current(lake) == {1: "a3", 2: "b2"}
+
+
 def test_a_delete_folded_before_an_older_direct_row_keeps_the_key_deleted(
     tmp_path: Path,
 ) -> None:
