@@ -35,7 +35,11 @@ _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?
 def serialized(rows: numpy.ndarray) -> bytes:
     """The deleted row indexes `rows` (any order, each below 2**32: a data file's rows) as
     the portable RoaringBitmapArray Delta reads."""
-    rows = numpy.unique(numpy.asarray(rows, dtype=numpy.uint64))
+    return _serialized_unique(numpy.unique(numpy.asarray(rows, dtype=numpy.uint64)))
+
+
+def _serialized_unique(rows: numpy.ndarray) -> bytes:
+    """`serialized` of sorted unique `rows`."""
     if len(rows) and int(rows[-1]) >= 2**32:
         raise ValueError("a deletion vector's row index must be below 2**32")
     head = struct.pack("<iqi", MAGIC, 1, 0)  # one 32-bit bitmap, its high key 0
@@ -189,6 +193,7 @@ class VectorFile:
         self.count = 0
         """The vectors added."""
         self._data = bytearray(b"\x01")  # the format's version
+        self._spelled = z85(self.id.bytes)
 
     @property
     def name(self) -> str:
@@ -204,13 +209,13 @@ class VectorFile:
         rows = numpy.unique(numpy.asarray(rows, dtype=numpy.uint64))
         if not len(rows):
             raise ValueError("a deletion vector deletes at least one row")
-        body = serialized(rows)
+        body = _serialized_unique(rows)
         offset = len(self._data)
         self.count += 1
         self._data += struct.pack(">i", len(body)) + body + struct.pack(">I", zlib.crc32(body))
         return {
             "storageType": "u",
-            "pathOrInlineDv": z85(self.id.bytes),
+            "pathOrInlineDv": self._spelled,
             "offset": offset,
             "sizeInBytes": len(body),
             "cardinality": len(rows),
