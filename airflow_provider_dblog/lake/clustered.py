@@ -33,7 +33,7 @@ without statistics could hold any key: it is touched. Pure: no I/O here.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -244,6 +244,39 @@ def packed(files: Sequence[DataFile], target_bytes: int) -> list[Touched] | None
             high = max(f.high for f in chosen if f.high is not None)
             found.append(Touched(tuple(chosen), ((low, high),)))
     return found
+
+
+def merges(
+    files: Sequence[DataFile], deleted: Mapping[str, int], target_bytes: int
+) -> list[tuple[DataFile, ...]]:
+    """What an optimize of a table with deletion vectors rewrites, each group merged into
+    new files in one commit: its small files, by the bytes of the rows their vectors
+    (`deleted`: the rows each deletes, by path) leave alive, under half `target_bytes`
+    (the files each write adds, files mostly marked deleted), in key order, at most
+    `target_bytes` alive together. A group of one file is rewritten only if rows of it are
+    deleted. Ranges may overlap, since a write reads every file whose range may hold one of
+    its keys: so no other file is rewritten for being in the way, where `packed` must take
+    every file a group's range overlaps (after a fold of random keys, whose file spans the
+    key range, the whole table)."""
+
+    def alive(file: DataFile) -> float:
+        dead = deleted.get(file.path, 0)
+        return file.size * (1 - dead / file.rows) if file.rows else float(file.size)
+
+    small = [f for f in files if alive(f) * 2 < target_bytes]
+    ordered = [f for f in small if f.low is None] + sorted(
+        (f for f in small if f.low is not None), key=attrgetter("low")
+    )
+    groups: list[list[DataFile]] = [[]]
+    for file in ordered:
+        if groups[-1] and sum(map(alive, groups[-1])) + alive(file) > target_bytes:
+            groups.append([])
+        groups[-1].append(file)
+    return [
+        tuple(group)
+        for group in groups
+        if len(group) > 1 or (len(group) == 1 and deleted.get(group[0].path, 0))
+    ]
 
 
 def _key_spans(keys: numpy.ndarray, lows: Sequence[Key]) -> list[tuple[Key, Key]]:

@@ -45,6 +45,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeAlias, TypeVar
 from urllib.parse import unquote, urlparse
@@ -79,6 +80,7 @@ from airflow_provider_dblog.lake.clustered import (
     decide,
     holding,
     key_array,
+    merges,
     packed,
     quote,
     rows_holding,
@@ -568,11 +570,14 @@ class LakeTable:
         vectors: VectorFile,
         properties: CommitProperties,
         now: int,
-    ) -> None:
+        operation: str = "MERGE",
+    ) -> int:
         """Commit `actions`, with `rows` added in new files and `vectors` stored, as
         `version` (written here: `LostCommit` if another writer's came first, and the files
-        written for it are removed). delta-rs writes the rows into a staging table beside,
-        for its Parquet and statistics; its files are moved in."""
+        written for it are removed); the files added. delta-rs writes the rows into a
+        staging table beside, for its Parquet and statistics; its files are moved in. The
+        added files change data unless the `operation` is an optimize."""
+        data_change = operation != "OPTIMIZE"
         directory = Path(self.directory)
         staging, moved = directory / f"_dblog_marking_{uuid.uuid4()}", list[Path]()
         try:
@@ -587,11 +592,13 @@ class LakeTable:
                 for path, add in delta_log.active_adds(staging, 0).items():
                     (staging / path).rename(directory / path)
                     moved.append(directory / path)
-                    actions.append({"add": {**add, "modificationTime": now, "dataChange": True}})
+                    actions.append(
+                        {"add": {**add, "modificationTime": now, "dataChange": data_change}}
+                    )
             if vectors.count:
                 (directory / vectors.name).write_bytes(vectors.data)
                 moved.append(directory / vectors.name)
-            actions.append(delta_log.commit_info("MERGE", properties.custom_metadata or {}, now))
+            actions.append(delta_log.commit_info(operation, properties.custom_metadata or {}, now))
             delta_log.commit(directory, version, actions)
         except BaseException:
             for written in moved:
@@ -603,6 +610,7 @@ class LakeTable:
         interval = int(self._properties().get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
         if version % interval == 0:  # as delta-rs does after its own commits
             self._delta.create_checkpoint()
+        return len(moved) - (1 if vectors.count else 0)
 
     def _matched(
         self,
@@ -691,8 +699,17 @@ class LakeTable:
         table kept in key ranges keeps them: each run of neighbouring small files becomes one
         range (`clustered.packed`), where delta-rs's optimize would pack files of keys far
         apart and the next write touching one would rewrite them all. Other tables, and one
-        with a file without statistics, bin-pack with delta-rs (`dataChange` false). Run
+        with a file without statistics, bin-pack with delta-rs (`dataChange` false). A table
+        kept in key ranges with deletion vectors merges its small files, and those mostly
+        marked deleted, among themselves (`clustered.merges`), one commit per group: the
+        files their ranges overlap stay, so its cost follows those files, not the table. Run
         again on the latest version when another writer's commit won."""
+        if self._clustered() and self.deletion_vectors:
+            done = [
+                (len(group), self._retried(partial(self._merged, group, properties)))
+                for group in merges(self._data_files(), self._deleted_counts(), FILE_BYTES)
+            ]
+            return sum(r for r, w in done if w), sum(w for _, w in done)
 
         def run() -> tuple[int, int]:
             files = self._data_files()
@@ -711,6 +728,31 @@ class LakeTable:
             return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
 
         return self._retried(run)
+
+    def _merged(self, group: Sequence[DataFile], properties: CommitProperties) -> int:
+        """The data files `group` merged into new files sorted by key, less the rows their
+        vectors delete, in one commit that changes no row (`dataChange` false, as delta-rs's
+        optimize): the files written; 0 if another writer removed one of them first."""
+        version = self.version
+        adds = delta_log.active_adds(self.directory, version)
+        if any(f.path not in adds for f in group):
+            return 0
+        paths, order = [f.path for f in group], [(k, "ascending") for k in self.key]
+        rows = self._read(paths, self.arrow_schema, adds).sort_by(order)
+        now = int(time.time() * 1000)
+        actions = [{"remove": _removal(adds[p], now, data_change=False)} for p in paths]
+        return self._commit(
+            version + 1, actions, rows, VectorFile(), properties, now, operation="OPTIMIZE"
+        )
+
+    def _deleted_counts(self) -> dict[str, int]:
+        """How many rows each data file's deletion vector deletes, by path."""
+        adds = delta_log.active_adds(self.directory, self.version)
+        return {
+            path: int(add["deletionVector"]["cardinality"])
+            for path, add in adds.items()
+            if add.get("deletionVector")
+        }
 
     def _data_files(self) -> list[DataFile]:
         """The table's data files with their range of the first key column."""
@@ -753,10 +795,16 @@ class LakeTable:
             )
         self._delta.update_incremental()
 
-    def _read(self, paths: Sequence[str], schema: pa.Schema) -> pa.Table:
-        """The rows of the data files `paths` (as the log names them) in `schema` (some of the
-        table's columns), less those their deletion vectors delete."""
-        deleted = self._deleted_rows(paths)
+    def _read(
+        self,
+        paths: Sequence[str],
+        schema: pa.Schema,
+        adds: Mapping[str, delta_log.Action] | None = None,
+    ) -> pa.Table:
+        """The rows of the data files `paths` (as the log names them; `adds`, their add
+        actions if read already) in `schema` (some of the table's columns), less those their
+        deletion vectors delete."""
+        deleted = self._deleted_rows(paths, adds)
         parts = []
         for path in paths:
             part = self._read_file(path, schema)
@@ -883,22 +931,28 @@ def _marked(
     file of `add` (of `rows` rows): its removal (with its old vector), and unless every row
     is deleted its add again with the new vector, stored in `vectors`. Its statistics stay
     the file's, deleted rows too, so they are no longer tight bounds."""
-    remove = {
-        "path": add["path"],
-        "deletionTimestamp": now,
-        "dataChange": True,
-        "extendedFileMetadata": True,
-        "partitionValues": add.get("partitionValues", {}),
-        "size": add["size"],
-    }
-    if add.get("deletionVector"):
-        remove["deletionVector"] = add["deletionVector"]
+    remove = _removal(add, now, data_change=True)
     if len(deleted) == rows:
         return [{"remove": remove}]
     stats = {**json.loads(add.get("stats") or "{}"), "tightBounds": False}
     marked = {**add, "stats": json.dumps(stats), "dataChange": True}
     marked["deletionVector"] = vectors.add(deleted)
     return [{"remove": remove}, {"add": marked}]
+
+
+def _removal(add: delta_log.Action, now: int, *, data_change: bool) -> delta_log.Action:
+    """The remove action of the data file of `add`, its deletion vector with it."""
+    remove = {
+        "path": add["path"],
+        "deletionTimestamp": now,
+        "dataChange": data_change,
+        "extendedFileMetadata": True,
+        "partitionValues": add.get("partitionValues", {}),
+        "size": add["size"],
+    }
+    if add.get("deletionVector"):
+        remove["deletionVector"] = add["deletionVector"]
+    return remove
 
 
 def _unfolded(field: pa.Field) -> pa.Field:

@@ -32,6 +32,7 @@ from airflow_provider_dblog.lake.clustered import (
     Touched,
     Write,
     apply_rule,
+    merges,
     packed,
     rows_holding,
     touched,
@@ -270,6 +271,22 @@ def test_an_optimize_packs_runs_of_neighbouring_small_files_into_ranges() -> Non
     assert packed([x, y, z], 8 * MIB) == [Touched((x, y), ((0, 150),))]
     assert packed([a], 8 * MIB) == []
     assert packed([a, b, DataFile("nostats", None, None)], 8 * MIB) is None
+
+
+def test_an_optimize_with_deletion_vectors_merges_small_files_among_themselves() -> None:
+    """Small by the bytes their rows alive take (a write's files spanning every range, a
+    range mostly marked deleted), files merge in key order up to the target, whatever they
+    overlap; a large range stays, and so does a lone small file unless rows of it are
+    deleted."""
+    ranges = [DataFile(f"r{i}", i * 100, i * 100 + 99, 100, 6 * MIB) for i in range(4)]
+    fold, other = DataFile("fold", 3, 398, 10, MIB), DataFile("other", 7, 390, 10, MIB)
+    deleted = {"r1": 60, "r2": 10}  # r1 keeps 2.4 MiB alive: small; r2 5.4 MiB
+    assert merges([*ranges, other, fold], deleted, 8 * MIB) == [(fold, other, ranges[1])]
+    assert merges([ranges[0], fold], {}, 8 * MIB) == []
+    assert merges([ranges[1], ranges[2]], deleted, 8 * MIB) == [(ranges[1],)]
+    blind = DataFile("nostats", None, None, 10, MIB)
+    many = [DataFile(f"s{i}", i, i, 1, 3 * MIB) for i in range(3)]
+    assert merges([*many, blind], {}, 8 * MIB) == [(blind, many[0], many[1])]
 
 
 def test_an_optimize_keeps_the_ranges_and_the_rows(

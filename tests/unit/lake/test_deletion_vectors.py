@@ -5,6 +5,7 @@ maintenance keeps every vector file a version within the retention needs."""
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import time
@@ -24,6 +25,7 @@ from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.lake import delta_log
+from airflow_provider_dblog.lake import table as table_module
 from airflow_provider_dblog.lake.deletion_vectors import (
     VectorFile,
     deserialized,
@@ -159,13 +161,14 @@ def test_a_write_of_keys_over_every_file_marks_rows_and_rewrites_none(tmp_path: 
 def test_a_delta_rs_write_that_loses_to_a_marking_one_runs_again_and_loses_no_row(
     tmp_path: Path,
 ) -> None:
-    """An optimize (delta-rs overwrites) planned on the version before a write that marked
-    rows in the files it rewrites: delta-rs sees them removed, fails, and runs again; a
-    marking write planned on a stale version loses its commit and runs again too."""
+    """An optimize planned on the version before a write that marked rows in the files it
+    merges loses its commit and merges them again on the new version, marks applied (the
+    write's own file was not planned: it stays); a marking write planned on a stale version
+    loses its commit and runs again too."""
     lake = filled(tmp_path)
     stale = LakeTable.open(tmp_path, TABLE)
     lake.merge(SCHEMA.to_arrow([LakeRow({"id": 5, "name": "marked"}, 500, 0, "u")]))
-    assert stale.optimize(CommitProperties()) == (5, 1)
+    assert stale.optimize(CommitProperties()) == (4, 1)
     seen = readers_see(lake)
     assert len(seen) == 4000 and seen[5] == "marked"
     stale = LakeTable.open(tmp_path, TABLE, lake.version - 1)
@@ -205,6 +208,36 @@ def test_delta_rs_updates_deletes_and_truncates_keep_the_marks(tmp_path: Path) -
         truncate=Position(650, 0),
     )
     assert readers_see(lake) == {1: "after"}
+
+
+def test_an_optimize_merges_the_writes_files_and_leaves_the_ranges_they_overlap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two writes of keys in every range add two files spanning them all; with a target
+    under twice a range's size, an optimize merges those two into one, in a commit that
+    changes no data, and rewrites no range (re-clustering would take them all)."""
+    lake = filled(tmp_path)
+    ranges = data_files(lake)
+    size = min(pa.table(lake.delta.get_add_actions(flatten=True))["size_bytes"].to_pylist())
+    monkeypatch.setattr(table_module, "FILE_BYTES", size * 3 // 2)
+    for commit in (500, 501):
+        rows = [LakeRow({"id": k + commit, "name": str(commit)}, commit, 0, "u") for k in KEYS]
+        lake.merge(SCHEMA.to_arrow(rows))
+    expected = readers_see(lake)
+    assert len(data_files(lake)) == 6
+    assert lake.optimize(CommitProperties()) == (2, 1)
+    after = data_files(lake)
+    assert ranges < after and len(after) == 5, "the ranges stay, marked; one merged file"
+    assert readers_see(lake) == expected
+    log = Path(lake.directory) / "_delta_log" / f"{lake.version:020d}.json"
+    actions = [json.loads(line) for line in log.read_text().splitlines()]
+    changes = [a.get("add") or a.get("remove") for a in actions if "add" in a or "remove" in a]
+    assert len(changes) == 3 and not any(c["dataChange"] for c in changes)
+    assert next(a["commitInfo"]["operation"] for a in actions if "commitInfo" in a) == "OPTIMIZE"
+
+
+KEYS = (0, 1000, 2000, 3000)
+"""A key in each of `filled`'s ranges."""
 
 
 def test_a_commit_written_here_checkpoints_at_the_interval_and_reads_back(
