@@ -106,7 +106,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--table",
         action="append",
         type=_table,
-        help="a lake table, 'schema.table' (repeatable; default: every table under the root)",
+        help="a lake table, 'schema.table' (repeatable; default: every table under the root, "
+        "and those created there later)",
     )
     vectors.set_defaults(func=_enable_deletion_vectors)
     _register_compact(actions)
@@ -236,8 +237,8 @@ def _enable_deletion_vectors(args: argparse.Namespace) -> int:
         return 2
     for table, changed in done:
         print(f"{table}: deletion vectors {'enabled' if changed else 'were enabled already'}")
-    if not done:
-        print(f"no lake tables under {config.lake_root}: nothing to enable")
+    if args.table is None:
+        print(f"tables created under {config.lake_root} from now on: deletion vectors enabled")
     return 0
 
 

@@ -59,7 +59,7 @@ from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.lake import delta_log
 from airflow_provider_dblog.lake.schema import LakeSchemaError
-from airflow_provider_dblog.lake.table import LakeTable
+from airflow_provider_dblog.lake.table import LakeTable, give_new_tables_deletion_vectors
 
 DEFAULT_RETENTION_HOURS = 7 * 24
 MIN_RETENTION_HOURS = 1
@@ -174,13 +174,15 @@ def enable_deletion_vectors(
     root: str | Path, tables: Sequence[TableRef] | None = None
 ) -> list[tuple[TableRef, bool]]:
     """Turn on deletion vectors in `tables` of the lake under `root` (default: every lake
-    table there; `LakeTable.enable_deletion_vectors`): each table, and whether this turned
-    them on (False: they were on)."""
+    table there, and the tables created there later: `give_new_tables_deletion_vectors`;
+    `LakeTable.enable_deletion_vectors`): each table, and whether this turned them on
+    (False: they were on)."""
     root = Path(root)
-    return [
-        (table, LakeTable.open(root, table).enable_deletion_vectors())
-        for table in chosen_tables(root, tables)
-    ]
+    chosen = chosen_tables(root, tables)
+    if tables is None:
+        root.mkdir(parents=True, exist_ok=True)
+        give_new_tables_deletion_vectors(root)
+    return [(table, LakeTable.open(root, table).enable_deletion_vectors()) for table in chosen]
 
 
 def lake_table_refs(root: Path) -> list[TableRef]:

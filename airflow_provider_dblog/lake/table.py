@@ -38,6 +38,7 @@ table created from the source's catalog, ahead of the log, has it).
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import time
@@ -127,6 +128,33 @@ ATTEMPTS = 30
 T = TypeVar("T")
 
 
+LAKE_DEFAULTS = "_dblog_lake_defaults.json"
+"""A file at a lake's root: what the tables created there start with, JSON
+`{"deletion_vectors": true}` (set by `dblog lake enable-deletion-vectors` for every table), so
+every writer that may create a table (the compaction, a direct dump's driver) agrees without
+a setting of its own, as a catalog's table defaults do."""
+
+
+def new_tables_have_deletion_vectors(root: str | Path) -> bool:
+    """Whether a table created under the lake `root` gets deletion vectors turned on."""
+    try:
+        found = json.loads((Path(root) / LAKE_DEFAULTS).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return False
+    return found.get("deletion_vectors") is True
+
+
+def give_new_tables_deletion_vectors(root: str | Path) -> bool:
+    """Make the tables created under the lake `root` from now on have deletion vectors;
+    False if they had already. Written aside and renamed: a reader sees all of it or none."""
+    if new_tables_have_deletion_vectors(root):
+        return False
+    written = Path(root) / f".{LAKE_DEFAULTS}.{uuid.uuid4()}"
+    written.write_text(json.dumps({"deletion_vectors": True}) + "\n", encoding="utf-8")
+    os.replace(written, Path(root) / LAKE_DEFAULTS)
+    return True
+
+
 def table_uri(root: str | Path, table: TableRef) -> str:
     """Where a captured table's lake table lives: `<root>/<schema>.<table>`."""
     return f"{str(root).rstrip('/')}/{table}"
@@ -189,10 +217,12 @@ class LakeTable:
         unread: Collection[str] = (),
     ) -> LakeTable:
         """The table, created empty with `schema` if it does not exist yet, the columns
-        `unread` marked unfolded (the rows about to be written were read without them); columns
-        of `schema` the table lacks are added (`add_columns`)."""
+        `unread` marked unfolded (the rows about to be written were read without them), with
+        deletion vectors if the lake's new tables have them (`new_tables_have_deletion_vectors`);
+        columns of `schema` the table lacks are added (`add_columns`)."""
         uri = table_uri(root, table)
-        if not DeltaTable.is_deltatable(uri):
+        created = not DeltaTable.is_deltatable(uri)
+        if created:
             Path(uri).mkdir(parents=True, exist_ok=True)
             fields = [_unfolded(f) if f.name in unread else f for f in schema.arrow_schema()]
             DeltaTable.create(
@@ -213,6 +243,8 @@ class LakeTable:
                 f"{list(schema.key)}: rebuild it (remove {uri} and dump the table again)"
             )
         found.add_columns(schema.columns)
+        if created and new_tables_have_deletion_vectors(root):
+            found.enable_deletion_vectors()
         return found
 
     @classmethod

@@ -157,15 +157,28 @@ def test_deletion_vectors_are_enabled_per_table_from_the_command_line(
     assert main(["lake", "enable-deletion-vectors", "-c", str(config), *absent]) == 2
     assert "no lake table of app.absent under" in capsys.readouterr().err
     assert not LakeTable.open(tmp_path / "lake", TABLE).deletion_vectors
+    later = TableRef("app", "later")
+    assert not LakeTable.open_or_create(tmp_path / "lake", later, SCHEMA).deletion_vectors
+    assert main(["lake", "enable-deletion-vectors", "-c", str(config), "--table", "app.users"]) == 0
+    assert capsys.readouterr().out == "app.users: deletion vectors enabled\n"
+    created = LakeTable.open_or_create(tmp_path / "lake", TableRef("app", "new"), SCHEMA)
+    assert not created.deletion_vectors, "naming tables sets no default for new ones"
     for said in ("enabled", "were enabled already"):
         assert main(["lake", "enable-deletion-vectors", "-c", str(config)]) == 0
-        assert capsys.readouterr().out == f"app.users: deletion vectors {said}\n"
+        assert capsys.readouterr().out.splitlines() == [
+            f"app.later: deletion vectors {said}",
+            f"app.new: deletion vectors {said}",
+            "app.users: deletion vectors were enabled already",
+            f"tables created under {tmp_path / 'lake'} from now on: deletion vectors enabled",
+        ]
     lake = LakeTable.open(tmp_path / "lake", TABLE)
     assert lake.deletion_vectors
     assert sorted(lake.delta.protocol().reader_features or ()) == [
         "deletionVectors",
         "timestampNtz",
     ]
+    newest = LakeTable.open_or_create(tmp_path / "lake", TableRef("app", "newest"), SCHEMA)
+    assert newest.deletion_vectors, "a table created after it has them from the start"
 
 
 def test_the_vacuum_keeps_what_a_running_writer_or_reader_needs(tmp_path: Path) -> None:
