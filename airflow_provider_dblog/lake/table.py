@@ -612,6 +612,7 @@ class LakeTable:
         data_change = operation != "OPTIMIZE"
         directory = Path(self.directory)
         staging, moved = directory / f"_dblog_marking_{uuid.uuid4()}", list[Path]()
+        added = 0
         try:
             if rows.num_rows:
                 # one batch: delta-rs's tasks would write files of interleaved key ranges
@@ -627,6 +628,7 @@ class LakeTable:
                     actions.append(
                         {"add": {**add, "modificationTime": now, "dataChange": data_change}}
                     )
+                    added += 1
             if vectors.count:
                 (directory / vectors.name).write_bytes(vectors.data)
                 moved.append(directory / vectors.name)
@@ -642,7 +644,7 @@ class LakeTable:
         interval = int(self._properties().get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
         if version % interval == 0:  # as delta-rs does after its own commits
             self._delta.create_checkpoint()
-        return len(moved) - (1 if vectors.count else 0)
+        return added
 
     def _matched(
         self,
@@ -738,10 +740,10 @@ class LakeTable:
         again on the latest version when another writer's commit won."""
         if self._clustered() and self.deletion_vectors:
             done = [
-                (len(group), self._retried(partial(self._merged, group, properties)))
+                self._retried(partial(self._merged, group, properties))
                 for group in merges(self._data_files(), self._deleted_counts(), FILE_BYTES)
             ]
-            return sum(r for r, w in done if w), sum(w for _, w in done)
+            return sum(r for r, _ in done), sum(w for _, w in done)
 
         def run() -> tuple[int, int]:
             files = self._data_files()
@@ -761,21 +763,23 @@ class LakeTable:
 
         return self._retried(run)
 
-    def _merged(self, group: Sequence[DataFile], properties: CommitProperties) -> int:
+    def _merged(self, group: Sequence[DataFile], properties: CommitProperties) -> tuple[int, int]:
         """The data files `group` merged into new files sorted by key, less the rows their
         vectors delete, in one commit that changes no row (`dataChange` false, as delta-rs's
-        optimize): the files written; 0 if another writer removed one of them first."""
+        optimize): (files removed, files written); none if another writer removed one of
+        them first."""
         version = self.version
         adds = delta_log.active_adds(self.directory, version)
         if any(f.path not in adds for f in group):
-            return 0
+            return 0, 0
         paths, order = [f.path for f in group], [(k, "ascending") for k in self.key]
         rows = self._read(paths, self.arrow_schema, adds).sort_by(order)
         now = int(time.time() * 1000)
         actions = [{"remove": _removal(adds[p], now, data_change=False)} for p in paths]
-        return self._commit(
+        written = self._commit(
             version + 1, actions, rows, VectorFile(), properties, now, operation="OPTIMIZE"
         )
+        return len(group), written
 
     def _deleted_counts(self) -> dict[str, int]:
         """How many rows each data file's deletion vector deletes, by path."""
