@@ -158,6 +158,14 @@ def _register_compact(actions: argparse._SubParsersAction[Any]) -> None:
         metavar="BYTES",
         help="fold a run of fewer new bytes in this process, not on Spark (default %(default)s)",
     )
+    compact.add_argument(
+        "--merge-files-at",
+        type=option(values.whole_number(0)),
+        default=DEFAULT_MERGE_FILES_AT,
+        metavar="FILES",
+        help="a table with deletion vectors merges the files its writes added once this many "
+        "gathered (0: never, leave it to `dblog lake maintain`; default %(default)s)",
+    )
     compact.add_argument("--master", help="the Spark master of a large backlog's runs")
     compact.set_defaults(func=_compact)
 
@@ -165,6 +173,7 @@ def _register_compact(actions: argparse._SubParsersAction[Any]) -> None:
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_LEASE_TTL_MS = 15_000
 DEFAULT_LOCAL_BELOW = 64 * 1024 * 1024
+DEFAULT_MERGE_FILES_AT = 32  # compaction.run's, without importing it to parse arguments
 
 
 def _port(text: str) -> int:
@@ -258,7 +267,12 @@ def _compact(args: argparse.Namespace) -> int:
     input_dir, output = compaction_paths(config)  # a ConfigError: exit 2, as every refusal
 
     def options() -> CompactOptions:
-        return CompactOptions.of_source(config, prune=args.prune, local_below=args.local_below)
+        return CompactOptions.of_source(
+            config,
+            prune=args.prune,
+            local_below=args.local_below,
+            merge_files_at=args.merge_files_at,
+        )
 
     spark = LazySpark(args.master, ship=True)
     try:

@@ -53,6 +53,10 @@ from airflow_provider_dblog.state import StateStore
 LOCK = "_compact.lock"
 DEFAULT_BATCH_ROWS = 200_000
 DEFAULT_LOCAL_BELOW = 64 * 1024 * 1024
+DEFAULT_MERGE_FILES_AT = 32
+"""The files its writes added that a table with deletion vectors may gather (each run's
+write adds one) before a run merges them (`TableFold`): a write reads every file whose range
+may hold its keys, and a fold of random keys spans them all."""
 LEGACY_VERSIONS = ".versions"
 STALE_STAGED_S = 24 * 3600
 """A direct dump's staged file older than this belongs to a chunk no driver will commit (a
@@ -111,13 +115,16 @@ class CompactOptions:
 
     `describe` gives a new table's lake schema (the source's catalog); without it a table is
     created from the run's first schema event of it, mapped as `source_type`. `local_below`:
-    a run with fewer new bytes than this folds in the driver, without Spark jobs."""
+    a run with fewer new bytes than this folds in the driver, without Spark jobs.
+    `merge_files_at`: a table with deletion vectors merges the files its writes added at the
+    end of a run once this many have gathered (0: never; the maintenance's optimize does)."""
 
     describe: Describe | None = None
     source_type: str = DEFAULT_TYPE
     prune_before: Position | None = None
     batch_rows: int = DEFAULT_BATCH_ROWS
     local_below: int = DEFAULT_LOCAL_BELOW
+    merge_files_at: int = DEFAULT_MERGE_FILES_AT
 
     @classmethod
     def of_source(
@@ -129,6 +136,7 @@ class CompactOptions:
         prune_before: Position | None = None,
         batch_rows: int = DEFAULT_BATCH_ROWS,
         local_below: int = DEFAULT_LOCAL_BELOW,
+        merge_files_at: int = DEFAULT_MERGE_FILES_AT,
     ) -> CompactOptions:
         """The options of a run beside a configured source: new tables take its catalog's
         schema, and with `prune` the horizon is the one its state store gives
@@ -144,6 +152,7 @@ class CompactOptions:
             prune_before,
             batch_rows,
             local_below,
+            merge_files_at,
         )
 
 
@@ -229,7 +238,9 @@ def _compact(
                 )
                 floor = Position(*truncated[table]) if table in truncated else None
                 end = Position(*table_ends[table])
-                folds[table] = TableFold(lake, changes, floor, end, options.batch_rows)
+                folds[table] = TableFold(
+                    lake, changes, floor, end, options.batch_rows, options.merge_files_at
+                )
             for table, item in run.folded(truncated):
                 folds[table].add(item)
             for table, table_fold in folds.items():

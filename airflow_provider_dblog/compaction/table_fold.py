@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from deltalake import CommitProperties
+
 from airflow_provider_dblog.compaction.evolution import AddedColumn, evolve
 from airflow_provider_dblog.compaction.rules import Change, Folded, key_row
 from airflow_provider_dblog.core.event import Row
@@ -44,6 +46,8 @@ class TableReport:
     deleted: int = 0
     version: int | None = None
     progress: list[int] | None = None
+    merged: int = 0
+    """Small files merged after the table's last merge (`TableFold.finish`)."""
 
     def add(self, written: Written) -> None:
         self.rows += written.rows
@@ -53,7 +57,11 @@ class TableReport:
 
 class TableFold:
     """One table's part of a run: the table evolved by the run's schema events, then its
-    folded rows merged in batches, the last commit recording `end` as its progress."""
+    folded rows merged in batches, the last commit recording `end` as its progress; then,
+    on a table with deletion vectors, where each write adds a file its keys may spread over
+    any range, those files merged once `merge_files_at` of them have gathered (0: never,
+    the maintenance's optimize only), so a follower's writes do not read more files run
+    after run."""
 
     def __init__(
         self,
@@ -62,8 +70,10 @@ class TableFold:
         floor: Position | None,
         end: Position,
         batch_rows: int,
+        merge_files_at: int = 0,
     ) -> None:
         self.lake, self.end, self.batch_rows = lake, end, batch_rows
+        self.merge_files_at = merge_files_at
         self.report = TableReport(progress=end.to_json())
         self.truncate = floor
         self.pending: list[tuple[str, Folded]] = []
@@ -77,6 +87,9 @@ class TableFold:
 
     def finish(self) -> TableReport:
         self._merge(last=True)
+        if self.merge_files_at and self.lake.deletion_vectors:
+            properties = CommitProperties(custom_metadata={"dblog.operation": "compaction"})
+            self.report.merged, _ = self.lake.optimize(properties, unmerged_at=self.merge_files_at)
         return self.report
 
     def _merge(self, last: bool) -> None:

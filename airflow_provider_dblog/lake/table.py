@@ -122,6 +122,10 @@ READERS = 4
 CHECKPOINT_INTERVAL = 100
 """Delta's default `delta.checkpointInterval`: a commit written here at a multiple of it
 writes a checkpoint too."""
+UNMERGED_TAG = "dblog.unmerged"
+"""The tag (Delta's `add.tags`) of a file a write with deletion vectors added over the range
+of another (a fold's keys may span every range): a compaction run merges such files once
+enough gathered (`optimize(unmerged_at=)`); a merged file has none."""
 PROGRESS_COMMIT = "dblog.compaction.commit"
 PROGRESS_SEQ = "dblog.compaction.seq"
 ATTEMPTS = 30
@@ -608,7 +612,9 @@ class LakeTable:
         `version` (written here: `LostCommit` if another writer's came first, and the files
         written for it are removed); the files added. delta-rs writes the rows into a
         staging table beside, for its Parquet and statistics; its files are moved in. The
-        added files change data unless the `operation` is an optimize."""
+        added files change data unless the `operation` is an optimize, and a merge's whose
+        range overlaps a stored file's are tagged `UNMERGED_TAG` (a chunk of new keys past
+        the others is not)."""
         data_change = operation != "OPTIMIZE"
         directory = Path(self.directory)
         staging, moved = directory / f"_dblog_marking_{uuid.uuid4()}", list[Path]()
@@ -622,12 +628,14 @@ class LakeTable:
                     target_file_size=FILE_BYTES,
                     writer_properties=self._writer_properties(),
                 )
+                stored = self._data_files() if operation == "MERGE" else []
                 for path, add in delta_log.active_adds(staging, 0).items():
                     (staging / path).rename(directory / path)
                     moved.append(directory / path)
-                    actions.append(
-                        {"add": {**add, "modificationTime": now, "dataChange": data_change}}
-                    )
+                    add = {**add, "modificationTime": now, "dataChange": data_change}
+                    if stored and _overlaps(add, self.key[0], stored):
+                        add["tags"] = {**(add.get("tags") or {}), UNMERGED_TAG: "true"}
+                    actions.append({"add": add})
                     added += 1
             if vectors.count:
                 (directory / vectors.name).write_bytes(vectors.data)
@@ -728,7 +736,7 @@ class LakeTable:
             if (vector := adds[path].get("deletionVector"))
         }
 
-    def optimize(self, properties: CommitProperties) -> tuple[int, int]:
+    def optimize(self, properties: CommitProperties, *, unmerged_at: int = 0) -> tuple[int, int]:
         """Rewrite small files into few, changing no row: (files removed, files written). A
         table kept in key ranges keeps them: each run of neighbouring small files becomes one
         range (`clustered.packed`), where delta-rs's optimize would pack files of keys far
@@ -737,13 +745,28 @@ class LakeTable:
         kept in key ranges with deletion vectors merges its small files, and those mostly
         marked deleted, among themselves (`clustered.merges`), one commit per group: the
         files their ranges overlap stay, so its cost follows those files, not the table. Run
-        again on the latest version when another writer's commit won."""
+        again on the latest version when another writer's commit won. `unmerged_at`: merge
+        only the files such a table's writes added (`UNMERGED_TAG`), once that many gathered
+        (a compaction run's own upkeep: nothing on other tables)."""
         if self._clustered() and self.deletion_vectors:
+            files = self._data_files()
+            adds = delta_log.active_adds(self.directory, self.version)
+            if unmerged_at:
+                files = [f for f in files if (adds[f.path].get("tags") or {}).get(UNMERGED_TAG)]
+                if len(files) < unmerged_at:
+                    return 0, 0
+            deleted = {
+                path: int(add["deletionVector"]["cardinality"])
+                for path, add in adds.items()
+                if add.get("deletionVector")
+            }
             done = [
                 self._retried(partial(self._merged, group, properties))
-                for group in merges(self._data_files(), self._deleted_counts(), FILE_BYTES)
+                for group in merges(files, deleted, FILE_BYTES)
             ]
             return sum(r for r, _ in done), sum(w for _, w in done)
+        if unmerged_at:
+            return 0, 0
 
         def run() -> tuple[int, int]:
             files = self._data_files()
@@ -780,15 +803,6 @@ class LakeTable:
             version + 1, actions, rows, VectorFile(), properties, now, operation="OPTIMIZE"
         )
         return len(group), written
-
-    def _deleted_counts(self) -> dict[str, int]:
-        """How many rows each data file's deletion vector deletes, by path."""
-        adds = delta_log.active_adds(self.directory, self.version)
-        return {
-            path: int(add["deletionVector"]["cardinality"])
-            for path, add in adds.items()
-            if add.get("deletionVector")
-        }
 
     def _data_files(self) -> list[DataFile]:
         """The table's data files with their range of the first key column."""
@@ -974,6 +988,16 @@ def _marked(
     marked = {**add, "stats": json.dumps(stats), "dataChange": True}
     marked["deletionVector"] = vectors.add(deleted)
     return [{"remove": remove}, {"add": marked}]
+
+
+def _overlaps(add: delta_log.Action, name: str, files: Sequence[DataFile]) -> bool:
+    """Whether the range of the key column `name` in the data file of `add` (from its
+    statistics; none: any range) overlaps one of `files`'."""
+    stats = json.loads(add.get("stats") or "{}")
+    low, high = stats.get("minValues", {}).get(name), stats.get("maxValues", {}).get(name)
+    if low is None or high is None:
+        return True
+    return any(f.low is None or f.high is None or (f.low <= high and low <= f.high) for f in files)
 
 
 def _removal(add: delta_log.Action, now: int, *, data_change: bool) -> delta_log.Action:

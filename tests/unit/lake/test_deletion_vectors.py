@@ -21,7 +21,8 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, TableFeatures, write_deltalake
 
 from airflow_provider_dblog.compaction.maintenance import MaintenanceOptions, maintain_table
-from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.compaction.run import CompactOptions, compact
+from airflow_provider_dblog.core.event import Op, Origin, PlainEvent, SourceInfo, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.lake import delta_log
@@ -35,7 +36,8 @@ from airflow_provider_dblog.lake.deletion_vectors import (
     z85_decoded,
 )
 from airflow_provider_dblog.lake.schema import LakeRow, lake_schema
-from airflow_provider_dblog.lake.table import LakeTable
+from airflow_provider_dblog.lake.table import UNMERGED_TAG, LakeTable
+from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from tests.unit.lake.test_clustered import four_ranges
 
 pytestmark = pytest.mark.unit
@@ -234,6 +236,56 @@ def test_an_optimize_merges_the_writes_files_and_leaves_the_ranges_they_overlap(
     changes = [a.get("add") or a.get("remove") for a in actions if "add" in a or "remove" in a]
     assert len(changes) == 3 and not any(c["dataChange"] for c in changes)
     assert next(a["commitInfo"]["operation"] for a in actions if "commitInfo" in a) == "OPTIMIZE"
+
+
+def test_a_compaction_run_merges_the_files_writes_added_once_enough_gathered(
+    tmp_path: Path,
+) -> None:
+    """Each write adds a file tagged unmerged, its keys spread over every range; a run's
+    upkeep (`merge_files_at` 3) leaves two alone, then merges the three, and them alone (the
+    ranges stay, small as they are), into an untagged file; the rows read the same."""
+    root, events = tmp_path / "lake", tmp_path / "events"
+    lake = filled(root)
+    ranges = data_files(lake)
+
+    def source(commit: int, seq: int) -> SourceInfo:
+        return SourceInfo("src", "db", "app", "users", Position(commit, seq), Origin.LOG)
+
+    merged = []
+    for commit in (500, 501, 502):
+        changes = [
+            PlainEvent(
+                Op.UPDATE, {"id": k}, None, {"id": k, "name": str(commit)}, source(commit, seq), 1
+            )
+            for seq, k in enumerate(key + commit for key in KEYS)
+        ]
+        with NdjsonOutput(events) as out:
+            out.write(changes, 1)
+        options = CompactOptions(describe=lambda table: SCHEMA, merge_files_at=3)
+        merged.append(compact(None, events, root, options).tables[str(TABLE)].merged)
+    assert merged == [0, 0, 3]
+    after = data_files(lake)
+    assert ranges < after and len(after) == 5, "the ranges, marked, and one merged file"
+    assert unmerged(lake) == 0
+    seen = readers_see(lake)
+    assert len(seen) == 4000 and [seen[k + 502] for k in KEYS] == ["502"] * 4
+    assert seen[500] == "500" and seen[1501] == "501"
+
+
+def test_a_write_tags_its_file_unmerged_only_over_another_files_range(tmp_path: Path) -> None:
+    """New keys past every range (a direct chunk of new rows) make a range of their own; a
+    key inside a range makes a file a later write must read too: that one is tagged."""
+    lake = filled(tmp_path)
+    new = [LakeRow({"id": 9000 + k, "name": "new"}, 500, k, "c") for k in range(3)]
+    lake.merge(SCHEMA.to_arrow(new))
+    assert unmerged(lake) == 0
+    lake.merge(SCHEMA.to_arrow([LakeRow({"id": 5, "name": "five"}, 501, 0, "u")]))
+    assert unmerged(lake) == 1
+
+
+def unmerged(lake: LakeTable) -> int:
+    adds = delta_log.active_adds(lake.directory, lake.version).values()
+    return sum(1 for a in adds if (a.get("tags") or {}).get(UNMERGED_TAG))
 
 
 KEYS = (0, 1000, 2000, 3000)
