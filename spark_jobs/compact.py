@@ -43,6 +43,7 @@ from airflow_provider_dblog.compaction.lazy_spark import LazySpark
 from airflow_provider_dblog.compaction.run import (
     DEFAULT_BATCH_ROWS,
     DEFAULT_LOCAL_BELOW,
+    DEFAULT_MERGE_FILES_AT,
     CompactionLocked,
     CompactOptions,
     compact,
@@ -96,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="BYTES",
         help="fold a run with fewer new bytes in the driver, starting no Spark job",
     )
+    parser.add_argument(
+        "--merge-files-at",
+        type=int,
+        default=DEFAULT_MERGE_FILES_AT,
+        metavar="FILES",
+        help="a table with deletion vectors merges the files its writes added once this many "
+        "gathered (0: never)",
+    )
     parser.add_argument("--master", help="Spark master; spark-submit's when omitted")
     parser.add_argument(
         "--no-ship-package",
@@ -112,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             prune_before=args.prune_before,
             batch_rows=args.batch_rows,
             local_below=args.local_below,
+            merge_files_at=args.merge_files_at,
         )
     elif args.prune:
         parser.error("--prune reads the horizon from the state store: pass --config")
@@ -122,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             args.prune_before,
             args.batch_rows,
             args.local_below,
+            args.merge_files_at,
         )
     spark = LazySpark(args.master, args.ship_package)
     try:
