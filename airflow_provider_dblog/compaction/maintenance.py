@@ -14,7 +14,10 @@ replaying the log from its last checkpoint. Per table, in order:
    compaction or of a direct dump's driver that lands between its read and its commit makes
    it fail (`CommitFailedError`), and it runs again on the new version; a merge that read a
    file it removed fails the same way and the merge runs again (`LakeTable.merge`). Either
-   way no row is lost, and a key never gets a second row.
+   way no row is lost, and a key never gets a second row. A table in key ranges with
+   deletion vectors merges its small files (each write's, those mostly marked deleted)
+   among themselves instead, in commits written here (`delta_log.LostCommit` when another
+   commit came first: it runs again), leaving the files they overlap.
 2. **vacuum** (delta-rs `vacuum`, full mode): the files removed from the table more than the
    retention ago, and the files no version lists (a merge that died before its commit) that
    were written more than the retention ago. A file a writer wrote and has not committed yet is
