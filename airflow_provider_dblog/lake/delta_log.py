@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,9 @@ import pyarrow.parquet as pq
 from airflow_provider_dblog.lake.deletion_vectors import z85_decoded
 
 Action = dict[str, Any]
+CHECKPOINT_INTERVAL = 100
+"""Delta's default `delta.checkpointInterval`: a commit written here at a multiple of it
+writes a checkpoint too (`LakeTable`), as delta-rs does after its own."""
 
 
 class LostCommit(Exception):
@@ -33,9 +38,12 @@ def log_dir(table_dir: str | Path) -> Path:
 
 def active_adds(table_dir: str | Path, version: int) -> dict[str, Action]:
     """The add actions of the files that make up `version`, by path: the last checkpoint at
-    or before it, then the commits after."""
+    or before it, then the commits after; or, where this process replayed the log of the
+    table up to a version not long before, the commits after that one (a follower's run
+    after run, whose log gathers up to a checkpoint interval of commits of one action per
+    file each)."""
     log = log_dir(table_dir)
-    start, adds = _checkpoint(log, version)
+    start, adds = _replayed(log, version) or _checkpoint(log, version)
     for at in range(start, version + 1):
         with open(log / f"{at:020d}.json", encoding="utf-8") as commit:
             for line in commit:
@@ -46,7 +54,45 @@ def active_adds(table_dir: str | Path, version: int) -> dict[str, Action]:
                     adds[action["add"]["path"]] = action["add"]
                 elif "remove" in action:
                     adds.pop(action["remove"]["path"], None)
+    with _REPLAYED_LOCK:
+        _REPLAYED[log] = (version, _identity(log, version), dict(adds))
+        _REPLAYED.move_to_end(log)
+        while len(_REPLAYED) > REPLAYED_TABLES:
+            _REPLAYED.popitem(last=False)
     return adds
+
+
+REPLAYED_TABLES = 32
+"""The tables whose last replayed adds this process keeps (`active_adds`)."""
+_REPLAYED: OrderedDict[Path, tuple[int, tuple[int, int, int] | None, dict[str, Action]]] = (
+    OrderedDict()
+)
+_REPLAYED_LOCK = threading.Lock()
+
+
+def _replayed(log: Path, version: int) -> tuple[int, dict[str, Action]] | None:
+    """The first commit after the version this process last replayed of `log`, and its adds,
+    if that version is at most a checkpoint interval before `version` and its commit file is
+    the one replayed (a table removed and created again at the same path has another)."""
+    with _REPLAYED_LOCK:
+        found = _REPLAYED.get(log)
+    if found is None:
+        return None
+    replayed, identity, adds = found
+    if not version - CHECKPOINT_INTERVAL <= replayed <= version:
+        return None
+    if identity is None or _identity(log, replayed) != identity:
+        return None
+    return replayed + 1, dict(adds)
+
+
+def _identity(log: Path, version: int) -> tuple[int, int, int] | None:
+    """What tells the commit file of `version` from another written at its path later."""
+    try:
+        found = (log / f"{version:020d}.json").stat()
+    except FileNotFoundError:
+        return None
+    return found.st_ino, found.st_mtime_ns, found.st_size
 
 
 def _checkpoint(log: Path, version: int) -> tuple[int, dict[str, Action]]:

@@ -119,9 +119,6 @@ DELETION_VECTORS_PROPERTY = "delta.enableDeletionVectors"
 (`deletion_vectors`)."""
 READERS = 4
 """The threads a write with deletion vectors reads its files in."""
-CHECKPOINT_INTERVAL = 100
-"""Delta's default `delta.checkpointInterval`: a commit written here at a multiple of it
-writes a checkpoint too."""
 UNMERGED_TAG = "dblog.unmerged"
 """The tag (Delta's `add.tags`) of a file a write with deletion vectors added over the range
 of another (a fold's keys may span every range): a compaction run merges such files once
@@ -649,7 +646,8 @@ class LakeTable:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         self._delta.update_incremental()
-        interval = int(self._properties().get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
+        default = delta_log.CHECKPOINT_INTERVAL
+        interval = int(self._properties().get("delta.checkpointInterval", default))
         if version % interval == 0:  # as delta-rs does after its own commits
             self._delta.create_checkpoint()
         return added

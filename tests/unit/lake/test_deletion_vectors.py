@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import time
 import warnings
@@ -286,6 +287,32 @@ def test_a_write_tags_its_file_unmerged_only_over_another_files_range(tmp_path: 
 def unmerged(lake: LakeTable) -> int:
     adds = delta_log.active_adds(lake.directory, lake.version).values()
     return sum(1 for a in adds if (a.get("tags") or {}).get(UNMERGED_TAG))
+
+
+def test_a_replay_after_an_earlier_one_reads_the_log_of_the_table_there_now(
+    tmp_path: Path,
+) -> None:
+    """The add actions replayed from the version replayed before are the log's; a table
+    removed and made again at the same path, up to the same version, is replayed afresh."""
+
+    def replay_matches(lake: LakeTable) -> dict[str, Any]:
+        adds = delta_log.active_adds(lake.directory, lake.version)
+        assert set(adds) == data_files(lake)
+        return adds
+
+    lake = filled(tmp_path)
+    replay_matches(lake)
+    for commit in (500, 501):  # keys 0 and 1, both in the first range's file
+        lake.merge(SCHEMA.to_arrow([LakeRow({"id": commit - 500}, commit, 0, "u")]))
+    marked = [a for a in replay_matches(lake).values() if a.get("deletionVector")]
+    assert [a["deletionVector"]["cardinality"] for a in marked] == [2]
+    version = lake.version
+    shutil.rmtree(lake.directory)
+    lake = four_ranges(tmp_path, SCHEMA)  # without vectors: its writes replay nothing here
+    while lake.version < version:
+        lake.merge(SCHEMA.to_arrow([LakeRow({"id": 7000 + lake.version}, 600, 0, "c")]))
+    assert lake.version == version
+    assert not any(a.get("deletionVector") for a in replay_matches(lake).values())
 
 
 KEYS = (0, 1000, 2000, 3000)
