@@ -47,7 +47,8 @@ class TableReport:
     version: int | None = None
     progress: list[int] | None = None
     merged: int = 0
-    """Small files merged after the table's last merge (`TableFold.finish`)."""
+    """The files its writes added that the run merged after its last merge
+    (`TableFold.finish`)."""
 
     def add(self, written: Written) -> None:
         self.rows += written.rows

@@ -268,10 +268,13 @@ def merges(
         (f for f in small if f.low is not None), key=attrgetter("low")
     )
     groups: list[list[DataFile]] = [[]]
+    gathered = 0.0  # the bytes alive in the last group
     for file in ordered:
-        if groups[-1] and sum(map(alive, groups[-1])) + alive(file) > target_bytes:
+        if groups[-1] and gathered + alive(file) > target_bytes:
             groups.append([])
+            gathered = 0.0
         groups[-1].append(file)
+        gathered += alive(file)
     return [
         tuple(group)
         for group in groups

@@ -54,11 +54,12 @@ def active_adds(table_dir: str | Path, version: int) -> dict[str, Action]:
                     adds[action["add"]["path"]] = action["add"]
                 elif "remove" in action:
                     adds.pop(action["remove"]["path"], None)
-    with _REPLAYED_LOCK:
-        _REPLAYED[log] = (version, _identity(log, version), dict(adds))
-        _REPLAYED.move_to_end(log)
-        while len(_REPLAYED) > REPLAYED_TABLES:
-            _REPLAYED.popitem(last=False)
+    if version > 0:  # not a table just made (a write's staging table): nothing to save
+        with _REPLAYED_LOCK:
+            _REPLAYED[log] = (version, _identity(log, version), dict(adds))
+            _REPLAYED.move_to_end(log)
+            while len(_REPLAYED) > REPLAYED_TABLES:
+                _REPLAYED.popitem(last=False)
     return adds
 
 
