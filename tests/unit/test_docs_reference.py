@@ -206,6 +206,7 @@ NOT_CODE = {
     "delta.logRetentionDuration": "a Delta table property",
     "delta.checkpointInterval": "a Delta table property",
     "delta.enableDeletionVectors": "a Delta table property",
+    "max._dblog_commit": "a Delta file statistic (the log's maximum of a column)",
 }
 """Dotted names the docs show that are not Python: each says what it is instead."""
 EXTERNAL = {"DeltaTable": "deltalake", "dag": "airflow.sdk.DAG"}
