@@ -161,7 +161,7 @@ def test_a_write_of_keys_over_every_file_marks_rows_and_rewrites_none(tmp_path: 
     assert len(data_files(lake)) == len(after) + 1
 
 
-def test_a_delta_rs_write_that_loses_to_a_marking_one_runs_again_and_loses_no_row(
+def test_an_optimize_that_loses_to_a_marking_write_runs_again_and_loses_no_row(
     tmp_path: Path,
 ) -> None:
     """An optimize planned on the version before a write that marked rows in the files it
