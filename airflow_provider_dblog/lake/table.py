@@ -145,15 +145,13 @@ def new_tables_have_deletion_vectors(root: str | Path) -> bool:
     return found.get("deletion_vectors") is True
 
 
-def give_new_tables_deletion_vectors(root: str | Path) -> bool:
-    """Make the tables created under the lake `root` from now on have deletion vectors;
-    False if they had already. Written aside and renamed: a reader sees all of it or none."""
-    if new_tables_have_deletion_vectors(root):
-        return False
-    written = Path(root) / f".{LAKE_DEFAULTS}.{uuid.uuid4()}"
-    written.write_text(json.dumps({"deletion_vectors": True}) + "\n", encoding="utf-8")
-    os.replace(written, Path(root) / LAKE_DEFAULTS)
-    return True
+def give_new_tables_deletion_vectors(root: str | Path) -> None:
+    """Make the tables created under the lake `root` from now on have deletion vectors.
+    Written aside and renamed: a reader sees all of it or none."""
+    if not new_tables_have_deletion_vectors(root):
+        written = Path(root) / f".{LAKE_DEFAULTS}.{uuid.uuid4()}"
+        written.write_text(json.dumps({"deletion_vectors": True}) + "\n", encoding="utf-8")
+        os.replace(written, Path(root) / LAKE_DEFAULTS)
 
 
 def table_uri(root: str | Path, table: TableRef) -> str:
@@ -570,8 +568,8 @@ class LakeTable:
         the table's size and wherever the keys fall). The files it reads are those whose
         range may hold one of its keys, and of those only the key, position and kept
         columns. `LostCommit` when another writer committed first."""
-        version = self.version
-        candidates = holding(self._data_files(), source[self.key[0]].to_numpy())
+        version, files = self.version, self._data_files()
+        candidates = holding(files, source[self.key[0]].to_numpy())
         adds = delta_log.active_adds(self.directory, version)
         matched = self._matched(candidates, source, adds)
         found = decide(matched.stored, source, self.key, self.arrow_schema)
@@ -592,7 +590,7 @@ class LakeTable:
                 rows = numpy.union1d(matched.deleted[file.path], rows)
             actions += _marked(adds[file.path], rows, matched.rows[index], vectors, now)
         winners = found.winners.sort_by([(k, "ascending") for k in self.key])
-        self._commit(version + 1, actions, winners, vectors, properties, now)
+        self._commit(version + 1, actions, winners, vectors, properties, now, over=files)
         return Written(found.inserted, found.updated, 0, self.version)
 
     def _commit(
@@ -604,14 +602,15 @@ class LakeTable:
         properties: CommitProperties,
         now: int,
         operation: str = "MERGE",
+        over: Sequence[DataFile] = (),
     ) -> int:
         """Commit `actions`, with `rows` added in new files and `vectors` stored, as
         `version` (written here: `LostCommit` if another writer's came first, and the files
         written for it are removed); the files added. delta-rs writes the rows into a
         staging table beside, for its Parquet and statistics; its files are moved in. The
-        added files change data unless the `operation` is an optimize, and a merge's whose
-        range overlaps a stored file's are tagged `UNMERGED_TAG` (a chunk of new keys past
-        the others is not)."""
+        added files change data unless the `operation` is an optimize; those whose range
+        overlaps one of the files `over` (the table's, for a write) are tagged
+        `UNMERGED_TAG` (a chunk of new keys past the others is not)."""
         data_change = operation != "OPTIMIZE"
         directory = Path(self.directory)
         staging, moved = directory / f"_dblog_marking_{uuid.uuid4()}", list[Path]()
@@ -625,12 +624,11 @@ class LakeTable:
                     target_file_size=FILE_BYTES,
                     writer_properties=self._writer_properties(),
                 )
-                stored = self._data_files() if operation == "MERGE" else []
                 for path, add in delta_log.active_adds(staging, 0).items():
                     (staging / path).rename(directory / path)
                     moved.append(directory / path)
                     add = {**add, "modificationTime": now, "dataChange": data_change}
-                    if stored and _overlaps(add, self.key[0], stored):
+                    if over and _overlaps(add, self.key[0], over):
                         add["tags"] = {**(add.get("tags") or {}), UNMERGED_TAG: "true"}
                     actions.append({"add": add})
                     added += 1
