@@ -31,8 +31,10 @@ Each line ends with the load average (1, 5, 15 min; 2 cores here, shared).
         [--deletion-vectors] [--full-rows]
 
 `--key text` keys the table by text (`acct-` and 12 digits, in the integers' order).
-`--deletion-vectors` turns deletion vectors on once a table is filled: writes then mark the
-rows they replace deleted instead of rewriting files (a file so marked is counted apart), and
+`--deletion-vectors` creates the tables with deletion vectors (the lake's default, as
+`dblog lake enable-deletion-vectors` sets it; a text key's files are indexed as they are
+written): writes mark the rows they replace deleted instead of rewriting files (a file so
+marked is counted apart), and
 DuckDB reads the table through delta-rs's engine (Arrow), as a plain Parquet read would see
 the deleted rows. `--full-rows` makes updates carry every column (MySQL/MariaDB's full row
 images; a PostgreSQL row with no unchanged TOASTed value), where by default they leave the
@@ -79,7 +81,11 @@ from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.lake.direct import commit_staged, stage_table
 from airflow_provider_dblog.lake.schema import LakeSchema, lake_schema
-from airflow_provider_dblog.lake.table import LakeTable, table_uri
+from airflow_provider_dblog.lake.table import (
+    LakeTable,
+    give_new_tables_deletion_vectors,
+    table_uri,
+)
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.state import CompactorStore
 
@@ -163,11 +169,11 @@ class Lake:
         return elapsed
 
     def fill(self) -> float:
+        if self.vectors:
+            give_new_tables_deletion_vectors(self.root)
         start = time.perf_counter()
         for first in range(0, self.rows, CHUNK):
             self.direct(range(first, min(first + CHUNK, self.rows)))
-        if self.vectors:
-            LakeTable.open(self.root, TABLE).enable_deletion_vectors()
         return time.perf_counter() - start
 
     def changes(self, keys: Sequence[int], first: bool) -> list[Event]:

@@ -22,7 +22,8 @@ replaying the log from its last checkpoint. Per table, in order:
    retention ago, and the files no version lists (a merge that died before its commit) that
    were written more than the retention ago. A file a writer wrote and has not committed yet is
    younger than any allowed retention, so it stays; so does every file of a version that was
-   current within the retention, which is what a reader that opened it may still read.
+   current within the retention, which is what a reader that opened it may still read. Then
+   the key indexes (`lake/key_index.py`) of the data files gone.
 3. **checkpoint**: a checkpoint of the log at the current version, so that opening the table
    reads it and the commits after it rather than every commit since the table was made (delta-rs
    writers also write one every 100 commits); then the log entries older than the table's
@@ -60,7 +61,7 @@ from deltalake.exceptions import CommitFailedError
 from airflow_provider_dblog.compaction.run import CompactionLocked, output_lock
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import TableRef
-from airflow_provider_dblog.lake import delta_log
+from airflow_provider_dblog.lake import delta_log, key_index
 from airflow_provider_dblog.lake.schema import LakeSchemaError
 from airflow_provider_dblog.lake.table import LakeTable, give_new_tables_deletion_vectors
 
@@ -225,6 +226,11 @@ def maintain_table(
                 commit_properties=_commit(),
             ),
         )
+    if options.vacuum and not options.dry_run:
+        since = time.time() - options.retention_hours * 3600
+        orphans = key_index.remove_orphans(lake.directory, since)
+        indexes = [f"{key_index.DIRECTORY}/{name}" for name in orphans]
+        report.vacuumed = [*(report.vacuumed or ()), *indexes]
     if options.checkpoint and not options.dry_run:
         delta.update_incremental()
         delta.create_checkpoint()

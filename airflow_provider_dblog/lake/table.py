@@ -69,7 +69,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from airflow_provider_dblog.core.event import JsonValue, TableRef
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.lake import delta_log
+from airflow_provider_dblog.lake import delta_log, key_index
 from airflow_provider_dblog.lake.clustered import (
     FILE_BYTES,
     PART_ROWS,
@@ -146,9 +146,11 @@ def new_tables_have_deletion_vectors(root: str | Path) -> bool:
 
 
 def give_new_tables_deletion_vectors(root: str | Path) -> None:
-    """Make the tables created under the lake `root` from now on have deletion vectors.
-    Written aside and renamed: a reader sees all of it or none."""
+    """Make the tables created under the lake `root` (made if it does not exist: a lake may
+    start with its default) from now on have deletion vectors. Written aside and renamed: a
+    reader sees all of it or none."""
     if not new_tables_have_deletion_vectors(root):
+        Path(root).mkdir(parents=True, exist_ok=True)
         written = Path(root) / f".{LAKE_DEFAULTS}.{uuid.uuid4()}"
         written.write_text(json.dumps({"deletion_vectors": True}) + "\n", encoding="utf-8")
         os.replace(written, Path(root) / LAKE_DEFAULTS)
@@ -489,6 +491,12 @@ class LakeTable:
         column = self.schema.column(self.key[0])
         return column is not None and column.kind in ("int", "string")
 
+    def _key_indexed(self) -> bool:
+        """Whether the table's data files get a key index (`lake/key_index.py`): its key is
+        one text column."""
+        column = self.schema.column(self.key[0])
+        return len(self.key) == 1 and column is not None and column.kind == "string"
+
     def _writer_properties(self) -> WriterProperties:
         """How the files of a table kept in key ranges are written: Snappy, delta-rs's
         default (which properties given without a compression would replace with none), and
@@ -612,7 +620,7 @@ class LakeTable:
         overlaps one of the files `over` (the table's, for a write) are tagged
         `UNMERGED_TAG` (a chunk of new keys past the others is not)."""
         data_change = operation != "OPTIMIZE"
-        directory = Path(self.directory)
+        directory, indexed = Path(self.directory), self._key_indexed()
         staging, moved = directory / f"_dblog_marking_{uuid.uuid4()}", list[Path]()
         added = 0
         try:
@@ -632,6 +640,10 @@ class LakeTable:
                         add["tags"] = {**(add.get("tags") or {}), UNMERGED_TAG: "true"}
                     actions.append({"add": add})
                     added += 1
+                    if indexed:
+                        keys = pq.read_table(directory / path, columns=[self.key[0]])
+                        if (index := key_index.built(keys[self.key[0]])) is not None:
+                            moved.append(key_index.save(directory, path, index))
             if vectors.count:
                 (directory / vectors.name).write_bytes(vectors.data)
                 moved.append(directory / vectors.name)
@@ -671,29 +683,45 @@ class LakeTable:
         deleted = self._deleted_rows([f.path for f in candidates], adds)
         keys = numpy.sort(key_array(source[name].to_numpy(zero_copy_only=False)))
         oldest = pc.min(source[COMMIT]).as_py()
-        data = Path(self.directory)
+        data, indexed = Path(self.directory), self._key_indexed()
 
         def read(file: DataFile) -> tuple[numpy.ndarray, list[Taken], int]:
             older = file.newest is not None and oldest is not None and file.newest < oldest
-            columns = key_columns.names if older else first.names  # in every file
-            rows = pq.ParquetFile(data / unquote(file.path)).read(columns, use_threads=False)
             low = 0 if file.low is None else numpy.searchsorted(keys, file.low)
             high = len(keys) if file.high is None else numpy.searchsorted(keys, file.high, "right")
             inside = keys[low:high]  # the write's keys in the file's range
-            if inside.dtype.kind == "i":
+            index = key_index.load(data, file.path, file.rows) if indexed else None
+            wanted = [] if index is not None else list(key_columns.names)  # in every file
+            wanted += [] if older else [COMMIT, SEQ]
+            rows = pa.table({})
+            if wanted:
+                rows = pq.ParquetFile(data / unquote(file.path)).read(wanted, use_threads=False)
+            if indexed and index is None:
+                index = key_index.built(rows[name])
+                if index is not None:  # for the next write
+                    key_index.save(data, file.path, index)
+            if index is not None:
+                at = key_index.rows_of(index, inside)
+            elif inside.dtype.kind == "i":
                 at = rows_holding(rows[name].to_numpy(), inside)
             else:
                 value_set = pa.array(inside, rows.schema.field(name).type)
                 at = numpy.flatnonzero(pc.is_in(rows[name], value_set=value_set))
             if file.path in deleted:
                 at = numpy.setdiff1d(at, deleted[file.path], assume_unique=True)
-            found = [_taken(rows[n], at) for n in columns]
+            if index is not None:
+                spelled = pa.array(key_index.keys_at(index, at), key_columns.field(0).type)
+                found: list[Taken] = [pa.chunked_array([spelled])]
+            else:
+                found = [_taken(rows[n], at) for n in key_columns.names]
             if older:  # the file's newest commit stands for its rows' positions: all lose
                 found += [numpy.full(len(at), file.newest), numpy.zeros(len(at), numpy.int64)]
+            else:
+                found += [_taken(rows[n], at) for n in (COMMIT, SEQ)]
             if len(rest):
                 more = self._read_file(file.path, rest).take(at) if len(at) else rest.empty_table()
                 found += more.columns
-            return at, found, rows.num_rows
+            return at, found, len(index) if index is not None else rows.num_rows
 
         with ThreadPoolExecutor(READERS) as pool:
             results = list(pool.map(read, candidates))

@@ -1,0 +1,132 @@
+"""A key index beside a table keyed by one text column: each data file's keys, as one sorted
+array of fixed-width byte strings, so that a write with deletion vectors finds the rows its
+keys fall on by a binary search of a memory-mapped array instead of decoding the file's key
+column (docs/adr/0010-key-index.md).
+
+Parquet decodes 100k text keys in 2.5-4 ms and probes them by hash in 1.7 ms more, while an
+integer key, delta-encoded, takes 0.3 ms: a fold of 20k random keys into a 50M-row table reads
+500 files, and the text key made it five times slower than the integers'. The index takes a
+few microseconds a file.
+
+An index is derived from a data file, which never changes once written: it is written beside
+the file when a write adds it (`LakeTable._commit`) or first reads it, never changed, and
+ignored where it does not match the file's row count (rebuilt). It lives in a directory whose
+name starts with `_`, which Delta readers skip. A file gets none where the array would not
+stand for its keys exactly: keys not strictly increasing, a null, a key ending in a NUL byte
+(padding would confuse "a" with "a\\0"), or keys so uneven in length that padding them would
+take more than `MAX_PADDING` times their bytes. Pure but for `load`, `save` and `remove_orphans`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import unquote
+
+import numpy
+import pyarrow as pa
+
+DIRECTORY = "_dblog_key_index"
+"""The directory, in a table's, of its files' key indexes, one `<data file's name>.npy` each."""
+MAX_PADDING = 4
+"""An index may take at most this many times its keys' bytes (padding to the longest)."""
+
+
+def built(keys: pa.Array | pa.ChunkedArray) -> numpy.ndarray | None:
+    """The index of a file's text key column `keys` (its rows in order): the keys as UTF-8,
+    NUL-padded to the longest; None where that would not stand for them exactly (see the
+    module's docstring)."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    keys = keys.cast(pa.large_binary())
+    if keys.null_count:
+        return None
+    offsets = numpy.frombuffer(keys.buffers()[1], dtype=numpy.int64)
+    offsets = offsets[keys.offset : keys.offset + len(keys) + 1]
+    lengths = numpy.diff(offsets)
+    width = max(1, int(lengths.max(initial=0)))
+    if width * len(keys) > MAX_PADDING * max(1, int(lengths.sum())):
+        return None
+    data = numpy.frombuffer(keys.buffers()[2] or b"", dtype=numpy.uint8)
+    data = data[offsets[0] : offsets[-1]]
+    ends = offsets[1:] - offsets[0] - 1
+    if bool(numpy.any(data[ends[lengths > 0]] == 0)):
+        return None  # a key ending in NUL
+    padded = numpy.zeros((len(keys), width), dtype=numpy.uint8)
+    rows = numpy.repeat(numpy.arange(len(keys)), lengths)
+    columns = numpy.arange(len(data)) - numpy.repeat(offsets[:-1] - offsets[0], lengths)
+    padded[rows, columns] = data
+    index = padded.view(f"S{width}").ravel()
+    if len(index) > 1 and not bool(numpy.all(index[1:] > index[:-1])):
+        return None
+    return index
+
+
+def rows_of(index: numpy.ndarray, keys: Sequence[str] | numpy.ndarray) -> numpy.ndarray:
+    """The rows of the file of `index` whose key is one of `keys` (sorted, unique), in order:
+    a binary search of each."""
+    width = index.dtype.itemsize
+    spelled = [k.encode() for k in keys]
+    probes = numpy.array(
+        [s for s in spelled if len(s) <= width and not s.endswith(b"\0")], dtype=f"S{width}"
+    )
+    at = numpy.searchsorted(index, probes)
+    inside = at < len(index)
+    found: numpy.ndarray = at[inside][index[at[inside]] == probes[inside]]
+    return found
+
+
+def keys_at(index: numpy.ndarray, rows: numpy.ndarray) -> list[str]:
+    """The keys of the file of `index` at `rows`."""
+    return [bytes(k).decode() for k in index[rows]]
+
+
+def path(directory: str | Path, data_file: str) -> Path:
+    """Where the index of the data file `data_file` (as the log names it) is."""
+    return Path(directory) / DIRECTORY / f"{Path(unquote(data_file)).name}.npy"
+
+
+def load(directory: str | Path, data_file: str, rows: int | None) -> numpy.ndarray | None:
+    """The index of the data file `data_file` (of `rows` rows, if known), memory-mapped; None
+    if it has none, or one of another length."""
+    try:
+        index: numpy.ndarray = numpy.load(
+            path(directory, data_file), mmap_mode="r", allow_pickle=False
+        )
+    except (FileNotFoundError, ValueError):
+        return None
+    if index.dtype.kind != "S" or index.ndim != 1 or (rows is not None and len(index) != rows):
+        return None
+    return index
+
+
+def save(directory: str | Path, data_file: str, index: numpy.ndarray) -> Path:
+    """Write the index of the data file `data_file`, whole or not at all (two writers write
+    the same); its path."""
+    target = path(directory, data_file)
+    target.parent.mkdir(exist_ok=True)
+    partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
+    with open(partial, "wb") as out:
+        numpy.save(out, index, allow_pickle=False)
+    os.replace(partial, target)
+    return target
+
+
+def remove_orphans(directory: str | Path, partial_before: float) -> list[str]:
+    """Remove the indexes whose data file is gone (a vacuum removed it), and the partial ones
+    last changed before `partial_before` (a time: their writer died); their names."""
+    found = Path(directory) / DIRECTORY
+    if not found.is_dir():
+        return []
+    removed = []
+    for index in found.iterdir():
+        if index.name.startswith("."):
+            orphan = index.stat().st_mtime < partial_before
+        else:
+            orphan = not (Path(directory) / index.name.removesuffix(".npy")).exists()
+        if orphan:
+            index.unlink(missing_ok=True)
+            removed.append(index.name)
+    return sorted(removed)
