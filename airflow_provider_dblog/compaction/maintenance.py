@@ -184,7 +184,6 @@ def enable_deletion_vectors(
     root = Path(root)
     chosen = chosen_tables(root, tables)
     if tables is None:
-        root.mkdir(parents=True, exist_ok=True)
         give_new_tables_deletion_vectors(root)
     return [(table, LakeTable.open(root, table).enable_deletion_vectors()) for table in chosen]
 

@@ -181,6 +181,17 @@ def test_deletion_vectors_are_enabled_per_table_from_the_command_line(
     assert newest.deletion_vectors, "a table created after it has them from the start"
 
 
+def test_the_default_is_set_for_a_lake_that_has_no_table_yet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path)  # its root does not exist yet
+    assert main(["lake", "enable-deletion-vectors", "-c", str(config)]) == 0
+    root = tmp_path / "lake"
+    said = f"tables created under {root} from now on: deletion vectors enabled\n"
+    assert capsys.readouterr().out == said
+    assert LakeTable.open_or_create(root, TABLE, SCHEMA).deletion_vectors
+
+
 def test_the_vacuum_keeps_what_a_running_writer_or_reader_needs(tmp_path: Path) -> None:
     """At the floor (1 hour): the files an optimize just removed stay (a reader of the version
     before it, opened a moment ago, still reads them), and so does a file a merge has written
