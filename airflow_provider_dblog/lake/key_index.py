@@ -5,8 +5,8 @@ column (docs/adr/0010-key-index.md).
 
 Parquet decodes 100k text keys in 2.5-4 ms and probes them by hash in 1.7 ms more, while an
 integer key, delta-encoded, takes 0.3 ms: a fold of 20k random keys into a 50M-row table reads
-500 files, and the text key made it five times slower than the integers'. The index takes a
-few microseconds a file.
+500 files, and the text key made it five times slower than the integers'. The index takes
+about 0.15 ms a file, most of it opening the array (40 keys searched in 100k: 0.02 ms).
 
 An index is derived from a data file, which never changes once written: it is written beside
 the file when a write adds it (`LakeTable._commit`) or first reads it, never changed, and
@@ -123,7 +123,10 @@ def remove_orphans(directory: str | Path, partial_before: float) -> list[str]:
     removed = []
     for index in found.iterdir():
         if index.name.startswith("."):
-            orphan = index.stat().st_mtime < partial_before
+            try:
+                orphan = index.stat().st_mtime < partial_before
+            except FileNotFoundError:  # its writer renamed it meanwhile
+                continue
         else:
             orphan = not (Path(directory) / index.name.removesuffix(".npy")).exists()
         if orphan:
