@@ -32,7 +32,7 @@ Each line ends with the load average (1, 5, 15 min; 2 cores here, shared).
 
 `--key text` keys the table by text (`acct-` and 12 digits, in the integers' order).
 `--deletion-vectors` creates the tables with deletion vectors (the lake's default, as
-`dblog lake enable-deletion-vectors` sets it; a text key's files are indexed as they are
+`dblog lake enable-deletion-vectors` sets it; the files' key indexes are written as they are
 written): writes mark the rows they replace deleted instead of rewriting files (a file so
 marked is counted apart), and
 DuckDB reads the table through delta-rs's engine (Arrow), as a plain Parquet read would see

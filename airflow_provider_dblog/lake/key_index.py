@@ -1,27 +1,27 @@
-"""A key index beside a table keyed by one text column: each data file's keys, as one sorted
-array of fixed-width byte strings, so that a write with deletion vectors finds the rows its
-keys fall on by a binary search of a memory-mapped array instead of decoding the file's key
-column (docs/adr/0010-key-index.md).
+"""A key index beside a table keyed by one integer or text column: each data file's keys as
+one sorted array (int64, or fixed-width byte strings), so that a write with deletion vectors
+finds the rows its keys fall on by a binary search of a memory-mapped array instead of
+opening the Parquet file and decoding its key column (docs/adr/0010-key-index.md).
 
-Parquet decodes 100k text keys in 2.5-4 ms and probes them by hash in 1.7 ms more, while an
-integer key, delta-encoded, takes 0.3 ms: a fold of 20k random keys into a 50M-row table reads
-500 files, and the text key made it five times slower than the integers'. The index takes
-about 0.15 ms a file, most of it opening the array (40 keys searched in 100k: 0.02 ms).
+A fold of 20k random keys into a 50M-row table reads 500 files of 100k rows. Opening one and
+decoding its integer key column (sorted, delta-encoded) takes 0.7 ms; a text key column
+2.5-4 ms, then a hash probe of its strings 1.7 ms more. The index takes about 0.15 ms a file,
+most of it opening the array (40 keys searched in 100k: 0.02 ms).
 
 An index is derived from a data file, which never changes once written: it is written beside
 the file when a write adds it (`LakeTable._commit`) or first reads it, never changed, and
 ignored where it does not match the file's row count (rebuilt). It lives in a directory whose
 name starts with `_`, which Delta readers skip. A file gets none where the array would not
-stand for its keys exactly: keys not strictly increasing, a null, a key ending in a NUL byte
-(padding would confuse "a" with "a\\0"), or keys so uneven in length that padding them would
-take more than `MAX_PADDING` times their bytes. Pure but for `load`, `save` and `remove_orphans`.
+stand for its keys exactly: keys not strictly increasing, a null; for text, a key ending in a
+NUL byte (padding would confuse "a" with "a\\0"), or keys so uneven in length that padding
+them would take more than `MAX_PADDING` times their bytes. Pure but for `load`, `save` and
+`remove_orphans`.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -35,14 +35,31 @@ MAX_PADDING = 4
 
 
 def built(keys: pa.Array | pa.ChunkedArray) -> numpy.ndarray | None:
-    """The index of a file's text key column `keys` (its rows in order): the keys as UTF-8,
-    NUL-padded to the longest; None where that would not stand for them exactly (see the
-    module's docstring)."""
+    """The index of a file's key column `keys` (its rows in order): integers as int64, text
+    as UTF-8 NUL-padded to the longest; None where that would not stand for them exactly
+    (see the module's docstring), or for another type."""
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
-    keys = keys.cast(pa.large_binary())
     if keys.null_count:
         return None
+    index: numpy.ndarray
+    if pa.types.is_integer(keys.type):
+        index = keys.to_numpy().astype(numpy.int64)
+    elif pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type):
+        padded = _padded(keys.cast(pa.large_binary()))
+        if padded is None:
+            return None
+        index = padded
+    else:
+        return None
+    if len(index) > 1 and not bool(numpy.all(index[1:] > index[:-1])):
+        return None
+    return index
+
+
+def _padded(keys: pa.LargeBinaryArray) -> numpy.ndarray | None:
+    """`keys` NUL-padded to the longest, as fixed-width byte strings; None where a key ends
+    in NUL or the padding would take more than `MAX_PADDING` times their bytes."""
     offsets = numpy.frombuffer(keys.buffers()[1], dtype=numpy.int64)
     offsets = offsets[keys.offset : keys.offset + len(keys) + 1]
     lengths = numpy.diff(offsets)
@@ -53,34 +70,37 @@ def built(keys: pa.Array | pa.ChunkedArray) -> numpy.ndarray | None:
     data = data[offsets[0] : offsets[-1]]
     ends = offsets[1:] - offsets[0] - 1
     if bool(numpy.any(data[ends[lengths > 0]] == 0)):
-        return None  # a key ending in NUL
+        return None
     padded = numpy.zeros((len(keys), width), dtype=numpy.uint8)
     rows = numpy.repeat(numpy.arange(len(keys)), lengths)
     columns = numpy.arange(len(data)) - numpy.repeat(offsets[:-1] - offsets[0], lengths)
     padded[rows, columns] = data
-    index = padded.view(f"S{width}").ravel()
-    if len(index) > 1 and not bool(numpy.all(index[1:] > index[:-1])):
-        return None
-    return index
+    found: numpy.ndarray = padded.view(f"S{width}").ravel()
+    return found
 
 
-def rows_of(index: numpy.ndarray, keys: Sequence[str] | numpy.ndarray) -> numpy.ndarray:
-    """The rows of the file of `index` whose key is one of `keys` (sorted, unique), in order:
-    a binary search of each."""
-    width = index.dtype.itemsize
-    spelled = [k.encode() for k in keys]
-    probes = numpy.array(
-        [s for s in spelled if len(s) <= width and not s.endswith(b"\0")], dtype=f"S{width}"
-    )
+def rows_of(index: numpy.ndarray, keys: numpy.ndarray) -> numpy.ndarray:
+    """The rows of the file of `index` whose key is one of `keys` (sorted, unique; int64 or
+    Python strings), in order: a binary search of each."""
+    if index.dtype.kind == "i":
+        probes = keys
+    else:
+        width = index.dtype.itemsize
+        spelled = [k.encode() for k in keys]
+        probes = numpy.array(
+            [s for s in spelled if len(s) <= width and not s.endswith(b"\0")], dtype=f"S{width}"
+        )
     at = numpy.searchsorted(index, probes)
     inside = at < len(index)
     found: numpy.ndarray = at[inside][index[at[inside]] == probes[inside]]
     return found
 
 
-def keys_at(index: numpy.ndarray, rows: numpy.ndarray) -> list[str]:
-    """The keys of the file of `index` at `rows`."""
-    return [bytes(k).decode() for k in index[rows]]
+def keys_at(index: numpy.ndarray, rows: numpy.ndarray, kind: pa.DataType) -> pa.Array:
+    """The keys of the file of `index` at `rows`, as an array of the column's type `kind`."""
+    if index.dtype.kind == "i":
+        return pa.array(index[rows]).cast(kind)
+    return pa.array([bytes(k).decode() for k in index[rows]], kind)
 
 
 def path(directory: str | Path, data_file: str) -> Path:
@@ -97,7 +117,7 @@ def load(directory: str | Path, data_file: str, rows: int | None) -> numpy.ndarr
         )
     except (FileNotFoundError, ValueError):
         return None
-    if index.dtype.kind != "S" or index.ndim != 1 or (rows is not None and len(index) != rows):
+    if index.dtype.kind not in "iS" or index.ndim != 1 or (rows is not None and len(index) != rows):
         return None
     return index
 

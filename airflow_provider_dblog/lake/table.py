@@ -493,9 +493,8 @@ class LakeTable:
 
     def _key_indexed(self) -> bool:
         """Whether the table's data files get a key index (`lake/key_index.py`): its key is
-        one text column."""
-        column = self.schema.column(self.key[0])
-        return len(self.key) == 1 and column is not None and column.kind == "string"
+        one integer or text column."""
+        return len(self.key) == 1 and self._clustered()
 
     def _writer_properties(self) -> WriterProperties:
         """How the files of a table kept in key ranges are written: Snappy, delta-rs's
@@ -618,8 +617,8 @@ class LakeTable:
         staging table beside, for its Parquet and statistics; its files are moved in. The
         added files change data unless the `operation` is an optimize; those whose range
         overlaps one of the files `over` (the table's, for a write) are tagged
-        `UNMERGED_TAG` (a chunk of new keys past the others is not). A text-keyed table's
-        added files are indexed before the commit (`lake/key_index.py`)."""
+        `UNMERGED_TAG` (a chunk of new keys past the others is not). The added files of a
+        table keyed by one column are indexed before the commit (`lake/key_index.py`)."""
         data_change = operation != "OPTIMIZE"
         directory, indexed = Path(self.directory), self._key_indexed()
         staging, moved = directory / f"_dblog_marking_{uuid.uuid4()}", list[Path]()
@@ -674,9 +673,9 @@ class LakeTable:
         each file in one thread), the position columns only where the log's statistics do not
         already say that every row of the file is older than every row of the write (a fold
         of the log over older rows reads the key alone), the kept columns only where some row
-        matched: a long kept text costs several times the key and position. A text key is
-        searched in the file's key index, not decoded (`lake/key_index.py`; a file without
-        one is indexed as it is read)."""
+        matched: a long kept text costs several times the key and position. A key of one
+        column is searched in the file's key index, not decoded (`lake/key_index.py`; a file
+        without one is indexed as it is read)."""
         name, schema = self.key[0], self.arrow_schema
         flags = [n for n in source.column_names if n.startswith(KEEP_PREFIX)]
         kept = [f[len(KEEP_PREFIX) :] for f in flags if pc.any(source[f]).as_py()]
@@ -713,7 +712,7 @@ class LakeTable:
             if file.path in deleted:
                 at = numpy.setdiff1d(at, deleted[file.path], assume_unique=True)
             if index is not None:
-                spelled = pa.array(key_index.keys_at(index, at), key_columns.field(0).type)
+                spelled = key_index.keys_at(index, at, key_columns.field(0).type)
                 found: list[Taken] = [pa.chunked_array([spelled])]
             else:
                 found = [_taken(rows[n], at) for n in key_columns.names]

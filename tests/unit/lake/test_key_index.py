@@ -1,11 +1,13 @@
-"""The key index of a table keyed by text: the array stands for a file's keys exactly or is not
-built, a binary search finds exactly the stored keys, and a table with deletion vectors written
-through it (real Delta tables in a temp dir, read back by Polars and DuckDB) holds what a model
-of the rule holds; a missing or mismatched index is rebuilt, a gone file's is vacuumed."""
+"""The key index of a table keyed by one integer or text column: the array stands for a file's
+keys exactly or is not built, a binary search finds exactly the stored keys, and a table with
+deletion vectors written through it (real Delta tables in a temp dir, read back by Polars and
+DuckDB) holds what a model of the rule holds; a missing or mismatched index is rebuilt, a gone
+file's is vacuumed."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy
@@ -18,17 +20,21 @@ from hypothesis import strategies as st
 from airflow_provider_dblog.compaction.maintenance import MaintenanceOptions, maintain_table
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.lake import key_index
-from airflow_provider_dblog.lake.schema import LakeRow, lake_schema
+from airflow_provider_dblog.lake.clustered import Key
+from airflow_provider_dblog.lake.schema import LakeRow, LakeSchema, lake_schema
 from airflow_provider_dblog.lake.table import LakeTable
 from tests.unit.lake.test_deletion_vectors import TABLE, data_files, readers_see
 
 pytestmark = pytest.mark.unit
 
-SCHEMA = lake_schema(
-    "postgres",
-    TABLE,
-    TableSchema((Column("id", "text", False, None), Column("name", "text", True, None)), ("id",)),
-)
+
+def schema(kind: str) -> LakeSchema:
+    columns = (Column("id", kind, False, None), Column("name", "text", True, None))
+    return lake_schema("postgres", TABLE, TableSchema(columns, ("id",)))
+
+
+KEYS: dict[str, Callable[[int], Key]] = {"text": lambda n: f"k{n:05d}", "bigint": lambda n: n}
+"""How key number n is spelled, by the key column's type."""
 
 
 def test_an_index_finds_exactly_the_stored_keys() -> None:
@@ -36,9 +42,20 @@ def test_an_index_finds_exactly_the_stored_keys() -> None:
     index = key_index.built(pa.array(stored))
     assert index is not None and len(index) == len(stored)
     probes = sorted(["a", "a\0", "ab", "abc", "b", "é", "zzz", ""])
-    at = key_index.rows_of(index, probes)
+    at = key_index.rows_of(index, numpy.array(probes, dtype=object))
     assert at.tolist() == [0, 1, 3, 5], "'a\\0' is not 'a', 'abc' is wider than every key"
-    assert key_index.keys_at(index, at) == ["", "a", "ab", "é"]
+    assert key_index.keys_at(index, at, pa.string()).to_pylist() == ["", "a", "ab", "é"]
+
+
+def test_an_integer_index_finds_exactly_the_stored_keys() -> None:
+    index = key_index.built(pa.array([-5, 0, 7, 2**40], pa.int64()))
+    assert index is not None and index.dtype == numpy.int64
+    at = key_index.rows_of(index, numpy.array([-6, -5, 7, 8, 2**40, 2**41]))
+    assert at.tolist() == [0, 2, 3]
+    assert key_index.keys_at(index, at, pa.int64()).to_pylist() == [-5, 7, 2**40]
+    narrow = key_index.built(pa.array([1, 2, 3], pa.int32()))
+    assert narrow is not None and narrow.dtype == numpy.int64
+    assert key_index.keys_at(narrow, numpy.array([2]), pa.int32()) == pa.array([3], pa.int32())
 
 
 @pytest.mark.parametrize(
@@ -48,6 +65,13 @@ def test_an_index_finds_exactly_the_stored_keys() -> None:
 )
 def test_no_index_where_the_array_would_not_stand_for_the_keys(keys: list[str | None]) -> None:
     assert key_index.built(pa.array(keys, pa.string())) is None
+
+
+@pytest.mark.parametrize(
+    "keys", [pa.array([2, 1]), pa.array([1, 1]), pa.array([None, 1], pa.int64()), pa.array([0.5])]
+)
+def test_no_index_of_integers_out_of_order_or_null_or_of_another_type(keys: pa.Array) -> None:
+    assert key_index.built(keys) is None
 
 
 @settings(max_examples=200, deadline=None)
@@ -62,26 +86,24 @@ def test_a_search_finds_what_a_lookup_finds(stored: set[str], probes: list[str])
         assert any(k.endswith("\0") for k in keys) or len(keys) > 1
         return
     wanted = sorted(set(probes) | set(random.Random(len(keys)).sample(keys, min(3, len(keys)))))
-    at = key_index.rows_of(index, wanted)
+    at = key_index.rows_of(index, numpy.array(wanted, dtype=object))
     assert at.tolist() == [keys.index(k) for k in wanted if k in stored]
-    assert key_index.keys_at(index, at) == [k for k in wanted if k in stored]
+    found = key_index.keys_at(index, at, pa.string()).to_pylist()
+    assert found == [k for k in wanted if k in stored]
 
 
-def key(n: int) -> str:
-    return f"k{n:05d}"
-
-
-def text_keyed(root: Path) -> LakeTable:
+def keyed(root: Path, kind: str = "text") -> LakeTable:
     """Four commits of 1000 keys, in four files of a range each, with deletion vectors on
     first: every file is written here, and indexed as it is."""
-    table = LakeTable.open_or_create(root, TABLE, SCHEMA)
+    table = LakeTable.open_or_create(root, TABLE, schema(kind))
     assert table.enable_deletion_vectors()
+    key = KEYS[kind]
     for chunk in range(4):
         rows = [
             LakeRow({"id": key(k), "name": f"n{k}"}, 100 + chunk, 0, "r")
             for k in range(chunk * 1000, chunk * 1000 + 1000)
         ]
-        table.merge(SCHEMA.to_arrow(rows))
+        table.merge(schema(kind).to_arrow(rows))
     return LakeTable.open(root, TABLE)
 
 
@@ -89,10 +111,11 @@ def indexes(lake: LakeTable) -> set[str]:
     return {p.name for p in (Path(lake.directory) / key_index.DIRECTORY).glob("*.npy")}
 
 
-def test_a_text_keyed_table_with_deletion_vectors_writes_through_its_key_index(
-    tmp_path: Path,
+@pytest.mark.parametrize("kind", sorted(KEYS))
+def test_a_table_with_deletion_vectors_writes_through_its_key_index(
+    tmp_path: Path, kind: str
 ) -> None:
-    lake = text_keyed(tmp_path)
+    lake, key, arrow = keyed(tmp_path, kind), KEYS[kind], schema(kind).to_arrow
     model = {key(k): f"n{k}" for k in range(4000)}
     assert indexes(lake) == {f"{p}.npy" for p in data_files(lake)}, "each file indexed"
     rng = random.Random(7)
@@ -106,7 +129,7 @@ def test_a_text_keyed_table_with_deletion_vectors_writes_through_its_key_index(
                 rows.append(LakeRow({"id": key(number), "name": f"c{commit}"}, commit, number, "u"))
                 model[key(number)] = f"c{commit}"
         stale = [LakeRow({"id": key(1), "name": "stale"}, 50, 0, "u")]  # loses to the stored
-        lake.merge(SCHEMA.to_arrow(rows + stale))
+        lake.merge(arrow(rows + stale))
         if commit == 502:  # a lost index is rebuilt by the next write that reads its file
             lost = sorted(indexes(lake))[0]
             (Path(lake.directory) / key_index.DIRECTORY / lost).unlink()
@@ -116,21 +139,26 @@ def test_a_text_keyed_table_with_deletion_vectors_writes_through_its_key_index(
     assert indexes(lake) == {f"{p}.npy" for p in data_files(lake)}
 
 
-def test_an_index_of_another_length_is_not_used_and_is_rebuilt(tmp_path: Path) -> None:
-    lake = text_keyed(tmp_path)
-    wrong = numpy.array([key(k).encode() for k in range(1, 1001, 2)], dtype="S6")
+@pytest.mark.parametrize("kind", sorted(KEYS))
+def test_an_index_of_another_length_is_not_used_and_is_rebuilt(tmp_path: Path, kind: str) -> None:
+    lake, key = keyed(tmp_path, kind), KEYS[kind]
+    wrong = key_index.built(pa.array([key(k) for k in range(1, 1001, 2)]))
+    assert wrong is not None
     for path in data_files(lake):
         key_index.save(lake.directory, path, wrong)
         assert key_index.load(lake.directory, path, 1000) is None
-    lake.merge(SCHEMA.to_arrow([LakeRow({"id": key(3), "name": "three"}, 500, 0, "u")]))
+    lake.merge(schema(kind).to_arrow([LakeRow({"id": key(3), "name": "three"}, 500, 0, "u")]))
     seen = readers_see(lake)
     assert seen[key(3)] == "three" and len(seen) == 4000
-    columns = {
-        p: pq.read_table(Path(lake.directory) / p)["id"].to_pylist() for p in data_files(lake)
-    }
-    [holder] = [p for p, keys in columns.items() if key(3) in keys and len(keys) == 1000]
+    columns = {p: pq.read_table(Path(lake.directory) / p)["id"] for p in data_files(lake)}
+    [holder] = [
+        p for p, keys in columns.items() if key(3) in keys.to_pylist() and len(keys) == 1000
+    ]
     rebuilt = key_index.load(lake.directory, holder, 1000)
-    assert rebuilt is not None and key_index.keys_at(rebuilt, numpy.arange(1000)) == columns[holder]
+    assert rebuilt is not None
+    assert key_index.keys_at(rebuilt, numpy.arange(1000), columns[holder].type).to_pylist() == (
+        columns[holder].to_pylist()
+    )
     unread = [
         p for p, keys in columns.items() if key_index.load(lake.directory, p, len(keys)) is None
     ]
@@ -140,10 +168,9 @@ def test_an_index_of_another_length_is_not_used_and_is_rebuilt(tmp_path: Path) -
 def test_the_vacuum_removes_the_indexes_of_files_gone_and_keeps_the_others(
     tmp_path: Path,
 ) -> None:
-    lake = text_keyed(tmp_path)
-    lake.merge(
-        SCHEMA.to_arrow([LakeRow({"id": key(k), "name": "x"}, 500, 0, "u") for k in (1, 2001)])
-    )
+    lake, key = keyed(tmp_path), KEYS["text"]
+    rows = [LakeRow({"id": key(k), "name": "x"}, 500, 0, "u") for k in (1, 2001)]
+    lake.merge(schema("text").to_arrow(rows))
     before = indexes(lake)
     assert len(before) == 5
     partial = Path(lake.directory) / key_index.DIRECTORY / ".dead.npy.0a1b"
