@@ -108,7 +108,9 @@ def keyed(root: Path, kind: str = "text") -> LakeTable:
 
 
 def indexes(lake: LakeTable) -> set[str]:
-    return {p.name for p in (Path(lake.directory) / key_index.DIRECTORY).glob("*.npy")}
+    """The data files that have an index."""
+    found = (Path(lake.directory) / key_index.DIRECTORY).glob("*" + key_index.SUFFIX)
+    return {p.name.removesuffix(key_index.SUFFIX) for p in found}
 
 
 @pytest.mark.parametrize("kind", sorted(KEYS))
@@ -117,7 +119,7 @@ def test_a_table_with_deletion_vectors_writes_through_its_key_index(
 ) -> None:
     lake, key, arrow = keyed(tmp_path, kind), KEYS[kind], schema(kind).to_arrow
     model = {key(k): f"n{k}" for k in range(4000)}
-    assert indexes(lake) == {f"{p}.npy" for p in data_files(lake)}, "each file indexed"
+    assert indexes(lake) == data_files(lake), "each file indexed"
     rng = random.Random(7)
     for commit in range(500, 506):
         rows = []
@@ -132,11 +134,11 @@ def test_a_table_with_deletion_vectors_writes_through_its_key_index(
         lake.merge(arrow(rows + stale))
         if commit == 502:  # a lost index is rebuilt by the next write that reads its file
             lost = sorted(indexes(lake))[0]
-            (Path(lake.directory) / key_index.DIRECTORY / lost).unlink()
+            key_index.path(lake.directory, lost).unlink()
         if commit == 503:
             assert lost in indexes(lake)
         assert readers_see(lake) == model
-    assert indexes(lake) == {f"{p}.npy" for p in data_files(lake)}
+    assert indexes(lake) == data_files(lake)
 
 
 @pytest.mark.parametrize("kind", sorted(KEYS))
@@ -147,6 +149,10 @@ def test_an_index_of_another_length_is_not_used_and_is_rebuilt(tmp_path: Path, k
     for path in data_files(lake):
         key_index.save(lake.directory, path, wrong)
         assert key_index.load(lake.directory, path, 1000) is None
+    index = key_index.path(lake.directory, min(data_files(lake)))
+    for garbage in (b"", b"<f8".ljust(key_index.HEADER) + bytes(8000), b"\xff" * 40):
+        index.write_bytes(garbage)  # empty, floats, not a type: no index
+        assert key_index.load(lake.directory, min(data_files(lake)), None) is None
     lake.merge(schema(kind).to_arrow([LakeRow({"id": key(3), "name": "three"}, 500, 0, "u")]))
     seen = readers_see(lake)
     assert seen[key(3)] == "three" and len(seen) == 4000
@@ -173,7 +179,7 @@ def test_the_vacuum_removes_the_indexes_of_files_gone_and_keeps_the_others(
     lake.merge(schema("text").to_arrow(rows))
     before = indexes(lake)
     assert len(before) == 5
-    partial = Path(lake.directory) / key_index.DIRECTORY / ".dead.npy.0a1b"
+    partial = Path(lake.directory) / key_index.DIRECTORY / ".dead.keys.0a1b"
     partial.write_bytes(b"")  # a writer that died: older than the retention of 0 h
     report = maintain_table(
         tmp_path, TABLE, MaintenanceOptions(retention_hours=0, min_retention_hours=0)
@@ -181,8 +187,9 @@ def test_the_vacuum_removes_the_indexes_of_files_gone_and_keeps_the_others(
     assert report.compacted == 5
     lake = LakeTable.open(tmp_path, TABLE)
     kept = indexes(lake)
-    assert kept == {f"{p}.npy" for p in data_files(lake)} and not kept & before
-    gone = {f"{key_index.DIRECTORY}/{name}" for name in [*before, partial.name]}
+    assert kept == data_files(lake) and not kept & before
+    named = [f"{name}{key_index.SUFFIX}" for name in before]
+    gone = {f"{key_index.DIRECTORY}/{name}" for name in [*named, partial.name]}
     assert gone <= set(report.vacuumed or ())
     assert not partial.exists()
     assert len(readers_see(lake)) == 4000
