@@ -101,9 +101,10 @@ def rows_of(index: numpy.ndarray, keys: numpy.ndarray) -> numpy.ndarray:
 
 
 def keys_at(index: numpy.ndarray, rows: numpy.ndarray, kind: pa.DataType) -> pa.Array:
-    """The keys of the file of `index` at `rows`, as an array of the column's type `kind`."""
+    """The keys of the file of `index` at `rows`, as an array of the column's type `kind`
+    (an unsigned 64-bit key is stored as int64 bits, as `clustered.key_array` orders it)."""
     if index.dtype.kind == "i":
-        return pa.array(index[rows]).cast(kind)
+        return pa.array(index[rows]).cast(kind, safe=False)
     return pa.array([bytes(k).decode() for k in index[rows]], kind)
 
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from airflow_provider_dblog.compaction.maintenance import MaintenanceOptions, maintain_table
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.lake import key_index
-from airflow_provider_dblog.lake.clustered import Key
+from airflow_provider_dblog.lake.clustered import Key, key_array
 from airflow_provider_dblog.lake.schema import LakeRow, LakeSchema, lake_schema
 from airflow_provider_dblog.lake.table import LakeTable
 from tests.unit.lake.test_deletion_vectors import TABLE, data_files, readers_see
@@ -53,6 +53,10 @@ def test_an_integer_index_finds_exactly_the_stored_keys() -> None:
     at = key_index.rows_of(index, numpy.array([-6, -5, 7, 8, 2**40, 2**41]))
     assert at.tolist() == [0, 2, 3]
     assert key_index.keys_at(index, at, pa.int64()).to_pylist() == [-5, 7, 2**40]
+    high = key_index.built(pa.array([2**63, 2**63 + 5], pa.uint64()))  # BIGINT UNSIGNED
+    assert high is not None
+    at = key_index.rows_of(high, key_array([2**63 + 5]))
+    assert key_index.keys_at(high, at, pa.uint64()).to_pylist() == [2**63 + 5]
     narrow = key_index.built(pa.array([1, 2, 3], pa.int32()))
     assert narrow is not None and narrow.dtype == numpy.int64
     assert key_index.keys_at(narrow, numpy.array([2]), pa.int32()) == pa.array([3], pa.int32())
