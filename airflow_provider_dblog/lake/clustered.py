@@ -197,11 +197,17 @@ def rows_holding(column: numpy.ndarray, keys: numpy.ndarray) -> numpy.ndarray:
     (sorted, unique), in order. A file written here is sorted by key: a binary search of each
     key, not a probe of each row; another file's column is probed."""
     if len(column) < 2 or bool(numpy.all(column[1:] > column[:-1])):
-        at = numpy.searchsorted(column, keys)
-        inside = at < len(column)
-        found: numpy.ndarray = at[inside][column[at[inside]] == keys[inside]]
-        return found
+        return sorted_rows_holding(column, keys)
     return numpy.flatnonzero(numpy.isin(column, keys))
+
+
+def sorted_rows_holding(column: numpy.ndarray, keys: numpy.ndarray) -> numpy.ndarray:
+    """`rows_holding` of a `column` known to be strictly increasing (any type numpy orders,
+    `keys` of the same): a binary search of each key."""
+    at = numpy.searchsorted(column, keys)
+    inside = at < len(column)
+    found: numpy.ndarray = at[inside][column[at[inside]] == keys[inside]]
+    return found
 
 
 def packed(files: Sequence[DataFile], target_bytes: int) -> list[Touched] | None:

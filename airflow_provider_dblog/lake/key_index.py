@@ -29,6 +29,8 @@ from urllib.parse import unquote
 import numpy
 import pyarrow as pa
 
+from airflow_provider_dblog.lake.clustered import sorted_rows_holding
+
 DIRECTORY = "_dblog_key_index"
 """The directory, in a table's, of its files' key indexes, one `<data file's name>.keys` each."""
 SUFFIX = ".keys"
@@ -46,15 +48,12 @@ def built(keys: pa.Array | pa.ChunkedArray) -> numpy.ndarray | None:
         keys = keys.combine_chunks()
     if keys.null_count:
         return None
-    index: numpy.ndarray
+    index: numpy.ndarray | None = None
     if pa.types.is_integer(keys.type):
         index = keys.to_numpy().astype(numpy.int64)
     elif pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type):
-        padded = _padded(keys.cast(pa.large_binary()))
-        if padded is None:
-            return None
-        index = padded
-    else:
+        index = _padded(keys.cast(pa.large_binary()))
+    if index is None:
         return None
     if len(index) > 1 and not bool(numpy.all(index[1:] > index[:-1])):
         return None
@@ -87,17 +86,11 @@ def rows_of(index: numpy.ndarray, keys: numpy.ndarray) -> numpy.ndarray:
     """The rows of the file of `index` whose key is one of `keys` (sorted, unique; int64 or
     Python strings), in order: a binary search of each."""
     if index.dtype.kind == "i":
-        probes = keys
-    else:
-        width = index.dtype.itemsize
-        spelled = [k.encode() for k in keys]
-        probes = numpy.array(
-            [s for s in spelled if len(s) <= width and not s.endswith(b"\0")], dtype=f"S{width}"
-        )
-    at = numpy.searchsorted(index, probes)
-    inside = at < len(index)
-    found: numpy.ndarray = at[inside][index[at[inside]] == probes[inside]]
-    return found
+        return sorted_rows_holding(index, keys)
+    width = index.dtype.itemsize
+    spelled = [k.encode() for k in keys]
+    probes = [s for s in spelled if len(s) <= width and not s.endswith(b"\0")]
+    return sorted_rows_holding(index, numpy.array(probes, dtype=f"S{width}"))
 
 
 def keys_at(index: numpy.ndarray, rows: numpy.ndarray, kind: pa.DataType) -> pa.Array:
@@ -121,9 +114,7 @@ def load(directory: str | Path, data_file: str, rows: int | None) -> numpy.ndarr
         with open(path(directory, data_file), "rb") as file:
             header = file.read(HEADER)
             mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-    except FileNotFoundError:
-        return None
-    except ValueError:  # an empty file: mmap refuses it
+    except (FileNotFoundError, ValueError):  # none, or an empty file (mmap refuses it)
         return None
     try:
         kind = numpy.dtype(header.decode("ascii").strip())
