@@ -12,11 +12,20 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
     .venv/bin/pip install --quiet --upgrade pip
 fi
+# The tested versions: constraints-3.11.txt pins every package (scripts/lock.sh refreshes it).
+LOCK=constraints-3.11.txt
+python_version=$(.venv/bin/python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+if [ "$python_version" != "3.11" ]; then
+    echo "setup: the tested versions are locked for Python 3.11, not $python_version" \
+        "(set PYTHON to a 3.11 interpreter)" >&2
+    exit 1
+fi
 if ! .venv/bin/python -c "import airflow_provider_dblog, pyspark, airflow, hypothesis, deltalake, duckdb" 2>/dev/null \
-    || [ pyproject.toml -nt .venv/.installed ]; then
-    .venv/bin/pip install --quiet -e ".[dev]"
+    || [ pyproject.toml -nt .venv/.installed ] || [ "$LOCK" -nt .venv/.installed ]; then
+    .venv/bin/pip install --quiet --constraint "$LOCK" -e ".[dev]"
     touch .venv/.installed
 fi
+.venv/bin/python scripts/check_lock.py
 # pyspark-client installs into pyspark/ too: the Python side must match the bundled jars.
 .venv/bin/python - <<'PY'
 import pathlib, pyspark

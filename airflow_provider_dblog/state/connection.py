@@ -118,10 +118,10 @@ class RedisSettings:
         if not self.sentinels:
             return redis.Redis.from_url(self.url, **kwargs)
         assert self.service_name is not None
-        sentinel = _Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = _Sentinel(
             list(self.sentinels), sentinel_kwargs=self._sentinel_kwargs(sentinel_password)
         )
-        client: redis.Redis = sentinel.master_for(self.service_name, **kwargs)  # type: ignore[no-untyped-call]
+        client: redis.Redis = sentinel.master_for(self.service_name, **kwargs)
         return client
 
     def async_client(
@@ -136,7 +136,7 @@ class RedisSettings:
         if not self.sentinels:
             return redis.asyncio.Redis.from_url(self.url, **kwargs)
         assert self.service_name is not None
-        sentinel = _AsyncSentinel(  # type: ignore[no-untyped-call]
+        sentinel = _AsyncSentinel(
             list(self.sentinels), sentinel_kwargs=self._sentinel_kwargs(sentinel_password)
         )
         client: redis.asyncio.Redis = sentinel.master_for(self.service_name, **kwargs)
@@ -186,7 +186,7 @@ class _Sentinel(redis.sentinel.Sentinel):
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
         try:
-            found: tuple[str, int] = super().discover_master(service_name)  # type: ignore[no-untyped-call]
+            found: tuple[str, int] = super().discover_master(service_name)
             return found
         except redis.sentinel.MasterNotFoundError:
             answers: list[Any] = []

@@ -66,7 +66,7 @@ class PositionalWindowStore(RedisStore):
         tailer's polls stand in meanwhile."""
         while not stop.is_set():
             try:
-                pubsub = self._r.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                pubsub = self._r.pubsub(ignore_subscribe_messages=True)
                 with pubsub as subscription:
                     subscription.subscribe(self.keys.positional_wake)
                     while not stop.is_set():
