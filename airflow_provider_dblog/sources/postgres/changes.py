@@ -3,10 +3,11 @@
 No socket and no SQL: the one catalog question, what a Relation message's columns are (with
 the nullability, defaults and primary key pgoutput does not send), is asked through an injected
 `RelationLookup`, so the mapping is tested on bytes without a server (`replication.py` is the
-transport that feeds it). `map_bytes` takes a message's bytes: it reads an insert of a captured
-table straight from them (with the code `compiled_rows` generates for the table's columns), with
-its event's encoded line (`EncodedLogEvent`), and decodes any other message with
-`pgoutput.decode` for `map`.
+transport that feeds it). `map_bytes` takes a message's bytes: it reads an insert, update or
+delete of a captured table straight from them (with the code `compiled_rows` generates for the
+table's columns), with its event's encoded line (`EncodedLogEvent`), and decodes any other
+message, or a row change that reading declines (an unchanged TOAST value, a changed key), with
+`pgoutput.decode` for `map`; the two give the same items (tests/unit/sources/postgres).
 
 Positions are `[commit LSN of the transaction, seq]`; the commit LSN comes in Begin (final_lsn)
 before the first change. The n-th change, watermark write or truncated table of a transaction
@@ -68,7 +69,7 @@ from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError
 from airflow_provider_dblog.sources.postgres import pgoutput
-from airflow_provider_dblog.sources.postgres.compiled_rows import compile_insert, compile_row
+from airflow_provider_dblog.sources.postgres.compiled_rows import compile_row, compile_tuple
 from airflow_provider_dblog.sources.postgres.converters import column_converter, keeps_text
 
 log = logging.getLogger(__name__)
@@ -96,12 +97,17 @@ class _Table:
     """The indexes of the replica identity columns: what a key-only ('K') tuple carries."""
     whole_row: Callable[[pgoutput.TupleData], Row]
     """A whole tuple without unchanged TOAST values as a row: `compiled_rows.compile_row`."""
-    insert_row: Callable[[bytes, int], tuple[Row, Row] | None] | None
-    """An Insert's new tuple read straight from the message bytes, as its row and its key:
-    `compiled_rows.compile_insert`; None for a table not captured (or whose key is not among
+    read_tuple: Callable[[bytes, int], tuple[Row, Row, int] | None] | None
+    """A tuple read straight from the message bytes, as its row, its key and where it ends:
+    `compiled_rows.compile_tuple`; None for a table not captured (or whose key is not among
     its columns)."""
-    line: bytes
-    """`log_line_format` of the table's inserts."""
+    identity_names: tuple[str, ...] | None
+    """The replica identity's columns, what a key-only ('K') old tuple is read as; None when
+    they do not hold the whole key (that tuple is then read the general way)."""
+    create_line: bytes
+    """`log_line_format` of the table's inserts; `update_line` and `delete_line` likewise."""
+    update_line: bytes
+    delete_line: bytes
     plain_json: Callable[[Row], bytes] | None
     """Spells its rows and keys when every column is text or an integer (`plain_row_encoder`:
     they hold str, int and None only); None otherwise, or without msgspec."""
@@ -123,10 +129,12 @@ class _Table:
         parsers = tuple(
             None if keeps_text(c.type_oid) else column_converter(c.type_oid) for c in columns
         )
-        insert_row = None
+        read_tuple = None
         if captured and not is_watermark and set(key_columns) <= set(names):
             key_indexes = tuple(names.index(name) for name in key_columns)
-            insert_row = compile_insert(names, parsers, key_indexes)
+            read_tuple = compile_tuple(names, parsers, key_indexes)
+        identity = tuple(i for i, c in enumerate(columns) if c.is_key)
+        identity_names = tuple(names[i] for i in identity)
         return cls(
             relation,
             ref,
@@ -135,10 +143,13 @@ class _Table:
             key_columns,
             names,
             parsers,
-            tuple(i for i, c in enumerate(columns) if c.is_key),
+            identity,
             compile_row(names, parsers),
-            insert_row,
+            read_tuple,
+            identity_names if set(key_columns) <= set(identity_names) else None,
             log_line_format(Op.CREATE, source, db, ref),
+            log_line_format(Op.UPDATE, source, db, ref),
+            log_line_format(Op.DELETE, source, db, ref),
             plain_row_encoder() if all(p is None or p is int for p in parsers) else None,
         )
 
@@ -235,7 +246,10 @@ class _Transaction:
 
 
 _ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
-_NEW_TUPLE = ord("N")
+_INSERT, _UPDATE = b"IU"
+_NEW_TUPLE, _OLD_KEY, _OLD_ROW = b"NKO"
+ROW_CHANGE_TAGS = frozenset((b"I", b"U", b"D"))
+"""How the messages `read_change` reads start, as one-byte slices."""
 
 
 class ChangeMapper:
@@ -296,57 +310,116 @@ class ChangeMapper:
         return []
 
     def map_bytes(self, data: bytes, start: int = 0) -> list[LogItem]:
-        """`map(pgoutput.decode(data[start:]))`: the items of the message at `start`. An
-        insert into a captured table is read straight from the bytes
-        (`compiled_rows.compile_insert`); any other message, or an insert that reader
-        declines, is decoded the general way."""
-        if data[start : start + 1] == b"I":
-            change = self.read_insert(data, start)
+        """`map(pgoutput.decode(data[start:]))`: the items of the message at `start`. A row
+        change of a captured table is read straight from the bytes (`read_change`); any other
+        message, or a change that reader declines, is decoded the general way."""
+        if data[start : start + 1] in ROW_CHANGE_TAGS:
+            change = self.read_change(data, start)
             if change is not None:
                 return [change]
         return self.map(pgoutput.decode(data[start:] if start else data))
 
-    def read_insert(self, data: bytes, start: int) -> Change | None:
-        """The change of the Insert message at `start`, read straight from the bytes, or None
-        when the message must be decoded the general way (see `map_bytes`)."""
+    def read_change(self, data: bytes, start: int) -> Change | None:
+        """The change of the Insert, Update or Delete message at `start`, read straight from
+        the bytes, or None when the message must be decoded the general way (see
+        `map_bytes`): an unchanged TOAST value, an update that changes the key (two events),
+        a key-only old tuple without the whole key, or bytes that do not fit the relation."""
         transaction = self._transaction
         if transaction is None or len(data) < start + 8:
             return None
         (relation_id,) = pgoutput.U32_AT(data, start + 1)
         table = self._tables.get(relation_id)
-        if table is None or table.insert_row is None or data[start + 5] != _NEW_TUPLE:
+        if table is None or (read := table.read_tuple) is None:
             return None
-        decoded = table.insert_row(data, start + 6)
-        if decoded is None:
-            return None
-        after, key = decoded
-        spell = table.plain_json
-        if spell is not None:
-            key_json, after_json = spell(key), spell(after)
-        else:
-            try:
-                key_json, after_json = self._spell(key), self._spell(after)
-            except Exception:  # a value JSON cannot hold: the writer's encoding raises it
-                self._spell = row_json_encoder()
+        tag, marker, end = data[start], data[start + 5], len(data)
+        if marker == _NEW_TUPLE:  # an insert, or an update under the default identity
+            if tag == _INSERT:
+                op, line = Op.CREATE, table.create_line
+            elif tag == _UPDATE:
+                op, line = Op.UPDATE, table.update_line
+            else:
                 return None
+            new = read(data, start + 6)
+            if new is None or new[2] != end:
+                return None
+            return self._encoded(table, transaction, op, line, new[1], None, new[0])
+        identity = None
+        if marker == _OLD_KEY:
+            if (identity := table.identity_names) is None:
+                return None
+        elif marker != _OLD_ROW:
+            return None
+        old = read(data, start + 6)
+        if old is None:
+            return None
+        before, key, at = old
+        if identity is not None:  # a key-only old tuple: its other columns are nulls
+            before = {name: before[name] for name in identity}
+        if tag == _UPDATE:
+            if at >= end or data[at] != _NEW_TUPLE:
+                return None
+            new = read(data, at + 1)
+            if new is None or new[2] != end or new[1] != key:
+                return None
+            return self._encoded(
+                table, transaction, Op.UPDATE, table.update_line, key, before, new[0]
+            )
+        if tag != _INSERT and at == end:
+            return self._encoded(
+                table, transaction, Op.DELETE, table.delete_line, key, before, None
+            )
+        return None
+
+    def _encoded(
+        self,
+        table: _Table,
+        transaction: _Transaction,
+        op: Op,
+        line: bytes,
+        key: Row,
+        before: Row | None,
+        after: Row | None,
+    ) -> Change | None:
+        """The change read from bytes, with its line filled from `line` (`log_line_format` of
+        `op`); None when a value cannot be spelled (the general way raises it then)."""
+        spell = table.plain_json
+        if spell is None:
+            spell = self._spell
+        try:
+            key_json = spell(key)
+            before_json = b"null" if before is None else spell(before)
+            after_json = b"null" if after is None else spell(after)
+        except Exception:  # a value JSON cannot hold: the writer's encoding raises it
+            self._spell = row_json_encoder()
+            return None
         position = transaction.next_position()
         origin = transaction.last_origin
         if origin is None or origin.table is not table.ref:
             origin = transaction.origin(table, self._source, self._db)
         version = self.schema_versions.get(table.ref, 0)
-        line = table.line % (
-            key_json,
-            b"null",
-            after_json,
-            position.commit,
-            position.seq,
-            origin.txid_json,
-            origin.ts_ms,
-            version,
-        )
         change: Change = _new(Change)
         _SET_EVENT(
-            change, EncodedLogEvent(line, Op.CREATE, key, None, after, position, origin, version)
+            change,
+            EncodedLogEvent(
+                line
+                % (
+                    key_json,
+                    before_json,
+                    after_json,
+                    position.commit,
+                    position.seq,
+                    origin.txid_json,
+                    origin.ts_ms,
+                    version,
+                ),
+                op,
+                key,
+                before,
+                after,
+                position,
+                origin,
+                version,
+            ),
         )
         return change
 

@@ -2,7 +2,7 @@
 
 A Relation message fixes a table's columns and their converters until the next one, and nearly
 every message after it is an insert of that table. So the conversion of a tuple to a row, and the
-reading of an Insert message's new tuple straight from its bytes, are written out as straight-
+reading of a row message's tuples straight from its bytes, are written out as straight-
 line code for those columns and compiled once per Relation message (`changes._Table.of`), about
 ten times faster than the general loop. The generated code names columns and converters only by
 their index (`n0`, `p0`, ...), bound as globals of the function, so no name from the database is
@@ -43,21 +43,22 @@ def compile_row(
     return function
 
 
-def compile_insert(
+def compile_tuple(
     names: tuple[str, ...],
     parsers: tuple[Callable[[str], JsonValue] | None, ...],
     key_indexes: tuple[int, ...],
-) -> Callable[[bytes, int], tuple[Row, Row] | None]:
-    """A function from an Insert message's bytes and the offset of its new tuple to the row
-    and the key `changes._Table.row` and `changes._Table.key` give: the tuple's values are
-    read, converted and put in the two dicts in one pass of straight-line code, with no
-    `Insert` or tuple of values in between.
+) -> Callable[[bytes, int], tuple[Row, Row, int] | None]:
+    """A function from a message's bytes and the offset of a tuple in it (an Insert's new
+    tuple, an Update's old and new ones, a Delete's old one) to the row and the key
+    `changes._Table.row` and `changes._Table.key` give, and the offset where the tuple ends:
+    the values are read, converted and put in the two dicts in one pass of straight-line code,
+    with no message object or tuple of values in between.
 
-    It returns None for anything but a whole tuple of text and null values that fills the
-    message exactly (an unchanged TOAST value, a wrong column count, bytes left or missing, a
-    value its converter refuses): the caller then decodes the message the general way, which
-    gives the row or raises the error as always. Integer columns are converted from the bytes
-    (`int` reads ASCII digits from bytes as from text)."""
+    It returns None for anything but a whole tuple of text and null values (an unchanged TOAST
+    value, a wrong column count, a tuple running past the message, a value its converter
+    refuses): the caller then decodes the message the general way, which gives the row or
+    raises the error as always. Integer columns are converted from the bytes (`int` reads
+    ASCII digits from bytes as from text)."""
     count = len(names)
     namespace: dict[str, object] = {
         "COUNT": count.to_bytes(2, "big"),
@@ -66,7 +67,7 @@ def compile_insert(
         "NULL": pgoutput.NULL_KIND,
     }
     lines = [
-        "def insert_row(d, p):",
+        "def read_tuple(d, p):",
         "    try:",
         "        if d[p : p + 2] != COUNT:",
         "            return None",
@@ -97,12 +98,12 @@ def compile_insert(
     row = ", ".join(f"n{i}: v{i}" for i in range(count))
     key = ", ".join(f"n{i}: v{i}" for i in key_indexes)
     lines += [
-        "        if p != len(d):",
+        "        if p > len(d):",
         "            return None",
         "    except Exception:",
         "        return None",
-        f"    return {{{row}}}, {{{key}}}",
+        f"    return {{{row}}}, {{{key}}}, p",
     ]
-    exec(compile("\n".join(lines) + "\n", "<pgoutput insert>", "exec"), namespace)
-    function: Callable[[bytes, int], tuple[Row, Row] | None] = namespace["insert_row"]  # type: ignore[assignment]
+    exec(compile("\n".join(lines) + "\n", "<pgoutput tuple>", "exec"), namespace)
+    function: Callable[[bytes, int], tuple[Row, Row, int] | None] = namespace["read_tuple"]  # type: ignore[assignment]
     return function

@@ -31,8 +31,9 @@ from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import LogBacklog, SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.postgres import pgoutput
 from airflow_provider_dblog.sources.postgres.catalog import describe_relation, describe_table
-from airflow_provider_dblog.sources.postgres.changes import ChangeMapper
+from airflow_provider_dblog.sources.postgres.changes import ROW_CHANGE_TAGS, ChangeMapper
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
+from airflow_provider_dblog.sources.postgres.errors import lost_sqlstate, source_errors
 
 _XLOG_DATA_HEADER = struct.Struct("!QQq")  # after 'w': start LSN, server WAL end, send time
 _KEEPALIVE = struct.Struct("!QqB")  # after 'k': server WAL end, send time, reply requested
@@ -100,7 +101,7 @@ class PostgresLogReader:
         try:
             stream = self._stream or self._connect()
             get_copy_data = stream.conn.pgconn.get_copy_data
-            read_insert = stream.mapper.read_insert
+            read_change = stream.mapper.read_change
             frames = 0
             while True:
                 # The frames already received are read here, a call each; `_next_frame` waits
@@ -116,8 +117,8 @@ class PostgresLogReader:
                     if stream.mapper.open_commit is None:
                         self._send_status(stream, reply_wanted=True)
                     continue
-                if frame[_MESSAGE_AT : _MESSAGE_AT + 1] == b"I" and frame[:1] == b"w":
-                    change = read_insert(frame, _MESSAGE_AT)  # nearly every frame: an insert
+                if frame[_MESSAGE_AT : _MESSAGE_AT + 1] in ROW_CHANGE_TAGS and frame[:1] == b"w":
+                    change = read_change(frame, _MESSAGE_AT)  # nearly every frame: a row change
                     if change is not None:
                         yield change
                     else:
@@ -205,24 +206,24 @@ class PostgresLogReader:
         """The slot as the server sees it, on a short connection of its own (any thread): WAL
         from the confirmed flush position to the server's current one, and from the slot's
         restart position (the WAL it holds back from removal)."""
-        try:
-            with self._config.connect() as conn:
-                row = conn.execute(
-                    "SELECT greatest(0, pg_wal_lsn_diff(now, confirmed_flush_lsn)),"
-                    " pg_wal_lsn_diff(now, restart_lsn)"
-                    " FROM pg_replication_slots, pg_current_wal_lsn() AS now"
-                    " WHERE slot_name = %s",
-                    (self._config.slot,),
-                ).fetchone()
-        except psycopg.Error as exc:
-            raise SourceUnavailable(f"cannot read slot {self._config.slot!r}: {exc}") from exc
+        with source_errors(f"cannot read slot {self._config.slot!r}"), self._config.connect() as c:
+            row = c.execute(
+                "SELECT greatest(0, pg_wal_lsn_diff(now, confirmed_flush_lsn)),"
+                " pg_wal_lsn_diff(now, restart_lsn)"
+                " FROM pg_replication_slots, pg_current_wal_lsn() AS now"
+                " WHERE slot_name = %s",
+                (self._config.slot,),
+            ).fetchone()
         if row is None or row[0] is None:
             raise SourceError(f"replication slot {self._config.slot!r} does not exist")
         return LogBacklog(int(row[0]), None if row[1] is None else max(0, int(row[1])))
 
     def log_end(self) -> int:
         """The WAL flushed so far: every commit record the slot can decode starts below it."""
-        with self._config.connect() as conn:
+        with (
+            source_errors(f"cannot read the WAL end of {self._config.name}"),
+            self._config.connect() as conn,
+        ):
             row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
         assert row is not None
         return parse_pg_lsn(row[0])
@@ -230,6 +231,10 @@ class PostgresLogReader:
     # -- connection ---------------------------------------------------------------------------
 
     def _connect(self) -> _Stream:
+        with source_errors(f"cannot start the replication stream of {self._config.name}"):
+            return self._open_stream()
+
+    def _open_stream(self) -> _Stream:
         config = self._config
         catalog = config.connect()
         try:
@@ -279,7 +284,13 @@ class PostgresLogReader:
         could read. Its writes are refused by the fencing token whenever it wakes."""
         slot = self._config.slot
         log.warning("slot %r is held by backend %d (a stale tailer): ending it", slot, pid)
-        catalog.execute("SELECT pg_terminate_backend(%s, %s)", (pid, _TAKE_OVER_WAIT_MS))
+        try:
+            catalog.execute("SELECT pg_terminate_backend(%s, %s)", (pid, _TAKE_OVER_WAIT_MS))
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise SourceError(
+                f"slot {slot!r} is held by backend {pid}, which the role of {self._config.name} "
+                f"may not end ({exc}): grant it pg_signal_backend, or end that backend"
+            ) from None
         released = catalog.execute(
             "SELECT active_pid IS NULL FROM pg_replication_slots WHERE slot_name = %s", (slot,)
         ).fetchone()
@@ -299,10 +310,13 @@ class PostgresLogReader:
             pgconn.consume_input()
         result = pgconn.get_result()
         if result is None or result.status != pq.ExecStatus.COPY_BOTH:
-            message = result.get_error_message() if result else "no result"
-            sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE) if result else None
-            if sqlstate == b"55006":  # object_in_use: another reader holds the slot
-                raise SourceUnavailable(f"slot {config.slot!r} is busy: {message.strip()}")
+            message = result.get_error_message().strip() if result else "no result"
+            field = result.error_field(pq.DiagnosticField.SQLSTATE) if result else None
+            sqlstate = field.decode() if field else None
+            if sqlstate == "55006":  # object_in_use: another reader holds the slot
+                raise SourceUnavailable(f"slot {config.slot!r} is busy: {message}")
+            if result is None or lost_sqlstate(sqlstate):
+                raise SourceUnavailable(f"replication from slot {config.slot!r} lost: {message}")
             raise SourceError(f"cannot start replication from slot {config.slot!r}: {message}")
 
     def _drop_stream(self) -> None:

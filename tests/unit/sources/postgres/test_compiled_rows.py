@@ -1,6 +1,7 @@
-"""`ChangeMapper.map_bytes`, which reads inserts of captured tables straight from the message
-bytes, gives what `map(decode(...))` gives: the same items, or the same error; and the line it
-builds with each insert's event is `encode`'s."""
+"""`ChangeMapper.map_bytes`, which reads inserts, updates and deletes of captured tables straight
+from the message bytes, gives what `map(decode(...))` gives: the same items, or the same error;
+and the line it builds with each event is `encode`'s. Over every column type, NULLs, unchanged
+TOAST values, the default and the full replica identity, keys kept and keys changed."""
 
 from __future__ import annotations
 
@@ -17,7 +18,16 @@ from airflow_provider_dblog.core.log import Change, LogItem
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.postgres.changes import ChangeMapper
 from airflow_provider_dblog.sources.postgres.pgoutput import Relation, decode
-from tests.unit.pgoutput_bytes import TOAST, TupleValue, begin, commit, insert, relation
+from tests.unit.pgoutput_bytes import (
+    TOAST,
+    TupleValue,
+    begin,
+    commit,
+    delete,
+    insert,
+    relation,
+    update,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -38,9 +48,14 @@ GARBAGE = st.sampled_from(["", "x", "1.5", " 7", "1_000", "\ud7ff"])
 """Texts some converters refuse (or read loosely): both paths must agree on them too."""
 
 
-def mapper_for(columns: list[tuple[str, int, bool]]) -> ChangeMapper:
+def mapper_for(
+    columns: list[tuple[str, int, bool]], primary_key: tuple[str, ...] = ("id",)
+) -> ChangeMapper:
+    """A mapper of the captured table `app.t`, whose primary key is `primary_key` (the replica
+    identity may be more: FULL)."""
+
     def describe(rel: Relation) -> TableSchema:
-        key = tuple(c.name for c in rel.columns if c.is_key)
+        key = tuple(c.name for c in rel.columns if c.name in primary_key)
         return TableSchema(
             tuple(Column(c.name, str(c.type_oid), True, None) for c in rel.columns), key
         )
@@ -66,25 +81,43 @@ def outcome(call: Callable[[], list[LogItem]]) -> tuple[str, object]:
 
 
 @st.composite
-def inserts(draw: st.DrawFn) -> tuple[list[tuple[str, int, bool]], list[bytes]]:
-    """A relation of the captured table, then a few inserts into it (and into others)."""
+def row_changes(draw: st.DrawFn) -> tuple[list[tuple[str, int, bool]], list[bytes]]:
+    """A relation of the captured table (default or full identity), then a few inserts,
+    updates and deletes of it (and of others), some malformed."""
     oids = draw(st.lists(st.sampled_from(sorted(VALUES)), min_size=1, max_size=6))
-    columns = [(f'c{i} %b"' if i else "id", oid, i == 0) for i, oid in enumerate(oids)]
-    messages = [begin(0x500, 9), relation(TABLE, "app", "t", columns)]
+    full = draw(st.booleans())
+    columns = [(f'c{i} %b"' if i else "id", oid, full or i == 0) for i, oid in enumerate(oids)]
+    messages = [begin(0x500, 9), relation(TABLE, "app", "t", columns, "f" if full else "d")]
     messages.append(relation(OTHER, "app", "other", [("id", INT8, True)]))
-    for _ in range(draw(st.integers(1, 4))):
-        values: list[TupleValue] = []
+
+    def values() -> list[TupleValue]:
+        drawn: list[TupleValue] = []
         for _, oid, _ in columns:
-            values.append(
-                draw(
-                    st.one_of(VALUES[oid], st.none(), st.just(TOAST), GARBAGE)
-                    if draw(st.booleans())
-                    else VALUES[oid]
-                )
-            )
+            odd = st.one_of(VALUES[oid], st.none(), st.just(TOAST), GARBAGE)
+            drawn.append(draw(odd if draw(st.integers(0, 3)) == 0 else VALUES[oid]))
         if draw(st.integers(0, 9)) == 0:
-            values = values[:-1]  # a tuple that does not fit the relation
-        message = insert(draw(st.sampled_from([TABLE, TABLE, TABLE, OTHER, 99])), values)
+            drawn = drawn[:-1]  # a tuple that does not fit the relation
+        return drawn
+
+    def old_tuple(new: list[TupleValue]) -> list[TupleValue]:
+        """The old row (full identity) or key ('K': nulls but the key); its key mostly kept."""
+        old = values()
+        if old and new and draw(st.integers(0, 3)):
+            old[0] = new[0]
+        return old if full else [v if i == 0 else None for i, v in enumerate(old)]
+
+    for _ in range(draw(st.integers(1, 4))):
+        relation_id = draw(st.sampled_from([TABLE, TABLE, TABLE, OTHER, 99]))
+        new = values()
+        kind = draw(st.sampled_from(["insert", "update", "update-old", "delete"]))
+        if kind == "insert":
+            message = insert(relation_id, new)
+        elif kind == "update":
+            message = update(relation_id, new)
+        elif kind == "update-old":
+            message = update(relation_id, new, old=old_tuple(new), old_is_key_only=not full)
+        else:
+            message = delete(relation_id, old_tuple(new), old_is_key_only=not full)
         cut = draw(st.integers(0, 9))
         if cut == 0:
             message = message[: draw(st.integers(0, len(message) - 1))]
@@ -95,9 +128,9 @@ def inserts(draw: st.DrawFn) -> tuple[list[tuple[str, int, bool]], list[bytes]]:
     return columns, messages
 
 
-@settings(max_examples=300, deadline=None)
-@given(inserts(), st.integers(0, 30))
-def test_inserts_read_from_bytes_are_what_the_decoded_messages_give(
+@settings(max_examples=600, deadline=None)
+@given(row_changes(), st.integers(0, 30))
+def test_row_changes_read_from_bytes_are_what_the_decoded_messages_give(
     case: tuple[list[tuple[str, int, bool]], list[bytes]], offset: int
 ) -> None:
     columns, messages = case
@@ -125,3 +158,22 @@ def test_an_insert_outside_a_transaction_is_refused_as_before() -> None:
     mapper.map_bytes(commit(0x500, 0x530))
     message = insert(TABLE, ["1"])
     assert outcome(partial(mapper.map_bytes, message)) == outcome(partial(decoded, mapper, message))
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_updates_and_deletes_keeping_their_key_are_read_from_bytes(full: bool) -> None:
+    """The changes of an OLTP load take the bytes' way, each with its line."""
+    columns = [("id", INT8, True), ("k", INT4, full), ("c", TEXT, full)]
+    mapper = mapper_for(columns)
+    mapper.map_bytes(begin(0x500, 9))
+    mapper.map_bytes(relation(TABLE, "app", "t", columns, "f" if full else "d"))
+    old: list[TupleValue] = ["7", "1", "a"] if full else ["7", None, None]
+    messages = [
+        insert(TABLE, ["7", "1", "a"]),
+        update(TABLE, ["7", "2", "b"]),
+        update(TABLE, ["7", "2", "b"], old=old, old_is_key_only=not full),
+        delete(TABLE, old, old_is_key_only=not full),
+    ]
+    read = [item for message in messages for item in mapper.map_bytes(message)]
+    assert all(isinstance(i, Change) and type(i.event) is EncodedLogEvent for i in read)
+    assert [i.event.op.value for i in read if isinstance(i, Change)] == ["c", "u", "u", "d"]
