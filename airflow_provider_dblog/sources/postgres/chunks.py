@@ -5,8 +5,9 @@ travel as text cast to the column's type). Rows are read as the text the server 
 converted like the log's values, column by column by psycopg's loaders (`loaders.py`), or handed
 as text columns to a target that takes columns (`text_chunks.py`).
 
-A server that goes away (a restart, a failover) surfaces as `SourceUnavailable` from whichever
-call met it, and the next call connects again: the dump retries the chunk with new watermarks.
+A server that goes away (a restart, a failover, a session ended: `errors.session_lost`)
+surfaces as `SourceUnavailable` from whichever call met it, and the next call connects again: the
+dump retries the chunk with new watermarks.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from airflow_provider_dblog.sources.keyset import TableShape, split_keys
 from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo, table_shape
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.converters import BYTEA, convert, to_text
+from airflow_provider_dblog.sources.postgres.errors import session_lost
 from airflow_provider_dblog.sources.postgres.keyset import KEYSET
 from airflow_provider_dblog.sources.postgres.loaders import load_rows
 
@@ -79,10 +81,6 @@ _OTHER_TABLES = (
 """The view's tree names the view itself too (its OLD and NEW entries)."""
 
 _Conn = psycopg.Connection[TupleRow]
-
-_LOST_STATES = ("08", "57P")
-"""SQLSTATE classes of a lost server: connection exceptions, and operator intervention's
-shutdowns (57P01 admin_shutdown is what a fast shutdown sends every session)."""
 
 
 class PostgresChunkSource:
@@ -150,7 +148,7 @@ class PostgresChunkSource:
                     f"database of source {self._config.name}: {exc}"
                 ) from None
             except psycopg.Error as exc:
-                if conn.closed or (exc.sqlstate or "").startswith(_LOST_STATES):
+                if session_lost(exc, conn):
                     raise
                 raise InvalidRequest(f"the filter on {table} is not valid: {exc}") from None
         if tables:
@@ -339,7 +337,7 @@ class PostgresChunkSource:
         try:
             yield conn
         except psycopg.Error as exc:
-            if not (conn.closed or (exc.sqlstate or "").startswith(_LOST_STATES)):
+            if not session_lost(exc, conn):
                 raise
             self.close()
             which = "read replica of the PostgreSQL source" if replica else "PostgreSQL source"

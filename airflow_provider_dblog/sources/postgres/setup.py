@@ -4,7 +4,9 @@
 publication, the pgoutput slot) and is safe to run again; for a read-only source, only the slot
 (the publication must exist: creating one takes owning the tables). `preflight` only reads,
 and raises a SourceError subclass whose message says what to change. The `check_*` functions
-are the pure rules, taking values read from the server.
+are the pure rules, taking values read from the server. A session lost meanwhile raises
+`SourceUnavailable`, any other refusal of the server (a missing grant) a one-line `SourceError`
+(`errors.source_errors`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from psycopg.rows import TupleRow
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError, UnknownTable
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
+from airflow_provider_dblog.sources.postgres.errors import source_errors
 
 _TABLE_FACTS = """
 SELECT c.relkind::text,
@@ -161,7 +164,7 @@ _MAY_SELECT = "SELECT has_table_privilege(quote_ident(%s) || '.' || quote_ident(
 
 def preflight(config: PostgresSourceConfig) -> None:
     """Raise the first reason `config` cannot be used as a source; return if it can."""
-    with config.connect() as conn:
+    with source_errors(f"cannot check source {config.name}"), config.connect() as conn:
         _check_server(conn)
         for table in config.tables:
             check_table(table, _table_facts(conn, table))
@@ -197,7 +200,7 @@ def ensure_setup(config: PostgresSourceConfig) -> None:
     """Create the watermark table, publication and slot if missing; check everything else.
     A read-only source only gets its slot (REPLICATION is enough): the rest is checked. One
     setup at a time per server (`_SETUP_LOCK`, released with the connection)."""
-    with config.connect() as conn:
+    with source_errors(f"cannot set up source {config.name}"), config.connect() as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (_SETUP_LOCK,))
         if config.read_only:
             _ensure_slot(conn, config.slot)

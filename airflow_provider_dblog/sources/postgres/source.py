@@ -12,6 +12,7 @@ from airflow_provider_dblog.sources.postgres import setup
 from airflow_provider_dblog.sources.postgres.catalog import describe_table
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
+from airflow_provider_dblog.sources.postgres.errors import source_errors
 from airflow_provider_dblog.sources.postgres.replication import PostgresLogReader
 
 
@@ -43,13 +44,16 @@ class PostgresSource:
         setup.preflight(self.config)
 
     def database(self) -> str:
-        with self.config.connect() as conn:
-            row = conn.execute("SELECT current_database()").fetchone()
+        with source_errors(f"cannot name the database of {self.name}"), self.config.connect() as c:
+            row = c.execute("SELECT current_database()").fetchone()
         assert row is not None
         return str(row[0])
 
     def describe(self, table: TableRef) -> TableSchema:
-        with closing(self.config.connect()) as conn:
+        with (
+            source_errors(f"cannot describe {table} of {self.name}"),
+            closing(self.config.connect()) as conn,
+        ):
             return describe_table(conn, table)
 
     def lineage_name(self, table: TableRef) -> tuple[str, str]:

@@ -1,0 +1,54 @@
+"""Which PostgreSQL errors mean "this session is gone" and which are the server's answer.
+
+A session that is gone is an outage: the caller (the tailer, a dump) waits and connects again,
+so it raises `SourceUnavailable`. That is a connection exception (SQLSTATE class 08, or libpq
+losing the socket, which has no SQLSTATE), the server ending the session (57P01 admin_shutdown:
+`pg_terminate_backend` or a fast shutdown; 57P02 crash_shutdown; 57P05 idle_session_timeout),
+a server starting up or shutting down (57P03 cannot_connect_now), a failover target that is
+still a standby (25006 read_only_sql_transaction), and any error after which the connection is
+closed (a FATAL one: a standby ending a read that conflicts with recovery). Anything else (a
+missing table, a missing grant, a wrong setting) is the server's answer and no retry changes
+it: a `SourceError` saying so in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
+
+_LOST_STATES = frozenset(("57P01", "57P02", "57P03", "57P05", "25006"))
+
+
+def lost_sqlstate(sqlstate: str | None) -> bool:
+    """Whether an error with `sqlstate` means the session is gone (see the module's list)."""
+    return sqlstate is not None and (sqlstate.startswith("08") or sqlstate in _LOST_STATES)
+
+
+def session_lost(exc: psycopg.Error, conn: psycopg.Connection[Any] | None = None) -> bool:
+    """Whether `exc`, met on `conn`, means the session is gone: its SQLSTATE says so, it has
+    none but is an `OperationalError` (libpq lost the connection), the connection is closed
+    (`InterfaceError`), or `conn` is closed after it."""
+    if isinstance(exc, psycopg.InterfaceError) or (conn is not None and conn.closed):
+        return True
+    if exc.sqlstate is None:
+        return isinstance(exc, psycopg.OperationalError)
+    return lost_sqlstate(exc.sqlstate)
+
+
+@contextmanager
+def source_errors(doing: str) -> Iterator[None]:
+    """psycopg's errors in the block as the source's, `doing` (what the block does, naming
+    the source) and the server's words on one line: `SourceUnavailable` when the session is
+    gone, `SourceError` otherwise."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        cause = " ".join(str(exc).split()) or type(exc).__name__
+        if session_lost(exc):
+            raise SourceUnavailable(f"{doing}: the session was lost: {cause}") from exc
+        raise SourceError(f"{doing}: {cause}") from None
