@@ -53,6 +53,7 @@ from airflow_provider_dblog.sources.mysql.changes import (
     Xid,
 )
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+from airflow_provider_dblog.sources.mysql.errors import cause, session_lost, source_errors
 from airflow_provider_dblog.sources.mysql.resume import (
     Acknowledgements,
     ResumePoint,
@@ -165,11 +166,13 @@ class MysqlLogReader:
                         if isinstance(item, TransactionEnd):
                             acks.handed(item.commit, self._transaction_end(event))
                         yield item
-        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+        except pymysql.err.MySQLError as exc:
             self._drop_stream()
             code = exc.args[0] if exc.args else None
             if code == _ER_MASTER_FATAL_READING_BINLOG:
                 raise self._purged(exc) from exc
+            if not session_lost(exc):
+                raise SourceError(f"binlog reader of {self._config.name}: {cause(exc)}") from None
             raise SourceUnavailable(f"binlog stream of {self._config.name} lost: {exc}") from exc
         raise SourceUnavailable(f"binlog stream of {self._config.name} ended")
 
@@ -189,7 +192,11 @@ class MysqlLogReader:
     def log_end(self) -> int:
         """The binlog's end less one: every transaction's first event starts below it, and a
         reader idle at the end says so (`Idle(end - 1)`)."""
-        with self._config.connect() as conn, conn.cursor() as cursor:
+        with (
+            source_errors(f"cannot read the binlog end of {self._config.name}"),
+            self._config.connect() as conn,
+            conn.cursor() as cursor,
+        ):
             end = _log_end(cursor, mariadb=False)
         return mysql_commit(binlog_file_number(end.file), end.offset) - 1
 
@@ -198,14 +205,13 @@ class MysqlLogReader:
         of its own (the metrics thread asks). The server keeps binlogs by age, not for this
         reader, so there is no retained figure."""
         point = self._acks.acknowledged if self._acks is not None else self._saved
-        try:
-            with self._config.connect() as conn, conn.cursor() as cursor:
-                cursor.execute("SHOW BINARY LOGS")
-                files = [(str(row[0]), int(row[1])) for row in cursor.fetchall()]
-        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
-            raise SourceUnavailable(
-                f"cannot read the binlogs of {self._config.name}: {exc}"
-            ) from exc
+        with (
+            source_errors(f"cannot read the binlogs of {self._config.name}"),
+            self._config.connect() as conn,
+            conn.cursor() as cursor,
+        ):
+            cursor.execute("SHOW BINARY LOGS")
+            files = [(str(row[0]), int(row[1])) for row in cursor.fetchall()]
         if point is None:
             return LogBacklog(behind_bytes=0, retained_bytes=None)
         at = binlog_file_number(point.file)
@@ -226,7 +232,9 @@ class MysqlLogReader:
         try:
             shape = table_shape(catalog, table, self._config.unique_keys.get(table))
             return table_schema(catalog, shape)
-        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+        except pymysql.err.MySQLError as exc:
+            if not session_lost(exc):
+                raise SourceError(f"cannot describe {table}: {cause(exc)}") from None
             self._drop_stream()
             raise SourceUnavailable(
                 f"cannot read the catalog of {self._config.name}: {exc}"

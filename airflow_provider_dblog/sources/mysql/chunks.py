@@ -58,6 +58,7 @@ from airflow_provider_dblog.sources.mysql.converters import (
     read_expression,
     to_param,
 )
+from airflow_provider_dblog.sources.mysql.errors import LOST_SERVER_CODES, cause, session_lost
 from airflow_provider_dblog.sources.mysql.keyset import KEYSET
 from airflow_provider_dblog.sources.mysql.text_values import (
     TextReader,
@@ -77,10 +78,6 @@ where its snapshot lies in the binlog (MariaDB; None on MySQL, which does not sa
 _SNAPSHOT_STATUS = (
     "SHOW STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')"
 )
-
-LOST_SERVER_CODES = frozenset((1053, 1927, 2003, 2006, 2013, 4031))
-"""Error codes of a lost server: shutdown in progress, connection killed (MariaDB), can't
-connect, gone away, lost during a query, disconnected for inactivity (MySQL 8)."""
 
 _UNKNOWN_COLUMN = 1054
 _TABLE_ACCESS_DENIED = 1142
@@ -312,7 +309,7 @@ class MysqlChunkSource:
             try:
                 cursor.execute("EXPLAIN " + query, params)
             except (pymysql.err.ProgrammingError, pymysql.err.OperationalError) as exc:
-                if exc.args and exc.args[0] in LOST_SERVER_CODES:
+                if session_lost(exc):
                     raise
                 raise InvalidRequest(
                     f"the filter on {table} is not valid: {exc.args[-1] if exc.args else exc}"
@@ -475,15 +472,12 @@ class MysqlChunkSource:
         try:
             with conn.cursor() as cursor:
                 yield cursor
-        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
-            lost = isinstance(exc, pymysql.err.InterfaceError) or (
-                exc.args and exc.args[0] in LOST_SERVER_CODES
-            )
-            if not lost:
+        except pymysql.err.MySQLError as exc:
+            if not session_lost(exc):
                 raise
             self._drop()
             raise SourceUnavailable(
-                f"lost the MySQL source {self._config.name}: {exc.args[-1] if exc.args else exc}"
+                f"lost the MySQL source {self._config.name}: {cause(exc)}"
             ) from exc
 
     def _drop(self) -> None:

@@ -4,7 +4,9 @@
 is safe to run again; a read-only source has none. `preflight` only reads, and raises a
 SourceError subclass whose message says what to change. `check_binlog_retained` is for the log
 reader: can it resume from its checkpoint's binlog file? The `check_*` functions are the pure
-rules, taking values read from the server.
+rules, taking values read from the server. A session lost meanwhile raises `SourceUnavailable`,
+any other refusal of the server (a missing grant) a one-line `SourceError`
+(`errors.source_errors`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from airflow_provider_dblog.sources.base import SourceError, UnknownTable
 from airflow_provider_dblog.sources.mysql.catalog import row_key
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.sources.mysql.converters import quote_name
+from airflow_provider_dblog.sources.mysql.errors import source_errors
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +137,7 @@ def check_binlog_retained(binlog_file: str, available: Sequence[str]) -> None:
 
 def preflight(config: MysqlSourceConfig) -> None:
     """Raise the first reason `config` cannot be used as a source; return if it can."""
-    with config.connect() as conn:
+    with source_errors(f"cannot check source {config.name}"), config.connect() as conn:
         _check_server(conn)
         _check_captured(conn, config)
         if config.read_only:
@@ -151,7 +154,7 @@ def ensure_setup(config: MysqlSourceConfig) -> None:
     if config.read_only:
         preflight(config)
         return
-    with config.connect() as conn:
+    with source_errors(f"cannot set up source {config.name}"), config.connect() as conn:
         _check_server(conn)
         _check_captured(conn, config)
         watermark = f"{quote_name(config.watermark_database)}.{quote_name(config.watermark_table)}"
@@ -173,7 +176,11 @@ def ensure_setup(config: MysqlSourceConfig) -> None:
 
 def binlog_retained(config: MysqlSourceConfig, binlog_file: str) -> None:
     """`check_binlog_retained` against the server's binlogs, for the log reader's checkpoint."""
-    with config.connect() as conn, conn.cursor() as cursor:
+    with (
+        source_errors(f"cannot list the binlogs of {config.name}"),
+        config.connect() as conn,
+        conn.cursor() as cursor,
+    ):
         cursor.execute("SHOW BINARY LOGS")
         available = [str(row[0]) for row in cursor.fetchall()]
     check_binlog_retained(binlog_file, available)

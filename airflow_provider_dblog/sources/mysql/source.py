@@ -11,6 +11,7 @@ from airflow_provider_dblog.sources.mysql.binlog import MysqlLogReader
 from airflow_provider_dblog.sources.mysql.catalog import table_schema, table_shape
 from airflow_provider_dblog.sources.mysql.chunks import MysqlChunkSource
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+from airflow_provider_dblog.sources.mysql.errors import source_errors
 
 
 class MysqlSource:
@@ -46,13 +47,20 @@ class MysqlSource:
         """The DSN's database, else the server's default for the session (DATABASE())."""
         if self.config.database is not None:
             return self.config.database
-        with self.config.connect() as conn, conn.cursor() as cursor:
+        with (
+            source_errors(f"cannot name the database of {self.name}"),
+            self.config.connect() as conn,
+            conn.cursor() as cursor,
+        ):
             cursor.execute("SELECT DATABASE()")
             row = cursor.fetchone()
         return "" if row is None or row[0] is None else str(row[0])
 
     def describe(self, table: TableRef) -> TableSchema:
-        with closing(self.config.connect()) as conn:
+        with (
+            source_errors(f"cannot describe {table} of {self.name}"),
+            closing(self.config.connect()) as conn,
+        ):
             return table_schema(conn, table_shape(conn, table, self.config.unique_keys.get(table)))
 
     def lineage_name(self, table: TableRef) -> tuple[str, str]:
