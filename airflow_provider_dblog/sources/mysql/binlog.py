@@ -65,7 +65,6 @@ from airflow_provider_dblog.sources.mysql.wire import WOKEN, BinlogStream
 log = logging.getLogger(__name__)
 
 _ER_MASTER_FATAL_READING_BINLOG = 1236
-_ER_UNKNOWN_SYSTEM_VARIABLE = 1193
 _TABLE_MAPS_KEPT = 1024
 _ROW_KINDS = {
     **dict.fromkeys(ev.WRITES, RowKind.INSERT),
@@ -197,8 +196,8 @@ class MysqlLogReader:
             self._config.connect() as conn,
             conn.cursor() as cursor,
         ):
-            end = _log_end(cursor, mariadb=False)
-        return mysql_commit(binlog_file_number(end.file), end.offset) - 1
+            status = _binlog_status(cursor)
+        return mysql_commit(binlog_file_number(str(status[0])), int(status[1])) - 1
 
     def log_backlog(self) -> LogBacklog:
         """The binlog bytes from the last acknowledged point to the log's end, on a connection
@@ -443,13 +442,7 @@ _UNSUPPORTED_FIX = {
 
 def _log_end(cursor: Any, mariadb: bool) -> ResumePoint:
     """The binlog's end now: where a reader without a saved point starts."""
-    try:
-        cursor.execute("SHOW MASTER STATUS")
-    except pymysql.err.ProgrammingError:
-        cursor.execute("SHOW BINARY LOG STATUS")  # MySQL 8.4
-    status = cursor.fetchone()
-    if status is None:
-        raise SourceError("the binary log is off: start the server with log_bin")
+    status = _binlog_status(cursor)
     gtid_state: str | None = None
     if mariadb:  # the state at exactly that file and offset
         cursor.execute("SELECT BINLOG_GTID_POS(%s, %s)", (status[0], status[1]))
@@ -460,13 +453,21 @@ def _log_end(cursor: Any, mariadb: bool) -> ResumePoint:
     return ResumePoint(str(status[0]), int(status[1]), gtid_state)
 
 
-def _gtid_mode_on(cursor: Any) -> bool:
-    """MySQL with GTIDs (MariaDB always has them, and no gtid_mode)."""
+def _binlog_status(cursor: Any) -> tuple[Any, ...]:
+    """The server's binlog status row: file, offset, ..., and on MySQL its executed GTIDs."""
     try:
-        cursor.execute("SELECT @@GLOBAL.gtid_mode")
-    except pymysql.err.MySQLError as exc:
-        if exc.args and exc.args[0] == _ER_UNKNOWN_SYSTEM_VARIABLE:
-            return False
-        raise
+        cursor.execute("SHOW MASTER STATUS")
+    except pymysql.err.ProgrammingError:
+        cursor.execute("SHOW BINARY LOG STATUS")  # MySQL 8.4
+    status: tuple[Any, ...] | None = cursor.fetchone()
+    if status is None:
+        raise SourceError("the binary log is off: start the server with log_bin")
+    return status
+
+
+def _gtid_mode_on(cursor: Any) -> bool:
+    """MySQL with GTIDs. Asked of MySQL only: MariaDB always has GTIDs and no gtid_mode, and
+    would answer with an error (1193) that its audit and error logs record."""
+    cursor.execute("SELECT @@GLOBAL.gtid_mode")
     row = cursor.fetchone()
     return row is not None and str(row[0]).upper() == "ON"

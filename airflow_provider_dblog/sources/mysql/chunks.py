@@ -258,11 +258,13 @@ class MysqlChunkSource:
             )
 
     def check_keys(self, table: TableRef, keys: Sequence[Key]) -> tuple[Key, ...]:
-        """Each value is stored, in strict mode, into a temporary table whose one column has
-        the key column's exact type (charset and collation included), read back, and must
-        still equal what was given: the server's own input rules and comparison judge it and
-        normalise it. No row of `table` is read, and temporary tables are not logged in ROW
-        format; the user needs CREATE TEMPORARY TABLES on the watermark database."""
+        """Each value is assigned, in strict mode, to something of the key column's exact type
+        (charset and collation included), read back, and must still equal what was given: the
+        server's own input rules and comparison judge it and normalise it. No row of `table`
+        is read. On MariaDB that is a variable of an anonymous block, which writes nothing and
+        needs no grant (a read-only dump's role has none); MySQL has no such block, so there
+        it is a temporary table, not logged in ROW format, which needs CREATE TEMPORARY TABLES
+        on the watermark database (a MySQL dump is never read-only)."""
         shape = self._shape(table)
         for key in keys:
             if len(key) != len(shape.key):
@@ -377,40 +379,49 @@ class MysqlChunkSource:
         return shape, raw, readers, snapshot
 
     def _cast(self, table: TableRef, column: ColumnInfo, values: list[JsonValue]) -> list[Any]:
-        """`values` stored into a temporary one-column table of `column`'s type and read back
-        as the dump reads them, converted as the log converts them; `InvalidKey` naming the
-        first one the server refuses."""
-        charset = ""
+        """`values` judged as values of `column`'s type (`check_keys`), read back as the dump
+        reads them, converted as the log converts them; `InvalidKey` naming the first one the
+        server refuses."""
+        type_sql = column.column_type
         if column.charset is not None and column.collation is not None:
-            charset = f" CHARACTER SET {column.charset} COLLATE {column.collation}"
+            type_sql += f" CHARACTER SET {column.charset} COLLATE {column.collation}"
+        stored_as = read_expression(dataclasses.replace(column, name="v"))
         probe = KEYSET.table(TableRef(self._config.watermark_database, "dblog_key_check"))
-        create = f"CREATE TEMPORARY TABLE {probe} (n int PRIMARY KEY, v {column.column_type}"
         with self._session() as cursor:
-            cursor.execute(f"DROP TEMPORARY TABLE IF EXISTS {probe}")
-            cursor.execute(f"{create}{charset})")
+            mariadb = "mariadb" in cursor.connection.get_server_info().lower()
+            if not mariadb:
+                cursor.execute(f"DROP TEMPORARY TABLE IF EXISTS {probe}")
+                cursor.execute(f"CREATE TEMPORARY TABLE {probe} (n int PRIMARY KEY, v {type_sql})")
             cursor.execute("SET @dblog_sql_mode = @@SESSION.sql_mode")
             cursor.execute(f"SET SESSION sql_mode = '{_STRICT}'")
             try:
-                stored_as = read_expression(dataclasses.replace(column, name="v"))
                 stored = []
                 for n, value in enumerate(values):
                     try:
                         param = _key_param(column, value)
-                        cursor.execute(f"INSERT INTO {probe} VALUES (%s, %s)", (n, param))
+                        if mariadb:
+                            cursor.execute(
+                                f"BEGIN NOT ATOMIC DECLARE v {type_sql}; SET v = %s; "
+                                f"SELECT {stored_as}, v = %s; END",
+                                (param, param),
+                            )
+                        else:
+                            cursor.execute(f"INSERT INTO {probe} VALUES (%s, %s)", (n, param))
+                            cursor.execute(
+                                f"SELECT {stored_as}, v = %s FROM {probe} WHERE n = %s",
+                                (param, n),
+                            )
                     except (ValueError, pymysql.err.DataError) as exc:
                         raise InvalidKey(_refused(table, column, value, exc)) from None
                     except pymysql.err.OperationalError as exc:
                         if exc.args[0] in LOST_SERVER_CODES:
                             raise
                         raise InvalidKey(_refused(table, column, value, exc)) from None
-                    # Strict mode still rounds 1.5 into an int column: a value the server
-                    # stored as something that no longer equals it is refused too, as
-                    # `WHERE id = 1.5` would find nothing.
-                    cursor.execute(
-                        f"SELECT {stored_as}, v = %s FROM {probe} WHERE n = %s", (param, n)
-                    )
                     row = cursor.fetchone()
                     assert row is not None
+                    # Strict mode still rounds 1.5 into an int: a value the server holds as
+                    # something that no longer equals it is refused too, as `WHERE id = 1.5`
+                    # would find nothing.
                     if not row[1]:
                         reason = ValueError(
                             f"the server stores it as {converter(column)(row[0])!r}"
@@ -419,7 +430,8 @@ class MysqlChunkSource:
                     stored.append(row[0])
             finally:
                 cursor.execute("SET SESSION sql_mode = @dblog_sql_mode")
-                cursor.execute(f"DROP TEMPORARY TABLE {probe}")
+                if not mariadb:
+                    cursor.execute(f"DROP TEMPORARY TABLE {probe}")
         convert = converter(column)
         return [freeze(convert(v)) for v in stored]
 
