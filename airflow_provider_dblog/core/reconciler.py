@@ -21,6 +21,7 @@ with new watermarks. They never corrupt the output and never raise.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -140,18 +141,23 @@ class _OpenWindow:
 
 
 class _RecentCommits:
-    """Commit positions of the last `capacity` transactions seen, by transaction id."""
+    """Commit positions of the last `capacity` transactions seen, by transaction id.
+
+    An `OrderedDict`, whose oldest entry goes in constant time: a plain dict's first key is
+    found by scanning past every entry deleted before it, tens of microseconds a transaction
+    once full (at `capacity` transactions, a few seconds of an OLTP load)."""
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._commits: dict[int, int] = {}
+        self._commits: OrderedDict[int, int] = OrderedDict()
 
     def add(self, txid: int, commit: int) -> None:
-        if txid in self._commits:
+        commits = self._commits
+        if txid in commits:
             return
-        self._commits[txid] = commit
-        if len(self._commits) > self._capacity:
-            del self._commits[next(iter(self._commits))]
+        commits[txid] = commit
+        if len(commits) > self._capacity:
+            commits.popitem(last=False)
 
     def get(self, txid: int) -> int | None:
         return self._commits.get(txid)
@@ -178,7 +184,8 @@ class Reconciler:
         self._db = db
         self._open: dict[str, _OpenWindow] = {}
         self._open_by_table: dict[TableRef, list[_OpenWindow]] = {}
-        self._ended: dict[str, None] = {}
+        self._ended: OrderedDict[str, None] = OrderedDict()
+        """The windows ended last, oldest first (see `_RecentCommits` for why ordered)."""
         self._remembered_ends = remembered_ends
         self._recent = _RecentCommits(recent_commits)
         self._changed_json: tuple[frozenset[Key], tuple[str, ...], set[bytes] | None] | None = None
@@ -406,4 +413,4 @@ class Reconciler:
     def _remember_end(self, window_id: str) -> None:
         self._ended[window_id] = None
         if len(self._ended) > self._remembered_ends:
-            del self._ended[next(iter(self._ended))]
+            self._ended.popitem(last=False)
