@@ -344,7 +344,7 @@ class Session:
     def transaction_end(self, item: TransactionEnd) -> None:
         self._handed_commit = item.commit
         self._stats.last_commit = item.commit
-        self._writer.put(item)
+        self._writer.put_commit(item)
         # The next commit lies above this one by a commit record (PostgreSQL) or a transaction's
         # events (MySQL), so commit + 1 is a position no transaction has.
         self._delivered = self._gap = item.commit + 1

@@ -127,6 +127,8 @@ _U32 = struct.Struct("!I")
 _I32 = struct.Struct("!i")
 _U64 = struct.Struct("!Q")
 _I64 = struct.Struct("!q")
+_BEGIN = struct.Struct("!QqI")  # after 'B': final LSN, commit time, xid
+_COMMIT = struct.Struct("!BQQq")  # after 'C': flags, commit LSN, end LSN, commit time
 _TEXT, _NULL, _UNCHANGED = b"tnu"
 
 TEXT_KIND: Final = _TEXT
@@ -222,15 +224,24 @@ def decode(data: bytes) -> Message:
     """Decode one pgoutput message; raises DecodeError on anything else."""
     data = bytes(data)
     try:
-        if data[:1] == b"I":
+        tag = data[:1]
+        if tag == b"I":
             return _insert(data)
+        # A transaction's frame, read without a `_Reader`: a small transaction's cost.
+        if tag == b"B" and len(data) == 1 + _BEGIN.size:
+            final_lsn, pg_micros, xid = _BEGIN.unpack_from(data, 1)
+            return Begin(final_lsn, _timestamp(pg_micros), xid)
+        if tag == b"C" and len(data) == 1 + _COMMIT.size:
+            flags, commit_lsn, end_lsn, pg_micros = _COMMIT.unpack_from(data, 1)
+            return Commit(flags, commit_lsn, end_lsn, _timestamp(pg_micros))
         return _decode(_Reader(data))
     except struct.error as exc:  # a fixed-size field runs past the end
         raise DecodeError(f"message ends early: {exc}") from None
 
 
 def _decode(r: _Reader) -> Message:
-    """Any message but an Insert (`_insert` reads those, without a reader)."""
+    """Any message but an Insert (`_insert` reads those, without a reader); a Begin or Commit
+    of the wrong length too, for its error."""
     tag = r.byte()
     message: Message
     if tag == "B":

@@ -347,6 +347,27 @@ def test_log_events_are_handed_over_in_lists_in_order_with_every_other_item() ->
     assert writer._queue.empty()
 
 
+def test_transaction_ends_are_held_while_the_writer_writes_and_go_out_in_one_batch() -> None:
+    """Group commit: a transaction's end goes to an idle writer at once; while the writer is
+    busy, the next transactions wait with their ends and are written as one batch, each end
+    taking effect only after its events."""
+    journal = Journal()
+    writer = new_writer(journal, TailerSettings(batch_events=100))
+    writer.put_event(event(1, 1))
+    writer.put_commit(TransactionEnd(1))  # idle: handed over at once
+    assert writer._queue.get_nowait() == [event(1, 1), TransactionEnd(1)]
+    writer.idle.clear()  # as when the writer took that batch and writes it
+    for commit in (2, 3, 4):
+        writer.put_event(event(commit, 1))
+        writer.put_commit(TransactionEnd(commit))
+    assert writer._queue.empty()
+    writer.put(STOP)  # the next item hands the held ones over first
+    writer.run()
+    assert writer.failure is None
+    assert journal.entries == [[Position(2, 1), Position(3, 1), Position(4, 1)]]
+    assert writer.durable_commit == 4
+
+
 def test_log_lines_are_held_with_log_events_and_weigh_their_events() -> None:
     """A rows event's `LogLines` is held with the log events as one item that counts as many
     events as it holds: the list is handed over at `batch_events` events, weighs them in the
