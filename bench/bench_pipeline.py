@@ -5,6 +5,9 @@ Starts a private PostgreSQL 15 and Redis in a temp dir and prints, in one run:
 P1  events/s from WAL into NDJSON through our tailer (PostgresLogReader -> Tailer ->
     NdjsonOutput) for a backlog of N inserts written before the tailer starts, and the same WAL
     read by `pg_recvlogical` with pgoutput (the ceiling: server-side decoding, no client work).
+P1s and P1u the same for 4-row transactions: P1s four inserts each, P1u sysbench's
+    oltp_write_only shape (an update of an indexed column, an update, a delete and an insert),
+    with the tailer's CPU per event (its reading thread and its writer's).
 P1b the same on a private MariaDB: events/s from the binlog into NDJSON through our tailer
     (MysqlLogReader -> Tailer -> NdjsonOutput), against `mariadb-binlog
     --read-from-remote-server -v` decoding the same binlog (the C ceiling) and against the bare
@@ -126,6 +129,12 @@ class P1Result:
     ours_s: float
     ceiling_s: float
     ceiling_bytes: int
+    cpu_s: tuple[float, float] = (0.0, 0.0)
+    """The tailer's CPU seconds while it read: its reading thread's and its writer's."""
+
+    def cpu_us_per_event(self) -> str:
+        reader, writer = (seconds / self.rows * 1e6 for seconds in self.cpu_s)
+        return f"{reader + writer:.1f} us/event (reader {reader:.1f}, writer {writer:.1f})"
 
     @property
     def ours_rate(self) -> float:
@@ -165,22 +174,59 @@ class P4Result:
 def bench_p1(env: Env, rows: int, rows_per_tx: int, name: str = "bench_p1") -> P1Result:
     """The tailer and pg_recvlogical reading one backlog of `rows` inserts committed
     `rows_per_tx` a transaction: 1000 measures rows, 4 (sysbench's size) a transaction's cost."""
-    ceiling_slot, table = f"{name}_ceiling", f"{name}_rows"
+    table = f"{name}_rows"
     env.sql(
         f"CREATE TABLE public.{table} (id bigint PRIMARY KEY, name text, n int, ts timestamptz)"
     )
-    source = env.source(name, [f"public.{table}"])
-    source.ensure_setup()
-    env.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (ceiling_slot,))
     say(f"{name}: writing a backlog of {rows} inserts ({rows_per_tx} per tx)")
-    env.sql(
+    fill = (
         f"CREATE PROCEDURE {name}_fill(total bigint, per_tx bigint) LANGUAGE plpgsql AS $$"
         " BEGIN FOR lo IN 1..total BY per_tx LOOP"
         f" INSERT INTO {table} SELECT i, 'name-' || i, i % 1000, now()"
         "  FROM generate_series(lo, least(lo + per_tx - 1, total)) AS i;"
         " COMMIT; END LOOP; END $$"
     )
-    env.sql(f"CALL {name}_fill(%s, %s)", (rows, rows_per_tx))
+    return read_backlog(env, name, table, rows, fill, f"CALL {name}_fill({rows}, {rows_per_tx})")
+
+
+def bench_p1u(env: Env, rows: int, name: str = "bench_p1u") -> P1Result:
+    """The tailer and pg_recvlogical reading a backlog of `rows` events in transactions of
+    sysbench's oltp_write_only: an update of the indexed `k`, an update of `c`, a delete and
+    an insert of the deleted id, on a table of sysbench's columns filled before the slots."""
+    table, size = f"{name}_rows", min(100_000, max(1_000, rows))
+    env.sql(
+        f"CREATE TABLE public.{table} (id int PRIMARY KEY, k int NOT NULL DEFAULT 0,"
+        " c char(120) NOT NULL DEFAULT '', pad char(60) NOT NULL DEFAULT '')"
+    )
+    env.sql(f"CREATE INDEX ON public.{table} (k)")
+    env.sql(
+        f"INSERT INTO {table} SELECT i, i % 1000, md5(i::text) || md5((-i)::text), md5(i::text)"
+        f" FROM generate_series(1, {size}) AS i"
+    )
+    say(f"{name}: writing a backlog of {rows} events (update, update, delete, insert per tx)")
+    fill = (
+        f"CREATE PROCEDURE {name}_fill(transactions int) LANGUAGE plpgsql AS $$"
+        " DECLARE a int; b int; d int; BEGIN FOR i IN 1..transactions LOOP"
+        f" a := 1 + (i::bigint * 7919) % {size}; b := 1 + (i::bigint * 104729) % {size};"
+        f" d := 1 + (i::bigint * 15485863) % {size};"
+        f" UPDATE {table} SET k = k + 1 WHERE id = a;"
+        f" UPDATE {table} SET c = md5(i::text) || md5(a::text) WHERE id = b;"
+        f" DELETE FROM {table} WHERE id = d;"
+        f" INSERT INTO {table} VALUES (d, i % 1000, md5(d::text) || md5(i::text), md5(i::text));"
+        " COMMIT; END LOOP; END $$"
+    )
+    return read_backlog(env, name, table, rows, fill, f"CALL {name}_fill({rows // 4})")
+
+
+def read_backlog(env: Env, name: str, table: str, rows: int, procedure: str, call: str) -> P1Result:
+    """Slots for the tailer and the ceiling, a backlog of `rows` events written by `call` (of
+    `procedure`) into `table`, then pg_recvlogical and the tailer each reading all of it."""
+    ceiling_slot = f"{name}_ceiling"
+    source = env.source(name, [f"public.{table}"])
+    source.ensure_setup()
+    env.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (ceiling_slot,))
+    env.sql(procedure)
+    env.sql(call)
     end_lsn = env.wal_lsn()
 
     say(f"{name}: pg_recvlogical (pgoutput) reading the backlog")
@@ -215,11 +261,12 @@ def bench_p1(env: Env, rows: int, rows_per_tx: int, name: str = "bench_p1") -> P
     say(f"{name}: our tailer reading the backlog into NDJSON")
     output = TimedNdjson(env.base / f"{name}-out")
     started = time.monotonic()
-    with RunningTailer(env, source, output):
+    with RunningTailer(env, source, output) as tailer:
         wait_until(lambda: output.durable_events >= rows, 600, f"{name} tailer catch-up")
         ours_s = time.monotonic() - started
+        cpu_s = tailer.thread_cpu_s()
     env.drop_slot(name)
-    return P1Result(rows, ours_s, ceiling_s, ceiling_file.stat().st_size)
+    return P1Result(rows, ours_s, ceiling_s, ceiling_file.stat().st_size, cpu_s)
 
 
 # -- P1b: read throughput on MariaDB ----------------------------------------------------------
@@ -827,6 +874,7 @@ def p3_ratio(p3: list[LatencyResult], index: int = 1) -> float:
 def report(
     p1: P1Result | None,
     p1s: P1Result | None,
+    p1u: P1Result | None,
     p1b: P1bResult | None,
     p1b_heavy: P1bResult | None,
     p3: list[LatencyResult] | None,
@@ -851,6 +899,15 @@ def report(
             f"{'P1s ours: tailer -> NDJSON (events/s)':<44} {p1s.ours_rate:>14,.0f}",
             f"{'P1s ceiling: pg_recvlogical (events/s)':<44} {p1s.ceiling_rate:>14,.0f}",
             f"{'P1s ratio ours/ceiling':<44} {p1s.ours_rate / p1s.ceiling_rate:>14.3f}",
+        ]
+    if p1u is not None:
+        lines += [
+            f"{'P1u backlog (update, update, delete, insert)':<44} {p1u.rows:>14,}",
+            f"{'P1u ours: tailer -> NDJSON (events/s)':<44} {p1u.ours_rate:>14,.0f}",
+            f"{'P1u ceiling: pg_recvlogical (events/s)':<44} {p1u.ceiling_rate:>14,.0f}",
+            f"{'P1u ratio ours/ceiling':<44} {p1u.ours_rate / p1u.ceiling_rate:>14.3f}",
+            f"{'P1u tailer CPU (us/event, both threads)':<44} "
+            f"{sum(p1u.cpu_s) / p1u.rows * 1e6:>14.1f}",
         ]
     if p1b is not None:
         lines += [
@@ -911,7 +968,7 @@ def report(
     return "\n".join(lines)
 
 
-FIGURES = ("P1", "P1s", "P1b", "P3", "P4", "P4m", "P4b", "E")
+FIGURES = ("P1", "P1s", "P1u", "P1b", "P3", "P4", "P4m", "P4b", "E")
 
 
 def parse_only(text: str | None) -> frozenset[str]:
@@ -947,6 +1004,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = load_average()
     p1: P1Result | None = None
     p1s: P1Result | None = None
+    p1u: P1Result | None = None
     p1b: P1bResult | None = None
     p1b_heavy: P1bResult | None = None
     p3: list[LatencyResult] | None = None
@@ -971,7 +1029,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"P1 ours {p1.ours_rate:.0f} events/s, ceiling {p1.ceiling_rate:.0f} events/s "
                 f"(pg_recvlogical, pgoutput proto 1, {p1.ceiling_bytes:,} bytes), "
-                f"ratio {p1.ours_rate / p1.ceiling_rate:.3f}",
+                f"ratio {p1.ours_rate / p1.ceiling_rate:.3f}; {p1.cpu_us_per_event()}",
                 flush=True,
             )
         if "P1s" in only:
@@ -979,7 +1037,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"P1s ours {p1s.ours_rate:.0f} events/s, ceiling {p1s.ceiling_rate:.0f} "
                 f"events/s (4 inserts a transaction), ratio "
-                f"{p1s.ours_rate / p1s.ceiling_rate:.3f}",
+                f"{p1s.ours_rate / p1s.ceiling_rate:.3f}; {p1s.cpu_us_per_event()}",
+                flush=True,
+            )
+        if "P1u" in only:
+            p1u = bench_p1u(env, sizes.p1s_rows)
+            print(
+                f"P1u ours {p1u.ours_rate:.0f} events/s, ceiling {p1u.ceiling_rate:.0f} "
+                f"events/s (sysbench's update, update, delete, insert a transaction), ratio "
+                f"{p1u.ours_rate / p1u.ceiling_rate:.3f}; {p1u.cpu_us_per_event()}",
                 flush=True,
             )
         if "P1b" in only:
@@ -1045,7 +1111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"(best of {len(emission)}, {sizes.emission_rows} rows a chunk)",
                 flush=True,
             )
-    print(report(p1, p1s, p1b, p1b_heavy, p3, p4, p4m, p4b, emission))
+    print(report(p1, p1s, p1u, p1b, p1b_heavy, p3, p4, p4m, p4b, emission))
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     print(f"load average (1, 5, 15 min): {load_before} at the start, {load_average()} at the end")
     return 0

@@ -291,17 +291,18 @@ class ProbedNdjson(NdjsonOutput):
     def write_items(self, items: Sequence[Event | Lines], token: int) -> None:
         super().write_items(items, token)
         now = time.time()
-        for item in items:
+        for item in items:  # as cheap as can be: this is the tailer's writer thread
             if isinstance(item, PageLines):  # a dump's rows
                 continue
             if isinstance(item, LogLines):  # a binlog rows event's changes
-                table, op, keys = item.origin.table_name, item.op, item.keys
-            else:
-                table, op, keys = item.source.table, item.op, [item.key]
-            if table != PROBE_TABLE:
-                self.log_events += len(keys)
-            elif op is Op.CREATE:
-                self.probes_durable.update((int(key["id"]), now) for key in keys)
+                if item.origin.table_name != PROBE_TABLE:
+                    self.log_events += len(item.keys)
+                elif item.op is Op.CREATE:
+                    self.probes_durable.update((int(key["id"]), now) for key in item.keys)
+            elif item.table.name != PROBE_TABLE:
+                self.log_events += 1
+            elif item.op is Op.CREATE:
+                self.probes_durable[int(item.key["id"])] = now
 
 
 class Probes:

@@ -22,7 +22,7 @@ SCRIPT = BENCH / "bench_pipeline.py"
 NUMBER = r"\d+(?:\.\d+)?"
 
 
-def test_bench_quick_prints_p1_p1s_p1b_p1b_heavy_p3_p4_p4b_e() -> None:
+def test_bench_quick_prints_p1_p1s_p1u_p1b_p1b_heavy_p3_p4_p4b_e() -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick"],
         capture_output=True,
@@ -37,6 +37,12 @@ def test_bench_quick_prints_p1_p1s_p1b_p1b_heavy_p3_p4_p4b_e() -> None:
     assert re.search(
         rf"^P1s ours {NUMBER} events/s, ceiling {NUMBER} events/s \(4 inserts a transaction\), "
         rf"ratio {NUMBER}",
+        out,
+        re.M,
+    ), out
+    assert re.search(
+        rf"^P1u ours {NUMBER} events/s, ceiling {NUMBER} events/s \(sysbench's update, update, "
+        rf"delete, insert a transaction\), ratio {NUMBER}; {NUMBER} us/event",
         out,
         re.M,
     ), out
