@@ -117,7 +117,7 @@ def run_dump(
             ThreadPoolExecutor(parallelism, thread_name_prefix="dblog-chunk") as pool,
         ):
             for table in request.tables:
-                key_columns = _patiently(partial(sources[0].key_columns, table), source_patience_s)
+                key_columns = patiently(partial(sources[0].key_columns, table), source_patience_s)
                 planner = TablePlanner(
                     progress.get(table) or TableProgress(table),
                     request.chunk_size,
@@ -126,8 +126,8 @@ def run_dump(
                     where=request.where,
                 )
                 if planner.needs_max_key:
-                    planner.begin(_patiently(partial(sources[0].max_key, table), source_patience_s))
-                    _patiently(partial(store.dumps.save_progress, dump_id, planner.progress))
+                    planner.begin(patiently(partial(sources[0].max_key, table), source_patience_s))
+                    patiently(partial(store.dumps.save_progress, dump_id, planner.progress))
 
                 attempt = _ChunkAttempt(
                     store,
@@ -153,7 +153,7 @@ def run_dump(
                     return ended
                 if direct is not None:
                     _prune_tombstones(store, direct, table)
-        _patiently(partial(store.dumps.mark, dump_id, DumpState.DONE))
+        patiently(partial(store.dumps.mark, dump_id, DumpState.DONE))
         return DumpState.DONE
     except Exception as exc:
         # Whatever stopped the dump is its reason: nobody waits on a "running" dump forever.
@@ -276,7 +276,7 @@ def run_table(
     last_ended = time.monotonic()
     while not planner.done or slots.busy:
         if ending is None:
-            controls = _patiently(partial(store.dumps.controls, dump_id))
+            controls = patiently(partial(store.dumps.controls, dump_id))
             if stop is not None and stop.is_set():
                 ending = DumpState.RUNNING
             elif controls is None or controls.cancelled:
@@ -286,15 +286,15 @@ def run_table(
                 break
         elif controls.paused:
             if not slots.busy:
-                _patiently(partial(store.dumps.mark, dump_id, DumpState.PAUSED))
+                patiently(partial(store.dumps.mark, dump_id, DumpState.PAUSED))
                 (stop or threading.Event()).wait(PAUSE_POLL_S)
                 continue
         else:
             source = slots.free_source
             if source is not None and not planner.done:
-                _patiently(partial(store.dumps.mark, dump_id, DumpState.RUNNING))
+                patiently(partial(store.dumps.mark, dump_id, DumpState.RUNNING))
                 planner.chunk_size = controls.chunk_size
-                for chunk in _patiently(
+                for chunk in patiently(
                     partial(_plan, planner, source, slots.size), source_patience_s
                 ):
                     slots.start(chunk)
@@ -303,7 +303,7 @@ def run_table(
         for chunk, outcome in slots.ended():
             planner.complete(chunk, outcome.rows, outcome.last_key)
             planner.progress.rows_written += outcome.written
-            _patiently(partial(store.dumps.chunk_done, dump_id, planner.progress, outcome.rows))
+            patiently(partial(store.dumps.chunk_done, dump_id, planner.progress, outcome.rows))
             if on_progress is not None:
                 on_progress(dump_id, planner.progress)
             if controls is not None and ending is None:
@@ -311,7 +311,7 @@ def run_table(
                 _throttle(controls, outcome.rows, time.monotonic() - last_ended, stop)
             last_ended = time.monotonic()
     if ending is DumpState.CANCELLED:
-        _patiently(partial(store.dumps.mark, dump_id, DumpState.CANCELLED))
+        patiently(partial(store.dumps.mark, dump_id, DumpState.CANCELLED))
     return ending
 
 
@@ -340,9 +340,10 @@ def _beating(store: StateStore, dump_id: str) -> Iterator[None]:
             store.dumps.unbeat(dump_id, owner)
 
 
-def _patiently(call: Callable[[], T], patience_s: float = STORE_PATIENCE_S) -> T:
-    """A call between chunks rides out a restart of Redis or the source instead of ending the
-    dump; after `patience_s` of it the dump fails, saying what was away."""
+def patiently(call: Callable[[], T], patience_s: float = STORE_PATIENCE_S) -> T:
+    """A call between chunks (or a Spark driver's first) rides out a restart of Redis or the
+    source instead of ending the dump; after `patience_s` of it the dump fails, saying what was
+    away."""
     patience = Patience(patience_s)
     while True:
         try:

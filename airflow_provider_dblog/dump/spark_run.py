@@ -9,6 +9,7 @@ sub-ranges."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from pyspark import SparkContext
 
@@ -16,7 +17,7 @@ from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.direct_target import DirectTarget
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
-from airflow_provider_dblog.dump.runner import DumpFailed, run_dump
+from airflow_provider_dblog.dump.runner import DumpFailed, patiently, run_dump
 from airflow_provider_dblog.dump.spark_chunk import SparkChunkReader
 from airflow_provider_dblog.dump.spark_direct import SparkDirectReader
 from airflow_provider_dblog.sources.factory import source_for
@@ -35,9 +36,11 @@ def run_spark_dump(
 ) -> DumpState:
     """Run one stored dump request in this Spark application; returns its final state.
     `open_target` opens a direct dump's target (`targets.direct_target_for`: it is composed
-    above this package), in the driver and in each task."""
+    above this package), in the driver and in each task. A driver started while Redis is
+    away (a restart, a failover) waits for it for up to `source_patience_s`, as the dump
+    does between chunks."""
     store = StateStore(config.redis_client(), config.source.name)
-    stored = store.dumps.get(dump_id)
+    stored = patiently(partial(store.dumps.get, dump_id), source_patience_s)
     if stored is None:
         raise DumpFailed(f"no dump request {dump_id!r} in the store")
     reader = SparkChunkReader(
