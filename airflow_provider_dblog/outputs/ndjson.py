@@ -5,21 +5,34 @@ truncated) and `"op": "s"` (its columns changed, the new ones in `table_schema`)
 `"key": {}` and null `before` and `after` (see `core/event.py` and the README's consumer rules).
 
 A batch is written whole and then fsynced, so after a crash only the last line of the last file
-can be torn, and a line is complete only with its `\\n`. Opening the directory cuts such a torn
+can be torn, and a line is complete only with its `\\n`. A writer's first batch cuts such a torn
 line off, and `read_events` never returns one. A new file's directory entry is fsynced before
 any event in it counts as durable.
 
 Replays are dropped here: positions strictly increase in output order, so an event whose position
 is not greater than the last one in the files was written before a tailer restart.
 
-Several writers (tailers of one source on different hosts sharing the directory) take turns:
-each batch is written under an exclusive lock on `.lock`, taken for that batch only, and `.fence`
-holds the largest lease token that wrote. A batch with a smaller token is refused
-(`OutputFenced`); a writer with a larger one reads the directory again (the last writer may have
-added lines or files since this one looked), then records its token before it writes. A standby
-that got the lease therefore takes over at its first batch even while the old leader is stopped,
-and the old leader's next batch is refused. A writer stopped in the middle of a batch keeps the
-lock: the others wait `lock_timeout_s` for it, then report the output unavailable (retry later).
+Several writers (tailers of one source on different hosts sharing the directory) take turns by
+lease token; `.fence` holds the largest token that took the directory over. A writer takes it
+over at its first batch (and after an error), under an exclusive lock on `.lock`: it refuses a
+token smaller than the fence, records its own, seals the last file and reads the files again
+(the last position, the current file). Sealing puts a copy of the last file under its name and
+unlinks the file itself. An earlier writer stopped in the middle of a batch (SIGSTOP, a paused
+VM) still has that file open: when it wakes, its lines go to a file nobody reads, and it cannot
+start a file either, because a writer starts one only under the lock and only while its own
+file is still the one named. So none of its lines can follow the new writer's, and the new
+writer does not wait for it: a standby that got the lease takes over at its first batch.
+
+Batches take no lock. After each fsync a writer checks that its file is still the one named
+(a stat and an fstat): if a newer writer sealed it, the batch raises `OutputFenced`, so `write`
+returning still means its lines are in the files. The seal copies the bulk while the file is in
+view, then renames the file to a hidden name and copies what was appended since, the torn last
+line left out: a reader never sees a line go away, it only misses the last file for that
+moment (a crash then leaves it hidden; the next takeover puts it back). The bound: the lock is
+held only while a writer takes the directory over (a copy of the last file and a few fsyncs) or
+starts a file, never across a batch's writes; a writer frozen inside one of those keeps the
+others out until it wakes: they wait `lock_timeout_s`, then report the output unavailable
+(retry later).
 """
 
 from __future__ import annotations
@@ -57,6 +70,7 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_LOCK_TIMEOUT_S = 5.0
 _LOCK_POLL_S = 0.02
 _BLOCK = 64 * 1024
+_HIDDEN = ".sealed"
 
 
 def file_name(number: int) -> str:
@@ -116,11 +130,18 @@ def _last_line(fd: int, size: int) -> tuple[int, bytes | None]:
     return 0, None
 
 
+def _copy(source: int, target: int, offset: int) -> int:
+    """Append `source` from `offset` to its end onto `target`, in the kernel; the end."""
+    while sent := os.sendfile(target, source, offset, 1 << 30):
+        offset += sent
+    return offset
+
+
 class NdjsonOutput(Output):
     """Appends events to numbered files in `directory`, starting a new file before one would
     grow past `max_bytes` (a single larger event still gets a file of its own). Writers take
     turns by lease token (see the module docstring); one waits at most `lock_timeout_s` for
-    another's batch to end."""
+    another to finish taking the directory over or starting a file."""
 
     def __init__(
         self,
@@ -143,15 +164,9 @@ class NdjsonOutput(Output):
         self._number = 0
         self._size = 0
         self._token: int | None = None
-        """The token whose fence this object wrote or found while it read the directory: its
-        view of the files is current while the fence still holds that token."""
+        """The token this object took the directory over with: its view of the files is
+        current while its file is still the one named (no newer writer sealed it)."""
         self._lock = os.open(self.directory / LOCK_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            with self._locked(), self._unavailable(self.directory):
-                self._read_directory()
-        except BaseException:
-            self.close()
-            raise
 
     @property
     def current_file(self) -> Path:
@@ -173,7 +188,8 @@ class NdjsonOutput(Output):
                 if time.monotonic() >= deadline:
                     raise OutputUnavailable(
                         f"{self.directory / LOCK_FILE}: lock held by another writer for "
-                        f"{self.lock_timeout_s:g}s (one stopped in the middle of a batch?)"
+                        f"{self.lock_timeout_s:g}s (one stopped while it took the directory "
+                        "over or started a file?)"
                     ) from None
                 time.sleep(_LOCK_POLL_S)
         try:
@@ -183,47 +199,85 @@ class NdjsonOutput(Output):
 
     @contextlib.contextmanager
     def _unavailable(self, path: Path) -> Iterator[None]:
-        """A failing disk (EIO, ENOSPC, ...) as `OutputUnavailable` naming the file; the files
-        are read again before the next batch."""
+        """A failing disk (EIO, ENOSPC, ...) as `OutputUnavailable` naming the file; the next
+        batch takes the directory over again."""
         try:
             yield
         except OSError as exc:
             self._token = None
             raise OutputUnavailable(f"ndjson output: cannot write {path}: {exc}") from exc
 
-    def _read_directory(self) -> None:
-        """Find the current file, cut a torn last line off it, and find the last position."""
+    def _take(self, token: int) -> None:
+        """Refuse a stale `token`; otherwise record it as the fence, seal the last file and
+        read the files again, all under the lock."""
+        self._token = None
+        with self._locked(), self._unavailable(self.directory):
+            fence = self._read_fence()
+            if fence is not None and fence > token:
+                raise OutputFenced(f"ndjson output {self.directory}", token, fence)
+            if fence != token:
+                self._write_fence(token)
+            self._put_back_hidden()
+            self._seal()
+            self._find_last_position()
+        if fence is not None and fence != token:
+            log.info("took %s over from lease token %d (now %d)", self.directory, fence, token)
+        self._token = token
+
+    def _put_back_hidden(self) -> None:
+        """Undo a seal a crash cut short: the hidden file goes back under its name unless its
+        copy is there already."""
+        for path in self.directory.glob(f".events-*.ndjson{_HIDDEN}"):
+            named = self.directory / path.name[1 : -len(_HIDDEN)]
+            if named.exists():
+                path.unlink()
+            else:
+                log.warning("putting %s back, hidden by a takeover that did not end", named)
+                os.rename(path, named)
+
+    def _seal(self) -> None:
+        """Make the last file the current one, as a copy of itself: an earlier writer that
+        still holds the file writes into one nobody reads any more."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        self.last_position = None
         files = _numbered_files(self.directory)
-        if files:
-            self._number = files[-1][0]
-            self._open_current(repair=True)
-            self._find_last_position([path for _, path in files])
-        else:
+        if not files:
             self._number = 0
-            self._rotate()
-
-    def _open_current(self, *, repair: bool) -> None:
-        self._fd = os.open(self.current_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._size = os.fstat(self._fd).st_size
-        if repair:
-            reader = os.open(self.current_file, os.O_RDONLY)
+            self._next_file()
+            _fsync_dir(self.directory)
+            return
+        self._number, path = files[-1]
+        hidden = self.directory / f".{path.name}{_HIDDEN}"
+        copy = self.directory / f".{path.name}.copy"
+        source = os.open(path, os.O_RDONLY)
+        target = os.open(copy, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            copied = _copy(source, target, 0)  # the bulk, while the file is still in view
+            os.fsync(target)
+            os.rename(path, hidden)  # what an earlier writer appends from here is never seen
             try:
-                end, _ = _last_line(reader, self._size)
-            finally:
-                os.close(reader)
-            if end != self._size:
-                torn = self._size - end
-                log.warning("cutting a torn last line off %s (%d bytes)", self.current_file, torn)
-                os.ftruncate(self._fd, end)
-                os.fsync(self._fd)
-                self._size = end
+                copied = _copy(source, target, copied)
+                end, _ = _last_line(target, copied)
+                if end != copied:
+                    log.warning("cutting a torn last line off %s (%d bytes)", path, copied - end)
+                    os.ftruncate(target, end)
+                os.fsync(target)
+                os.rename(copy, path)
+            except BaseException:
+                os.rename(hidden, path)  # as it was: the next takeover seals it again
+                raise
+        finally:
+            os.close(source)
+            os.close(target)
+        os.unlink(hidden)
+        _fsync_dir(self.directory)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        self._size = os.fstat(self._fd).st_size
 
-    def _find_last_position(self, files: list[Path]) -> None:
-        for path in reversed(files):
+    def _find_last_position(self) -> None:
+        self.last_position = None
+        for _, path in reversed(_numbered_files(self.directory)):
             fd = os.open(path, os.O_RDONLY)
             try:
                 _, line = _last_line(fd, os.fstat(fd).st_size)
@@ -233,13 +287,38 @@ class NdjsonOutput(Output):
                 self.last_position = decode(line).position
                 return
 
-    def _rotate(self) -> None:
+    def _next_file(self) -> None:
+        """Under the lock: start the file after the current one (its directory entry is the
+        caller's to fsync)."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
         self._number += 1
-        self._open_current(repair=False)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+        self._fd = os.open(self.current_file, flags, 0o644)
+        self._size = 0
+
+    def _rotate(self, token: int) -> None:
+        with self._locked():
+            self._check_not_sealed(token)
+            self._next_file()
         _fsync_dir(self.directory)
+
+    def _check_not_sealed(self, token: int) -> None:
+        """Raise if a newer writer sealed the current file: it is not the one named any more
+        (this object's open file keeps its inode number from being reused)."""
+        try:
+            if os.stat(self.current_file).st_ino == os.fstat(self._fd).st_ino:
+                return
+        except FileNotFoundError:  # hidden while a takeover copies it
+            pass
+        self._token = None
+        fence = self._read_fence()
+        if fence is not None and fence > token:
+            raise OutputFenced(f"ndjson output {self.directory}", token, fence)
+        raise OutputUnavailable(
+            f"{self.current_file}: taken over by another writer with lease token {fence}"
+        )
 
     def fence(self, source: str) -> int | None:
         """The fence file's token (one source per directory)."""
@@ -248,15 +327,19 @@ class NdjsonOutput(Output):
 
     def _read_fence(self) -> int | None:
         try:
-            text = self.fence_file.read_text()
+            fd = os.open(self.fence_file, os.O_RDONLY)
         except FileNotFoundError:
             return None
         try:
-            return int(text)
+            data = os.read(fd, 64)
+        finally:
+            os.close(fd)
+        try:
+            return int(data)
         except ValueError:
             raise OutputError(
-                f"{self.fence_file} holds {text[:40]!r}, not a lease token: remove it (the next"
-                " writer writes it again)"
+                f"{self.fence_file} holds {data[:40].decode(errors='replace')!r}, not a lease "
+                "token: remove it (the next writer writes it again)"
             ) from None
 
     def _write_fence(self, token: int) -> None:
@@ -271,24 +354,6 @@ class NdjsonOutput(Output):
         os.replace(temporary, self.fence_file)
         _fsync_dir(self.directory)
 
-    def _take(self, token: int) -> None:
-        """Under the lock: refuse a stale `token`; after another writer, read the files again
-        and record `token` as the fence."""
-        fence = self._read_fence()
-        if fence is not None and fence > token:
-            raise OutputFenced(f"ndjson output {self.directory}", token, fence)
-        if fence == token and self._token == token:
-            return
-        self._token = None
-        with self._unavailable(self.directory):
-            self._read_directory()
-        if fence != token:
-            with self._unavailable(self.fence_file):
-                self._write_fence(token)
-            if fence is not None:
-                log.info("took %s over from lease token %d (now %d)", self.directory, fence, token)
-        self._token = token
-
     def write(self, events: Sequence[Event], token: int) -> None:
         self.write_items(events, token)
 
@@ -299,25 +364,25 @@ class NdjsonOutput(Output):
             raise OutputError(f"ndjson output {self.directory} is closed")
         if not items:
             return
-        with self._locked():
+        if self._token != token:
             self._take(token)
-            kept = self._unreplayed(items)
-            pieces: list[bytes] = []
-            owners: list[Event | Lines] = []
-            start = 0
-            for index, item in enumerate(kept):
-                if isinstance(item, Lines):
-                    if start < index:  # `encode_lines` builds its encoders a call
-                        events = cast(list[Event], kept[start:index])
-                        pieces += encode_lines(events)
-                        owners += events
-                    pieces.append(item.data)
-                    owners.append(item)
-                    start = index + 1
-            events = cast(list[Event], kept[start:])
-            pieces += encode_lines(events)
-            owners += events
-            self._append_pieces(pieces, owners)
+        kept = self._unreplayed(items)
+        pieces: list[bytes] = []
+        owners: list[Event | Lines] = []
+        start = 0
+        for index, item in enumerate(kept):
+            if isinstance(item, Lines):
+                if start < index:  # `encode_lines` builds its encoders a call
+                    events = cast(list[Event], kept[start:index])
+                    pieces += encode_lines(events)
+                    owners += events
+                pieces.append(item.data)
+                owners.append(item)
+                start = index + 1
+        events = cast(list[Event], kept[start:])
+        pieces += encode_lines(events)
+        owners += events
+        self._append_pieces(pieces, owners, token)
 
     def _unreplayed(self, items: Sequence[Event | Lines]) -> list[Event | Lines]:
         """`drop_replayed` of events and pages: what comes after the last position written."""
@@ -355,9 +420,10 @@ class NdjsonOutput(Output):
             log.info("skipped %d replayed events", offered - taken)
         return kept
 
-    def _append_pieces(self, pieces: list[bytes], owners: list[Event | Lines]) -> None:
+    def _append_pieces(self, pieces: list[bytes], owners: list[Event | Lines], token: int) -> None:
         """Write the pieces (an event's line, a page's lines) in as few writes as the files
-        allow, each fsynced; a page is cut at a line where a file ends."""
+        allow, each fsynced and checked to have gone to the file named; a page is cut at a
+        line where a file ends."""
         ends = list(accumulate(map(len, pieces)))  # ends[i]: the bytes of pieces[: i + 1]
         start = 0
         while start < len(pieces):
@@ -375,19 +441,20 @@ class NdjsonOutput(Output):
                         continue
                 if self._size:
                     with self._unavailable(self.directory):
-                        self._rotate()
+                        self._rotate(token)
                     continue
                 end = start + 1  # a single larger event still gets a file of its own
             with self._unavailable(self.current_file):
                 self._append(b"".join(pieces[start:end]))
+                self._check_not_sealed(token)
             owner = owners[end - 1]
             self.last_position = owner.last_position if isinstance(owner, Lines) else owner.position
             start = end
 
     def _append(self, data: bytes) -> None:
         """Write and fsync `data`; on failure cut the file back, so no torn line stays behind
-        for the next batch to be appended to (and if even that fails, the next batch reads the
-        directory again, which cuts it)."""
+        for the next batch to be appended to (and if even that fails, the next batch takes the
+        directory over again, which cuts it)."""
         before = self._size
         try:
             view = memoryview(data)

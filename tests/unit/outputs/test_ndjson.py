@@ -107,6 +107,7 @@ def test_files_sort_by_number_past_six_digits(tmp_path: Path) -> None:
         (tmp_path / f"events-{number:06d}.ndjson").write_text(encode(event(number)) + "\n")
     assert [e.position.commit for e in read_events(tmp_path)] == [2, 999_999, 1_000_000]
     with NdjsonOutput(tmp_path) as out:
+        out.write([event(1_000_000)], 1)  # a replay
         assert out.current_file.name == "events-1000000.ndjson"
         assert out.last_position == Position(1_000_000, 0)
 
@@ -126,21 +127,21 @@ def test_each_batch_is_fsynced_and_a_new_file_also_its_directory(
 
     monkeypatch.setattr(os, "fsync", fsync)
     out = NdjsonOutput(tmp_path, max_bytes=len(encode(event(1)).encode()) + 1)
-    assert synced == [inode(tmp_path)]  # the first file's directory entry
+    assert synced == []  # opening writes nothing
     out.write([event(1)], 1)
     out.write([event(2)], 1)
     out.close()
     assert synced == [
-        inode(tmp_path),
         inode(tmp_path / FENCE_FILE),  # the first batch records its writer's token
         inode(tmp_path),
+        inode(tmp_path),  # the first file's directory entry
         inode(tmp_path / "events-000001.ndjson"),
         inode(tmp_path),
         inode(tmp_path / "events-000002.ndjson"),
     ]
 
 
-def test_torn_last_line_is_hidden_then_cut_on_open(tmp_path: Path) -> None:
+def test_torn_last_line_is_hidden_then_cut_by_the_next_writer(tmp_path: Path) -> None:
     with NdjsonOutput(tmp_path) as out:
         out.write([event(1), event(2)], 1)
     path = tmp_path / "events-000001.ndjson"
@@ -149,9 +150,9 @@ def test_torn_last_line_is_hidden_then_cut_on_open(tmp_path: Path) -> None:
     path.write_bytes(whole + torn)
     assert [e.position.commit for e in read_events(tmp_path)] == [1, 2]
     with NdjsonOutput(tmp_path) as out:
-        assert path.read_bytes() == whole
-        assert out.last_position == Position(2, 0)
-        out.write([event(3)], 1)
+        out.write([event(2), event(3)], 1)
+        assert out.last_position == Position(3, 0)
+    assert path.read_bytes() == whole + encode(event(3)).encode() + b"\n"
     assert [e.position.commit for e in read_events(tmp_path)] == [1, 2, 3]
 
 
@@ -161,9 +162,8 @@ def test_a_file_holding_only_a_torn_line_is_emptied(tmp_path: Path) -> None:
         out.write([event(1)], 1)
     (tmp_path / "events-000002.ndjson").write_bytes(b'{"op":"c","ke')
     with NdjsonOutput(tmp_path, max_bytes=line) as out:
-        assert (tmp_path / "events-000002.ndjson").stat().st_size == 0
-        assert out.last_position == Position(1, 0)
-        out.write([event(2)], 1)
+        out.write([event(1), event(2)], 1)
+    assert (tmp_path / "events-000002.ndjson").read_bytes() == encode(event(2)).encode() + b"\n"
     assert [e.position.commit for e in read_events(tmp_path)] == [1, 2]
 
 
@@ -307,19 +307,60 @@ def lock_held_elsewhere(directory: Path) -> Iterator[None]:
         holder.wait()
 
 
-def test_a_writer_stopped_mid_batch_makes_the_output_unavailable_not_hung(
+def test_batches_take_no_lock_a_takeover_waits_for_it_then_is_unavailable(
     tmp_path: Path,
 ) -> None:
-    out = NdjsonOutput(tmp_path, lock_timeout_s=0.2)
+    """Another process holding the lock (as a writer stopped while it takes the directory over
+    does) holds up takeovers and new files only, and only for `lock_timeout_s`."""
+    line = len(encode(event(1)).encode()) + 1
+    out = NdjsonOutput(tmp_path, lock_timeout_s=0.2, max_bytes=2 * line)
     out.write([event(1)], 1)
     with lock_held_elsewhere(tmp_path):
+        out.write([event(2)], 1)
         with pytest.raises(OutputUnavailable, match=r"\.lock: lock held by another writer"):
-            out.write([event(2)], 2)
+            out.write([event(3)], 1)  # a new file
         with pytest.raises(OutputUnavailable, match=r"lock held by another writer for 0\.2s"):
-            NdjsonOutput(tmp_path, lock_timeout_s=0.2)
-    out.write([event(2)], 2)  # the same object carries on once the lock is free
+            NdjsonOutput(tmp_path, lock_timeout_s=0.2).write([event(3)], 2)
+    out.write([event(3)], 1)  # the same object carries on once the lock is free
     out.close()
-    assert [e.position.commit for e in read_events(tmp_path)] == [1, 2]
+    assert [e.position.commit for e in read_events(tmp_path)] == [1, 2, 3]
+
+
+def test_a_sealed_writer_writes_where_nobody_reads_and_starts_no_file(tmp_path: Path) -> None:
+    """The old writer's open file is sealed by the new one's takeover: bytes it still writes
+    through it (waking in the middle of a batch) never show, and its next file is refused."""
+    line = len(encode(event(1)).encode()) + 1
+    old = NdjsonOutput(tmp_path, max_bytes=2 * line)
+    new = NdjsonOutput(tmp_path, max_bytes=2 * line)
+    old.write([event(1), event(2)], 5)  # its file is full: its next batch starts one
+    held = os.dup(old._fd)  # what a writer stopped in the middle of a batch holds
+    new.write([event(2), event(3)], 7)
+    os.write(held, encode(event(3, text="stale")).encode() + b"\n")
+    os.close(held)
+    with pytest.raises(OutputFenced, match=r"token 7 has written here; .* token 5 is stale"):
+        old.write([event(3, text="stale")], 5)
+    new.write([event(4)], 7)
+    old.close()
+    new.close()
+    written = list(read_events(tmp_path))
+    assert [e.position.commit for e in written] == [1, 2, 3, 4]
+    assert all(e.after is not None and e.after["name"] == "x" for e in written)
+    assert [p.name for p in event_files(tmp_path)] == [
+        "events-000001.ndjson",
+        "events-000002.ndjson",
+    ]
+
+
+def test_a_seal_a_crash_cut_short_is_undone_by_the_next_takeover(tmp_path: Path) -> None:
+    with NdjsonOutput(tmp_path) as out:
+        out.write([event(1), event(2)], 1)
+    path = tmp_path / "events-000001.ndjson"
+    os.rename(path, tmp_path / ".events-000001.ndjson.sealed")  # crashed while copying
+    (tmp_path / ".events-000001.ndjson.copy").write_bytes(b"half a cop")
+    with NdjsonOutput(tmp_path) as out:
+        out.write([event(2), event(3)], 2)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".events")) == []
+    assert [e.position.commit for e in read_events(tmp_path)] == [1, 2, 3]
 
 
 def test_an_empty_batch_takes_nothing_over(tmp_path: Path) -> None:
