@@ -53,9 +53,15 @@ def _tail(args: argparse.Namespace) -> int:
     config = config_of(args)
     source_for(config.source).ensure_setup()
     stop = threading.Event()
+    stopped_by: list[str] = []
+
+    def stopping(number: int, _: object) -> None:
+        stopped_by.append(signal.Signals(number).name)
+        stop.set()
+
     reload_asked = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, stopping)
     signal.signal(signal.SIGHUP, lambda *_: reload_asked.set())
     tailer = Tailer.from_config(config, owner=args.owner)
     reloads = threading.Thread(
@@ -71,6 +77,12 @@ def _tail(args: argparse.Namespace) -> int:
     except TailerFailed as exc:
         print(f"dblog: error: {exc}", file=sys.stderr)
         return 1
+    where = (
+        "as a standby"
+        if tailer.acknowledged is None
+        else f"at acknowledged position {tailer.acknowledged}"
+    )
+    log.info("tailer %s stopped on %s %s", tailer.owner, stopped_by[0], where)
     return 0
 
 

@@ -79,6 +79,13 @@ class Tailer:
         self._reload = threading.Event()
         self._next_source: Source | None = None
         self.metrics = TailerMetrics(self.stats, self._log_backlog)
+        self.acknowledged: int | None = None
+        """The checkpoint when this tailer stopped leading on `stop`: the last position it
+        acknowledged (None if it did not lead then), for the line `dblog tail` ends with."""
+
+    @property
+    def owner(self) -> str:
+        return self._owner
 
     @classmethod
     def from_config(cls, config: Config, *, owner: str | None = None) -> Tailer:
@@ -190,6 +197,9 @@ class Tailer:
                     return
                 delay = min(delay * 2, self._settings.reconnect_max_s)
         finally:
+            if stop.is_set():
+                with contextlib.suppress(StateStoreUnavailable):
+                    self.acknowledged = self._store.tailer.load_checkpoint()
             self._reader = None
             self.stats.lease_token = 0
             if opened_here and self._output is not None:
