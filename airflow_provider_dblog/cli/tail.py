@@ -1,7 +1,8 @@
 """`dblog tail`: run the log tailer, the one writer of the ordered output, until stopped.
 
-It exits 0 on SIGINT/SIGTERM, and 1 with the cause when the tailer stops on an error it cannot
-ride through (a supervisor restarts it); outages of the source, Redis or the output are ridden
+It exits 0 on SIGINT/SIGTERM, its last log line naming the signal and the position it
+acknowledged last, and 1 with the cause when the tailer stops on an error it cannot ride
+through (a supervisor restarts it); outages of the source, Redis or the output are ridden
 through with backoff.
 
 SIGHUP reloads the TOML: a new `[source] tables` (and `unique_keys`) list is set up (a table
