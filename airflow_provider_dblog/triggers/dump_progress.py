@@ -4,7 +4,8 @@ with the rows done, the rate, the share done and the time left.
 The pace, the share and the ETA are computed as `dblog dump` prints them and `dblog ui` shows
 them (`core.dump_pace`, `estimated_fraction`): measured from where each table stood when this
 watcher first saw it, so rows an earlier try of the task read do not inflate the rate, and the
-ETA is unknown while the share is (a key that is not one integer column).
+ETA is unknown while the share is (a key that is not one integer column) or the rate is
+(nothing read yet): a line then says nothing of it.
 """
 
 from __future__ import annotations
@@ -53,5 +54,6 @@ class ProgressLines:
         if fraction is not None:
             parts.append(f"{fraction:.0%}")
         eta = eta_s(progress, fraction, rate)
-        parts.append("ETA ?" if eta is None else f"ETA {clock_text(eta)}")
+        if eta is not None:
+            parts.append(f"ETA {clock_text(eta)}")
         return f"{table}: {', '.join(parts)}"

@@ -19,7 +19,7 @@ ITEMS = TableRef("public", "items")
 def test_a_dump_of_keys_shows_its_rate_share_and_time_left() -> None:
     lines = ProgressLines(keys_requested=10)
     start = TableProgress(ORDERS, started=True)
-    assert lines.moved({ORDERS: start}, now_s=100.0) == ["public.orders: 0 rows, 0%, ETA ?"]
+    assert lines.moved({ORDERS: start}, now_s=100.0) == ["public.orders: 0 rows, 0%"]
     assert lines.moved({ORDERS: start}, now_s=105.0) == []  # nothing moved, nothing logged
     later = replace(start, key_index=4, rows_done=4, chunks_done=2)
     assert lines.moved({ORDERS: later}, now_s=110.0) == [
@@ -34,7 +34,7 @@ def test_a_table_by_integer_key_is_estimated_and_rows_read_before_do_not_count()
     resumed = TableProgress(ORDERS, started=True, max_key=(1000,), after=(100,), rows_done=100)
     waiting = TableProgress(ITEMS)
     assert lines.moved({ORDERS: resumed, ITEMS: waiting}, now_s=0.0) == [
-        "public.orders: 100 rows, ETA ?",
+        "public.orders: 100 rows",
         "public.items: waiting",
     ]
     moved = replace(resumed, after=(200,), rows_done=200)
@@ -42,3 +42,14 @@ def test_a_table_by_integer_key_is_estimated_and_rows_read_before_do_not_count()
     assert lines.moved({ORDERS: moved, ITEMS: waiting}, now_s=5.0) == [
         "public.orders: 200 rows, 20 rows/s, 20%, ETA 0:40"
     ]
+
+
+def test_a_table_by_composite_key_shows_no_share_and_no_eta() -> None:
+    """Its share cannot be told, so neither can the time left: the line says nothing of it."""
+    lines = ProgressLines(keys_requested=0)
+    start = TableProgress(ORDERS, started=True, max_key=("us", 500), after=("eu", 10))
+    assert lines.moved({ORDERS: start}, now_s=0.0) == ["public.orders: 0 rows"]
+    moved = replace(start, after=("eu", 110), rows_done=100, chunks_done=1)
+    (line,) = lines.moved({ORDERS: moved}, now_s=5.0)
+    assert line == "public.orders: 100 rows, 20 rows/s"
+    assert "ETA" not in line and "?" not in line
