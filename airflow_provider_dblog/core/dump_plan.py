@@ -87,18 +87,19 @@ class DumpRequest:
             raise InvalidRequest(f"a '{self.kind}' dump takes no keys")
 
 
-def parse_keys(
+def key_items(
     text: str,
     key_columns: Sequence[str],
     table: TableRef,
     sample_key: Callable[[], Key | None] = lambda: None,
-) -> tuple[Key, ...]:
-    """Parse a key list given by a person.
+) -> list[Any]:
+    """The keys of a key list given by a person, not yet checked against the key
+    (`shaped_keys`).
 
     Accepted: a JSON array of keys, each a scalar (single-column keys), an array of values in
     primary-key order, or an object by column name; or, for single-column keys, a plain
-    comma-separated list (`1,2,3`). Duplicates are dropped, order is kept. `sample_key`, a key
-    of the table, is asked only to shape the example of a refusal (`key_example`).
+    comma-separated list (`1,2,3`). `sample_key`, a key of the table, is asked only to shape
+    the example of a refusal (`key_example`).
     """
     text = text.strip()
     if not text:
@@ -110,15 +111,14 @@ def parse_keys(
             raise InvalidRequest(f"the key list for {table} is not valid JSON: {exc}") from None
         if not isinstance(items, list):
             raise InvalidRequest(f"the key list for {table} must be a JSON array")
-    else:
-        if len(key_columns) != 1:
-            raise InvalidRequest(
-                f"{table} has a composite primary key ({', '.join(key_columns)}): give the keys "
-                "as JSON, one list per key in that order, e.g. "
-                f"{key_example(key_columns, sample_key())}"
-            )
-        items = [part.strip() for part in text.split(",")]
-    return coerce_keys(items, key_columns, table)
+        return items
+    if len(key_columns) != 1:
+        raise InvalidRequest(
+            f"{table} has a composite primary key ({', '.join(key_columns)}): give the keys "
+            "as JSON, one list per key in that order, e.g. "
+            f"{key_example(key_columns, sample_key())}"
+        )
+    return [part.strip() for part in text.split(",")]
 
 
 def key_example(key_columns: Sequence[str], sample: Key | None) -> str:
@@ -145,16 +145,29 @@ def coerce_keys(
     items: Sequence[Any], key_columns: Sequence[str], table: TableRef
 ) -> tuple[Key, ...]:
     """Validate already-parsed keys against the table's primary-key columns; every bad key is
-    named in one refusal, so that a person fixes the list at once."""
+    named in one refusal, so that a person fixes the list at once. Duplicates are dropped,
+    order is kept."""
+    keys, problems = shaped_keys(items, key_columns, table)
+    if problems:
+        raise InvalidRequest(listed([problems[n] for n in sorted(problems)]))
+    return tuple(dict.fromkeys(keys.values()))
+
+
+def shaped_keys(
+    items: Sequence[Any], key_columns: Sequence[str], table: TableRef
+) -> tuple[dict[int, Key], dict[int, str]]:
+    """The keys that fit the table's primary-key columns and the problems of those that do
+    not, by their number in the list (from 1): a caller checks the keys that fit further and
+    names every bad key in one refusal."""
     if not items:
         raise InvalidRequest(f"the key list for {table} is empty")
     columns = ", ".join(key_columns)
-    keys: dict[Key, None] = {}
-    problems: list[str] = []
+    keys: dict[int, Key] = {}
+    problems: dict[int, str] = {}
     for number, item in enumerate(items, start=1):
         if isinstance(item, dict):
             if set(item) != set(key_columns):
-                problems.append(
+                problems[number] = (
                     f"key #{number} of {table} names columns {sorted(item)}, "
                     f"the primary key is ({columns})"
                 )
@@ -165,17 +178,15 @@ def coerce_keys(
         else:
             values = [item]
         if len(values) != len(key_columns):
-            problems.append(
+            problems[number] = (
                 f"key #{number} of {table} has {len(values)} value(s), "
                 f"the primary key ({columns}) has {len(key_columns)}"
             )
         elif any(v is None or v == "" for v in values):
-            problems.append(f"key #{number} of {table} has an empty value: {item!r}")
+            problems[number] = f"key #{number} of {table} has an empty value: {item!r}"
         else:
-            keys[tuple(freeze(v) for v in values)] = None
-    if problems:
-        raise InvalidRequest(listed(problems))
-    return tuple(keys)
+            keys[number] = tuple(freeze(v) for v in values)
+    return keys, problems
 
 
 def listed(problems: Sequence[str], most: int = 5) -> str:

@@ -20,14 +20,14 @@ from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import (
     DumpKind,
     DumpRequest,
-    coerce_keys,
+    key_items,
     listed,
-    parse_keys,
+    shaped_keys,
 )
 from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
 from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.direct_target import check_direct_target, default_mode
-from airflow_provider_dblog.sources.base import ChunkSource, SourceError
+from airflow_provider_dblog.sources.base import ChunkSource, InvalidKey, SourceError
 
 T = TypeVar("T")
 
@@ -112,14 +112,43 @@ def checked_keys(
     source: ChunkSource, table: TableRef, keys: str | Sequence[object], columns: tuple[str, ...]
 ) -> tuple[Key, ...]:
     """`keys` (text as `dblog dump --keys` takes it, or parsed JSON values) as the source
-    normalised them."""
+    normalised them. Every bad key is named in one refusal: those that do not fit the key's
+    columns and those with a value its column's type refuses."""
     if isinstance(keys, str):
-        parsed = parse_keys(keys, columns, table, lambda: source.max_key(table))
+        items = key_items(keys, columns, table, lambda: source.max_key(table))
     elif isinstance(keys, Sequence):
-        parsed = coerce_keys(list(keys), columns, table)
+        items = list(keys)
     else:
         raise InvalidRequest(f"keys must be a list or text, got {keys!r}")
-    return source.check_keys(table, parsed) if parsed else parsed
+    shaped, problems = shaped_keys(items, columns, table)
+    normalised: tuple[Key, ...] = ()
+    try:
+        normalised = source.check_keys(table, list(shaped.values()))
+    except InvalidKey:
+        problems.update(_refused_keys(source, table, list(shaped.items())))
+    if problems:
+        raise InvalidRequest(listed([problems[n] for n in sorted(problems)]))
+    return normalised
+
+
+def _refused_keys(
+    source: ChunkSource, table: TableRef, keys: list[tuple[int, Key]]
+) -> dict[int, str]:
+    """Each of the numbered `keys` that has a value the source refuses, with its reason. The
+    source names only the first value it refuses in a list: the list is checked by halves,
+    so a few bad keys among many cost a few queries."""
+    try:
+        source.check_keys(table, [key for _, key in keys])
+    except InvalidKey as refusal:
+        if len(keys) == 1:
+            ((number, _),) = keys
+            return {number: f"key #{number}: {refusal}"}
+        half = len(keys) // 2
+        return {
+            **_refused_keys(source, table, keys[:half]),
+            **_refused_keys(source, table, keys[half:]),
+        }
+    return {}
 
 
 def build_request(

@@ -213,6 +213,14 @@ def test_a_repair_needs_keys_or_a_filter(checks: Checks) -> None:
             ],
         ),
         (
+            {"tables": ["public.orders"], "keys": [["eu", 7], ["us"], ["eu", "x"], ["us", "y"]]},
+            [
+                "key #2 of public.orders has 1 value(s), the primary key (region, n) has 2; "
+                "key #3: key value 'x' is not a valid integer for column n of public.orders",
+                "; key #4: key value 'y' is not a valid integer for column n",
+            ],
+        ),
+        (
             {"tables": ["public.nope"], "subset_only": True, "parallelism": "two"},
             [
                 "give keys or a filter (where)",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from airflow_provider_dblog.core.dump_plan import (
@@ -9,16 +11,28 @@ from airflow_provider_dblog.core.dump_plan import (
     DumpRequest,
     TablePlanner,
     TableProgress,
+    coerce_keys,
     estimated_fraction,
     key_example,
-    parse_keys,
+    key_items,
+    shaped_keys,
 )
 from airflow_provider_dblog.core.errors import InvalidRequest
-from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.event import Key, TableRef
 
 pytestmark = pytest.mark.unit
 
 T = TableRef("public", "t")
+
+
+def parse_keys(
+    text: str,
+    columns: tuple[str, ...],
+    table: TableRef,
+    sample_key: Callable[[], Key | None] = lambda: None,
+) -> tuple[Key, ...]:
+    """A key list as a person types it, parsed and checked against the key's columns."""
+    return coerce_keys(key_items(text, columns, table, sample_key), columns, table)
 
 
 @pytest.mark.parametrize(
@@ -81,6 +95,15 @@ def test_every_malformed_key_of_a_list_is_named_at_once() -> None:
     assert "key #3 of public.t names columns ['region']" in message
     assert "key #4 of public.t has an empty value" in message
     assert "key #2" not in message and message.endswith("; and 2 more"), message
+
+
+def test_the_keys_that_fit_are_kept_for_further_checks_beside_the_problems() -> None:
+    keys, problems = shaped_keys([["eu", 7], ["us"], ["eu", "x"], {"n": 1}], ("region", "n"), T)
+    assert keys == {1: ("eu", 7), 3: ("eu", "x")}
+    assert problems == {
+        2: "key #2 of public.t has 1 value(s), the primary key (region, n) has 2",
+        4: "key #4 of public.t names columns ['n'], the primary key is (region, n)",
+    }
 
 
 def test_the_composite_key_example_follows_the_key_order_and_types() -> None:
