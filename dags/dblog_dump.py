@@ -19,7 +19,8 @@ watermarks, without locking the tables or stalling the log. Its trigger form tak
 - **read_only** on: nothing is written to the source database (the watermarks are positions
   in its log); sequenced only, and refused on MySQL.
 
-Counts below 1 are refused when you press Trigger. The run checks the rest of the request
+Counts below 1, and keys that fit no table's key (a key with no value, keys unlike the
+first), are refused when you press Trigger. The run checks the rest of the request
 first (`check_request`: unknown tables, malformed keys, a filter the source refuses fail it
 at once, every problem in one message, before anything is registered), waits for a healthy
 tailer, then runs the dump on Spark (`dump`). The dump task's log shows the rows done, the

@@ -2,18 +2,22 @@
 reach the operators.
 
 How the form reads a param's JSON schema (Airflow 3.3, `FlexibleForm/FieldSelector.tsx`):
-a `type` that includes "null" is optional (no red asterisk, an empty field sends null); an
-array with `examples` is a multi-select of those values; a type list of more than one non-null
-type is a text box whose text is kept as JSON when it parses to one of the types, as the raw
-text otherwise; a number field clamps what is typed to the schema's `minimum` and `maximum`
-when it loses focus, silently, and reads no other bound. So the counts carry
-`exclusiveMinimum: 0`: the form leaves a typed 0 as typed, and the api-server refuses the
-trigger, naming the param (Airflow validates the conf against each param's schema before it
-creates the run, and reports the first param refused). What a schema cannot judge (a key
-list against the table's key, a filter, table names) `check_request`, the run's first task,
-refuses at once with every problem in one message. The text of `keys` and `where` reaches
-the request unchanged. The help is each schema's `description_md`, which the form renders as
-Markdown (`description` it shows as plain text); an enum's labels are its `values_display`.
+a `type` that includes "null" is optional (no red asterisk, an empty field sends null; a
+switch of type boolean-or-null still sends true or false); an array with `examples` is a
+multi-select of those values; a type list of more than one non-null type is a text box whose
+text is kept as JSON when it parses to one of the types, as the raw text otherwise; a number
+field clamps what is typed to the schema's top-level `minimum` and `maximum` when it loses
+focus, silently, and reads no other keyword. The api-server validates the conf against each
+param's schema before it creates the run and refuses the trigger, naming the first param
+refused, with jsonschema's message, which prints the (sub)schema that failed. So a bound sits
+in an `allOf` (no silent clamp; the message shows `{'minimum': 1}`, not the whole schema),
+and the help of a count is its plain `description`, kept outside the schema. The key list's
+schema refuses what fits no table's key (a key of no value, keys unlike the first); what a
+schema cannot judge (a key list against the table's key, a filter, table names)
+`check_request`, the run's first task, refuses at once with every problem in one message.
+The text of `keys` and `where` reaches the request unchanged. The help of the other params is
+each schema's `description_md`, which the form renders as Markdown; an enum's labels are its
+`values_display`.
 
 The values reach the operators through `ParamValue`, not `{{ params.x }}`: Jinja's native
 rendering runs `ast.literal_eval` on a string it renders, so keys typed as `1e3`, `None` or
@@ -88,13 +92,49 @@ def table_param(choices: list[str]) -> Param:
     return Param(description_md="The table (`schema.table`).", **schema)
 
 
+MOST_KEY_COLUMNS = 32
+"""The most columns a primary key has: PostgreSQL's limit on an index (MySQL's is 16)."""
+
+_KEY_VALUE = {"type": ["string", "number", "boolean"], "minLength": 1}
+
+
+def _like_the_first(shape: dict[str, Any], description: str) -> dict[str, Any]:
+    """Every key of the list has `shape` when the first one has it."""
+    return {
+        "if": {"prefixItems": [shape]},
+        "then": {"items": {**shape, "description": description}},
+    }
+
+
 def keys_param(*, when_empty: str) -> Param:
     """Optional primary keys of one table as text (what `dblog dump --keys` takes) or a JSON
-    array; `when_empty` says what the dump is without them."""
+    array; `when_empty` says what the dump is without them. An array fits no table's key when
+    a key has no value or is unlike the first key (one value, an object, a list of another
+    length): refused at trigger, before the run, naming the key."""
     return Param(
         None,
         type=["string", "array", "null"],
-        items={"type": ["string", "number", "boolean", "array", "object"]},
+        items={  # a value, a list of values or an object of values: each keyword its type's
+            "type": ["string", "number", "boolean", "array", "object"],
+            "minLength": 1,
+            "minItems": 1,
+            "items": _KEY_VALUE,
+            "minProperties": 1,
+            "additionalProperties": _KEY_VALUE,
+        },
+        allOf=[
+            _like_the_first(
+                {"type": ["string", "number", "boolean"]}, "every key is one value, as the first"
+            ),
+            _like_the_first({"type": "object"}, "every key names its columns, as the first"),
+            *(
+                _like_the_first(
+                    {"type": "array", "minItems": n, "maxItems": n},
+                    "every key has as many values as the first: one per primary-key column",
+                )
+                for n in range(1, MOST_KEY_COLUMNS + 1)
+            ),
+        ],
         description_md=f"Primary keys of the one table chosen. {KEYS_HELP} Empty: {when_empty}.",
     )
 
@@ -118,31 +158,39 @@ def where_param() -> Param:
     )
 
 
-def chunk_size_param() -> Param:
-    """Optional: empty is the mode's default (`dump.request.DEFAULT_CHUNK_SIZE`)."""
-    return Param(
-        None,
-        type=["integer", "null"],
-        exclusiveMinimum=0,
-        description_md=(
-            "How many rows one chunk reads (with **keys**: how many of the keys, a row each), "
-            "a whole number of at least 1. The table is read chunk by chunk without locking "
-            "it, and live changes keep flowing between chunks. Larger chunks finish the dump "
-            "sooner; in sequenced mode the live changes wait while a chunk's rows are sent, "
-            "so very large chunks delay them. Empty: 10,000 sequenced, 100,000 direct."
-        ),
-    )
+CHUNK_SIZE_HELP = (
+    "How many rows one chunk reads (with keys: how many of the keys, a row each), a whole "
+    "number of at least 1. The table is read chunk by chunk without locking it, and live "
+    "changes keep flowing between chunks. Larger chunks finish the dump sooner; in sequenced "
+    "mode the live changes wait while a chunk's rows are sent, so very large chunks delay "
+    "them. Empty: 10,000 sequenced, 100,000 direct."
+)
+"""The chunk size's help in a form that offers the mode."""
+
+REPAIR_CHUNK_SIZE_HELP = (
+    "How many of the keys one chunk reads (a row each), or with a filter how many rows of the "
+    "table (those matching it are sent): a whole number of at least 1. Live changes keep "
+    "flowing between chunks; very large chunks can delay them. Empty: 10,000 (100,000 in a "
+    "deployment with a lake)."
+)
+"""The repair's: its form offers no mode, and a repair reads keys or a filter's rows."""
+
+
+def chunk_size_param(help_text: str = CHUNK_SIZE_HELP) -> Param:
+    """Optional: empty is the mode's default (`dump.request.DEFAULT_CHUNK_SIZE`). The bound
+    in an `allOf` and the help outside the schema keep a refusal short (module docs)."""
+    return Param(None, description=help_text, type=["integer", "null"], allOf=[{"minimum": 1}])
 
 
 def parallelism_param(default: int) -> Param:
     return Param(
         default,
-        type="integer",
-        exclusiveMinimum=0,
-        description_md=(
+        description=(
             "How many chunks are read at once, each from its own range of the table: at least "
             "1. More is faster and puts more load on the source database."
         ),
+        type="integer",
+        allOf=[{"minimum": 1}],
     )
 
 
@@ -172,10 +220,11 @@ def mode_param() -> Param:
 
 
 def read_only_param() -> Param:
-    """A switch: on, the dump writes nothing to the source (`DBLogDumpOperator.read_only`)."""
+    """A switch: on, the dump writes nothing to the source (`DBLogDumpOperator.read_only`).
+    Optional (null: off), so the form marks it with no "required" asterisk."""
     return Param(
         False,
-        type="boolean",
+        type=["boolean", "null"],
         description_md=(
             "Write nothing to the source database: each chunk's watermarks are positions in "
             "its log, which the log tailer marks, instead of rows written into the watermark "

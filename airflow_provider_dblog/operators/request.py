@@ -99,7 +99,10 @@ def optional_filter(value: Any) -> str | None:
 
 
 def flag(name: str, value: Any) -> bool:
-    """A switch from a param or a template: a bool, or its text ("true", "False")."""
+    """A switch from a param or a template: a bool, or its text ("true", "False"); None (an
+    optional param left empty) is off."""
+    if value is None:
+        return False
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):

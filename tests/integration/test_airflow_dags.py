@@ -245,11 +245,19 @@ BAD_PARAMS = {
         {"table": "public.orders", "keys": ["eu", 1]},
         "key #1 of public.orders has 1 value(s), the primary key (region, n) has 2",
     ),
-    "every-bad-key-at-once": (  # a chunk size of 0 is refused at trigger (tests/unit/test_dags.py)
-        "dblog_dump",
-        {"tables": ["public.orders"], "keys": [["eu"], ["us", 1, 2]]},
+    # A chunk size of 0 and keys unlike the first are refused at trigger (tests/unit/test_dags.py).
+    "every-bad-key-at-once": (
+        "dblog_repair",
+        {"table": "public.orders", "keys": [["eu"], ["us"], ["eu"]]},
         "key #1 of public.orders has 1 value(s), the primary key (region, n) has 2; "
-        "key #2 of public.orders has 3 value(s)",
+        "key #2 of public.orders has 1 value(s), the primary key (region, n) has 2; "
+        "key #3 of public.orders has 1 value(s)",
+    ),
+    "every-bad-value-at-once": (
+        "dblog_dump",
+        {"tables": ["public.orders"], "keys": [["eu", 7], ["us", "x"], ["eu", "y"]]},
+        "key #2: key value 'x' is not a valid integer for column n of public.orders: invalid "
+        "input syntax for type integer",
     ),
     "filter-syntax-error": (
         "dblog_repair",

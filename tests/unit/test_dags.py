@@ -104,8 +104,8 @@ def test_optional_params_are_optional_in_the_form_and_counts_say_what_they_are()
     }
     assert required == {
         "dblog_backfill": {"parallelism"},
-        "dblog_dump": {"source", "parallelism", "read_only"},  # a checkbox, off by default
-        "dblog_repair": {"table", "read_only"},  # keys or where: `check_request` asks for one
+        "dblog_dump": {"source", "parallelism"},  # read_only: a switch, off by default
+        "dblog_repair": {"table"},  # keys or where: `check_request` asks for one
     }
     # An empty chunk size is the mode's default (`dump/request.py`), as its help says.
     forms = ("dblog_backfill", "dblog_dump", "dblog_repair")
@@ -114,15 +114,20 @@ def test_optional_params_are_optional_in_the_form_and_counts_say_what_they_are()
         for name in ("chunk_size", "parallelism"):
             if name in dag.params:
                 param = dag.params.get_param(name)
-                assert "at least 1" in param.schema["description_md"], (dag.dag_id, name)
-                # The form's number field would silently clamp a typed 0 to a minimum; it
-                # reads no exclusiveMinimum, which the api-server checks at trigger.
-                assert not {"minimum", "maximum"} & set(param.schema), param.schema
-                assert param.schema["exclusiveMinimum"] == 0, param.schema
+                assert "at least 1" in param.description, (dag.dag_id, name)
+                # The form's number field would silently clamp a typed 0 to a top-level
+                # minimum; the bound sits in an allOf, which the api-server checks at trigger.
+                assert not {"minimum", "maximum", "exclusiveMinimum"} & set(param.schema)
+                assert param.schema["allOf"] == [{"minimum": 1}], param.schema
+                assert "description_md" not in param.schema, param.schema
         if "chunk_size" in dag.params:
-            help_text = dag.params.get_param("chunk_size").schema["description_md"]
-            assert "Empty: 10,000 sequenced, 100,000 direct." in help_text
-            assert "rows one chunk reads" in help_text and "watermark" not in help_text
+            help_text = dag.params.get_param("chunk_size").description
+            assert "one chunk reads" in help_text and "watermark" not in help_text
+            if "mode" in dag.params:
+                assert "Empty: 10,000 sequenced, 100,000 direct." in help_text
+            else:  # the repair offers no mode: its help speaks of none
+                assert "sequenced" not in help_text and "direct" not in help_text, help_text
+                assert "Empty: 10,000 (100,000 in a deployment with a lake)." in help_text
 
 
 def test_the_mode_select_shows_words_for_every_choice() -> None:
@@ -159,14 +164,68 @@ def test_the_trigger_refuses_counts_below_1_before_the_run_starts(
     dag_id: str, conf: dict[str, Any], bad: str
 ) -> None:
     """What the api-server runs on a trigger (`create_dagrun`: the conf merged into the
-    params, then validated) refuses the conf, naming the param: no run is created."""
+    params, then validated) refuses the conf, naming the param: no run is created. The form
+    shows the message as it is: short, the bound and the value, never the param's help."""
     from airflow.sdk.exceptions import ParamValidationError
 
     params = serialized_params(dag_id)
-    with pytest.raises(ParamValidationError, match=f"^Invalid input for param {bad}: "):
+    with pytest.raises(ParamValidationError, match=f"^Invalid input for param {bad}: ") as no:
         params.deep_merge(conf).validate()
+    if bad != "keys":
+        assert str(no.value).startswith(
+            f"Invalid input for param {bad}: {conf[bad]} is less than the minimum of 1\n"
+        ), no.value
+        assert "{'minimum': 1}" in str(no.value) and len(str(no.value)) < 300, no.value
+    assert "description" not in str(no.value), no.value
     good = {**conf, bad: 1 if bad != "keys" else [1]}
     params.deep_merge(good).validate()
+
+
+@pytest.mark.parametrize(
+    ("keys", "refused"),
+    [
+        ([["eu", 7], ["us"], ["eu", "x"]], "['us'] is too short"),
+        ([["eu", 7], ["us", 1, 2]], "['us', 1, 2] is too long"),
+        ([["eu", 1], []], "[] should be non-empty"),
+        ([1, ["eu", 2]], "['eu', 2] is not of type 'string', 'number', 'boolean'"),
+        ([{"region": "eu", "n": 1}, ["us", 2]], "['us', 2] is not of type 'object'"),
+        ([["eu", ""]], "'' should be non-empty"),
+        ([[["eu"], 1]], "['eu'] is not of type 'string', 'number', 'boolean'"),
+        ([{}], "{} should be non-empty"),
+    ],
+)
+def test_the_trigger_refuses_a_key_list_that_fits_no_table(keys: Any, refused: str) -> None:
+    """Keys unlike the first, or a key without a value, fit no table's primary key: refused
+    at trigger, naming the key, before a run starts."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    for dag_id, conf in (
+        ("dblog_dump", {"tables": ["public.orders"]}),
+        ("dblog_repair", {"table": "public.orders"}),
+    ):
+        params = serialized_params(dag_id)
+        with pytest.raises(ParamValidationError) as no:
+            params.deep_merge({**conf, "keys": keys}).validate()
+        assert str(no.value).startswith(f"Invalid input for param keys: {refused}\n"), no.value
+        assert "Primary keys of" not in str(no.value)  # the help stays out of the message
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [["eu", 1], ["us", 2]],
+        [1, "2", 3.5, True],
+        [{"region": "eu", "n": 1}, {"n": 2, "region": "us"}],
+        ["a" * 3] * 40,
+        [list(range(32)), list(range(32))],
+        "1,2,3",
+        '[["eu", 1], ["us"]]',  # text: `check_request` judges it against the key
+        [],
+    ],
+)
+def test_the_trigger_takes_key_lists_alike(keys: Any) -> None:
+    params = serialized_params("dblog_repair")
+    params.deep_merge({"table": "public.orders", "keys": keys}).validate()
 
 
 @pytest.mark.parametrize(
@@ -235,6 +294,17 @@ def test_an_empty_filter_box_sends_no_filter() -> None:
     task.render_template_fields({"params": params.validate()})  # type: ignore[arg-type]
     assert task.where is None
     assert task.read_only is False  # the checkbox's default: watermarks written as before
+
+
+def test_read_only_left_empty_through_the_api_writes_as_before() -> None:
+    from airflow_provider_dblog.operators.request import flag
+
+    dag = dag_bag().dags["dblog_repair"]
+    params = copy.deepcopy(dag.params)
+    params.update({"table": "public.orders", "keys": "1", "read_only": None})
+    task = copy.deepcopy(dag.get_task("check_request"))
+    task.render_template_fields({"params": params.validate()})  # type: ignore[arg-type]
+    assert task.read_only is None and flag("read_only", task.read_only) is False
 
 
 def test_the_repair_form_sends_its_one_table_as_a_list_of_one() -> None:
