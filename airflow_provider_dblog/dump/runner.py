@@ -125,6 +125,7 @@ def run_dump(
                     bounded=bounded_chunks,
                     where=request.where,
                 )
+                progress[table] = planner.progress
                 if planner.needs_max_key:
                     planner.begin(patiently(partial(sources[0].max_key, table), source_patience_s))
                     patiently(partial(store.dumps.save_progress, dump_id, planner.progress))
@@ -153,6 +154,10 @@ def run_dump(
                     return ended
                 if direct is not None:
                     _prune_tombstones(store, direct, table)
+        # Redis may have lost a table's last saves (a failover): saved again, its progress
+        # and the counters it sums into are right again (`DumpStore.save_progress`).
+        for table_progress in progress.values():
+            patiently(partial(store.dumps.save_progress, dump_id, table_progress))
         patiently(partial(store.dumps.mark, dump_id, DumpState.DONE))
         return DumpState.DONE
     except Exception as exc:
@@ -303,7 +308,7 @@ def run_table(
         for chunk, outcome in slots.ended():
             planner.complete(chunk, outcome.rows, outcome.last_key)
             planner.progress.rows_written += outcome.written
-            patiently(partial(store.dumps.chunk_done, dump_id, planner.progress, outcome.rows))
+            patiently(partial(store.dumps.chunk_done, dump_id, planner.progress))
             if on_progress is not None:
                 on_progress(dump_id, planner.progress)
             if controls is not None and ending is None:

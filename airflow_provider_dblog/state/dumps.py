@@ -7,7 +7,10 @@ Durability (see the package's docstring for what a crash of Redis loses):
 
 - dump progress or counters lost: the dump resumes from an earlier chunk and reads some rows
   again (duplicates, never gaps: progress is saved after the window closed, so it never
-  survives the close it depends on).
+  survives the close it depends on). The status's `chunks` and `rows` are the sums of the
+  tables' `chunks_done` and `rows_done`: each save of a table's progress moves them by its
+  difference from the one stored, not by one chunk, so what a lost write took is counted
+  again by the table's next save (a dump that completes saves every table's once more).
 - dump request, status or controls lost: the last second of Airflow's writes; the caller sees
   the request missing or a control not applied and asks again.
 """
@@ -205,36 +208,50 @@ return 1
         """Dump ids, oldest first."""
         return [text(d) for d in self._r.lrange(self.keys.dumps, 0, -1)]
 
-    @reachable
-    def save_progress(self, dump_id: str, progress: TableProgress) -> None:
-        """Store a table's durable progress; call it after the window closed."""
-        self._r.hset(
-            self.keys.dump_progress(dump_id),
-            str(progress.table),
-            compact_json(progress.to_json()),
-        )
-
-    # KEYS: progress, status. ARGV: table, progress JSON, rows. Returns 1, -1 (no such dump).
-    _CHUNK_DONE = """
+    # KEYS: progress, status. ARGV: table, progress JSON, its chunks_done and rows_done, '1' if
+    # a chunk ended (a running dump's note is cleared). Returns 1, or -1 (no such dump). The
+    # counters move by the difference from the table's stored progress: they stay its sums.
+    _SAVE_PROGRESS = """
 if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+local chunks, rows = 0, 0
+local stored = redis.call('HGET', KEYS[1], ARGV[1])
+if stored then
+  local was = cjson.decode(stored)
+  chunks, rows = was.chunks_done, was.rows_done
+end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('HINCRBY', KEYS[2], 'chunks', 1)
-redis.call('HINCRBY', KEYS[2], 'rows', ARGV[3])
-if redis.call('HGET', KEYS[2], 'state') == 'running' then
+redis.call('HINCRBY', KEYS[2], 'chunks', string.format('%d', ARGV[3] - chunks))
+redis.call('HINCRBY', KEYS[2], 'rows', string.format('%d', ARGV[4] - rows))
+if ARGV[5] == '1' and redis.call('HGET', KEYS[2], 'state') == 'running' then
   redis.call('HSET', KEYS[2], 'reason', '')
 end
 return 1
 """
 
     @reachable
-    def chunk_done(self, dump_id: str, progress: TableProgress, rows: int) -> None:
+    def save_progress(self, dump_id: str, progress: TableProgress) -> None:
+        """Store a table's durable progress (call it after the window closed), and the dump's
+        counters with it (see the module's docstring)."""
+        self._save_progress(dump_id, progress, chunk_ended=False)
+
+    @reachable
+    def chunk_done(self, dump_id: str, progress: TableProgress) -> None:
         """A chunk ended: its table's progress and the dump's counters move in one step, so a
         dump killed at any moment never counts a chunk it will read again, nor misses one. A
         running dump's `note` is cleared: it moves again."""
+        self._save_progress(dump_id, progress, chunk_ended=True)
+
+    def _save_progress(self, dump_id: str, progress: TableProgress, *, chunk_ended: bool) -> None:
         result = self._eval(
-            self._CHUNK_DONE,
+            self._SAVE_PROGRESS,
             keys=[self.keys.dump_progress(dump_id), self.keys.dump_status(dump_id)],
-            args=[str(progress.table), compact_json(progress.to_json()), rows],
+            args=[
+                str(progress.table),
+                compact_json(progress.to_json()),
+                progress.chunks_done,
+                progress.rows_done,
+                int(chunk_ended),
+            ],
         )
         if result == -1:
             raise UnknownDump(f"no dump {dump_id}")

@@ -201,7 +201,7 @@ def test_dump_trigger_logs_each_tables_rows_rate_and_time_left(
         for chunk in (1, 2, 3, 4):
             await asyncio.sleep(0.2)  # the rows take time, so the rate is finite
             progress = TableProgress(T, started=True, key_index=2 * chunk, rows_done=2 * chunk)
-            store.dumps.chunk_done("paced", replace(progress, chunks_done=chunk), rows=2)
+            store.dumps.chunk_done("paced", replace(progress, chunks_done=chunk))
             await logged(rf"dump paced: public\.accounts: {2 * chunk} rows")
         store.dumps.mark("paced", DumpState.DONE)
         return dict((await asyncio.wait_for(waiting, 30)).payload)

@@ -6,8 +6,9 @@ new leader's lease and token, the dump's latest progress and windows. The frozen
 
 Afterwards no two tailers have had a batch accepted by the output with the same token, nor one
 after another's with a token not larger (each tailer journals the batches its output accepted:
-journaled_tailer.py); the dump completes; the NDJSON stream's positions strictly increase and
-it replays to the source.
+journaled_tailer.py); the dump completes, its status counting every chunk and row it counted
+(though the replica lacked some of the counts); the NDJSON stream's positions strictly increase
+and it replays to the source.
 
 A seed picks the moment the replica starts lagging, when the leader freezes and how long the
 writes go on before the kill; it is printed, and named in every failure. One random seed per
@@ -35,7 +36,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
+from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, TableProgress
+from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis_sentinel import SERVICE_NAME, RedisSentinelGroup
 from airflow_provider_dblog.dump.runner import run_dump
@@ -149,7 +151,10 @@ def _run(
     tailers = {"a": TailProcess(config, "a", env, tmp_path / "a.log", module=module)}
     writer: Writer | None = None
     ended: list[DumpState | Exception] = []
-    dumping = threading.Thread(target=lambda: ended.append(_dump(store, dbs.source.chunk_source)))
+    counted: dict[TableRef, TableProgress] = {}
+    dumping = threading.Thread(
+        target=lambda: ended.append(_dump(store, dbs.source.chunk_source, counted))
+    )
     frozen: TailProcess | None = None
     try:
         wait_until(lambda: _leader(client, keys) is not None, 60, f"a leader {why}")
@@ -204,7 +209,14 @@ def _run(
         wait_until(lambda: answered(unthrottle), 60, f"the dump unthrottled {why}")
 
         dumping.join(300)
-        assert ended == [DumpState.DONE], (ended, store.dumps.status("lossy"), why)
+        status = store.dumps.status("lossy")
+        assert ended == [DumpState.DONE], (ended, status, why)
+        # The chunks whose counts the promoted replica lacked are counted all the same.
+        assert status is not None, why
+        assert (status.chunks, status.rows) == (
+            sum(p.chunks_done for p in counted.values()),
+            sum(p.rows_done for p in counted.values()),
+        ), (status, counted, why)
         writer.stop()
         wait_caught_up(dbs, timeout_s=120)
         for name, tail in tailers.items():
@@ -240,9 +252,18 @@ def _run(
     assert state_differences(source_state(dbs.source), materialize(events)) == [], why
 
 
-def _dump(store: StateStore, open_source: Callable[[], ChunkSource]) -> DumpState | Exception:
+def _dump(
+    store: StateStore,
+    open_source: Callable[[], ChunkSource],
+    counted: dict[TableRef, TableProgress],
+) -> DumpState | Exception:
+    """Run the dump; `counted` gets each table's progress as the dump itself counts it."""
+
+    def count(_: str, progress: TableProgress) -> None:
+        counted[progress.table] = progress
+
     try:
-        return run_dump(store, open_source, "lossy", window_timeout_s=5)
+        return run_dump(store, open_source, "lossy", window_timeout_s=5, on_progress=count)
     except Exception as exc:  # the test names it
         return exc
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import redis
 
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, TableProgress
 from airflow_provider_dblog.core.errors import InvalidRequest
@@ -53,8 +54,10 @@ def test_dump_request_progress_and_status_round_trip(store: StateStore) -> None:
     store.dumps.count("d-all", chunks=1, rows=1000)
     store.dumps.count("d-all", windows_retried=1)
 
-    progress = TableProgress(T, started=True, max_key=(99, "z"), after=(41, "ä"), chunks_done=2)
-    store.dumps.chunk_done("d-all", progress, 500)  # the progress and the counters at once
+    progress = TableProgress(
+        T, started=True, max_key=(99, "z"), after=(41, "ä"), chunks_done=2, rows_done=500
+    )
+    store.dumps.chunk_done("d-all", progress)  # the progress and the counters at once
     store.dumps.save_progress("d-all", TableProgress(TableRef("shop", "lines")))
     loaded = store.dumps.load_progress("d-all")
     assert loaded == {
@@ -67,7 +70,7 @@ def test_dump_request_progress_and_status_round_trip(store: StateStore) -> None:
     status = store.dumps.status("d-all")
     assert status is not None
     assert (status.state, status.reason, status.chunks, status.rows, status.windows_retried) == (
-        DumpState.FAILED, "source went away", 2, 1500, 1,
+        DumpState.FAILED, "source went away", 3, 1500, 1,
     )  # fmt: skip
     assert status.started_ms is not None and status.finished_ms is not None
     assert status.created_ms <= status.started_ms <= status.finished_ms
@@ -77,9 +80,39 @@ def test_dump_request_progress_and_status_round_trip(store: StateStore) -> None:
     with pytest.raises(UnknownDump):
         store.dumps.count("nope", chunks=1)
     with pytest.raises(UnknownDump):
-        store.dumps.chunk_done("nope", progress, 1)
+        store.dumps.chunk_done("nope", progress)
     assert store.dumps.load_progress("nope") == {}
     assert store.dumps.status("nope") is None
+
+
+def test_counts_a_lost_write_took_come_back_with_the_next_save(
+    client: redis.Redis, store: StateStore
+) -> None:
+    """A failover to a replica that missed the last writes takes a chunk's progress and its
+    counts together; the dump goes on from what it holds, and its next saves (each table's
+    again when it completes) make the counts its tables' sums again."""
+    lines = TableRef("shop", "lines")
+    store.dumps.create(DumpRequest("lossy", DumpKind.ALL, (lines, T)))
+    store.dumps.mark("lossy", DumpState.RUNNING)
+    store.dumps.chunk_done("lossy", TableProgress(lines, started=True, chunks_done=1, rows_done=10))
+    keys = [store.dumps.keys.dump_progress("lossy"), store.dumps.keys.dump_status("lossy")]
+    replica = {key: client.hgetall(key) for key in keys}
+    done_lines = TableProgress(lines, started=True, done=True, chunks_done=2, rows_done=15)
+    store.dumps.chunk_done("lossy", done_lines)
+    store.dumps.chunk_done("lossy", TableProgress(T, started=True, chunks_done=1, rows_done=7))
+    for key, fields in replica.items():  # promoted: the last two writes are gone
+        client.delete(key)
+        client.hset(key, mapping=fields)
+
+    orders = TableProgress(T, started=True, done=True, chunks_done=2, rows_done=9)
+    store.dumps.chunk_done("lossy", orders)
+    status = store.dumps.status("lossy")
+    assert status is not None and (status.chunks, status.rows) == (3, 19)
+    store.dumps.save_progress("lossy", done_lines)
+    store.dumps.save_progress("lossy", orders)
+    status = store.dumps.status("lossy")
+    assert status is not None and (status.chunks, status.rows) == (4, 24)
+    assert store.dumps.load_progress("lossy") == {lines: done_lines, T: orders}
 
 
 def test_dump_controls_change_while_it_runs(store: StateStore) -> None:
