@@ -343,7 +343,8 @@ function fillDump(card, d, tailer) {
     else if (finished) figures.push(`stopped (${d.state})`);
     $(".figures", row).textContent = figures.join(" · ");
   }
-  for (const button of $(".controls", card).querySelectorAll("button")) button.disabled = finished;
+  // A finished dump takes no control: only "resume from its last chunk", if it can resume.
+  $(".controls", card).hidden = finished;
   if (finished) $(".confirm", card).hidden = true;
   $(".rerun", card).hidden = !RESUMABLE.includes(d.state);
 }

@@ -10,7 +10,8 @@ labels do not cover one another. A filtered dump's card shows its filter beside 
 text whatever markup it holds. A tailer stopped is flagged long before its heartbeat expires,
 and a dump started meanwhile warns that no tailer runs; that dump fails, and is resumed from
 the page (after cancel asked for confirmation on another) to done, its measured pace and ETA
-shown as it runs. A dump task's link from Airflow opens that dump alone, which links back to
+shown as it runs; a failed or cancelled dump offers that one way to resume and no other
+control, a done one none. A dump task's link from Airflow opens that dump alone, which links back to
 its DAG run; the list shows the most recent dumps, the rest behind "show more" and a count.
 The last screenshot is kept (see `screenshots_dir`).
 """
@@ -202,6 +203,7 @@ def test_live_view_follows_a_dump_and_drives_its_controls(
                 timeout_s=120,
             )
             assert sorted(percents) == sorted(f"{t} 100" for t in TABLES)
+            assert page.evaluate(shown_buttons("ui-dump")) == []  # done: nothing to press
             closed = page.evaluate(
                 "document.querySelectorAll('tr.window[data-state=closed]').length"
             )
@@ -375,6 +377,9 @@ def test_a_stopped_tailer_is_flagged_and_a_failed_dump_resumed_from_the_page(
         click(page, "ui-cancel", "confirm-cancel")
         page.wait(f"{dump_card('ui-cancel')}.dataset.state === 'cancelled'", "cancelled")
         assert page.evaluate(f"{dump_card('ui-cancel')}.querySelector('.rerun').hidden") is False
+        # One way to resume it, and no control a finished dump cannot take.
+        for stopped in ("ui-cancel", "ui-orphan"):
+            assert page.evaluate(shown_buttons(stopped)) == ["resume from its last chunk"]
         figures = page.evaluate(f"{dump_card('ui-cancel')}.querySelector('.figures').textContent")
         assert "not started" in figures and "waiting" not in figures, figures
 
@@ -482,6 +487,14 @@ def _screenshot_on_failure(page: Page, shots: Path) -> Iterator[None]:
         page.screenshot(shots / "failed.png")
         print(f"screenshots: {shots}")
         raise
+
+
+def shown_buttons(dump_id: str) -> str:
+    """A script: the labels of the buttons a person sees on a dump's card."""
+    return (
+        f"[...{dump_card(dump_id)}.querySelectorAll('button')]"
+        ".filter((b) => b.checkVisibility()).map((b) => b.textContent)"
+    )
 
 
 def _controls(store: StateStore, dump_id: str) -> Any:
