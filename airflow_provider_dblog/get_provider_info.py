@@ -120,6 +120,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [f"{_P}.triggers.dblog", f"{_P}.triggers.changes"],
             }
         ],
+        "extra-links": [f"{_P}.operators.links.DBLogLiveViewLink"],
         "asset-uris": [{"schemes": ["dblog"], "handler": f"{_P}.assets.sanitize_uri"}],
         "queues": [f"{_P}.queues.dblog.DBLogMessageQueueProvider"],
         "connection-types": [

@@ -2,14 +2,19 @@
 page in `dblog ui`, and the dump records the DAG run that asked for it, which the live view
 links back to.
 
-The live view's base URL is the `ui_url` extra of the `dblog` connection (none: no link). Its
-page of one dump is `<ui_url>/#dump=<id>`. Airflow 3 calls `get_link` on the worker when the
-task ends and keeps the answer in XCom under the link's `xcom_key`; the dump operator also
-pushes it there as soon as the dump is requested, so the link works while the dump runs.
+The live view's base URL is the `ui_url` extra of the `dblog` connection. Its page of one dump
+is `<ui_url>/#dump=<id>`. Airflow 3 calls `get_link` on the worker when the task ends and
+keeps the answer in XCom under the link's `xcom_key`; the dump operator also pushes it there
+as soon as the dump is requested, so the link works while the dump runs. The api-server
+answers from that XCom alone (the serialized DAG names the link and its key; the provider
+info's `extra-links` only lists it for `airflow providers links`), and the UI shows a link,
+in the task instance's Details tab, only when it has an http(s) URL: without a `ui_url` the
+REST API lists it with no URL and the page shows none, which the task log says.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -20,6 +25,8 @@ from airflow_provider_dblog.config import ConfigError
 from airflow_provider_dblog.core.event import JsonValue
 from airflow_provider_dblog.hooks.dblog import DBLogHook, connection_extras
 from airflow_provider_dblog.operators.request import dump_id_for
+
+log = logging.getLogger(__name__)
 
 
 def live_view_url(ui_url: str, dump_id: str) -> str:
@@ -77,12 +84,19 @@ def airflow_origin(ti: Any) -> dict[str, JsonValue]:
 
 def link_dump_and_task(hook: DBLogHook, context: Context, dump_id: str) -> None:
     """As the dump is requested: record the task instance as its origin, and the live view's
-    link in the task's XCom. Nothing outside a task run (no `ti` in the context); a `ui_url`
-    that is not a URL raises `ConfigError`."""
+    link in the task's XCom (without a `ui_url`, a log line says why there is none). Nothing
+    outside a task run (no `ti` in the context); a `ui_url` that is not a URL raises
+    `ConfigError`."""
     ti = context.get("ti")
     if ti is None:
         return
     hook.store.dumps.record_origin(dump_id, airflow_origin(ti))
     ui_url = ui_url_of(hook)
-    if ui_url is not None:
-        ti.xcom_push(key=DBLogLiveViewLink().xcom_key, value=live_view_url(ui_url, dump_id))
+    if ui_url is None:
+        log.info(
+            "no DBLog live view link: connection %s has no ui_url extra (the URL where "
+            "dblog ui is reached)",
+            hook.dblog_conn_id,
+        )
+        return
+    ti.xcom_push(key=DBLogLiveViewLink().xcom_key, value=live_view_url(ui_url, dump_id))

@@ -1,5 +1,6 @@
 """The provider as Airflow finds it: its metadata names importable classes, Airflow's CLI
-lists it, and the providers manager renders the `dblog` connection form from it."""
+lists it, and the providers manager renders the `dblog` connection form from it and lists
+its extra link."""
 
 from __future__ import annotations
 
@@ -66,3 +67,6 @@ def test_airflow_lists_the_provider_and_renders_its_connection_form(tmp_path: Pa
     behaviour = manager.field_behaviours["dblog"]
     assert behaviour["relabeling"]["host"] == "Redis host"
     assert behaviour["hidden_fields"] == ["extra"]
+    # `airflow providers links` lists the dump task's link.
+    link = "airflow_provider_dblog.operators.links.DBLogLiveViewLink"
+    assert link in manager.extra_links_class_names
