@@ -83,8 +83,11 @@ class ChunkRetries:
         return len(self.reasons) < self.max_attempts
 
     def window_backoff(self) -> float:
-        """The pause before retrying a window whose reader failed (not the tailer's verdict)."""
-        return _backoff(len(self.reasons))
+        """The pause before retrying a failed window. What failed it often passes in a moment
+        (a commit in the log but not yet visible to reads fails a window as a stale read until
+        it is), and a retry at once would meet it again: the attempts would be spent in a
+        burst rather than over seconds."""
+        return _backoff(len(self.reasons) - 1)
 
     def replica_behind(self) -> float:
         """The pause before trying again a chunk whose read replica was behind: the servers

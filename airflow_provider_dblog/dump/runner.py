@@ -426,9 +426,8 @@ def retry_chunk(
             continue
         except (UnknownWindow, ChunkReadFailed) as exc:
             # The window's keys vanished (Redis lost them) or the reader failed (a Spark job):
-            # a failed window, retried with new watermarks after a backoff.
+            # a failed window, retried with new watermarks.
             outcome = ChunkOutcome(False, 0, None, str(exc))
-            sleep(retries.window_backoff())
         if outcome.completed:
             return outcome
         reason = outcome.reason or "unknown"
@@ -439,6 +438,7 @@ def retry_chunk(
             )
         on_retry(reason)
         log.info("%s retried: %s", what, reason)
+        sleep(retries.window_backoff())
 
 
 def _count_retry(store: StateStore, dump_id: str, reason: str) -> None:

@@ -147,7 +147,17 @@ def test_a_failed_read_is_a_failed_window_retried_after_a_backoff() -> None:
     failures = [ChunkReadFailed(f"the Spark job of chunk 3 failed ({n})") for n in range(3)]
     with pytest.raises(DumpFailed, match=r"failed 3 times; last: the Spark job .* \(2\)"):
         run(clock, scripted(clock, *failures), attempts=3)
-    assert clock.sleeps == [0.25, 0.5, 1.0]
+    assert clock.sleeps == [0.25, 0.5]
+
+
+def test_windows_the_tailer_failed_are_retried_over_seconds_not_in_a_burst() -> None:
+    """A stale read fails its window while a commit is in the log but not yet visible; a
+    retry at once would read while it still is not. Spread out, the attempts outlast it."""
+    clock = Clock()
+    stale = failed_window("stale_read: transaction 7 committed before lw but was invisible")
+    outcome, retried = run(clock, scripted(clock, stale, stale, stale, stale))
+    assert outcome == DONE and len(retried) == 4
+    assert clock.sleeps == [0.25, 0.5, 1.0, 2.0]
 
 
 BEHIND = ReplicaBehind("the read replica of src has replayed the WAL up to 0/3000000: 4096 short")
