@@ -112,13 +112,14 @@ def test_optional_filter_refuses_what_is_no_text_naming_the_param(value: Any) ->
 
 
 @pytest.mark.parametrize(
-    ("value", "on"), [(True, True), (False, False), ("true", True), (" False ", False)]
+    ("value", "on"),
+    [(True, True), (False, False), ("true", True), (" False ", False), (None, False)],
 )
-def test_flag_takes_a_bool_or_its_text(value: Any, on: bool) -> None:
+def test_flag_takes_a_bool_or_its_text_and_none_is_off(value: Any, on: bool) -> None:
     assert flag("read_only", value) is on
 
 
-@pytest.mark.parametrize("value", [None, 1, "yes", "", ["true"]])
+@pytest.mark.parametrize("value", [1, "yes", "", ["true"]])
 def test_flag_refuses_the_rest_naming_the_param(value: Any) -> None:
     with pytest.raises(AirflowFailException, match=r"^read_only must be true or false, got"):
         flag("read_only", value)
