@@ -265,6 +265,18 @@ def test_bad_control_arguments_exit_2_and_leave_the_running_dump_alone(
     refused(setup, [command, "-c", str(config), *arguments], field)
 
 
+def test_every_bad_key_is_named_in_one_refusal(setup: Setup) -> None:
+    """A key of the wrong shape and keys whose values their column refuses, all at once."""
+    config = setup.write(setup.good)
+    keys = '[["eu", 7], ["us"], ["eu", "x"], ["us", 8], ["us", "1.5"]]'
+    refused(
+        setup,
+        ["dump", "-c", str(config), "--table", "orders", "--keys", keys],
+        r"key #2 of public\.orders has 1 value\(s\), .*; key #3: key value 'x' is not a valid "
+        r"integer for column n .*; key #5: key value '1\.5' is not a valid integer",
+    )
+
+
 def test_good_keys_pass_the_same_checks_normalised(setup: Setup) -> None:
     """The counterpart that keeps the cases honest: good keys of each kind pass, as the
     database normalises them."""

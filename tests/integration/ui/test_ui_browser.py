@@ -384,21 +384,23 @@ def test_a_stopped_tailer_is_flagged_and_a_failed_dump_resumed_from_the_page(
         assert "not started" in figures and "waiting" not in figures, figures
 
         # A tailer again, and the failed dump resumed from the page, slowed down so that its
-        # pace and ETA are seen while it runs.
+        # pace and ETA are seen while it runs: small chunks with a delay between them, for it
+        # may have read a few before the throttle lands.
         tailer = InProcessTailer(dbs, store, NdjsonOutput(tmp_path / "events"))
         try:
             page.wait("document.querySelector('#tailer').dataset.alive === 'yes'", "a tailer")
             click(page, "ui-orphan", "rerun")
             # A finished dump takes no throttle: it does once the run started has reopened it.
             wait_until(
-                lambda: store.dumps.throttle("ui-orphan", delay_ms=700), 60, "the dump reopened"
+                lambda: store.dumps.throttle("ui-orphan", chunk_size=10, delay_ms=700),
+                60,
+                "the dump reopened",
             )
             pace = page.wait(
                 f"{card}.dataset.state === 'running' && "
                 f"{card}.querySelector('.progress .figures').textContent.includes('ETA') && "
                 f"{card}.querySelector('.pace').textContent",
                 "the resumed dump's pace and ETA",
-                timeout_s=60,
             )
             assert "rows/s" in pace and "on average" not in pace, pace
             page.screenshot(shots / "resumed.png")
