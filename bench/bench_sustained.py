@@ -16,7 +16,9 @@ Each run prints transactions/s (sysbench's count); events/s written (rows the ru
 the sysbench tables, counted by the server: MariaDB's TABLE_STATISTICS with userstat on,
 PostgreSQL's pg_stat_user_tables); events/s read (log events of those tables the tailer made
 durable in NDJSON during the run); the tailer's lag p50/p99/worst over one sample a second;
-how long after the load it caught up; and the load average.
+how long after the load it caught up; the tailer's CPU per event read (its reading and writer
+threads); on PostgreSQL the live ceiling, `pg_recvlogical` following the same load on a slot of
+its own (`LiveCeiling`), with its lag; and the load average.
 
 The lag: every 100 ms a probe row is committed into a captured table of its own, beside
 sysbench's transactions, its `created` the server's clock at insert. The log is read in commit
@@ -37,6 +39,7 @@ import argparse
 import contextlib
 import dataclasses
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -56,8 +59,9 @@ from support import Env, RunningTailer, dblog_command, load_average, say, step, 
 from airflow_provider_dblog.core.encoded_rows import PageLines
 from airflow_provider_dblog.core.event import Event, Op
 from airflow_provider_dblog.core.lines import Lines, LogLines
+from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.devservices.mariadb import MariaDBServer
-from airflow_provider_dblog.devservices.postgres import PostgresServer
+from airflow_provider_dblog.devservices.postgres import SYSTEM_BIN_DIR, PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.state import StateStore
@@ -65,6 +69,7 @@ from airflow_provider_dblog.tailer import tune_gc
 
 PROBE_TABLE = "lag_probe"
 PROBE_INTERVAL_S = 0.1
+CEILING_SAMPLE_S = 0.1
 DUMP_CHUNK = 5000
 DATABASES = ("mariadb", "postgres")
 
@@ -375,6 +380,73 @@ def caught_up_s(db: Database, output: ProbedNdjson, timeout_s: float) -> float |
     return None if durable is None else durable - started
 
 
+# -- the live ceiling: pg_recvlogical following the same load ----------------------------------
+
+
+class LiveCeiling:
+    """`pg_recvlogical` following the run's load on a slot of its own (pgoutput, the tailer's
+    publication; status and fsync every second, as a consumer that confirms promptly), its lag
+    taken from its slot: at each sample, the age of the oldest WAL position not yet confirmed,
+    to within `CEILING_SAMPLE_S`. What the machine allows a client that does no work."""
+
+    def __init__(self, env: Env, publication: str) -> None:
+        self.env, self.publication = env, publication
+        self.slot = f"{publication}_live_ceiling"
+        self.history: list[tuple[float, int, int]] = []
+        """(time, WAL written, the slot's confirmed position) every `CEILING_SAMPLE_S`."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> LiveCeiling:
+        self.env.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+        command = [
+            str(SYSTEM_BIN_DIR / "pg_recvlogical"),
+            *("--dbname", self.env.libpq_dsn, "--slot", self.slot, "--start"),
+            *("--option", "proto_version=1", "--option", f"publication_names={self.publication}"),
+            *("--status-interval", "1", "--fsync-interval", "1", "--file", "/dev/null"),
+        ]
+        self._process = subprocess.Popen(
+            command, env={**os.environ, "PGPASSWORD": self.env.pg.password}
+        )
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        with psycopg.connect(self.env.pg.dsn, autocommit=True) as conn:
+            while not self._stop.wait(CEILING_SAMPLE_S):
+                row = conn.execute(
+                    "SELECT pg_current_wal_lsn()::text, confirmed_flush_lsn::text"
+                    " FROM pg_replication_slots WHERE slot_name = %s",
+                    (self.slot,),
+                ).fetchone()
+                if row is not None and row[1] is not None:
+                    written, confirmed = parse_pg_lsn(row[0]), parse_pg_lsn(row[1])
+                    self.history.append((time.time(), written, confirmed))
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(30)
+        self.env.drop_slot(self.slot)
+
+    def lag_samples(self, start: float, end: float) -> list[float]:
+        """The lag at each whole second after `start` until `end`: how long ago the WAL first
+        reached the position the slot had confirmed by then (0 when it confirmed all)."""
+        samples = []
+        at = start + 1.0
+        while at <= end + 1e-6:
+            seen = [h for h in self.history if h[0] <= at]
+            if seen:
+                now, written, confirmed = seen[-1]
+                behind = [t for t, w, _ in seen if w > confirmed]
+                samples.append(0.0 if confirmed >= written or not behind else now - behind[0])
+            at += 1.0
+        return samples
+
+
 # -- the dump running beside -------------------------------------------------------------------
 
 
@@ -458,6 +530,10 @@ class Run:
     dump_rows: int | None = None
     dumps_finished: int = 0
     dump_note: str = ""
+    cpu_s: tuple[float, float] = (0.0, 0.0)
+    """The tailer's CPU seconds during the run: its reading thread's and its writer's."""
+    ceiling_lag: list[float] | None = None
+    """pg_recvlogical's lag on the same load (`LiveCeiling`), PostgreSQL only."""
 
     def quantile(self, q: float) -> float:
         ordered = sorted(self.lag)
@@ -477,6 +553,15 @@ class Run:
             f"p99 {self.quantile(0.99):.3f} s, worst {max(self.lag, default=math.nan):.3f} s "
             f"({len(self.lag)} samples), {caught}"
         )
+        if self.read:
+            reader, writer = (cpu / self.read * 1e6 for cpu in self.cpu_s)
+            text += f", tailer CPU {reader + writer:.1f} us/event (writer {writer:.1f})"
+        if self.ceiling_lag is not None:
+            ordered = sorted(self.ceiling_lag) or [math.nan]
+            text += (
+                f", pg_recvlogical lag p50 {ordered[len(ordered) // 2]:.3f} s, worst "
+                f"{ordered[-1]:.3f} s"
+            )
         if self.dump_rows is not None:
             text += (
                 f", dump {self.dump_rows:,} rows ({self.dump_rows / self.seconds:.0f} rows/s, "
@@ -488,23 +573,29 @@ class Run:
 def measure(
     db: Database,
     sysbench: Sysbench,
+    tailer: RunningTailer,
     output: ProbedNdjson,
     label: str,
     threads: int,
     sizes: Sizes,
     during: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    ceiling: LiveCeiling | None = None,
 ) -> Run:
-    """One sysbench run of `sizes.seconds` with probes, inside `during()`; then the catch-up."""
+    """One sysbench run of `sizes.seconds` with probes, inside `during()` and beside
+    `ceiling`; then the catch-up."""
     before = caught_up_s(db, output, sizes.catch_up_s)
     if before is None:
         say(f"{db.label}: the tailer is still behind the run before; this one starts late")
     changed = db.rows_changed()
-    with during() as beside, Probes(db, output) as probes:
+    following = ceiling if ceiling is not None else contextlib.nullcontext()
+    with following, during() as beside, Probes(db, output) as probes:
         read = output.log_events
+        cpu_before = tailer.thread_cpu_s()
         start = time.time()
         tps = sysbench.run(threads, sizes.seconds, sizes.rate)
         end = time.time()
         read = output.log_events - read
+        cpu = tuple(b - a for a, b in zip(cpu_before, tailer.thread_cpu_s(), strict=True))
         last = probe_now(db)
         dump_rows = beside.rows() if isinstance(beside, DumpLoop) else None
     caught = durable_by(output, last, sizes.catch_up_s)
@@ -522,6 +613,9 @@ def measure(
         load_average(),
         dump_rows,
     )
+    run.cpu_s = (cpu[0], cpu[1])
+    if ceiling is not None:
+        run.ceiling_lag = ceiling.lag_samples(start, end)
     if isinstance(beside, DumpLoop):
         run.dumps_finished = beside.finished
         overlapped = beside.error is None and len(beside.dump_ids) > beside.finished
@@ -569,7 +663,8 @@ def bench_database(env: Env, db: Database, sizes: Sizes, threads: int | None) ->
             ("with dump", lambda: DumpLoop(env, toml, store, db.kind)),
         ):
             step(f"{db.label}: {threads} threads for {sizes.seconds:.0f}s, {label}")
-            run = measure(db, sysbench, output, label, threads, sizes, during)
+            ceiling = LiveCeiling(env, name) if db.kind == "postgres" else None
+            run = measure(db, sysbench, tailer, output, label, threads, sizes, during, ceiling)
             if not tailer.alive():
                 raise RuntimeError(f"bench: the {db.label} tailer stopped")
             print(run.line(), flush=True)
@@ -583,17 +678,24 @@ def report(runs: list[Run]) -> str:
     lines = [
         "",
         f"{'run':<30} {'tx/s':>7} {'written/s':>10} {'read/s':>8} {'lag p50':>8} "
-        f"{'p99':>7} {'worst':>7} {'dump rows/s':>12}",
-        "-" * 95,
+        f"{'p99':>7} {'worst':>7} {'ceiling':>8} {'us/ev':>6} {'dump rows/s':>12}",
+        "-" * 111,
     ]
     for run in runs:
         dump = "" if run.dump_rows is None else f"{run.dump_rows / run.seconds:,.0f}"
+        ceiling = max(run.ceiling_lag, default=math.nan) if run.ceiling_lag is not None else None
+        cpu = sum(run.cpu_s) / run.read * 1e6 if run.read else math.nan
         lines.append(
             f"{run.database + ' ' + run.label + f' ({run.threads} thr)':<30} {run.tps:>7,.0f} "
             f"{run.written / run.seconds:>10,.0f} {run.read / run.seconds:>8,.0f} "
             f"{run.quantile(0.5):>8.3f} {run.quantile(0.99):>7.3f} "
-            f"{max(run.lag, default=math.nan):>7.3f} {dump:>12}"
+            f"{max(run.lag, default=math.nan):>7.3f} "
+            f"{'' if ceiling is None else f'{ceiling:.3f}':>8} {cpu:>6.1f} {dump:>12}"
         )
+    lines.append(
+        "ceiling: pg_recvlogical's worst lag on the same load; us/ev: the tailer's CPU "
+        "microseconds per event read (both threads)"
+    )
     return "\n".join(lines)
 
 

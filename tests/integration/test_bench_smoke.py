@@ -160,6 +160,12 @@ def test_sustained_bench_quick_prints_each_run_on_both_databases() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert re.search(r"^lag: the age of the oldest change committed but not yet durable", out, re.M)
+    for label in ("no dump", "with dump"):  # the live ceiling beside each PostgreSQL run
+        assert re.search(
+            rf"^S postgres {label}: .*, pg_recvlogical lag p50 {NUMBER} s, worst {NUMBER} s",
+            out,
+            re.M,
+        ), out
     for database in ("mariadb", "postgres"):
         for label in ("no dump", "with dump"):
             assert re.search(
@@ -170,6 +176,11 @@ def test_sustained_bench_quick_prints_each_run_on_both_databases() -> None:
                 out,
                 re.M,
             ), out
+        assert re.search(
+            rf"^S {database} no dump: .*, tailer CPU {NUMBER} us/event \(writer {NUMBER}\)",
+            out,
+            re.M,
+        ), out
         assert re.search(
             rf"^S {database} with dump: .*, dump [\d,]+ rows \({NUMBER} rows/s, \d+ finished",
             out,
