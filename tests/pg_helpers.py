@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 
 from airflow_provider_dblog.core.log import LogItem
 from airflow_provider_dblog.devservices.postgres import PostgresServer
+from tests.deadlines import deadline_s
 
 
 class ReplicaWalServer(PostgresServer):
@@ -36,8 +37,8 @@ def read_until(
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + deadline_s(timeout)
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met in {timeout}s")
+            raise AssertionError(f"{what} not met in {deadline_s(timeout)}s")
         time.sleep(0.05)

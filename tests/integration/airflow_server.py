@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from airflow_provider_dblog.devservices.process import free_port
+from tests.deadlines import deadline_s
 from tests.integration.airflow_support import BIN, migrate
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
@@ -68,13 +69,13 @@ def wait_for(
     condition: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.5
 ) -> Any:
     """Poll `condition` until it returns something true, and return that."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + deadline_s(timeout_s)
     while True:
         result = condition()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s}s")
+            raise AssertionError(f"{what}: not within {deadline_s(timeout_s)}s")
         time.sleep(every_s)
 
 
@@ -167,8 +168,11 @@ class AirflowServer:
         )
         assert answer.status_code == 201, answer.text
         token = answer.json()["access_token"]
+        # A loaded api-server can take long over one answer: a generous read timeout.
         self.client = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(120, connect=30),
         )
 
     def api(self, method: str, path: str, **kwargs: Any) -> Any:

@@ -42,6 +42,7 @@ from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.sources.base import Source, SourceConfig
 from airflow_provider_dblog.sources.factory import parse_source_config, source_for
 from airflow_provider_dblog.state import StateStore
+from tests.deadlines import deadline_s
 
 REPO = Path(__file__).resolve().parents[2]
 DBLOG = str(Path(sys.executable).with_name("dblog"))
@@ -68,10 +69,10 @@ def wait_until(
 ) -> None:
     """Poll `condition` every `interval_s` until true; fail the test with `what` after
     `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + deadline_s(timeout_s)
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s}s")
+            raise AssertionError(f"{what}: not within {deadline_s(timeout_s)}s")
         time.sleep(interval_s)
 
 

@@ -28,6 +28,7 @@ from airflow_provider_dblog.outputs import (
     SqlApplyOutput,
 )
 from airflow_provider_dblog.outputs.sql_apply.batch import FENCE_TABLE
+from tests.deadlines import deadline_s
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +48,7 @@ def history(table: TableRef, source: str, commits: range) -> list[Event]:
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + deadline_s(timeout)
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")

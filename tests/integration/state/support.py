@@ -12,16 +12,17 @@ import pytest
 from airflow_provider_dblog.core.event import TableRef, key_of
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.state import StateStore
+from tests.deadlines import deadline_s
 
 T = TableRef("public", "orders")
 TTL_S = 600.0
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + deadline_s(timeout)
     while not condition():
         if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout}s")
+            pytest.fail(f"{what}: not within {deadline_s(timeout)}s")
         time.sleep(0.02)
 
 
