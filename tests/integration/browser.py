@@ -34,6 +34,10 @@ FLAGS = (
     "--disable-background-networking",
     "--window-size=1400,1000",
 )
+PATIENCE_S = 120
+"""How long a page may take to show what is waited for: generous, as a loaded machine (a
+Spark dump, Airflow's components and the browser on two cores) answers slowly, and a wait
+ends as soon as its condition holds."""
 
 
 def screenshots_dir(prefix: str) -> Path:
@@ -78,7 +82,7 @@ class Page:
         self.send("Page.navigate", url=url)
         self.wait("document.readyState === 'complete'", f"{url} loaded")
 
-    def wait(self, condition: str, what: str, timeout_s: float = 30) -> Any:
+    def wait(self, condition: str, what: str, timeout_s: float = PATIENCE_S) -> Any:
         """Poll a JavaScript expression until it is truthy; its value."""
         return wait_for(lambda: self.evaluate(condition), timeout_s, what, every_s=0.25)
 

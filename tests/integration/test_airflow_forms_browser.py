@@ -2,11 +2,13 @@
 (api-server, scheduler, dag-processor, triggerer) with the provider, a tailer and Spark.
 
 In `dblog_dump`'s form the optional fields (the chunk size among them: empty is the mode's
-default) carry no "required" asterisk and a chunk size of 0 stays 0 (no silent clamp to 1);
-triggered, it is refused there, naming the param, and no run starts.
-From `dblog_repair`'s page, its docs; then from its form a repair of composite keys typed as
-`dblog dump --keys` takes them, which succeeds and leaves exactly those rows in the target,
-with the rows, chunks and the Spark driver's log in the dump task's XCom; a repair of a
+default; the read_only switch) carry no "required" asterisk and a chunk size of 0 stays 0 (no
+silent clamp to 1); triggered, it is refused there in a short message naming the param and
+the bound, without the param's help, and no run starts.
+From `dblog_repair`'s page, its docs; then in its form, whose chunk-size help speaks of no
+mode, keys unlike one another are refused at Trigger, naming the key; a repair of composite
+keys typed as `dblog dump --keys` takes them succeeds and leaves exactly those rows in the
+target, with the rows, chunks and the Spark driver's log in the dump task's XCom; a repair of a
 table that is not captured, which fails its first task saying so; and a repair by a filter
 typed into its form (sent as typed) that calls a volatile function, which fails its first
 task naming it. The connection test the
@@ -52,6 +54,15 @@ ROWS = 60
 VOLATILE_FILTER = "active AND id < random() * 100"
 
 
+def refusal(page: Page) -> str:
+    """The error the trigger form shows once the api-server refused the trigger."""
+    shown: str = page.wait(
+        "document.querySelector('[data-testid=error-alert]')?.innerText",
+        "the refusal",
+    )
+    return shown
+
+
 def open_trigger_form(page: Page, airflow: AirflowServer, dag_id: str) -> None:
     page.navigate(f"{airflow.url}/dags/{dag_id}")
     page.click("button[aria-label='Trigger Dag']")
@@ -61,7 +72,9 @@ def open_trigger_form(page: Page, airflow: AirflowServer, dag_id: str) -> None:
 def trigger_from_form(page: Page) -> str:
     """Press the form's Trigger button; the id of the run it started (the page goes to it)."""
     page.click_text("[role=dialog] button", "Trigger")
-    href = page.wait("location.pathname.includes('/runs/') && location.pathname", "the new run")
+    href = page.wait(
+        "location.pathname.includes('/runs/') && location.pathname", "the new run", timeout_s=180
+    )
     return unquote(str(href).rsplit("/runs/", 1)[1])
 
 
@@ -99,23 +112,25 @@ def test_a_person_repairs_composite_keys_from_the_trigger_form(
                 "Object.fromEntries([...document.querySelectorAll('[role=group] label')]"
                 ".map(l => [l.innerText.split('\\n')[0].trim(), l.innerText.includes('*')]))"
             )
-            shown = ("source", "tables", "keys", "where", "chunk_size")
+            shown = ("source", "tables", "keys", "where", "chunk_size", "read_only")
             assert {k: required.get(k) for k in shown} == {
                 "source": True,
                 "tables": False,
                 "keys": False,
                 "where": False,  # empty: no filter
                 "chunk_size": False,  # empty: the mode's default
+                "read_only": False,  # a switch, off unless turned on
             }, required
             page.type_into("[name=element_chunk_size]", "0")
             page.evaluate("document.querySelector('#element_keys').focus()")  # leave the field
             assert page.evaluate("document.querySelector('[name=element_chunk_size]').value") == "0"
             page.screenshot(shots / "1-dump-form.png")
-            # Triggered, it is refused there, naming the param, and no run starts.
+            # Triggered, it is refused there, naming the param and the bound, and no run starts.
             page.click_text("[role=dialog] button", "Trigger")
-            refusal = "Invalid input for param chunk_size"
-            page.wait(f"document.body.innerText.includes({json.dumps(refusal)})", "the refusal")
+            refused = refusal(page)
             page.screenshot(shots / "1b-dump-refused.png")
+            assert "Invalid input for param chunk_size: 0 is less than the minimum of 1" in refused
+            assert "How many rows" not in refused and len(refused) < 400, refused
             assert airflow.api("GET", "/api/v2/dags/dblog_dump/dagRuns")["total_entries"] == 0
 
             # dblog_repair's docs, on its page.
@@ -124,9 +139,23 @@ def test_a_person_repairs_composite_keys_from_the_trigger_form(
             page.wait("document.body.innerText.includes('re-send given rows')", "the DAG's docs")
             page.screenshot(shots / "2-repair-docs.png")
 
-            # A repair of composite keys, typed as `dblog dump --keys` takes them.
+            # Keys unlike one another fit no table: refused at Trigger, naming the key.
             open_trigger_form(page, airflow, "dblog_repair")
+            chunk_help = page.evaluate(
+                "document.querySelector('[name=element_chunk_size]').closest('[role=group]')"
+                ".innerText"
+            )
+            assert "Empty: 10,000 (100,000 in a deployment with a lake)." in chunk_help
+            assert "direct" not in chunk_help and "sequenced" not in chunk_help, chunk_help
             page.type_into("#element_table", "public.orders")
+            page.type_into("#element_keys", json.dumps([keys[0], keys[1][:1]]))
+            page.click_text("[role=dialog] button", "Trigger")
+            refused = refusal(page)
+            page.screenshot(shots / "3a-repair-keys-refused.png")
+            assert f"Invalid input for param keys: {keys[1][:1]!r} is too short" in refused
+            assert airflow.api("GET", "/api/v2/dags/dblog_repair/dagRuns")["total_entries"] == 0
+
+            # A repair of composite keys, typed as `dblog dump --keys` takes them.
             page.type_into("#element_keys", json.dumps(keys))
             page.type_into("[name=element_chunk_size]", "2")
             page.screenshot(shots / "3-repair-form.png")
@@ -155,7 +184,7 @@ def test_a_person_repairs_composite_keys_from_the_trigger_form(
                 assert sent["conf"]["where"] == VOLATILE_FILTER, sent["conf"]
                 assert not sent["conf"].get("keys"), sent["conf"]
 
-                state = airflow.wait_run("dblog_repair", bad_run, 120, fail_fast=True)
+                state = airflow.wait_run("dblog_repair", bad_run, 300, fail_fast=True)
                 report = airflow.report("dblog_repair", bad_run)
                 assert state == "failed", report
                 assert airflow.task_states("dblog_repair", bad_run)["check_request"] == "failed"
