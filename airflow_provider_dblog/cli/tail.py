@@ -1,9 +1,11 @@
 """`dblog tail`: run the log tailer, the one writer of the ordered output, until stopped.
 
 It exits 0 on SIGINT/SIGTERM, its last log line naming the signal and the position it
-acknowledged last, and 1 with the cause when the tailer stops on an error it cannot ride
-through (a supervisor restarts it); outages of the source, Redis or the output are ridden
-through with backoff.
+acknowledged last, and 1 when the tailer stops on an error it cannot ride through, its last log
+line naming the cause (a supervisor restarts it). Outages of the source, Redis or the output are
+ridden through with backoff, at startup too (a server still starting); a source that refuses
+its setup (no logical `wal_level`, a missing table or grant) ends it at once with one line
+(`dblog: error: ...`, exit 2).
 
 SIGHUP reloads the TOML: a new `[source] tables` (and `unique_keys`) list is set up (a table
 added joins the publication) and followed from the next transaction boundary without giving up
@@ -17,7 +19,6 @@ import argparse
 import dataclasses
 import logging
 import signal
-import sys
 import threading
 import time
 from typing import Any
@@ -52,7 +53,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 def _tail(args: argparse.Namespace) -> int:
     setup_logging()
     config = config_of(args)
-    source_for(config.source).ensure_setup()
     stop = threading.Event()
     stopped_by: list[str] = []
 
@@ -65,6 +65,9 @@ def _tail(args: argparse.Namespace) -> int:
         signal.signal(sig, stopping)
     signal.signal(signal.SIGHUP, lambda *_: reload_asked.set())
     tailer = Tailer.from_config(config, owner=args.owner)
+    if not tailer.set_up(stop):
+        log.info("tailer %s stopped on %s waiting for its source", tailer.owner, stopped_by[0])
+        return 0
     reloads = threading.Thread(
         target=_reloads,
         args=(args, config, tailer, reload_asked, stop),
@@ -75,8 +78,7 @@ def _tail(args: argparse.Namespace) -> int:
     tune_gc()
     try:
         tailer.run(stop)
-    except TailerFailed as exc:
-        print(f"dblog: error: {exc}", file=sys.stderr)
+    except TailerFailed:  # logged by the tailer, as its last line
         return 1
     where = (
         "as a standby"

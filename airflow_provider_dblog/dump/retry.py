@@ -8,16 +8,21 @@ is back within minutes however many attempts that takes, so those failures are b
 instead and spend none of the window attempts. A read replica that has not applied what a chunk
 needs is neither: it answers, and it is behind because of a load or its operator (replay
 paused); the dump pauses until it catches up, spending nothing, and never reads stale rows.
-Pure: the clock is given.
+The clock is given; a spell away is logged as one `Outage`: a line when it starts, one when it
+ends.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from airflow_provider_dblog.outage import Outage
 from airflow_provider_dblog.sources.base import SourceUnavailable
+
+log = logging.getLogger(__name__)
 
 BACKOFF_S = 0.25
 MAX_BACKOFF_S = 5.0
@@ -33,17 +38,28 @@ class Patience:
 
     patience_s: float
     clock: Callable[[], float] = time.monotonic
-    since: float | None = None
+    label: str = ""
+    """What waits (a chunk), named in the log's lines about the spell."""
     last_error: BaseException | None = None
     _tries: int = 0
+    _outage: Outage = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._outage = Outage(log, self.clock)
+
+    @property
+    def since(self) -> float | None:
+        """When the spell began; None when the last try reached the servers."""
+        return self._outage.since
 
     def away(self, error: BaseException) -> float | None:
         """`error` made a try fail: seconds to wait before the next, None to give up. The last
         try comes when the patience runs out, never later."""
         now = self.clock()
-        if self.since is None:
-            self.since = now
         self.last_error = error
+        server = _server_of(error)
+        self._outage.away(f"{self.label}: {server}" if self.label else server, error)
+        assert self.since is not None
         left = self.since + self.patience_s - now
         if left <= 0:
             return None
@@ -53,14 +69,15 @@ class Patience:
 
     def back(self) -> None:
         """A try reached the server: the next failure starts a new spell."""
-        self.since, self.last_error, self._tries = None, None, 0
+        self._outage.back()
+        self.last_error, self._tries = None, 0
 
     def verdict(self) -> str:
         """Why the dump gave up: what was away, for how long, and its last error."""
         assert self.since is not None and self.last_error is not None
-        what = "the source" if isinstance(self.last_error, SourceUnavailable) else "the state store"
+        away_s = self.clock() - self.since
         return (
-            f"{what} was unreachable for {self.clock() - self.since:.0f} s; "
+            f"the {_server_of(self.last_error)} was unreachable for {away_s:.0f} s; "
             f"last error: {self.last_error}"
         )
 
@@ -95,6 +112,11 @@ class ChunkRetries:
         self.patience.back()
         self.behind += 1
         return _backoff(self.behind - 1)
+
+
+def _server_of(error: BaseException) -> str:
+    """What a failure of the dump's says was away."""
+    return "source" if isinstance(error, SourceUnavailable) else "state store"
 
 
 def _backoff(tries: int) -> float:

@@ -190,6 +190,7 @@ class _ChunkAttempt:
 
     def __call__(self, chunk: Chunk, source: ChunkSource) -> ChunkOutcome:
         args = (self.store, source, self.dump_id, chunk, self.key_columns)
+        what = f"chunk {chunk.seq} of {chunk.table}"
         timeout = self.window_timeout_s
         run = (
             partial(run_chunk, *args, window_timeout_s=timeout, read=self.read)
@@ -198,8 +199,8 @@ class _ChunkAttempt:
         )
         return retry_chunk(
             run,
-            ChunkRetries(self.max_attempts, Patience(self.source_patience_s)),
-            f"chunk {chunk.seq} of {chunk.table}",
+            ChunkRetries(self.max_attempts, Patience(self.source_patience_s, label=what)),
+            what,
             on_retry=partial(_count_retry, self.store, self.dump_id),
             on_pause=partial(_note_pause, self.store, self.dump_id),
             ending=self._ending,
@@ -330,8 +331,8 @@ def _beating(store: StateStore, dump_id: str) -> Iterator[None]:
         while not done.is_set():
             try:
                 store.dumps.beat(dump_id, owner, DRIVER_TTL_MS)
-            except StateStoreUnavailable as exc:
-                log.warning("could not beat for dump %s: %s", dump_id, exc)
+            except StateStoreUnavailable as exc:  # the dump's own calls to Redis say so
+                log.debug("could not beat for dump %s: %s", dump_id, exc)
             done.wait(DRIVER_TTL_MS / 5000)
 
     thread = threading.Thread(target=beat, name="dblog-dump-beat", daemon=True)
@@ -352,13 +353,15 @@ def patiently(call: Callable[[], T], patience_s: float = STORE_PATIENCE_S) -> T:
     patience = Patience(patience_s)
     while True:
         try:
-            return call()
+            result = call()
         except (StateStoreUnavailable, SourceUnavailable) as exc:
             delay = patience.away(exc)
             if delay is None:
                 raise DumpFailed(patience.verdict()) from exc
-            log.warning("%s; retrying in %.2fs", exc, delay)
             time.sleep(delay)
+        else:
+            patience.back()
+            return result
 
 
 def _prune_tombstones(store: StateStore, direct: DirectChunkReader, table: TableRef) -> None:
@@ -420,7 +423,6 @@ def retry_chunk(
             delay = retries.patience.away(exc)
             if delay is None:
                 raise DumpFailed(f"{what}: {retries.patience.verdict()}") from exc
-            log.warning("%s: %s; retrying in %.2fs with new watermarks", what, exc, delay)
             sleep(delay)
             on_retry(str(exc))
             continue
@@ -428,6 +430,7 @@ def retry_chunk(
             # The window's keys vanished (Redis lost them) or the reader failed (a Spark job):
             # a failed window, retried with new watermarks.
             outcome = ChunkOutcome(False, 0, None, str(exc))
+        retries.patience.back()  # the servers answered
         if outcome.completed:
             return outcome
         reason = outcome.reason or "unknown"

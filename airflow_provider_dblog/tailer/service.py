@@ -2,9 +2,12 @@
 after losing it.
 
 A session that ends because the source, Redis or the output went away is started again with
-backoff, from the last durable position, by the same leader. A lost lease (a store write or an
-output write refused by the fencing token) makes it a standby. Any other error ends `run` with
-`TailerFailed`, naming the cause, so that a supervisor restarts the process.
+backoff, from the last durable position, by the same leader: the log says so once when the
+outage starts and once when a session is under way again (`Outage`). A lost lease (a store write
+or an output write refused by the fencing token) makes it a standby. Any other error ends `run`
+with `TailerFailed`, naming the cause, so that a supervisor restarts the process: logged as one
+line if it is one of this project's (a source refusing, a bad output), with its traceback if it
+is a bug.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
 from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.outage import Outage
 from airflow_provider_dblog.outputs.base import Output, OutputFenced, OutputUnavailable
 from airflow_provider_dblog.sources.base import (
     LogBacklog,
@@ -31,7 +35,7 @@ from airflow_provider_dblog.sources.base import (
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import FencedOut, StateStore, StateStoreUnavailable
 from airflow_provider_dblog.tailer.metrics import TailerMetrics, TailerStats
-from airflow_provider_dblog.tailer.session import Leadership, Session
+from airflow_provider_dblog.tailer.session import Leadership, Session, WriterStuck
 from airflow_provider_dblog.tailer.settings import TailerSettings
 from airflow_provider_dblog.targets import open_output
 
@@ -41,6 +45,8 @@ if TYPE_CHECKING:  # config.py reads TailerSettings from this package
 log = logging.getLogger(__name__)
 
 _UNAVAILABLE = (SourceUnavailable, StateStoreUnavailable, OutputUnavailable)
+FIRST_RETRY_S = 0.5
+"""The first backoff after an outage begins; each next one doubles, up to `reconnect_max_s`."""
 
 
 class TailerFailed(DBLogError):
@@ -124,6 +130,26 @@ class Tailer:
         self._next_source = source
         self._reload.set()
 
+    def set_up(self, stop: threading.Event) -> bool:
+        """Set the source up (`Source.ensure_setup`), waiting out an outage with the sessions'
+        backoff: a tailer may start before its server, or while it restarts. False if `stop`
+        came first. Any other error is the server's answer (no logical `wal_level`, a missing
+        table or grant) and is raised at once."""
+        outage = Outage(log)
+        delay = FIRST_RETRY_S
+        while True:
+            try:
+                self._source.ensure_setup()
+            except SourceUnavailable as exc:
+                self.stats.state = f"source unavailable: {exc}"
+                outage.away("source", exc)
+                if stop.wait(delay):
+                    return False
+                delay = min(delay * 2, self._settings.reconnect_max_s)
+            else:
+                outage.back()
+                return True
+
     def run(self, stop: threading.Event) -> None:
         """Lead while holding the lease; after losing it, wait again as a standby."""
         endpoint = self._serve_metrics()
@@ -141,7 +167,9 @@ class Tailer:
         try:
             return self.metrics.serve(address, port)
         except OSError as exc:  # the port is taken, or the address is not this host's
-            raise TailerFailed(f"cannot serve metrics on {address}:{port}: {exc}") from exc
+            failed = TailerFailed(f"cannot serve metrics on {address}:{port}: {exc}")
+            log.error("%s", failed)
+            raise failed from exc
 
     def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -153,10 +181,12 @@ class Tailer:
             except (FencedOut, OutputFenced) as exc:
                 log.warning("%s; waiting for the lease again as a standby", exc)
             except Exception as exc:
-                log.exception("tailer %s stopped: %s", self._owner, exc)
-                raise TailerFailed(
-                    f"tailer {self._owner} stopped: {type(exc).__name__}: {exc}"
-                ) from exc
+                failed = TailerFailed(f"tailer {self._owner} stopped: {type(exc).__name__}: {exc}")
+                if isinstance(exc, (DBLogError, WriterStuck)):  # the message says it all
+                    log.error("%s", failed)
+                else:
+                    log.exception("%s", failed)
+                raise failed from exc
 
     def _check_redis(self) -> None:
         """Refuse a Redis that evicts keys (`EvictingRedis` ends the tailer): it would lose
@@ -168,7 +198,8 @@ class Tailer:
     def _lead(self, stop: threading.Event, leadership: Leadership) -> None:
         log.info("tailer %s holds the lease (token %d)", leadership.owner, leadership.token)
         self.stats.lease_token = leadership.token
-        delay = 0.5
+        outage = Outage(log)
+        delay = FIRST_RETRY_S
         opened_here = self._output is None
         above_fence = False
         try:
@@ -180,6 +211,7 @@ class Tailer:
                         leadership = self._above_output_fence(leadership)
                         above_fence = True
                     session = self._session(leadership)
+                    outage.back()  # the source, Redis and the output answered
                     with self._woken_by_dumps(session):
                         session.run(_StopOrReload(stop, self._reload))
                     if not self._reload.is_set():
@@ -188,9 +220,9 @@ class Tailer:
                 except _UNAVAILABLE as exc:
                     what = _what_is_unavailable(exc)
                     if time.monotonic() - started > self._settings.reconnect_max_s:
-                        delay = 0.5  # it ran a while: this is a new outage, not the same one
+                        delay = FIRST_RETRY_S  # it ran a while: a new outage, not the same one
                     self.stats.state = f"{what} unavailable: {exc}"
-                    log.warning("%s unavailable (%s); retrying in %.1fs", what, exc, delay)
+                    outage.away(what, exc)
                     self._renew(leadership)
                     self._beat(leadership)
                 if self._pause(stop, delay, leadership):
@@ -298,18 +330,20 @@ class Tailer:
     def _wait_for_lease(self, stop: threading.Event) -> int | None:
         ttl = self._settings.lease_ttl_ms
         standby = False
+        outage = Outage(log)
         while not stop.is_set():
             try:
                 token = self._store.tailer.acquire_lease(self._owner, ttl)
             except StateStoreUnavailable as exc:
-                log.warning("state store unavailable (%s); cannot take the lease yet", exc)
-                token = None
-            if token is not None:
-                return token
-            if not standby:
-                standby = True
-                self.stats.state = "standby"
-                log.info("tailer %s is a standby: another tailer holds the lease", self._owner)
+                outage.away("state store", exc)
+            else:
+                outage.back()
+                if token is not None:
+                    return token
+                if not standby:
+                    standby = True
+                    self.stats.state = "standby"
+                    log.info("tailer %s is a standby: another tailer holds the lease", self._owner)
             stop.wait(ttl / 4000)
         return None
 
