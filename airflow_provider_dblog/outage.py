@@ -22,11 +22,12 @@ class Outage:
 
     def away(self, what: str, cause: BaseException) -> None:
         """A try failed because `what` is unavailable (the source, the state store, ...)."""
+        said = " ".join(str(cause).split())  # a server's message may run over lines
         if self.since is None:
             self.since, self._what = self._clock(), what
-            self._log.warning("%s unavailable (%s); retrying until it is back", what, cause)
+            self._log.warning("%s unavailable (%s); retrying until it is back", what, said)
         else:
-            self._log.debug("%s still unavailable (%s)", what, cause)
+            self._log.debug("%s still unavailable (%s)", what, said)
 
     def back(self) -> None:
         """A try succeeded: the spell, if there was one, is over."""

@@ -181,7 +181,8 @@ class Tailer:
             except (FencedOut, OutputFenced) as exc:
                 log.warning("%s; waiting for the lease again as a standby", exc)
             except Exception as exc:
-                failed = TailerFailed(f"tailer {self._owner} stopped: {type(exc).__name__}: {exc}")
+                said = " ".join(str(exc).split())
+                failed = TailerFailed(f"tailer {self._owner} stopped: {type(exc).__name__}: {said}")
                 if isinstance(exc, (DBLogError, WriterStuck)):  # the message says it all
                     log.error("%s", failed)
                 else:
