@@ -48,7 +48,7 @@ def test_a_spark_driver_started_while_redis_is_down_waits_for_it(
 
             def waiting() -> bool:
                 assert driver.poll() is None, log.read_text()[-3000:]
-                return "retrying in" in log.read_text()
+                return "state store unavailable (" in log.read_text()
 
             try:
                 wait_until(waiting, 180, "the Spark driver waiting for Redis")
@@ -60,7 +60,7 @@ def test_a_spark_driver_started_while_redis_is_down_waits_for_it(
                     driver.wait(30)
         finally:
             redis_server.start()  # a no-op if it runs
-        waited = [line for line in log.read_text().splitlines() if "retrying in" in line]
+        waited = [line for line in log.read_text().splitlines() if "unavailable (" in line]
         assert any("Redis state store" in line for line in waited), waited
         status = store.dumps.status("outage")
         assert status is not None and status.state is DumpState.DONE, status

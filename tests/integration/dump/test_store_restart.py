@@ -47,7 +47,7 @@ def test_a_dump_rides_through_a_redis_restart_between_two_tables(
                 starter.start()
 
         store.dumps.create(DumpRequest("between", DumpKind.ALL, (first, second), chunk_size=50))
-        runner_log = logging.getLogger("airflow_provider_dblog.dump.runner")
+        runner_log = logging.getLogger("airflow_provider_dblog.dump")
         runner_log.addHandler(waiting)
         try:
             state = run_dump(
@@ -83,5 +83,5 @@ class _Waiting(logging.Handler):
         self.seen = threading.Event()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if "retrying in" in record.getMessage():
+        if "state store unavailable (" in record.getMessage():
             self.seen.set()
