@@ -26,6 +26,7 @@ from airflow_provider_dblog.cli.common import (
     config_of,
     first_line,
     option,
+    setup_logging,
     store_of,
 )
 from airflow_provider_dblog.cli.progress import DumpProgressView
@@ -136,7 +137,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def _dump(args: argparse.Namespace) -> int:
     """Check the whole request (options, source, tables, keys) before anything is stored; a
-    dump already stored runs again only if no live process runs it."""
+    dump already stored runs again only if no live process runs it. Its log (on stderr) says
+    when the source or Redis goes away and when it is back."""
+    setup_logging()
     if args.keys is not None and args.table is None:
         raise InvalidRequest("--keys needs --table")
     if args.resume and args.dump_id is None:
