@@ -141,7 +141,6 @@ class Tailer:
             try:
                 self._source.ensure_setup()
             except SourceUnavailable as exc:
-                self.stats.state = f"source unavailable: {exc}"
                 outage.away("source", exc)
                 if stop.wait(delay):
                     return False
