@@ -59,7 +59,7 @@ def main() -> int:
         return 1
     found = problems(project, pins(LOCK))
     for problem in found:
-        print(f"lock: {problem}; run 'bash scripts/lock.sh --keep'", file=sys.stderr)
+        print(f"lock: {problem}; run 'bash scripts/lock.sh keep'", file=sys.stderr)
     return 1 if found else 0
 
 

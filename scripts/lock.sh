@@ -3,13 +3,13 @@
 # releases for Python 3.11 on Linux into constraints-3.11.txt, print what moved, then run the
 # whole test command on them. Commit the lock only when the tests pass.
 #   bash scripts/lock.sh             newest releases within pyproject's ranges
-#   bash scripts/lock.sh --keep      only what pyproject's change needs (after editing a range)
+#   bash scripts/lock.sh keep        only what pyproject's change needs (after editing a range)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 LOCK=constraints-3.11.txt
 upgrade=(--upgrade)
-if [[ "${1:-}" == "--keep" ]]; then upgrade=(); fi
+if [[ "${1:-}" == "keep" ]]; then upgrade=(); fi
 
 [ -x .venv/bin/uv ] || bash scripts/setup.sh
 before=$(mktemp)
