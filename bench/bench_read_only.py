@@ -3,10 +3,10 @@ runner (in this process, sequenced) through a tailer in a thread, on PostgreSQL 
 
 A read-only window waits for the tailer twice (arming, then passing hw) where a written one
 waits for the tailer to meet two watermark rows; the bench prints rows/s of each, the best of
-`--runs` alternating runs, and their ratio (issue 25's goal: read-only / written >= 0.9).
+`--runs` alternating runs, and their ratio (the goal: read-only / written >= 0.9).
 It also reads the chunks from a replica (`read_replica`, read-only: a hot standby, a GTID
 replica of MariaDB) and prints the primary's CPU seconds per million rows dumped, beside the
-same with the reads on the primary (issue 25's goal: near zero). The primary spends CPU
+same with the reads on the primary (the goal: near zero). The primary spends CPU
 without any dump too (the tailer's idle keepalives, streaming to the replica, background
 workers): the same span of time with the tailer idle is measured after each dump and the
 dump's share printed as the difference.

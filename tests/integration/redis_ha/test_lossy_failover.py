@@ -1,4 +1,4 @@
-"""A Redis failover that loses the last writes, during a dump under writes (issue 28): the
+"""A Redis failover that loses the last writes, during a dump under writes: the
 replica stops applying the primary's writes (`RedisSentinelGroup.lag_replica`), the leading
 tailer is frozen (SIGSTOP) until the standby takes its lease and writes with a new token, more
 writes go by, then the primary is SIGKILLed and Sentinel promotes the replica, which lacks the

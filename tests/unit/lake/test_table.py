@@ -118,7 +118,7 @@ def test_within_one_commit_the_higher_seq_wins(tmp_path: Path) -> None:
 def test_a_delete_folded_before_an_older_direct_row_keeps_the_key_deleted(
     tmp_path: Path,
 ) -> None:
-    """The race of issue 13's item 4: a delete after hw reaches the lake before the dump's row
+    """A race: a delete after hw reaches the lake before the dump's row
     positioned at hw; its tombstone refuses the row."""
     lake = LakeTable.open_or_create(tmp_path, TABLE, SCHEMA)
     merge(lake, tombstone(1, 20))
