@@ -28,6 +28,7 @@ from pymysql.constants import CR
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
+from airflow_provider_dblog.sources.mysql.errors import LOGIN_REFUSED_CODES
 from airflow_provider_dblog.sources.section import check_common, read_section
 
 DEFAULT_PORT = 3306
@@ -231,6 +232,17 @@ class MysqlSourceConfig:
                     f"cannot connect to {which}MySQL source {self.name} over TLS: {refused} "
                     f"(check [source] ssl_ca, ssl_verify_identity and the dsn's host): "
                     f"{exc.args[-1]}"
+                ) from None
+            if exc.args and exc.args[0] in LOGIN_REFUSED_CODES:
+                where = "read_replica" if which else "dsn"
+                password = (
+                    f"the password in the environment variable {self.password_env} (password_env)"
+                    if self.password_env is not None
+                    else "the password (password_env is not set)"
+                )
+                raise SourceError(
+                    f"{which}MySQL source {self.name} refuses the login (check the user and "
+                    f"database in [source] {where} and {password}): {exc.args[-1]}"
                 ) from None
             raise SourceUnavailable(
                 f"cannot connect to {which}MySQL source {self.name}: {exc.args[-1]}"

@@ -7,7 +7,9 @@ server shutting down (1053), the session killed (1927: MariaDB's KILL CONNECTION
 for inactivity (4031, MySQL 8), and a failover target that is still read-only (1290 naming
 --read-only or --super-read-only, 1836). Anything else (a missing table, a missing grant, a
 wrong setting) is the server's answer and no retry changes it: a `SourceError` saying so in
-one line.
+one line. So is a login the server refuses (`LOGIN_REFUSED_CODES`: a wrong password, a user
+or host it does not know, a database it does not have or denies), though PyMySQL raises it as
+the same `OperationalError` as a server that is down.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ import pymysql
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
 
 LOST_SERVER_CODES = frozenset((1040, 1053, 1927, 2003, 2006, 2013, 4031))
+LOGIN_REFUSED_CODES = frozenset((1044, 1045, 1049, 1130, 1251, 1698))
+"""Database access denied, access denied (the password), unknown database, host not allowed,
+client cannot use the user's authentication plugin, access denied to a user without password."""
 _READ_ONLY_CODES = frozenset((1290, 1836))
 """1290 is "running with the --X option" for any X: read-only only when X says so."""
 
@@ -35,9 +40,13 @@ def session_lost(exc: pymysql.err.MySQLError) -> bool:
 
 
 def cause(exc: pymysql.err.MySQLError) -> str:
-    """The server's (or PyMySQL's) words for `exc`, on one line."""
+    """The server's (or PyMySQL's) words for `exc`, on one line. PyMySQL has none for a
+    connection it already closed (a kill or a lost socket met before)."""
     text = str(exc.args[-1]) if exc.args else ""
-    return " ".join(text.split()) or type(exc).__name__
+    said = " ".join(text.split())
+    if not said and isinstance(exc, pymysql.err.InterfaceError):
+        return "the connection is closed"
+    return said or type(exc).__name__
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from psycopg.rows import TupleRow
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.libpq_tls import tls_refusal
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
+from airflow_provider_dblog.sources.postgres.errors import login_refused
 from airflow_provider_dblog.sources.section import check_common, read_section
 
 # Output settings shared by the replication connection (pgoutput prints values in the walsender
@@ -148,10 +149,31 @@ class PostgresSourceConfig:
                     f"cannot connect to PostgreSQL source {self.name} over TLS: {refused} "
                     f"(check sslmode, sslrootcert and the host in [source] {which}): {exc}"
                 ) from None
+            if login_refused(exc):
+                raise SourceError(
+                    f"PostgreSQL source {self.name} refuses the login (check the user and "
+                    f"database in [source] {which} and {_password_of(self.password_env)}): "
+                    f"{_server_words(exc)}"
+                ) from None
             raise SourceUnavailable(
                 f"cannot connect to PostgreSQL source {self.name} (check [source] {which} and "
                 f"password_env): {exc}"
             ) from exc
+
+
+def _password_of(password_env: str | None) -> str:
+    """Where the password a refused login used came from."""
+    if password_env is None:
+        return "the password (password_env is not set)"
+    return f"the password in the environment variable {password_env} (password_env)"
+
+
+def _server_words(exc: psycopg.Error) -> str:
+    """libpq's message for a refused login, without its "connection failed: connection to
+    server at ..." preamble, on one line."""
+    text = " ".join(str(exc).split())
+    _, fatal, said = text.rpartition("FATAL: ")
+    return said if fatal else text
 
 
 def _check_dsn(option: str, dsn: str) -> None:

@@ -8,11 +8,14 @@ a server starting up or shutting down (57P03 cannot_connect_now), a failover tar
 still a standby (25006 read_only_sql_transaction), and any error after which the connection is
 closed (a FATAL one: a standby ending a read that conflicts with recovery). Anything else (a
 missing table, a missing grant, a wrong setting) is the server's answer and no retry changes
-it: a `SourceError` saying so in one line.
+it: a `SourceError` saying so in one line. So is a login the server refuses (`login_refused`:
+a wrong password, an unknown role or database, no pg_hba.conf line for the client), though
+libpq reports it as a failed connection like a server that is down.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,6 +25,17 @@ import psycopg
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
 
 _LOST_STATES = frozenset(("57P01", "57P02", "57P03", "57P05", "25006"))
+_LOGIN_STATES = frozenset(("28000", "28P01", "3D000"))
+"""invalid_authorization_specification, invalid_password, invalid_catalog_name."""
+_LOGIN_WORDS = (
+    "password authentication failed",
+    "no pg_hba.conf entry",
+    "pg_hba.conf rejects connection",
+    "is not permitted to log in",
+    "no password supplied",
+)
+_LOGIN_MISSING = re.compile(r'FATAL:\s+(role|database) "[^"]*" does not exist')
+"""libpq gives no SQLSTATE for a failed connection: its words are all there is."""
 
 
 def lost_sqlstate(sqlstate: str | None) -> bool:
@@ -38,6 +52,15 @@ def session_lost(exc: psycopg.Error, conn: psycopg.Connection[Any] | None = None
     if exc.sqlstate is None:
         return isinstance(exc, psycopg.OperationalError)
     return lost_sqlstate(exc.sqlstate)
+
+
+def login_refused(exc: psycopg.Error) -> bool:
+    """Whether `exc`, met connecting, is the server refusing the login itself: no retry can
+    change it (a session that is gone, a server starting or down, can)."""
+    if exc.sqlstate is not None:
+        return exc.sqlstate in _LOGIN_STATES
+    text = str(exc)
+    return any(words in text for words in _LOGIN_WORDS) or bool(_LOGIN_MISSING.search(text))
 
 
 @contextmanager

@@ -586,9 +586,11 @@ def test_preflight_refuses_a_server_without_logical_decoding(
             ensure_setup(config)
 
 
-def test_a_wrong_password_is_unavailable_and_not_echoed(
+def test_a_wrong_password_is_refused_not_unavailable_and_not_echoed(
     postgres: PostgresInfo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A wrong password is the server's answer, not an outage: no retry changes it, so it is
+    a `SourceError` naming the login and where the password came from, without it."""
     monkeypatch.setenv("DBLOG_TEST_WRONG_PASSWORD", "not-the-password-42")
     config = PostgresSourceConfig(
         name="pgtest",
@@ -596,9 +598,12 @@ def test_a_wrong_password_is_unavailable_and_not_echoed(
         tables=(TableRef("public", "t"),),
         password_env="DBLOG_TEST_WRONG_PASSWORD",
     )
-    with pytest.raises(SourceUnavailable) as raised:
+    with pytest.raises(SourceError) as raised:
         preflight(config)
-    assert "not-the-password-42" not in str(raised.value)
+    assert not isinstance(raised.value, SourceUnavailable)
+    said = str(raised.value)
+    assert "refuses the login" in said and "password authentication failed" in said, said
+    assert "DBLOG_TEST_WRONG_PASSWORD" in said and "not-the-password-42" not in said, said
 
 
 # --- the chunk source ---------------------------------------------------------------------

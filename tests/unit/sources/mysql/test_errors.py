@@ -7,7 +7,12 @@ import pymysql
 import pytest
 
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
-from airflow_provider_dblog.sources.mysql.errors import session_lost, source_errors
+from airflow_provider_dblog.sources.mysql.errors import (
+    LOGIN_REFUSED_CODES,
+    cause,
+    session_lost,
+    source_errors,
+)
 
 LOST = {
     2006: "MySQL server has gone away",
@@ -55,3 +60,25 @@ def test_source_errors_says_outage_or_answer_in_one_line() -> None:
         raise pymysql.err.OperationalError(1142, ANSWERS[1142] + "\n")
     assert not isinstance(refused.value, SourceUnavailable)
     assert str(refused.value) == f"cannot check source shop: {ANSWERS[1142]}"
+
+
+REFUSED_LOGINS = {
+    1044: "Access denied for user 'dblog'@'%' to database 'shop'",
+    1045: ANSWERS[1045],
+    1049: "Unknown database 'shpo'",
+    1130: "Host '10.0.0.7' is not allowed to connect to this MariaDB server",
+    1698: "Access denied for user 'root'@'localhost'",
+}
+
+
+@pytest.mark.parametrize("code", sorted(REFUSED_LOGINS))
+def test_a_refused_login_is_neither_lost_nor_retried(code: int) -> None:
+    """A login the server refuses is no outage: no retry changes the password."""
+    assert code in LOGIN_REFUSED_CODES
+    assert not session_lost(pymysql.err.OperationalError(code, REFUSED_LOGINS[code]))
+    assert not LOGIN_REFUSED_CODES & set(LOST)
+
+
+def test_a_closed_connection_is_named_not_left_as_a_class_name() -> None:
+    """PyMySQL's error for a connection it already closed has no words of its own."""
+    assert cause(pymysql.err.InterfaceError(0, "")) == "the connection is closed"

@@ -8,7 +8,11 @@ import psycopg.errors
 import pytest
 
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
-from airflow_provider_dblog.sources.postgres.errors import session_lost, source_errors
+from airflow_provider_dblog.sources.postgres.errors import (
+    login_refused,
+    session_lost,
+    source_errors,
+)
 
 LOST = {
     "57P01": "terminating connection due to administrator command",
@@ -77,3 +81,40 @@ def test_source_errors_says_outage_or_answer_in_one_line() -> None:
     assert str(refused.value) == (
         "cannot set up source shop: permission denied for database shop HINT: ask"
     )
+
+
+REFUSED_LOGINS = [
+    'FATAL:  password authentication failed for user "dblog"',
+    'FATAL:  no pg_hba.conf entry for host "10.0.0.7", user "dblog", database "shop", no '
+    "encryption",
+    'FATAL:  pg_hba.conf rejects connection for host "10.0.0.7", user "dblog"',
+    'FATAL:  role "dblgo" does not exist',
+    'FATAL:  database "shpo" does not exist',
+    'FATAL:  role "dblog" is not permitted to log in',
+    "fe_sendauth: no password supplied",
+]
+NOT_LOGINS = [
+    "connection refused\n\tIs the server running on that host and accepting TCP/IP connections?",
+    "FATAL:  the database system is starting up",
+    "FATAL:  sorry, too many clients already",
+    "server closed the connection unexpectedly",
+]
+
+
+@pytest.mark.parametrize("said", REFUSED_LOGINS)
+def test_a_login_the_server_refuses_is_told_by_libpqs_words(said: str) -> None:
+    """libpq raises a failed connection without a SQLSTATE: its words are what tells a login
+    refused (never worth a retry) from a server that is down or starting (an outage)."""
+    message = f'connection failed: connection to server at "127.0.0.1", port 5432 failed: {said}'
+    assert login_refused(psycopg.OperationalError(message))
+
+
+@pytest.mark.parametrize("said", NOT_LOGINS)
+def test_a_server_down_starting_or_full_is_not_a_refused_login(said: str) -> None:
+    assert not login_refused(psycopg.OperationalError(f"connection failed: {said}"))
+
+
+def test_a_refused_logins_sqlstate_is_enough_when_there_is_one() -> None:
+    assert login_refused(error("28P01", "password authentication failed for user x"))
+    assert login_refused(error("28000", "no pg_hba.conf entry"))
+    assert not login_refused(error("57P03", "the database system is starting up"))
