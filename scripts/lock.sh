@@ -20,7 +20,7 @@ grep -E '^[A-Za-z0-9_.-]+==' "$LOCK" 2>/dev/null | sort >"$before" || true
 {
     echo "# The tested versions for Python 3.11 on Linux: every dependency and extra of"
     echo "# pyproject.toml, resolved by uv. scripts/setup.sh installs from this file;"
-    echo "# refresh it with 'bash scripts/lock.sh' (see README, Development)."
+    echo "# refresh it with 'bash scripts/lock.sh' (see CONTRIBUTING.md)."
     cat "$LOCK.new"
 } >"$LOCK"
 rm "$LOCK.new"

@@ -1,6 +1,6 @@
 """The demo on MariaDB (`story.py` tells it): the three sample tables in MySQL types (a
 `binary(16)` uuid key), the binlog tailer into NDJSON files. The SQL-apply output writes
-PostgreSQL, so the target here is the NDJSON stream: at the end it is replayed by the README's
+PostgreSQL, so the target here is the NDJSON stream: at the end it is replayed by the
 consumer rules and must equal the source row for row (as the dump's converters read it), and
 the repair, of 20 keys of accounts, must have emitted exactly the keys asked for.
 """
@@ -109,8 +109,8 @@ def row_key(table: str, values: Iterable[Any]) -> RowKey:
 
 
 def replay(events: Iterable[Event]) -> dict[RowKey, Row]:
-    """The tables as the stream says they are (the README's consumer rules for the row events
-    and truncates; the demo's tables change no columns)."""
+    """The tables as the stream says they are (the consumer rules of docs/operations.md for the
+    row events and truncates; the demo's tables change no columns)."""
     state: dict[RowKey, Row] = {}
     for event in events:
         table = event.source.table

@@ -60,7 +60,7 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
         re-sent; a row that stops matching later is not deleted downstream (its change
         travels in the log). The source refuses, before anything is stored, a syntax error,
         an unknown column, a second statement, a subquery or another table, and a function
-        with side effects (README, "Filtered dumps"). None or blank: no filter.
+        with side effects (docs/operations.md, "Filtered dumps"). None or blank: no filter.
     :param subset_only: refuse a request that gives neither `keys` nor `where`, so that a
         repair never dumps a whole table by mistake.
     :param chunk_size: rows per chunk; None: the mode's default, 10,000 sequenced (the log

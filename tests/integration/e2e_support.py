@@ -557,7 +557,7 @@ def versions_back(events: Iterable[Event]) -> list[str]:
 
 
 def materialize(events: Iterable[Event]) -> dict[RowKey, Row]:
-    """The state of every table the event stream describes, as the README's consumer rules
+    """The state of every table the event stream describes, as the consumer rules
     build it: each key's last row, deletes gone; a truncate empties its table; a schema event
     drops the columns it no longer has from the table's rows and gives the rows that lack a new
     column its default."""

@@ -4,7 +4,7 @@ reads only the new bytes, a column added at the source reaches the lake with its
 when a direct dump added it first or created the table for rows read without it, and when a
 run dies between the steps of folding it), a run that fails between two tables' commits leaves
 each table at a committed version and the next run (folding in the driver, without Spark)
-converges, a second compaction of one lake is refused while the first holds it, the README's
+converges, a second compaction of one lake is refused while the first holds it, the documented
 command folds a backlog on Spark when the `python3` on PATH lacks the dependencies (its
 workers run the driver's Python), and the real change stream of a dump under writes folds into
 tables equal to the source, typed, as DuckDB reads them (from the Parquet files the Delta log
@@ -458,14 +458,14 @@ def test_command_line(tmp_path: Path) -> None:
 
 
 LOCAL_BELOW = 64 * 1024
-"""The README command's `--local-below` in its test: 64 KiB, not 64 MiB, so a dump of a few
+"""The documented command's `--local-below` in its test: 64 KiB, not 64 MiB, so a dump of a few
 hundred rows is a backlog that folds on Spark."""
 
 
 def test_the_readme_command_runs_the_workers_on_the_drivers_python(
     pg15: PostgresInfo, redis_server: RedisInfo, tmp_path: Path
 ) -> None:
-    """`python spark_jobs/compact.py --input … --output … --config …` as the README shows it:
+    """`python spark_jobs/compact.py --input … --output … --config …` as the docs show it:
     no `--master` (PySpark's default master), no PYSPARK_PYTHON, and the `python3` on PATH a
     Python without this project's dependencies (as where `python` is a virtualenv's and the
     system's `python3` comes first). A backlog above `--local-below` folds on Spark, whose

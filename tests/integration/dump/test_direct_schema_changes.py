@@ -401,7 +401,7 @@ def with_target(pg15: PostgresInfo) -> Iterator[Databases]:
 def test_rows_read_with_a_column_sql_apply_adds_reach_it_after_the_column(
     with_target: Databases, redis_server: RedisInfo
 ) -> None:
-    """After an ALTER with a volatile default and no write (the README says: dump the table),
+    """After an ALTER with a volatile default and no write (the consumer rules say: dump the table),
     a direct dump into SQL apply: the first chunk's read shows the column, the tailer emits the
     catalog's schema at hw and records the window only once SQL apply added the column (with
     random values of its own; the order itself is shown by the scripted session above), so

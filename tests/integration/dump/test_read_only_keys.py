@@ -1,4 +1,4 @@
-"""A key repair of a read-only source writes nothing: run as a role with exactly the README's
+"""A key repair of a read-only source writes nothing: run as a role with exactly the documented
 read-only grants, `dblog dump --keys` emits exactly the rows of the listed keys, and the
 server's own record of every statement the role ran (the tailer's and the dump's) holds no
 write: on MariaDB the server_audit plugin's query log, where no statement failed either (the

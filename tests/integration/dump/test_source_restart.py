@@ -3,7 +3,7 @@ start, as a failover or a minor-version upgrade does, in the middle of a full du
 restart broke is retried with new watermarks once the server is back, the dump ends done, and
 the target equals the source: on PostgreSQL the SQL target the tailer (in this process) applies
 to; on MariaDB the NDJSON a `dblog tail` process writes (riding through the same restart),
-replayed by the README's consumer rules against the source's rows. The Spark dump's twin is in
+replayed by the consumer rules against the source's rows. The Spark dump's twin is in
 dump/test_spark.py.
 
 The servers are the session's pg15 (the target is on it too) and mariadb: each is brought back
