@@ -2,14 +2,16 @@
 
 `dump` checks the whole request first (options, the source being set up, tables, key values
 against their columns' types: see `dump/request.py`), so a bad one exits 2 with nothing
-stored; then it registers the request in Redis and runs it in this process (`dump/runner.py`,
-each chunk read between watermarks by `dump/chunk.py`), showing a progress bar per table on
-a terminal and a plain line per step otherwise (`progress.py`). A dump of the same
-`--dump-id` run again resumes from its last completed chunk (one whose process died, for
-instance), unless a live process still runs it, read-only or not as it was first asked
-(`--read-only`: its chunk sources write nothing). A failed or cancelled dump resumes only
-when asked with `--resume`, as an Airflow retry does; a done one never. The controls act on
-a running dump from anywhere: it reads them between chunks.
+stored; a source or Redis it cannot reach for those checks is waited for as a running dump
+waits (`--source-patience`), then it exits 2 saying what was away. Then it registers the
+request in Redis and runs it in this process (`dump/runner.py`, each chunk read between
+watermarks by `dump/chunk.py`), showing a progress bar per table on a terminal and a plain
+line per step otherwise (`progress.py`). A dump of the same `--dump-id` run again resumes
+from its last completed chunk (one whose process died, for instance), unless a live process
+still runs it, read-only or not as it was first asked (`--read-only`: its chunk sources write
+nothing). A failed or cancelled dump resumes only when asked with `--resume`, as an Airflow
+retry does; a done one never. The controls act on a running dump from anywhere: it reads
+them between chunks.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import argparse
 import os
 import socket
 import sys
+import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from airflow_provider_dblog.cli.common import (
     add_config_option,
@@ -38,12 +42,14 @@ from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.dump.direct import InProcessDirectReader
 from airflow_provider_dblog.dump.request import IN_PROCESS_CHUNK_SIZE, build_request
-from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S
+from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S, Patience
 from airflow_provider_dblog.dump.runner import run_dump
-from airflow_provider_dblog.sources.base import Source
+from airflow_provider_dblog.sources.base import Source, SourceUnavailable
 from airflow_provider_dblog.sources.factory import source_for
-from airflow_provider_dblog.state import DumpState, StateStore
+from airflow_provider_dblog.state import DumpState, StateStore, StateStoreUnavailable
 from airflow_provider_dblog.targets import direct_target_for
+
+T = TypeVar("T")
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -105,8 +111,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--source-patience",
         type=option(values.finite_number(0)),
         default=SOURCE_PATIENCE_S,
-        help="seconds the dump waits for a source or Redis that went away (a restart, a "
-        "failover) before it fails (default: %(default)s)",
+        help="seconds the dump waits for a source or Redis it cannot reach (a restart, a "
+        "failover; at its start too) before it fails (default: %(default)s)",
     )
     dump.set_defaults(func=_dump)
 
@@ -148,11 +154,15 @@ def _dump(args: argparse.Namespace) -> int:
     store = store_of(config)
     dump_id = args.dump_id or uuid.uuid4().hex[:12]
     source = source_for(config.source)
-    stored = store.dumps.get(dump_id)
+
+    def patiently(call: Callable[[], T]) -> T:
+        return _patiently(call, f"dump {dump_id}", args.source_patience)
+
+    stored = patiently(lambda: store.dumps.get(dump_id))
     if stored is None:
         if args.resume:
             raise InvalidRequest(f"--resume: there is no dump {dump_id} to resume")
-        store.dumps.create(*_checked_request(config, source, dump_id, args))
+        store.dumps.create(*patiently(lambda: _checked_request(config, source, dump_id, args)))
     else:
         if args.read_only and not (stored.request.read_only or config.source.read_only):
             raise InvalidRequest(
@@ -161,7 +171,7 @@ def _dump(args: argparse.Namespace) -> int:
                 "--dump-id"
             )
         if args.table is not None:
-            request, _ = _checked_request(config, source, dump_id, args)
+            request, _ = patiently(lambda: _checked_request(config, source, dump_id, args))
             if _what(request) != _what(stored.request):
                 raise InvalidRequest(
                     f"--dump-id {dump_id} is a dump of {_describe(stored.request)}, not of "
@@ -200,6 +210,25 @@ def _dump(args: argparse.Namespace) -> int:
             direct.target.close()
     print(f"dump {dump_id}: {state}")
     return 0 if state == "done" else 1
+
+
+def _patiently(call: Callable[[], T], label: str, patience_s: float) -> T:
+    """`call()`, a source or Redis it cannot reach waited for as a running dump waits for one
+    (a warning when it goes, a line when it is back), at most `patience_s`: a dump scheduled
+    while its source restarts starts late rather than fails. Past the patience, a
+    `DBLogError` saying what was away and for how long."""
+    patience = Patience(patience_s, label=label)
+    while True:
+        try:
+            result = call()
+        except (SourceUnavailable, StateStoreUnavailable) as exc:
+            delay = patience.away(exc)
+            if delay is None:
+                raise DBLogError(f"{label} cannot start: {patience.verdict()}") from None
+            time.sleep(delay)
+        else:
+            patience.back()
+            return result
 
 
 def _checked_request(

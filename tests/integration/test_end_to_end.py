@@ -714,8 +714,9 @@ def test_cli_refuses_bad_input_with_clear_errors_and_exit_code_2(
 ) -> None:
     """Unknown table, malformed keys, chunk size 0, an unset or wrong password and a closed
     port: each `dblog dump` run exits 2 with a message naming the problem, registers no dump,
-    and prints no password. (`dblog tail` waits for a source it cannot reach:
-    tests/integration/tailer/test_startup.py.)"""
+    and prints no password. The closed port is the one a retry could change: the dump waits
+    for it its `--source-patience` first, as `dblog tail` waits for a source it cannot reach
+    (tests/integration/tailer/test_startup.py)."""
     dbs = empty_source
     output = {"type": "ndjson", "directory": str(tmp_path / "events")}
     good = write_config(tmp_path / "good.toml", dbs, redis_server, output)
@@ -737,7 +738,8 @@ def test_cli_refuses_bad_input_with_clear_errors_and_exit_code_2(
         (["dump", "-c", str(good), "--chunk-size", "0"], env, ["--chunk-size", "at least 1"]),
         (["dump", "-c", str(unset)], env, ["E2E_UNSET_PASSWORD", "not set"]),
         (["dump", "-c", str(good)], wrong_env, ["password authentication failed"]),
-        (["dump", "-c", str(closed)], env, ["cannot connect", "refused"]),
+        (["dump", "-c", str(closed), "--source-patience", "2"], env,
+         ["source unavailable", "cannot start: the source was unreachable for", "refused"]),
         (["dump", "-c", str(tmp_path / "missing.toml")], env, ["missing.toml", "does not exist"]),
     ]  # fmt: skip
     store = StateStore(redis_server.client(), dbs.config.name)

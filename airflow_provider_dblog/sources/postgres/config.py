@@ -156,8 +156,8 @@ class PostgresSourceConfig:
                     f"{_server_words(exc)}"
                 ) from None
             raise SourceUnavailable(
-                f"cannot connect to PostgreSQL source {self.name} (check [source] {which} and "
-                f"password_env): {exc}"
+                f"cannot connect to PostgreSQL source {self.name} (check the host and port in "
+                f"[source] {which}): {exc}"
             ) from exc
 
 
