@@ -11,10 +11,12 @@ store per concern, each over the keys `keys.py` spells for a source:
   positions the tailer arms and closes them at;
 - `DumpStore` (dumps.py): dump requests, their status, counters, progress, controls and the
   beat of the process running them, written by Airflow, the CLI and the dump;
+- `VerifyStore` (verifies.py): verify runs, their progress, counts per table and differing
+  keys;
 - `TailerStore` (tailer.py): the tailer's lease and fencing token, checkpoint and heartbeat;
 - `CompactorStore` (compactor.py): the compaction follower's lease, fencing token and
   heartbeat (`lease.Lease` is the lease both services hold);
-- `StateStore` (store.py): the six on one client, for callers that need several;
+- `StateStore` (store.py): the seven on one client, for callers that need several;
 - `AsyncStateReader` (async_reader.py): what Airflow's triggers poll, on redis.asyncio;
 - `RedisSettings` (connection.py): how every process reaches the store (one server, or the
   primary Redis Sentinel names; TLS; an ACL user), and acl.py: each role's least ACL rules.
@@ -58,6 +60,12 @@ from airflow_provider_dblog.state.keys import SourceKeys
 from airflow_provider_dblog.state.positional import PendingWindow, PositionalWindowStore
 from airflow_provider_dblog.state.store import StateStore
 from airflow_provider_dblog.state.tailer import TablesChange, TailerHealth, TailerStore
+from airflow_provider_dblog.state.verifies import (
+    FoundDifference,
+    VerifyState,
+    VerifyStatus,
+    VerifyStore,
+)
 from airflow_provider_dblog.state.windows import (
     Mark,
     StoredRows,
@@ -77,6 +85,7 @@ __all__ = [
     "DumpStatus",
     "DumpStore",
     "FencedOut",
+    "FoundDifference",
     "Mark",
     "MissingRows",
     "PendingWindow",
@@ -93,6 +102,9 @@ __all__ = [
     "TailerStore",
     "UnknownDump",
     "UnknownWindow",
+    "VerifyState",
+    "VerifyStatus",
+    "VerifyStore",
     "WindowState",
     "WindowStatus",
     "WindowStore",

@@ -46,6 +46,14 @@ every key of a source lives in one slot and every Lua script of the stores may t
 | P tailer:tables        | list   | changes of the captured tables a running tailer took, the   |
 |                        |        | newest first (the last 20): JSON {at_ms, owner, added,      |
 |                        |        | removed}                                                    |
+| P verifies             | list   | verify run ids in the order they were created               |
+| P verify:<id>          | string | the verify request (JSON)                                   |
+| P verify:<id>:status   | hash   | state, reason, chunks, windows_retried, created_ms,         |
+|                        |        | finished_ms, updated_ms                                     |
+| P verify:<id>:progress | hash   | table ("schema.name") -> where its verify stands (JSON)     |
+| P verify:<id>:counts   | hash   | "<table> <counter>" -> count (checked, in_flux, missing,    |
+|                        |        | extra, changed)                                             |
+| P verify:<id>:diffs    | list   | every differing key found: JSON [table, kind, key values]   |
 | P compact:token        | string | the last fencing token the compaction's lease handed out    |
 | P compact:lease        | hash   | owner, token of the folding `dblog lake compact --follow`;  |
 |                        |        | expires (PX)                                                |
@@ -62,6 +70,7 @@ hw_position (JSON) and changed (the JSON list of the keys that changed inside it
 The window keys belong to `WindowStore` (windows.py), except what direct windows add, which
 belongs to `DirectWindowStore` (direct.py), and what read-only windows add, which belongs to
 `PositionalWindowStore` (positional.py); the dump keys to `DumpStore` (dumps.py),
+the verify keys to `VerifyStore` (verifies.py),
 the tailer keys to `TailerStore` (tailer.py), the compaction keys to `CompactorStore`
 (compactor.py); `AsyncStateReader` reads some of the tailer and dump keys.
 """
@@ -96,6 +105,7 @@ class SourceKeys:
         "tailer_schemas",
         "tailer_tables",
         "tailer_token",
+        "verifies",
     )
 
     def __init__(self, source: str) -> None:
@@ -106,6 +116,7 @@ class SourceKeys:
         self.source = source
         self.prefix = f"dblog:{{{source}}}:"
         self.dumps = self.prefix + "dumps"
+        self.verifies = self.prefix + "verifies"
         self.direct_pending = self.prefix + "direct:pending"
         self.positional = self.prefix + "positional"
         self.positional_last = self.prefix + "positional:last"
@@ -156,3 +167,10 @@ class SourceKeys:
 
     def dump_origin(self, dump_id: str) -> str:
         return self.dump(dump_id) + ":origin"
+
+    def verify(self, verify_id: str) -> str:
+        return f"{self.prefix}verify:{verify_id}"
+
+    def verify_part(self, verify_id: str, part: str) -> str:
+        """`status`, `progress`, `counts` or `diffs` of a verify run."""
+        return f"{self.verify(verify_id)}:{part}"

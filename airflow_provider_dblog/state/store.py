@@ -11,12 +11,13 @@ from airflow_provider_dblog.state.dumps import DumpStore
 from airflow_provider_dblog.state.positional import PositionalWindowStore
 from airflow_provider_dblog.state.server import check_no_eviction
 from airflow_provider_dblog.state.tailer import TailerStore
+from airflow_provider_dblog.state.verifies import VerifyStore
 from airflow_provider_dblog.state.windows import WindowStore
 
 
 class StateStore:
-    """The windows (direct and read-only ones' too), dumps, tailer and compactor stores of one
-    source, on one client."""
+    """The windows (direct and read-only ones' too), dumps, verify runs, tailer and compactor
+    stores of one source, on one client."""
 
     def __init__(self, client: redis.Redis, source: str) -> None:
         self.windows = WindowStore(client, source)
@@ -24,6 +25,7 @@ class StateStore:
         self.positional = PositionalWindowStore(client, source)
         self._client = client
         self.dumps = DumpStore(client, source)
+        self.verifies = VerifyStore(client, source)
         self.tailer = TailerStore(client, source)
         self.compactor = CompactorStore(client, source)
         self.source = source
