@@ -22,14 +22,14 @@ from airflow_provider_dblog.core.event import Key, key_of
 from airflow_provider_dblog.dump.chunk import ChunkReadFailed, StoredChunk
 from airflow_provider_dblog.dump.task_connections import task_connections
 from airflow_provider_dblog.sources.base import ChunkSource, SourceError, SourceUnavailable
-from airflow_provider_dblog.state import StateStore
+from airflow_provider_dblog.state import StateStore, StateStoreUnavailable
 
 T = TypeVar("T")
 
 
 class ChunkJobFailed(ChunkReadFailed):
-    """A chunk's Spark job failed (a task's Redis went away, an executor was lost, after Spark's
-    own task retries): the chunk is retried with new watermarks, as a failed window."""
+    """A chunk's Spark job failed (an executor was lost, after Spark's own task retries): the
+    chunk is retried with new watermarks, as a failed window."""
 
 
 def sub_ranges(source: ChunkSource, chunk: Chunk, tasks: int, chunk_size: int) -> list[Chunk]:
@@ -54,12 +54,14 @@ def sub_ranges(source: ChunkSource, chunk: Chunk, tasks: int, chunk_size: int) -
     return [dataclasses.replace(chunk, after=a, upto=b) for a, b in pairwise(bounds)]
 
 
-PartResult = tuple[int, int | None, Key | None, SourceUnavailable | None, str | None]
+Away = SourceUnavailable | StateStoreUnavailable
+"""A server a task could not reach: the source (or its replica, behind) or Redis."""
+PartResult = tuple[int, int | None, Key | None, Away | None, str | None]
 """What a task sends back: part index, rows stored (None: the window ended), last key read, why
-the source could not be read (None: it was; the error itself, so that a replica behind stays
-`ReplicaBehind` on the driver), and why it refuses this worker's connection (a
-`SourceError`: a TLS file the worker lacks, a certificate that does not verify; None: it did
-not)."""
+the source or Redis could not be reached (None: they were; the error itself, so that a replica
+behind stays `ReplicaBehind` on the driver), and why the source refuses this worker's
+connection (a `SourceError`: a TLS file the worker lacks, a certificate that does not verify;
+None: it did not)."""
 
 
 def read_parts(
@@ -70,10 +72,12 @@ def read_parts(
 ) -> list[PartResult]:
     """One Spark task: read its parts on the worker's connections (`task_connections`) and
     append the rows to the window in Redis. Runs on an executor; reads passwords from its
-    environment. A source that went away ends the task with that news rather than an error:
-    Spark retrying the task at once would only find it gone again, while the driver retries the
-    chunk once it is back. A source that refuses the worker as configured is news too: every
-    retry would meet it again, so the driver fails the dump with its message."""
+    environment. A source or a Redis that went away ends the task with that news rather than
+    an error: Spark retrying the task at once would only find it gone again, and a failed job
+    would spend one of the chunk's attempts, while the driver waits for it (within its
+    patience, spending none) and retries the chunk once it is back. A source that refuses the
+    worker as configured is news too: every retry would meet it again, so the driver fails the
+    dump with its message."""
     results: list[PartResult] = []
     with task_connections(config) as connections:
         for index, part in parts:
@@ -88,15 +92,20 @@ def read_parts(
                 results.append((index, None, None, None, str(exc)))
                 break
             snapshot = read.snapshot
-            stored = connections.windows.append_rows(
-                window_id,
-                index,
-                read.rows,
-                key_columns,
-                read.invisible_txids,
-                hw=None if snapshot is None else snapshot.hw,
-                snapshot_end=snapshot.hw if snapshot is not None and snapshot.exact else None,
-            )
+            try:
+                stored = connections.windows.append_rows(
+                    window_id,
+                    index,
+                    read.rows,
+                    key_columns,
+                    read.invisible_txids,
+                    hw=None if snapshot is None else snapshot.hw,
+                    snapshot_end=snapshot.hw if snapshot is not None and snapshot.exact else None,
+                )
+            except StateStoreUnavailable as exc:
+                connections.healthy = False
+                results.append((index, None, None, exc, None))
+                break
             last = key_of(read.rows[-1], key_columns) if read.rows else None
             results.append((index, stored, last, None, None))
     return results
@@ -153,14 +162,16 @@ class SparkChunkReader(SparkChunkJob):
         return _combine(self._job(store, source, chunk, task, "dblog dump"))
 
 
-def raise_source_trouble(unavailable: Sequence[SourceUnavailable], refused: Sequence[str]) -> None:
-    """What the tasks said of the source, as the driver raises it: `SourceError` if it refused
-    a worker (the dump fails), the task's `SourceUnavailable` (or `ReplicaBehind`) if it was
-    away or behind (the runner waits)."""
+def raise_source_trouble(unavailable: Sequence[Away], refused: Sequence[str]) -> None:
+    """What the tasks said of the servers, as the driver raises it: `SourceError` if the source
+    refused a worker (the dump fails), the task's `SourceUnavailable` (or `ReplicaBehind`) or
+    `StateStoreUnavailable` if the source or Redis was away or behind (the runner waits)."""
     if refused:
         raise SourceError(f"a Spark task cannot use the source: {refused[0]}")
     if unavailable:
         first = unavailable[0]
+        if isinstance(first, StateStoreUnavailable):
+            raise type(first)(f"a Spark task could not reach the state store: {first}")
         raise type(first)(f"a Spark task could not read the source: {first}")
 
 

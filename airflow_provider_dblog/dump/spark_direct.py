@@ -17,9 +17,10 @@ Failures. A task that dies is run again by Spark: the window is still open, so i
 still before hw (its part is stored once, and the handle of the run that finished is the one
 collected; a dead run's staged file is left to `remove_stale_staged`). A part read when the
 window was already past open says so and the chunk is retried with new watermarks, as a failed
-window; so is a job that fails (`ChunkJobFailed`). The handles of a chunk that is not committed
-are discarded. A driver killed mid-chunk leaves the window open to expire; the next run resumes
-from the last completed chunk.
+window; so is a job that fails (`ChunkJobFailed`). A task that finds the source or Redis away
+says so instead of failing: the driver waits for it, spending no attempt. The handles of a
+chunk that is not committed are discarded. A driver killed mid-chunk leaves the window open to
+expire; the next run resumes from the last completed chunk.
 """
 
 from __future__ import annotations
@@ -34,22 +35,23 @@ from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.direct_target import DirectTarget
 from airflow_provider_dblog.dump.direct import StagedChunk
-from airflow_provider_dblog.dump.spark_chunk import SparkChunkJob, raise_source_trouble
+from airflow_provider_dblog.dump.spark_chunk import Away, SparkChunkJob, raise_source_trouble
 from airflow_provider_dblog.dump.task_connections import task_connections
 from airflow_provider_dblog.sources.base import ChunkSource, SourceError, SourceUnavailable
-from airflow_provider_dblog.state import StateStore
+from airflow_provider_dblog.state import StateStore, StateStoreUnavailable
 
 
 @dataclass(frozen=True)
 class StagedPart:
     """One sub-range as its task staged it. `stored` is None when the window was past open at
-    the read (the chunk is retried), `unavailable` says why the source could not be read,
-    `refused` why it refused this worker as configured (`spark_chunk.PartResult`)."""
+    the read (the chunk is retried), `unavailable` says why the source or Redis could not be
+    reached, `refused` why the source refused this worker as configured
+    (`spark_chunk.PartResult`)."""
 
     index: int
     stored: int | None
     last_key: Key | None
-    unavailable: SourceUnavailable | None
+    unavailable: Away | None
     handle: str | None = None
     refused: str | None = None
 
@@ -64,7 +66,7 @@ def stage_parts(
 ) -> list[StagedPart]:
     """A task: read its parts, store their invisible transactions and columns for the window
     and stage their rows into the target. Runs on an executor; reads passwords from its
-    environment. A source gone is news for the driver, not a task failure (as
+    environment. A source or Redis gone is news for the driver, not a task failure (as
     `spark_chunk.read_parts`)."""
     staged: list[StagedPart] = []
     with task_connections(config) as connections:
@@ -80,9 +82,15 @@ def stage_parts(
                 connections.healthy = False
                 staged.append(StagedPart(index, None, None, None, refused=str(exc)))
                 break
-            stored = connections.windows.append_rows(
-                window_id, index, (), key_columns, read.invisible_txids, read.columns
-            )
+            try:
+                stored = connections.windows.append_rows(
+                    window_id, index, (), key_columns, read.invisible_txids, read.columns
+                )
+            except StateStoreUnavailable as exc:
+                connections.healthy = False
+                target.discard(table, [read.handle])
+                staged.append(StagedPart(index, None, None, exc))
+                break
             if stored is None:
                 target.discard(table, [read.handle])
                 staged.append(StagedPart(index, None, None, None))

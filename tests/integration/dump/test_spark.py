@@ -17,6 +17,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,13 +36,14 @@ from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.demo.postgres import TABLES, Workload, compare, snapshot
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.process import free_port
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import PAUSE_POLL_S
 from airflow_provider_dblog.dump.spark_chunk import SparkChunkReader
 from airflow_provider_dblog.dump.spark_run import run_spark_dump
 from airflow_provider_dblog.outputs import read_events
 from airflow_provider_dblog.sources.base import SourceUnavailable
-from airflow_provider_dblog.state import DumpState, DumpStatus
+from airflow_provider_dblog.state import DumpState, DumpStatus, StateStoreUnavailable
 from airflow_provider_dblog.targets import direct_target_for
 from tests.integration.e2e_support import (
     MYSQL_PASSWORD_ENV,
@@ -440,6 +442,30 @@ def test_a_spark_task_that_finds_the_source_gone_makes_the_chunk_unavailable(
     pipeline.dbs.pg.stop()
     try:
         with pytest.raises(SourceUnavailable, match="a Spark task could not read the source"):
+            reader(pipeline.store, source, "no-window", chunk, ("id",))
+    finally:
+        source.close()
+
+
+def test_a_spark_task_that_finds_redis_gone_makes_the_chunk_wait_not_fail(
+    spark: SparkSession, pipeline: Pipeline, tmp_path: Path
+) -> None:
+    """The tasks' Redis cannot be reached (the driver's can: it reads the dump's controls
+    there): each task reports it, and the reader raises StateStoreUnavailable, which the runner
+    waits out within its patience, instead of a failed job, which would spend one of the
+    chunk's window attempts."""
+    text = pipeline.config_path.read_text()
+    closed = re.sub(r"redis://([^:/]+):\d+", rf"redis://\1:{free_port()}", text)
+    assert closed != text
+    (tmp_path / "closed.toml").write_text(closed)
+    config = load_config(tmp_path / "closed.toml")
+    reader = SparkChunkReader(spark.sparkContext, config, "none", tasks=2, default_chunk_size=10)
+    chunk = Chunk(TABLES[0], 0, keys=((1,), (2,), (3,), (4,)))
+    source = pipeline.dbs.source.chunk_source()
+    try:
+        with pytest.raises(
+            StateStoreUnavailable, match="a Spark task could not reach the state store"
+        ):
             reader(pipeline.store, source, "no-window", chunk, ("id",))
     finally:
         source.close()
