@@ -7,7 +7,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_dblog.cli import demo, dev_services, dump, lake, prune, status, tail, ui
+from airflow_provider_dblog.cli import (
+    demo,
+    dev_services,
+    dump,
+    lake,
+    prune,
+    status,
+    tail,
+    ui,
+    verify,
+)
 from airflow_provider_dblog.cli.common import one_line
 from airflow_provider_dblog.core.errors import DBLogError
 
@@ -37,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.register(subparsers)
     tail.register(subparsers)
     dump.register(subparsers)
+    verify.register(subparsers)
     prune.register(subparsers)
     lake.register(subparsers)
     status.register(subparsers)

@@ -1,0 +1,156 @@
+"""One verify chunk: the source read between lw and hw, the target read once it has applied the
+log through hw, and the keys the log changed from lw until after that read (`core/verify.py`).
+
+The tailer keeps both records, as for a direct dump's window (`state/direct.py`): at a direct
+window's hw it records the keys of its table that changed inside it and hw's position, and emits
+no row. A verify chunk nests two such windows:
+
+    outer lw, inner lw, source read, inner hw, [wait: target applied through inner hw],
+    target read, outer hw
+
+The inner window gives hw (its read is checked as any chunk read: a stale read fails it); the
+outer one, opened before it and closed after the target's read, gives the keys in flux. On a
+read-only source both are log positions the tailer arms and closes (ADR 0006); the outer's hw
+is the position of a snapshot taken after the target's read.
+
+Any failure (a window that fails or expires, a target that does not catch up in time) ends both
+windows; the chunk is read again with new ones.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, replace
+
+from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
+from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.event import Key, Row, key_of
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.reconciler import ChunkRows, Window
+from airflow_provider_dblog.core.verify import (
+    ChunkVerdict,
+    applied_through,
+    compare_chunk,
+    row_hashes,
+)
+from airflow_provider_dblog.dump.chunk import ChunkOutcome, ChunkReadFailed, between_watermarks
+from airflow_provider_dblog.sources.base import ChunkSource
+from airflow_provider_dblog.state import StateStore
+from airflow_provider_dblog.verify.reader import TargetReader
+
+_TARGET_POLL_S = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedChunk:
+    verdict: ChunkVerdict
+    next_after: Key | None
+    """Where the table's next chunk starts; None once this one reached the range's end."""
+
+
+@dataclass(frozen=True, slots=True)
+class _BothReads:
+    source: dict[Key, str]
+    next_after: Key | None
+
+
+def verify_chunk(
+    store: StateStore,
+    source: ChunkSource,
+    target: TargetReader,
+    verify_id: str,
+    chunk: Chunk,
+    key_columns: tuple[str, ...],
+    *,
+    window_timeout_s: float,
+) -> VerifiedChunk | ChunkOutcome:
+    """Read `chunk` on both sides between the two windows and compare; a `ChunkOutcome` (not
+    completed, with its reason) when the chunk must be read again."""
+    outer = Window(uuid.uuid4().hex, verify_id, chunk.table, DumpMode.DIRECT)
+    inner = Window(uuid.uuid4().hex, verify_id, chunk.table, DumpMode.DIRECT)
+    target_read: dict[Key, str] = {}
+    inner_record: list[DirectRecord] = []
+
+    def read_source(window_id: str) -> list[Row] | None:
+        read = source.read_chunk(chunk)
+        rows = ChunkRows(window_id, key_columns, (), 0, read.invisible_txids)
+        if read.snapshot is not None:
+            end = read.snapshot.hw if read.snapshot.exact else None
+            rows = replace(rows, hw=read.snapshot.hw, snapshot_end=end)
+        columns = tuple(read.rows[0]) if read.rows else ()
+        if not store.windows.put_rows(window_id, rows, columns):
+            return None
+        return list(read.rows)
+
+    def read_both(window_id: str) -> _BothReads | None:
+        rows = between_watermarks(
+            store, source, inner, chunk, read_source,
+            window_timeout_s=window_timeout_s, ended="recorded",
+        )  # fmt: skip
+        record = _record(store, inner)
+        if isinstance(rows, ChunkOutcome):
+            raise ChunkReadFailed(rows.reason or "the source read's window failed")
+        if record is None:
+            raise ChunkReadFailed(f"window {inner.window_id} closed without its record")
+        inner_record.append(record)
+        _wait_applied(store, record.hw_position, window_timeout_s)
+        next_after, covered = _covered(chunk, rows, key_columns)
+        target_read.update(target.read_hashes(covered))
+        marker = ChunkRows(window_id, key_columns, (), 0, frozenset())
+        if source.read_only:  # the outer hw: a snapshot's position, after the target's read
+            snapshot = source.read_chunk(Chunk(chunk.table, chunk.seq, limit=1)).snapshot
+            marker = replace(marker, hw=None if snapshot is None else snapshot.hw)
+        if not store.windows.put_rows(window_id, marker):
+            return None
+        return _BothReads(row_hashes(rows, key_columns), next_after)
+
+    try:
+        reads = between_watermarks(
+            store, source, outer, chunk, read_both,
+            window_timeout_s=window_timeout_s, ended="recorded",
+        )  # fmt: skip
+    except ChunkReadFailed as exc:
+        _record(store, outer)
+        return ChunkOutcome(False, 0, None, str(exc))
+    record = _record(store, outer)
+    if isinstance(reads, ChunkOutcome):
+        return reads
+    if record is None:
+        return ChunkOutcome(False, 0, None, f"window {outer.window_id} closed without its record")
+    in_flux = record.changed_keys | inner_record[0].changed_keys
+    return VerifiedChunk(compare_chunk(reads.source, target_read, in_flux), reads.next_after)
+
+
+def _record(store: StateStore, window: Window) -> DirectRecord | None:
+    """What the tailer recorded for the window, if it did; it holds nothing back after that
+    (a verify commits no row: `DirectWindowStore.committed` at once)."""
+    record = store.directs.record_of(window.window_id)
+    store.directs.committed(window.window_id)
+    return record
+
+
+def _covered(
+    chunk: Chunk, rows: list[Row], key_columns: tuple[str, ...]
+) -> tuple[Key | None, Chunk]:
+    """Where the next chunk starts, and the chunk the target reads: the key range the source
+    read covered (up to its last row when it filled its limit, else up to the range's end), or
+    the same key list."""
+    if chunk.keys is not None:
+        return None, chunk
+    if chunk.limit is not None and len(rows) >= chunk.limit:
+        last = key_of(rows[-1], key_columns)
+        return last, replace(chunk, upto=last, limit=None)
+    return None, replace(chunk, limit=None)
+
+
+def _wait_applied(store: StateStore, hw: Position, timeout_s: float) -> None:
+    """Until the tailer's durable position reaches hw: the target holds every event up to it."""
+    deadline = time.monotonic() + timeout_s
+    while not applied_through(store.tailer.load_checkpoint(), hw):
+        if time.monotonic() > deadline:
+            raise ChunkReadFailed(
+                f"the target did not apply the log through hw within {timeout_s}s "
+                "(is dblog tail running?)"
+            )
+        time.sleep(_TARGET_POLL_S)

@@ -1,0 +1,154 @@
+"""A verify run: its tables one after another, each chunk by chunk (`chunk.py`), every chunk's
+verdict saved with the table's progress past it (`state/verifies.py`), so a run that died
+resumes from the chunk after the last one saved.
+
+A range chunk reads up to `chunk_size` source rows after the last key verified; the target reads
+the same key range (`chunk.py` says which), so a key the target has and the source has not is
+met by the chunk whose range holds it, the last chunk's range running to the end of the table
+(or of the range asked). A key list is verified `chunk_size` keys a chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.event import JsonValue, Key, TableRef, freeze
+from airflow_provider_dblog.sources.base import ChunkSource
+from airflow_provider_dblog.state import StateStore, VerifyState
+from airflow_provider_dblog.verify.chunk import VerifiedChunk, verify_chunk
+from airflow_provider_dblog.verify.reader import TargetReader
+from airflow_provider_dblog.verify.request import VerifyRequest
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 20
+"""How often a chunk whose windows failed is read again before the run fails (a tailer that
+stays away, a table altered again and again); the run resumes from there when asked."""
+
+
+class _ChunkGaveUp(Exception):
+    """A chunk failed `MAX_ATTEMPTS` times."""
+
+
+def run_verify(
+    store: StateStore,
+    source: ChunkSource,
+    target: TargetReader,
+    request: VerifyRequest,
+    *,
+    window_timeout_s: float = 60.0,
+    on_chunk: Callable[[TableRef], None] = lambda table: None,
+) -> VerifyState:
+    """Verify every table of `request` not yet done, then mark the run done; failed (with the
+    reason) when a chunk could not be read in `MAX_ATTEMPTS`."""
+    verify_id = request.verify_id
+    progress = store.verifies.progress(verify_id)
+    try:
+        for table in request.tables:
+            saved = progress.get(table, {})
+            if saved.get("done"):
+                continue
+            chunks: Iterable[tuple[Chunk, ProgressOf]] = (
+                _key_chunks(request, table, saved)
+                if request.keys is not None
+                else _RangeChunks(request, table, saved)
+            )
+            for chunk, saved_after in chunks:
+                verified = _verified(store, source, target, request, chunk, window_timeout_s)
+                store.verifies.chunk_done(verify_id, table, saved_after(verified), verified.verdict)
+                on_chunk(table)
+    except _ChunkGaveUp as exc:
+        store.verifies.finish(verify_id, VerifyState.FAILED, str(exc))
+        return VerifyState.FAILED
+    store.verifies.finish(verify_id, VerifyState.DONE)
+    return VerifyState.DONE
+
+
+ProgressOf = Callable[[VerifiedChunk], dict[str, JsonValue]]
+
+
+class _RangeChunks:
+    """The range chunks of a table, each starting where the last verified one ended."""
+
+    def __init__(self, request: VerifyRequest, table: TableRef, saved: dict[str, JsonValue]):
+        self._request, self._table = request, table
+        after = saved["after"] if "after" in saved else _listed(request.after)
+        self._after: Key | None = None if after is None else tuple(freeze(v) for v in after)
+        self._done = False
+
+    def __iter__(self) -> _RangeChunks:
+        return self
+
+    def __next__(self) -> tuple[Chunk, ProgressOf]:
+        if self._done:
+            raise StopIteration
+        request = self._request
+        chunk = Chunk(
+            self._table,
+            0,
+            after=self._after,
+            upto=request.upto,
+            limit=request.chunk_size,
+            where=request.where,
+        )
+
+        def saved(verified: VerifiedChunk) -> dict[str, JsonValue]:
+            self._after = verified.next_after
+            self._done = verified.next_after is None
+            return {"after": _listed(verified.next_after), "done": self._done}
+
+        return chunk, saved
+
+
+def _key_chunks(
+    request: VerifyRequest, table: TableRef, saved: dict[str, JsonValue]
+) -> list[tuple[Chunk, ProgressOf]]:
+    keys = request.keys or ()
+    start = int(saved.get("key_index", 0))
+    size = request.chunk_size
+    chunks: list[tuple[Chunk, ProgressOf]] = []
+    for index in range(start, len(keys), size):
+        end = min(index + size, len(keys))
+        progress = {"key_index": end, "done": end >= len(keys)}
+        chunks.append((Chunk(table, index, keys=keys[index:end]), _fixed(progress)))
+    return chunks
+
+
+def _fixed(progress: dict[str, JsonValue]) -> ProgressOf:
+    return lambda verified: dict(progress)
+
+
+def _verified(
+    store: StateStore,
+    source: ChunkSource,
+    target: TargetReader,
+    request: VerifyRequest,
+    chunk: Chunk,
+    window_timeout_s: float,
+) -> VerifiedChunk:
+    """The chunk verified, read again with new windows while its windows fail."""
+    reason = ""
+    for _ in range(MAX_ATTEMPTS):
+        outcome = verify_chunk(
+            store,
+            source,
+            target,
+            request.verify_id,
+            chunk,
+            request.key_columns[chunk.table],
+            window_timeout_s=window_timeout_s,
+        )
+        if isinstance(outcome, VerifiedChunk):
+            return outcome
+        reason = outcome.reason or "its window failed"
+        log.info(
+            "verify %s: a chunk of %s is read again: %s", request.verify_id, chunk.table, reason
+        )
+        store.verifies.retried(request.verify_id)
+    raise _ChunkGaveUp(f"a chunk of {chunk.table} failed {MAX_ATTEMPTS} times, last: {reason}")
+
+
+def _listed(key: Key | None) -> JsonValue:
+    return None if key is None else list(key)

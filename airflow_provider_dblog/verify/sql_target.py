@@ -1,0 +1,86 @@
+"""The SQL-apply target's reader: its PostgreSQL tables, read as a PostgreSQL source's chunks are.
+
+The target table of a source table is the one the output writes (`table_map`). Its rows are read
+with the same keyset query and the same value loaders as a PostgreSQL dump, on a connection with
+the session settings a source's has, so a row the output applied reads back as the JSON the
+source gave it (same column types on both sides) and hashes equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import psycopg
+from psycopg.rows import TupleRow
+
+from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.errors import InvalidRequest
+from airflow_provider_dblog.core.event import Key, TableRef
+from airflow_provider_dblog.core.verify import row_hashes
+from airflow_provider_dblog.libpq_tls import tls_refusal
+from airflow_provider_dblog.outputs.sql_apply.target import TableMap
+from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
+from airflow_provider_dblog.sources.keyset import TableShape
+from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo, table_shape
+from airflow_provider_dblog.sources.postgres.config import SESSION_OPTIONS
+from airflow_provider_dblog.sources.postgres.keyset import KEYSET
+from airflow_provider_dblog.sources.postgres.loaders import load_rows
+
+
+class SqlTargetReader:
+    """`TargetReader` of a PostgreSQL target, on one autocommit connection opened at once."""
+
+    def __init__(
+        self, dsn: str, *, table_map: Mapping[str, str] | None = None, connect_timeout: int = 10
+    ) -> None:
+        self._tables = TableMap(table_map)
+        self._shapes: dict[TableRef, TableShape[ColumnInfo]] = {}
+        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": connect_timeout}
+        try:
+            self._conn: psycopg.Connection[TupleRow] = psycopg.connect(
+                dsn, options=SESSION_OPTIONS, **kwargs
+            )
+        except psycopg.OperationalError as exc:
+            refused = tls_refusal(str(exc))
+            if refused is not None:
+                raise SourceError(f"cannot connect to the sql_apply target: {refused}") from None
+            raise SourceUnavailable(f"cannot connect to the sql_apply target: {exc}") from None
+
+    @property
+    def name(self) -> str:
+        return "the sql_apply output"
+
+    def check_table(self, table: TableRef, key_columns: tuple[str, ...]) -> None:
+        target = self._tables.target_of(table)
+        try:
+            shape = self._shape(table)
+        except SourceError as exc:
+            raise InvalidRequest(
+                f"{self.name} holds no table {target} for {table}: {exc}"
+            ) from None
+        if shape.key_columns != key_columns:
+            raise InvalidRequest(
+                f"{self.name}'s table {target} is keyed by ({', '.join(shape.key_columns)}), "
+                f"{table} by ({', '.join(key_columns)}): give it the source's key to verify it"
+            )
+
+    def read_hashes(self, chunk: Chunk) -> dict[Key, str]:
+        shape = self._shape(chunk.table)
+        query, params = KEYSET.chunk(shape, replace(chunk, limit=None), KEYSET.names(shape.columns))
+        try:
+            rows = load_rows(self._conn.execute(query, params).pgresult, shape.columns)
+        except psycopg.OperationalError as exc:
+            raise SourceUnavailable(f"the sql_apply target went away: {exc}") from None
+        return row_hashes(rows, shape.key_columns)
+
+    def _shape(self, table: TableRef) -> TableShape[ColumnInfo]:
+        """The target table's columns and key, read once: a verify run compares one shape."""
+        shape = self._shapes.get(table)
+        if shape is None:
+            shape = self._shapes[table] = table_shape(self._conn, self._tables.target_of(table))
+        return shape
+
+    def close(self) -> None:
+        self._conn.close()

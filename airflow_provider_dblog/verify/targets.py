@@ -1,0 +1,44 @@
+"""Which target a verify run reads, named by the deployment's configuration: `output`, the
+tailer's output, when it is the SQL-apply one. A target without a reader yet (the lake, a
+stream's keyed view) is refused by name, before anything is stored."""
+
+from __future__ import annotations
+
+import os
+
+from airflow_provider_dblog.config import Config
+from airflow_provider_dblog.core.errors import InvalidRequest
+from airflow_provider_dblog.verify.reader import TargetReader
+from airflow_provider_dblog.verify.sql_target import SqlTargetReader
+
+TARGETS = ("output", "lake")
+"""The targets a deployment may have: its `[output]`, and its `[lake]` when it has one."""
+
+
+def check_target(config: Config, target: str) -> None:
+    """Refuse, in one line, a target the deployment does not have or verify cannot read."""
+    if target not in TARGETS or (target == "lake" and config.lake_root is None):
+        have = "output" if config.lake_root is None else "output, lake"
+        raise InvalidRequest(f"unknown target {target!r}: this deployment's targets are {have}")
+    kind = config.output.get("type")
+    if target == "lake" or kind != "sql_apply":
+        what = "the lake" if target == "lake" else f"a {kind} output"
+        raise InvalidRequest(
+            f"verify reads the sql_apply output's PostgreSQL tables; it cannot read {what} yet"
+        )
+    dsn_env = config.output.get("dsn_env")
+    if not dsn_env or not os.environ.get(str(dsn_env)):
+        raise InvalidRequest(
+            f"the sql_apply output's environment variable {dsn_env!r} (dsn_env) is not set"
+        )
+
+
+def target_reader_for(config: Config, target: str) -> TargetReader:
+    """The reader of `target` (checked by `check_target`), connected."""
+    check_target(config, target)
+    options = config.output
+    return SqlTargetReader(
+        os.environ[str(options["dsn_env"])],
+        table_map=options.get("table_map"),
+        connect_timeout=int(options.get("connect_timeout", 10)),
+    )

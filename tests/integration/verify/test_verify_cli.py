@@ -1,0 +1,167 @@
+"""`dblog verify` on real servers: a PostgreSQL source, its tailer applying into a PostgreSQL
+SQL target, a writer writing all along. The target is corrupted behind the tailer's back (a row
+changed, one deleted, one added, a composite-keyed row changed); the report names exactly those
+keys, none of the keys the writer keeps changing. Bad input is refused in one line before
+anything is stored."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.verify import Difference
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.state import StateStore, VerifyState
+from tests.integration.e2e_support import (
+    Databases,
+    TailProcess,
+    Writer,
+    cli_env,
+    drop_databases,
+    make_databases,
+    run_cli,
+    wait_until,
+    write_config,
+)
+
+pytestmark = pytest.mark.integration
+ROWS = 300
+TARGET_DSN_ENV = "E2E_TARGET_DSN"
+ACCOUNTS, ORDERS = TableRef("public", "accounts"), TableRef("public", "orders")
+OWN_ACCOUNTS = (100_001, 100_002, 100_003)
+"""Keys the writer never touches (its accounts are 1-1500, its regions eu, us, ap, sa): the
+corruptions stay as made while it writes."""
+
+
+@pytest.fixture
+def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
+    databases = make_databases(pg15, ROWS, target=True, seed_value=42)
+    yield databases
+    drop_databases(databases)
+
+
+@pytest.fixture
+def deployment(
+    dbs: Databases, redis_server: RedisInfo, tmp_path: Path
+) -> Iterator[tuple[Path, dict[str, str], StateStore]]:
+    """A tailer applying into the SQL target, which a dump filled, and a writer running."""
+    output = {"type": "sql_apply", "dsn_env": TARGET_DSN_ENV}
+    tailer = {"heartbeat_s": 0.2, "window_ttl_s": 30, "lease_ttl_ms": 3000}
+    config = write_config(tmp_path / "dblog.toml", dbs, redis_server, output, tailer)
+    env = cli_env(dbs, redis_server, **{TARGET_DSN_ENV: dbs.target_dsn})
+    store = StateStore(redis_server.client(), dbs.config.name)
+    tail = TailProcess(config, "verify-tailer", env, tmp_path / "tail.log")
+    writer = Writer(dbs, tmp_path, seed_value=5, per_s=50)
+    try:
+        wait_until(lambda: store.tailer.health() is not None, 30, "the tailer beating")
+        dumped = run_cli("dump", "-c", str(config), "--chunk-size", "200", env=env)
+        assert dumped.returncode == 0, dumped.stderr[-2000:]
+        writer.wait_for(10)
+        yield config, env, store
+    finally:
+        writer.kill()
+        tail.stop()
+
+
+def test_the_report_names_exactly_the_corrupted_keys_while_writes_go_on(
+    dbs: Databases, deployment: tuple[Path, dict[str, str], StateStore]
+) -> None:
+    config, env, store = deployment
+    with psycopg.connect(dbs.source_dsn, autocommit=True) as source:
+        for key in OWN_ACCOUNTS:
+            source.execute(
+                "INSERT INTO accounts (id, owner, balance, active) VALUES (%s, 'own', 1, true)",
+                (key,),
+            )
+        source.execute("INSERT INTO orders (region, n, amount) VALUES ('zz', 1, 5), ('zz', 2, 6)")
+    with psycopg.connect(dbs.target_dsn, autocommit=True) as target:
+
+        def applied() -> bool:
+            found = target.execute(
+                "SELECT (SELECT count(*) FROM accounts WHERE id > 100000) + "
+                "(SELECT count(*) FROM orders WHERE region = 'zz')"
+            ).fetchone()
+            return found is not None and found[0] == 5
+
+        wait_until(applied, 60, "the rows written for the test applied to the target")
+        target.execute("UPDATE accounts SET owner = 'corrupt' WHERE id = 100001")
+        target.execute("DELETE FROM accounts WHERE id = 100002")
+        target.execute(
+            "INSERT INTO accounts (id, owner, balance, active) VALUES (100010, 'x', 0, false)"
+        )
+        target.execute("UPDATE orders SET note = 'corrupt' WHERE region = 'zz' AND n = 1")
+
+    done = run_cli(
+        *("verify", "-c", str(config), "--verify-id", "v1", "--chunk-size", "120"), env=env
+    )
+
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    found = {(d.table, d.kind, d.key) for d in store.verifies.differences("v1")}
+    assert found == {
+        (ACCOUNTS, Difference.CHANGED, (100_001,)),
+        (ACCOUNTS, Difference.MISSING, (100_002,)),
+        (ACCOUNTS, Difference.EXTRA, (100_010,)),
+        (ORDERS, Difference.CHANGED, ("zz", 1)),
+    }
+    for line in ("public.accounts changed [100001]", "public.orders changed ['zz', 1]"):
+        assert line in done.stdout, done.stdout
+    status = store.verifies.status("v1")
+    assert status is not None and status.state is VerifyState.DONE
+    counts = store.verifies.counts("v1")
+    assert counts[ACCOUNTS]["missing"] == counts[ACCOUNTS]["extra"] == 1
+    assert sum(c["checked"] + c["in_flux"] for c in counts.values()) >= 3 * ROWS
+    assert all(c["checked"] > 0 for c in counts.values()), counts
+
+    narrowed = run_cli(
+        *("verify", "-c", str(config), "--table", "accounts"),
+        *("--after", "100001", "--upto", "100003"),
+        env=env,
+    )
+    assert narrowed.returncode == 1, narrowed.stdout + narrowed.stderr[-3000:]
+    assert "public.accounts missing [100002]" in narrowed.stdout
+    assert "changed [100001]" not in narrowed.stdout  # below the range
+
+
+REFUSALS = [
+    (("--table", "public.nope"), "table public.nope is not captured"),
+    (("--target", "lake"), "unknown target 'lake'"),
+    (("--target", "search"), "unknown target 'search'"),
+    (("--table", "accounts", "--after", "abc"), "after: "),
+    (("--table", "orders", "--upto", "[1, 2, 3]"), "upto: "),
+    (("--table", "accounts", "--where", "nope = 1"), "nope"),
+    (("--keys", "1,2"), "need --table"),
+    (("--table", "accounts", "--keys", "1", "--after", "2"), "no keys"),
+]
+
+
+def test_bad_input_is_refused_in_one_line_before_anything_is_stored(
+    dbs: Databases, redis_server: RedisInfo, tmp_path: Path
+) -> None:
+    """Each refusal is one `dblog: error:` line, exit 2, no traceback, no run stored; a target
+    whose table map names a table it does not have is refused too."""
+    output = {"type": "sql_apply", "dsn_env": TARGET_DSN_ENV}
+    config = write_config(tmp_path / "dblog.toml", dbs, redis_server, output)
+    missing = write_config(tmp_path / "missing.toml", dbs, redis_server, output)
+    with missing.open("a") as toml:
+        toml.write('[output.table_map]\n"public.items" = "public.missing"\n')
+    env = cli_env(dbs, redis_server, **{TARGET_DSN_ENV: dbs.target_dsn})
+    store = StateStore(redis_server.client(), dbs.config.name)
+    tail = TailProcess(config, "verify-tailer", env, tmp_path / "tail.log")
+    try:
+        wait_until(lambda: store.tailer.health() is not None, 30, "the tailer beating")
+        cases = [((str(config), *args), refusal) for args, refusal in REFUSALS]
+        cases.append(((str(missing),), "holds no table public.missing for public.items"))
+        for (path, *args), refusal in cases:
+            done = run_cli("verify", "-c", path, *args, env=env)
+            assert done.returncode == 2, (args, done.stdout + done.stderr)
+            errors = [line for line in done.stderr.splitlines() if "error" in line]
+            assert len(errors) == 1 and refusal in errors[0], (args, done.stderr)
+            assert "Traceback" not in done.stderr
+        assert store.verifies.ids() == []
+    finally:
+        tail.stop()
