@@ -6,6 +6,7 @@ anything is stored."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import StateStore, VerifyState
 from tests.integration.e2e_support import (
+    DBLOG,
     Databases,
     TailProcess,
     Writer,
@@ -25,6 +27,7 @@ from tests.integration.e2e_support import (
     drop_databases,
     make_databases,
     run_cli,
+    wait_caught_up,
     wait_until,
     write_config,
 )
@@ -45,10 +48,11 @@ def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
     drop_databases(databases)
 
 
+Deployment = tuple[Path, dict[str, str], StateStore, Writer]
+
+
 @pytest.fixture
-def deployment(
-    dbs: Databases, redis_server: RedisInfo, tmp_path: Path
-) -> Iterator[tuple[Path, dict[str, str], StateStore]]:
+def deployment(dbs: Databases, redis_server: RedisInfo, tmp_path: Path) -> Iterator[Deployment]:
     """A tailer applying into the SQL target, which a dump filled, and a writer running."""
     output = {"type": "sql_apply", "dsn_env": TARGET_DSN_ENV}
     tailer = {"heartbeat_s": 0.2, "window_ttl_s": 30, "lease_ttl_ms": 3000}
@@ -62,16 +66,26 @@ def deployment(
         dumped = run_cli("dump", "-c", str(config), "--chunk-size", "200", env=env)
         assert dumped.returncode == 0, dumped.stderr[-2000:]
         writer.wait_for(10)
-        yield config, env, store
+        yield config, env, store, writer
     finally:
         writer.kill()
         tail.stop()
 
 
-def test_the_report_names_exactly_the_corrupted_keys_while_writes_go_on(
-    dbs: Databases, deployment: tuple[Path, dict[str, str], StateStore]
-) -> None:
-    config, env, store = deployment
+CORRUPTED = sorted(
+    [
+        (ACCOUNTS, Difference.CHANGED, (100_001,)),
+        (ACCOUNTS, Difference.MISSING, (100_002,)),
+        (ACCOUNTS, Difference.EXTRA, (100_010,)),
+        (ORDERS, Difference.CHANGED, ("zz", 1)),
+    ],
+    key=repr,
+)
+
+
+def corrupt_target(dbs: Databases) -> None:
+    """Rows of keys the writer never touches, written to the source, applied to the target,
+    then corrupted there: `CORRUPTED`."""
     with psycopg.connect(dbs.source_dsn, autocommit=True) as source:
         for key in OWN_ACCOUNTS:
             source.execute(
@@ -96,18 +110,22 @@ def test_the_report_names_exactly_the_corrupted_keys_while_writes_go_on(
         )
         target.execute("UPDATE orders SET note = 'corrupt' WHERE region = 'zz' AND n = 1")
 
+
+def test_the_report_names_exactly_the_corrupted_keys_while_writes_go_on(
+    dbs: Databases, deployment: Deployment
+) -> None:
+    config, env, store, writer = deployment
+    corrupt_target(dbs)
+    written = len(writer.transactions())
+
     done = run_cli(
         *("verify", "-c", str(config), "--verify-id", "v1", "--chunk-size", "120"), env=env
     )
 
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
-    found = {(d.table, d.kind, d.key) for d in store.verifies.differences("v1")}
-    assert found == {
-        (ACCOUNTS, Difference.CHANGED, (100_001,)),
-        (ACCOUNTS, Difference.MISSING, (100_002,)),
-        (ACCOUNTS, Difference.EXTRA, (100_010,)),
-        (ORDERS, Difference.CHANGED, ("zz", 1)),
-    }
+    assert len(writer.transactions()) > written, "the writer wrote while verify ran"
+    found = [(d.table, d.kind, d.key) for d in store.verifies.differences("v1")]
+    assert sorted(found, key=repr) == CORRUPTED
     for line in ("public.accounts changed [100001]", "public.orders changed ['zz', 1]"):
         assert line in done.stdout, done.stdout
     status = store.verifies.status("v1")
@@ -125,6 +143,52 @@ def test_the_report_names_exactly_the_corrupted_keys_while_writes_go_on(
     assert narrowed.returncode == 1, narrowed.stdout + narrowed.stderr[-3000:]
     assert "public.accounts missing [100002]" in narrowed.stdout
     assert "changed [100001]" not in narrowed.stdout  # below the range
+
+
+def test_a_killed_run_resumes_from_its_last_chunk_and_counts_each_key_once(
+    dbs: Databases, deployment: Deployment, tmp_path: Path
+) -> None:
+    config, env, store, writer = deployment
+    corrupt_target(dbs)
+    writer.stop()  # quiet: every key is checked, none in flux, so the counts are exact
+    wait_caught_up(dbs)
+    argv = [DBLOG, "verify", "-c", str(config), "--verify-id", "v2", "--chunk-size", "40"]
+    with (tmp_path / "verify.log").open("ab") as out:
+        first = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+
+        def three_chunks() -> bool:
+            status = store.verifies.status("v2")
+            return status is not None and status.chunks >= 3
+
+        wait_until(three_chunks, 60, "three chunks verified")
+    finally:
+        first.kill()
+        first.wait(30)
+    status = store.verifies.status("v2")
+    assert status is not None and status.state is VerifyState.RUNNING
+
+    done = run_cli("verify", "-c", str(config), "--verify-id", "v2", env=env)
+
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    found = [(d.table, d.kind, d.key) for d in store.verifies.differences("v2")]
+    assert sorted(found, key=repr) == CORRUPTED
+    for table, counted in store.verifies.counts("v2").items():
+        assert counted["in_flux"] == 0
+        assert counted["checked"] == len(keys_of(dbs, table)), table  # each key once
+    again = run_cli("verify", "-c", str(config), "--verify-id", "v2", env=env)
+    assert again.returncode == 1 and "public.accounts missing [100002]" in again.stdout
+
+
+def keys_of(dbs: Databases, table: TableRef) -> set[str]:
+    """The keys of `table` in the source or the target."""
+    order = {"accounts": "id", "orders": "region, n", "items": "id"}[table.name]
+    found: set[str] = set()
+    for dsn in (dbs.source_dsn, dbs.target_dsn):
+        with psycopg.connect(dsn) as conn:
+            query = f"SELECT ({order})::text FROM {table}"
+            found.update(str(row[0]) for row in conn.execute(query))
+    return found
 
 
 REFUSALS = [
