@@ -18,6 +18,7 @@ from airflow_provider_dblog.core.verify import Difference
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import StateStore, VerifyState
+from tests.integration.dump.read_only_support import RO_PASSWORD_ENV, read_only_role
 from tests.integration.e2e_support import (
     DBLOG,
     Databases,
@@ -51,13 +52,26 @@ def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
 Deployment = tuple[Path, dict[str, str], StateStore, Writer]
 
 
-@pytest.fixture
-def deployment(dbs: Databases, redis_server: RedisInfo, tmp_path: Path) -> Iterator[Deployment]:
-    """A tailer applying into the SQL target, which a dump filled, and a writer running."""
+@pytest.fixture(params=["written", "read-only"])
+def deployment(
+    request: pytest.FixtureRequest, dbs: Databases, redis_server: RedisInfo, tmp_path: Path
+) -> Iterator[Deployment]:
+    """A tailer applying into the SQL target, which a dump filled, and a writer running; the
+    source read with written watermarks, or as a role that may write nothing (the watermarks
+    are log positions)."""
     output = {"type": "sql_apply", "dsn_env": TARGET_DSN_ENV}
     tailer = {"heartbeat_s": 0.2, "window_ttl_s": 30, "lease_ttl_ms": 3000}
-    config = write_config(tmp_path / "dblog.toml", dbs, redis_server, output, tailer)
     env = cli_env(dbs, redis_server, **{TARGET_DSN_ENV: dbs.target_dsn})
+    if request.param == "read-only":
+        role = read_only_role(dbs)
+        env[RO_PASSWORD_ENV] = role.password
+        config = write_config(
+            *(tmp_path / "dblog.toml", dbs, redis_server, output, tailer),
+            password_env=RO_PASSWORD_ENV,
+            source=role.toml,
+        )
+    else:
+        config = write_config(tmp_path / "dblog.toml", dbs, redis_server, output, tailer)
     store = StateStore(redis_server.client(), dbs.config.name)
     tail = TailProcess(config, "verify-tailer", env, tmp_path / "tail.log")
     writer = Writer(dbs, tmp_path, seed_value=5, per_s=50)
