@@ -6,6 +6,7 @@ retry and storing nothing; a source out of reach fails it as retryable."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -321,4 +322,23 @@ def test_a_source_out_of_reach_fails_as_retryable(checks: Checks) -> None:
     with pytest.raises(AirflowException, match="cannot check the dump request now") as failed:
         check.execute(context())
     assert not isinstance(failed.value, AirflowFailException)
+    assert checks.store.dumps.ids() == []
+
+
+def test_a_login_the_source_refuses_fails_without_retry(
+    checks: Checks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong password is no outage: Airflow's retries would only meet it again."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_dblog.operators.dblog import DBLogCheckDumpRequestOperator
+
+    wrong = "wrong-" + uuid.uuid4().hex
+    conn = json.loads(os.environ["AIRFLOW_CONN_DBLOG_CHECKS"])
+    conn["extra"]["source_password"] = wrong
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_CHECKS", json.dumps(conn))
+    check = DBLogCheckDumpRequestOperator(task_id="check", dblog_conn_id="dblog_checks")
+    with pytest.raises(AirflowFailException, match="refuses the login") as failed:
+        check.execute(context())
+    assert wrong not in str(failed.value)
     assert checks.store.dumps.ids() == []
