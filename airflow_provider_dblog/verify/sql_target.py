@@ -73,6 +73,9 @@ class SqlTargetReader:
             rows = load_rows(self._conn.execute(query, params).pgresult, shape.columns)
         except psycopg.OperationalError as exc:
             raise SourceUnavailable(f"the sql_apply target went away: {exc}") from None
+        except psycopg.Error as exc:  # a filter the target's table cannot run, say
+            target = self._tables.target_of(chunk.table)
+            raise SourceError(f"{self.name} refused the read of {target}: {exc}") from None
         return row_hashes(rows, shape.key_columns)
 
     def _shape(self, table: TableRef) -> TableShape[ColumnInfo]:

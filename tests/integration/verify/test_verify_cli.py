@@ -158,6 +158,15 @@ def test_the_report_names_exactly_the_corrupted_keys_while_writes_go_on(
     assert "public.accounts missing [100002]" in narrowed.stdout
     assert "changed [100001]" not in narrowed.stdout  # below the range
 
+    listed = run_cli(
+        *("verify", "-c", str(config), "--table", "accounts"),
+        *("--keys", "100001,100002,100003,100010"),
+        env=env,
+    )
+    assert listed.returncode == 1, listed.stdout + listed.stderr[-3000:]
+    for line in ("changed [100001]", "missing [100002]", "extra [100010]"):
+        assert f"public.accounts {line}" in listed.stdout, listed.stdout
+
 
 def test_a_killed_run_resumes_from_its_last_chunk_and_counts_each_key_once(
     dbs: Databases, deployment: Deployment, tmp_path: Path
