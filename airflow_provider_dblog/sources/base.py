@@ -7,7 +7,7 @@ by `[source] type`, so no caller names a type.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -144,6 +144,16 @@ class Wakeable(Protocol):
     transaction). A reader without it is looked at between transactions and at its idle beats."""
 
     def wake(self) -> None: ...
+
+
+@runtime_checkable
+class AnnouncesWaits(Protocol):
+    """What a `LogReader` may also do: call `hook` in the reading thread each time it is about
+    to wait for the log, having yielded everything received so far. The tailer hands what it
+    holds to its writer then, so a run of small transactions read in one go is written in
+    one batch rather than one batch a transaction."""
+
+    def before_waiting(self, hook: Callable[[], None]) -> None: ...
 
 
 @runtime_checkable

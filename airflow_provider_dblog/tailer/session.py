@@ -70,7 +70,12 @@ from airflow_provider_dblog.core.reconciler import (
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.core.schema_versions import SchemaTracker
 from airflow_provider_dblog.outputs.base import Output
-from airflow_provider_dblog.sources.base import LogReader, StampsSchemaVersions, Wakeable
+from airflow_provider_dblog.sources.base import (
+    AnnouncesWaits,
+    LogReader,
+    StampsSchemaVersions,
+    Wakeable,
+)
 from airflow_provider_dblog.state import (
     FencedOut,
     MissingRows,
@@ -163,6 +168,9 @@ class Session:
             batch_seconds=stats.output_batch_seconds,
             batches_failed=stats.output_batches_failed,
         )
+        if isinstance(reader, AnnouncesWaits):
+            reader.before_waiting(self._writer.hand_over)
+            self._writer.commits_wait_for_hand_over = True
         self._stamped = False
         """The reader builds row events with `self._schemas`' versions: none to stamp here."""
         if isinstance(reader, StampsSchemaVersions):

@@ -239,6 +239,10 @@ class Writer(threading.Thread):
         self.idle = threading.Event()
         """Set when everything handed over so far is written (or the writer failed)."""
         self.idle.set()
+        self.commits_wait_for_hand_over = False
+        """Set when the session calls `hand_over` each time its reader has read all there
+        is for now: `put_commit` then holds ends until that call rather than waking an idle
+        writer for every transaction."""
 
     # -- the session's side -------------------------------------------------------------------
 
@@ -261,15 +265,18 @@ class Writer(threading.Thread):
             self.hand_over()
 
     def put_commit(self, end: TransactionEnd) -> None:
-        """Hand a transaction's end over with the events held: at once if the writer has
-        nothing left to write (its next batch starts now), otherwise once `batch_events` are
-        held or before the next item `put` hands over. The transactions read while the writer
-        writes thus go out in its next batch, one write and one fsync (group commit), and a
-        run of small transactions costs one hand-over, not one each. Held ends reach the
-        writer at the latest with the reader's next idle beat (`Session.idle`)."""
+        """Hand a transaction's end over with the events held once `batch_events` are held,
+        before the next item `put` hands over, or, unless `commits_wait_for_hand_over`, at
+        once if the writer has nothing left to write (its next batch starts now). The
+        transactions read while the writer writes thus go out in its next batch, one write
+        and one fsync (group commit), and a run of small transactions costs one hand-over,
+        not one each. Held ends reach the writer at the latest with the session's next
+        `hand_over` (the reader's idle beat, or its announced wait: `AnnouncesWaits`)."""
         pending = self._pending
         pending.append(end)
-        if len(pending) >= self._room or self.idle.is_set():
+        if len(pending) >= self._room or (
+            not self.commits_wait_for_hand_over and self.idle.is_set()
+        ):
             self.hand_over()
 
     def put(self, item: object) -> None:

@@ -368,6 +368,29 @@ def test_transaction_ends_are_held_while_the_writer_writes_and_go_out_in_one_bat
     assert writer.durable_commit == 4
 
 
+def test_ends_wait_for_the_readers_announced_wait_when_it_announces_them() -> None:
+    """With a reader that announces its waits, an idle writer is not woken for each
+    transaction: the ends are held until the session's `hand_over` (the reader has read all
+    there is for now) or until `batch_events` are held, then go out in one batch."""
+    journal = Journal()
+    writer = new_writer(journal, TailerSettings(batch_events=6))
+    writer.commits_wait_for_hand_over = True
+    for commit in (1, 2):
+        writer.put_event(event(commit, 1))
+        writer.put_commit(TransactionEnd(commit))
+    assert writer.idle.is_set() and writer._queue.empty()
+    writer.hand_over()  # the reader is about to wait
+    assert writer._queue.get_nowait() == [
+        event(1, 1), TransactionEnd(1), event(2, 1), TransactionEnd(2)
+    ]  # fmt: skip
+    for commit in (3, 4, 5):  # the sixth item fills the batch: handed over without a wait
+        writer.put_event(event(commit, 1))
+        writer.put_commit(TransactionEnd(commit))
+    assert writer._queue.get_nowait() == [
+        item for commit in (3, 4, 5) for item in (event(commit, 1), TransactionEnd(commit))
+    ]
+
+
 def test_log_lines_are_held_with_log_events_and_weigh_their_events() -> None:
     """A rows event's `LogLines` is held with the log events as one item that counts as many
     events as it holds: the list is handed over at `batch_events` events, weighs them in the

@@ -287,6 +287,39 @@ def test_row_changes_positions_watermarks_and_transaction_ends(
     assert items[index + 1] == TransactionEnd(watermarks[0].position.commit)
 
 
+def test_the_reader_announces_its_waits_after_yielding_what_it_received(
+    postgres: PostgresInfo, make_config: MakeConfig
+) -> None:
+    """`before_waiting` runs whenever the reader has yielded everything received and is about
+    to wait: once the last transaction sent is yielded whole, before the reader blocks for the
+    next (the tailer hands its held transactions to the writer then)."""
+    table = new_table(postgres, "id int PRIMARY KEY, name text")
+    config = make_config((table,))
+    ensure_setup(config)
+    for i in range(20):
+        execute(postgres, f"INSERT INTO {table} VALUES ({i}, 'a'), ({i + 100}, 'b')")
+    reader = PostgresLogReader(config, idle_after=0.2)
+    seen: list[LogItem] = []
+    announced: list[list[LogItem]] = []
+    reader.before_waiting(lambda: announced.append(list(seen)))
+    try:
+
+        def noted() -> Iterator[LogItem]:
+            for item in reader.items():
+                seen.append(item)
+                yield item
+
+        read_until(noted(), ends(20))
+        # Nothing more is written: the reader comes to wait, and says so first. (It yields an
+        # Idle at each idle beat, which is when `read_until` looks again.)
+        read_until(
+            noted(),
+            lambda _: any(sum(isinstance(i, TransactionEnd) for i in b) == 20 for b in announced),
+        )
+    finally:
+        reader.close()
+
+
 def test_truncate_and_the_catalog_describe_tables_as_the_log_does(
     postgres: PostgresInfo, make_config: MakeConfig
 ) -> None:
