@@ -363,10 +363,14 @@ class PostgresLogReader:
         them; waking for each would cost a poll and a read a message. So a wait that follows a
         frame closely starts with a short sleep (`_GATHER_S`), after which everything that
         arrived meanwhile is read in one go: a few milliseconds of delay at most, for a
-        fraction of the system calls."""
+        fraction of the system calls. What the socket holds already is read first, without
+        a wait (a backlog never sleeps)."""
         pgconn = stream.conn.pgconn
         now = time.monotonic()
         deadline = now + self._idle_after
+        if size == 0:
+            pgconn.consume_input()
+            size, data = pgconn.get_copy_data(1)
         gather = size == 0 and now - stream.last_frame < _BUSY_S
         while True:
             if now - stream.last_status >= self._status_interval:
