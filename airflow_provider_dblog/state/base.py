@@ -18,6 +18,7 @@ from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue
 from airflow_provider_dblog.state.client_certificate import (
     ClientCertificateRefused,
+    UnknownSentinelService,
     refused_client_certificate,
 )
 from airflow_provider_dblog.state.errors import (
@@ -126,6 +127,11 @@ def unreachable(client: redis.Redis, error: redis.RedisError) -> StateStoreError
             f"the Redis state store at {address} cannot be used: {error}; check [redis] "
             "cert_file and key_file: a certificate signed by a CA the sentinels and servers "
             "trust, not expired: nothing retries this"
+        )
+    if isinstance(error, UnknownSentinelService):
+        return StateStoreError(
+            f"the Redis state store at {address} cannot be used: {error}; check [redis] "
+            "service_name: nothing retries this"
         )
     cause = error.__context__
     if isinstance(cause, ssl.SSLCertVerificationError):

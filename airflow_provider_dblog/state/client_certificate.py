@@ -17,6 +17,11 @@ import redis.asyncio
 import redis.sentinel
 
 
+class UnknownSentinelService(redis.ConnectionError):
+    """Every sentinel answered and none watches the configured service (`no_primary_error`
+    raises it): a configuration error, not an outage."""
+
+
 class ClientCertificateRefused(redis.ConnectionError):
     """A sentinel refused this client's certificate (`no_primary_error` raises it instead of
     "no sentinel names a primary"): a configuration error, not an outage."""

@@ -35,6 +35,7 @@ from redis.retry import Retry
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.state.client_certificate import (
     ClientCertificateRefused,
+    UnknownSentinelService,
     refused_client_certificate,
 )
 
@@ -237,7 +238,10 @@ def no_primary_error(
             return ClientCertificateRefused(
                 f"sentinel {_address(sentinel)} refused this client's TLS certificate ({alert})"
             )
-    return redis.sentinel.MasterNotFoundError(no_primary(service_name, sentinels, answers))
+    why = no_primary(service_name, sentinels, answers)
+    if answers and all(isinstance(a, dict) and service_name not in a for a in answers):
+        return UnknownSentinelService(why)
+    return redis.sentinel.MasterNotFoundError(why)
 
 
 def _address(sentinel: Any) -> str:

@@ -170,7 +170,9 @@ def test_a_sentinel_that_answers_nothing_and_an_unknown_service_are_clear_errors
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """`dblog dump` in this process (the command line's `main`)."""
+    """`dblog dump` in this process (the command line's `main`): sentinels that answer nothing
+    are an outage, waited out within the dump's patience, then one line; sentinels that all
+    answer but watch no such service are a configuration error, refused at once."""
     monkeypatch.setenv(REDIS_PASSWORD_ENV, redis_sentinels.password)
     silent = f"{LOOPBACK}:{free_port()}"
     output = {"type": "ndjson", "directory": str(tmp_path / "events")}
@@ -185,11 +187,18 @@ def test_a_sentinel_that_answers_nothing_and_an_unknown_service_are_clear_errors
             [f"sentinel {addresses[0]} watches no service 'nosuch' (it knows {SERVICE_NAME})"],
         ),
     }
+    starts = {
+        "silent": "the state store was unreachable for ",
+        "unknown": "cannot be used: no sentinel names a primary for service 'nosuch'",
+    }
     for name, (redis, wanted) in cases.items():
         config = write_redis_config(tmp_path / f"{name}.toml", dbs, redis, output)
-        assert main(["dump", "--config", str(config)]) == 2, name
+        command = ["dump", "--config", str(config), "--source-patience", "1"]
+        assert main(command) == 2, name
         stderr = capsys.readouterr().err
-        assert stderr.startswith("dblog: error: the Redis state store at service "), stderr
+        assert stderr.count("dblog: error:") == 1 and "Traceback" not in stderr, stderr
+        assert starts[name] in stderr, (name, stderr)
+        assert ("nothing retries this" in stderr) == (name == "unknown"), stderr
         assert "no sentinel names a primary for service" in stderr
         for text in wanted:
             assert text in stderr, (name, text, stderr)
