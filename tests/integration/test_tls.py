@@ -192,7 +192,7 @@ def test_the_end_to_end_path_runs_over_verified_tls(
     store = StateStore(redis_server.client(), source.name)
     output = NdjsonOutput(events_dir)
     tailer = Tailer(
-        source, store, output, owner="tls-tailer", settings=TailerSettings(window_ttl_s=10)
+        source, store, output, owner="tls-tailer", settings=TailerSettings(window_ttl_s=60)
     )
     stop = threading.Event()
     thread = tailer.start(stop)
