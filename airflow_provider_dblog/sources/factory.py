@@ -11,9 +11,10 @@ checks). Callers ask here and never name a type's classes.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.sources.base import Source, SourceConfig, SourceError
 from airflow_provider_dblog.sources.dialect import Dialect
 
@@ -52,3 +53,13 @@ def parse_source_config(section: Mapping[str, Any]) -> SourceConfig:
 def source_for(config: SourceConfig) -> Source:
     """The `Source` of a parsed configuration; connects to nothing."""
     return dialect_of(config).open(config)
+
+
+def postgres_target_rows(
+    dsn: str, target_of: Callable[[TableRef], TableRef], *, connect_timeout: int
+) -> Any:
+    """A reader of a PostgreSQL target database's tables with this source's keyset query and
+    value loaders (`sources/postgres/target_rows.py`): `dblog verify`'s `TargetReader` of the
+    SQL-apply output, whatever the source's type."""
+    module = importlib.import_module("airflow_provider_dblog.sources.postgres.target_rows")
+    return module.TargetRows(dsn, target_of, connect_timeout=connect_timeout)

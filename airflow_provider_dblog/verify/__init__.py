@@ -1,8 +1,8 @@
 """Verify a target against its source while writes go on (the rule: `core/verify.py`).
 
 - `reader.py`: what a target must answer to be verified (`TargetReader`);
-- `sql_target.py`: the SQL-apply target's reader (a PostgreSQL database);
-- `targets.py`: which reader a deployment's configuration names;
+- `targets.py`: which reader a deployment's configuration names (the SQL-apply target's is
+  `sources/postgres/target_rows.py`, opened through the source factory);
 - `request.py`: a validated verify request, refused before anything is stored;
 - `chunk.py`: one chunk, read on both sides between three points of the log;
 - `runner.py`: a run over its tables, chunk by chunk, saved in the store as it goes.

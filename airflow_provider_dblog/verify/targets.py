@@ -8,8 +8,9 @@ import os
 
 from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.errors import InvalidRequest
+from airflow_provider_dblog.outputs.sql_apply.target import TableMap
+from airflow_provider_dblog.sources.factory import postgres_target_rows
 from airflow_provider_dblog.verify.reader import TargetReader
-from airflow_provider_dblog.verify.sql_target import SqlTargetReader
 
 TARGETS = ("output", "lake")
 """The targets a deployment may have: its `[output]`, and its `[lake]` when it has one."""
@@ -37,8 +38,9 @@ def target_reader_for(config: Config, target: str) -> TargetReader:
     """The reader of `target` (checked by `check_target`), connected."""
     check_target(config, target)
     options = config.output
-    return SqlTargetReader(
+    reader: TargetReader = postgres_target_rows(
         os.environ[str(options["dsn_env"])],
-        table_map=options.get("table_map"),
+        TableMap(options.get("table_map")).target_of,
         connect_timeout=int(options.get("connect_timeout", 10)),
     )
+    return reader

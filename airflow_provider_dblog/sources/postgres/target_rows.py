@@ -1,6 +1,7 @@
-"""The SQL-apply target's reader: its PostgreSQL tables, read as a PostgreSQL source's chunks are.
+"""A PostgreSQL target database's tables (the SQL-apply output's), read as this source's chunks
+are: the reader `dblog verify` compares the source with (`verify.reader.TargetReader`).
 
-The target table of a source table is the one the output writes (`table_map`). Its rows are read
+The target table of a source table is `target_of` it (the output's `table_map`). Its rows are read
 with the same keyset query and the same value loaders as a PostgreSQL dump, on a connection with
 the session settings a source's has, so a row the output applied reads back as the JSON the
 source gave it (same column types on both sides) and hashes equal.
@@ -8,7 +9,7 @@ source gave it (same column types on both sides) and hashes equal.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +21,6 @@ from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.verify import row_hashes
 from airflow_provider_dblog.libpq_tls import tls_refusal
-from airflow_provider_dblog.outputs.sql_apply.target import TableMap
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.keyset import TableShape
 from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo, table_shape
@@ -29,13 +29,17 @@ from airflow_provider_dblog.sources.postgres.keyset import KEYSET
 from airflow_provider_dblog.sources.postgres.loaders import load_rows
 
 
-class SqlTargetReader:
+class TargetRows:
     """`TargetReader` of a PostgreSQL target, on one autocommit connection opened at once."""
 
     def __init__(
-        self, dsn: str, *, table_map: Mapping[str, str] | None = None, connect_timeout: int = 10
+        self,
+        dsn: str,
+        target_of: Callable[[TableRef], TableRef],
+        *,
+        connect_timeout: int = 10,
     ) -> None:
-        self._tables = TableMap(table_map)
+        self._target_of = target_of
         self._shapes: dict[TableRef, TableShape[ColumnInfo]] = {}
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": connect_timeout}
         try:
@@ -53,7 +57,7 @@ class SqlTargetReader:
         return "the sql_apply output"
 
     def check_table(self, table: TableRef, key_columns: tuple[str, ...]) -> None:
-        target = self._tables.target_of(table)
+        target = self._target_of(table)
         try:
             shape = self._shape(table)
         except SourceError as exc:
@@ -74,7 +78,7 @@ class SqlTargetReader:
         except psycopg.OperationalError as exc:
             raise SourceUnavailable(f"the sql_apply target went away: {exc}") from None
         except psycopg.Error as exc:  # a filter the target's table cannot run, say
-            target = self._tables.target_of(chunk.table)
+            target = self._target_of(chunk.table)
             raise SourceError(f"{self.name} refused the read of {target}: {exc}") from None
         return row_hashes(rows, shape.key_columns)
 
@@ -82,7 +86,7 @@ class SqlTargetReader:
         """The target table's columns and key, read once: a verify run compares one shape."""
         shape = self._shapes.get(table)
         if shape is None:
-            shape = self._shapes[table] = table_shape(self._conn, self._tables.target_of(table))
+            shape = self._shapes[table] = table_shape(self._conn, self._target_of(table))
         return shape
 
     def close(self) -> None:
