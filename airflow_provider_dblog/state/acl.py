@@ -46,7 +46,7 @@ STORE_COMMANDS = (
 UI_COMMANDS = ("get", "hget", "hgetall", "hset", "lrange", "llen", "pttl", "scan")
 """What the UI's snapshot reads (it finds windows by SCAN) and its control script writes."""
 
-DUMP_WRITES = ("window:*", "wm:*", "dump*", "direct:*", "positional*")
+DUMP_WRITES = ("window:*", "wm:*", "dump*", "direct:*", "positional*", "verif*")
 UI_WRITES = ("dump:*:controls", "dump:*:status")
 COMPACTOR_WRITES = ("compact:*", "direct:pending")
 

@@ -28,6 +28,7 @@ from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.state.acl import ROLES, acl_rules
 from airflow_provider_dblog.state.connection import RedisSettings
 from airflow_provider_dblog.state.keys import SourceKeys
+from airflow_provider_dblog.state.verifies import VerifyState
 from airflow_provider_dblog.ui.snapshot import LiveView
 from tests.integration.compaction.test_spark_compact import read_lake
 from tests.integration.e2e_support import (
@@ -126,6 +127,11 @@ def test_each_component_runs_as_its_role_and_the_ui_cannot_write_windows(
         )
         wait_until(lambda: _folded(ui_store) == 3 * ROWS, 60, "the follower folding them")
         snapshot = LiveView(client("ui"), dbs.config.name).snapshot()
+        verifies = StateStore(client("dump"), dbs.config.name).verifies  # verify runs as dump
+        verifies.create("acl-verify", {"tables": [str(t) for t in dbs.tables]})
+        verifies.finish("acl-verify", VerifyState.DONE)
+        verified = verifies.status("acl-verify")
+        assert verified is not None and verified.state is VerifyState.DONE, verified
         assert tail.stop() == 0, (tmp_path / "tail.log").read_text()[-3000:]
         follower.send_signal(signal.SIGTERM)
         assert follower.wait(30) == 0, (tmp_path / "compact.log").read_text()[-3000:]
