@@ -2,7 +2,8 @@
 
 Table-level events are lines like any other, in position order: `"op": "t"` (the table was
 truncated) and `"op": "s"` (its columns changed, the new ones in `table_schema`), both with
-`"key": {}` and null `before` and `after` (see `core/event.py` and the README's consumer rules).
+`"key": {}` and null `before` and `after` (see `core/event.py`, and the consumer rules in
+docs/operations.md).
 
 A batch is written whole and then fsynced, so after a crash only the last line of the last file
 can be torn, and a line is complete only with its `\\n`. A writer's first batch cuts such a torn

@@ -410,7 +410,7 @@ def test_truncate_and_alters_under_a_dump_and_a_tailer_kill_reach_every_output(
     monotonic SQL target and NDJSON at once) is SIGKILLed and restarted once, at random points
     of the dump: the dump completes, the SQL target equals the source (the added column and its
     default included), and the NDJSON carries the truncate and the schema events in position
-    order and rebuilds the source by the README's consumer rules."""
+    order and rebuilds the source by the consumer rules (docs/operations.md)."""
     seed_value = random.randrange(1 << 30)
     print(f"truncate, alters and kill: seed {seed_value}")
     rng = random.Random(seed_value)
