@@ -207,6 +207,7 @@ NOT_CODE = {
     "delta.checkpointInterval": "a Delta table property",
     "delta.enableDeletionVectors": "a Delta table property",
     "max._dblog_commit": "a Delta file statistic (the log's maximum of a column)",
+    "cpu.weight": "a cgroup v2 control file",
 }
 """Dotted names the docs show that are not Python: each says what it is instead."""
 EXTERNAL = {"DeltaTable": "deltalake", "dag": "airflow.sdk.DAG"}
