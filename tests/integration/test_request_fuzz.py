@@ -408,4 +408,5 @@ def test_a_bad_toml_exits_2_naming_the_field_and_stores_nothing(
         + "\n"
         + toml({n: s for n, s in sections.items() if isinstance(s, dict)})
     )
-    refused(setup, ["dump", "-c", str(path)], field)
+    # A store it cannot reach is waited for within the patience, then refused: 1 s here.
+    refused(setup, ["dump", "-c", str(path), "--source-patience", "1"], field)
