@@ -45,6 +45,7 @@ from typing import Any
 from redis import Redis
 
 from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.settings import TailerSettings
 from airflow_provider_dblog.sources.base import SourceConfig, SourceError
 from airflow_provider_dblog.sources.factory import parse_source_config
 from airflow_provider_dblog.state.connection import (
@@ -52,7 +53,6 @@ from airflow_provider_dblog.state.connection import (
     RedisSettingsError,
     parse_redis_settings,
 )
-from airflow_provider_dblog.tailer.settings import TailerSettings
 
 
 class ConfigError(DBLogError):

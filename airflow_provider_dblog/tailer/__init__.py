@@ -8,10 +8,11 @@ never waits for a dump: chunk rows are in Redis before their hw is in the log.
   `service.tune_gc` the process's garbage collection for it.
 - `session.Session`: one connected stretch of leadership, one method per kind of log item.
 - `writer.Writer`: the writer thread and its batching (`take_batch`, pure).
-- `settings.TailerSettings`: the `[tailer]` options.
+- `TailerSettings`: the `[tailer]` options, defined in `airflow_provider_dblog.settings` (below
+  the configuration) and importable from `tailer.settings` too.
 """
 
+from airflow_provider_dblog.settings import TailerSettings
 from airflow_provider_dblog.tailer.service import Tailer, TailerFailed, tune_gc
-from airflow_provider_dblog.tailer.settings import TailerSettings
 
 __all__ = ["Tailer", "TailerFailed", "TailerSettings", "tune_gc"]

@@ -25,6 +25,7 @@ from wsgiref.simple_server import WSGIServer
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.outage import Outage
 from airflow_provider_dblog.outputs.base import Output, OutputFenced, OutputUnavailable
+from airflow_provider_dblog.settings import TailerSettings
 from airflow_provider_dblog.sources.base import (
     LogBacklog,
     LogReader,
@@ -36,7 +37,6 @@ from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import FencedOut, StateStore, StateStoreUnavailable
 from airflow_provider_dblog.tailer.metrics import TailerMetrics, TailerStats
 from airflow_provider_dblog.tailer.session import Leadership, Session, WriterStuck
-from airflow_provider_dblog.tailer.settings import TailerSettings
 from airflow_provider_dblog.targets import open_output
 
 if TYPE_CHECKING:  # config.py reads TailerSettings from this package
