@@ -17,8 +17,6 @@ them between chunks.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import sys
 import time
 import uuid
@@ -43,7 +41,7 @@ from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.dump.direct import InProcessDirectReader
 from airflow_provider_dblog.dump.request import IN_PROCESS_CHUNK_SIZE, build_request
 from airflow_provider_dblog.dump.retry import SOURCE_PATIENCE_S, Patience
-from airflow_provider_dblog.dump.runner import run_dump
+from airflow_provider_dblog.dump.runner import gone_from_this_host, run_dump
 from airflow_provider_dblog.sources.base import Source, SourceUnavailable
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import DumpState, StateStore, StateStoreUnavailable
@@ -268,17 +266,7 @@ def _live_driver(store: StateStore, dump_id: str) -> str | None:
     """The process that beats for the dump, unless it is a dead process of this host (one
     killed a moment ago: its beat outlives it by up to the driver TTL)."""
     driver = store.dumps.driver(dump_id)
-    if driver is None:
-        return None
-    host, _, pid = driver.rpartition(":")
-    if host == socket.gethostname() and pid.isdigit():
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            return driver
-    return driver
+    return None if driver is None or gone_from_this_host(driver) else driver
 
 
 def _runnable_again(store: StateStore, dump_id: str, resume: bool) -> bool:

@@ -6,7 +6,8 @@ stored in Redis and runs in this process (`verify/runner.py`), the tailer record
 windows. The report gives the counts per table and the first differing keys (all of them stay
 in the store). Exit status: 0 when the target equals the source, 1 when keys differ, 2 on an
 error or a run that failed. The same `--verify-id` run again resumes an unfinished or failed
-run from its last verified chunk, and shows a finished one's report.
+run from its last verified chunk, and shows a finished one's report; while a live process runs
+it, another is refused in one line (`verify/runner.running`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import StateStore, VerifyState
 from airflow_provider_dblog.state.verifies import COUNTERS
+from airflow_provider_dblog.verify.reader import TargetReader
 from airflow_provider_dblog.verify.request import VerifyRequest, build_verify_request
-from airflow_provider_dblog.verify.runner import run_verify
+from airflow_provider_dblog.verify.runner import run_verify, running
 from airflow_provider_dblog.verify.targets import target_reader_for
 
 
@@ -76,28 +78,24 @@ def _verify(args: argparse.Namespace) -> int:
     store = store_of(config)
     verify_id = args.verify_id or uuid.uuid4().hex[:12]
     source = source_for(config.source).chunk_source()
+    reader: TargetReader | None = None
     try:
         stored = store.verifies.request(verify_id)
         if stored is None:
             reader = target_reader_for(config, args.target)
-            try:
-                request = build_verify_request(
-                    config,
-                    source,
-                    verify_id=verify_id,
-                    table=args.table,
-                    keys=args.keys,
-                    where=args.where,
-                    after=args.after,
-                    upto=args.upto,
-                    chunk_size=args.chunk_size,
-                    target=args.target,
-                    reader=reader,
-                )
-            except BaseException:
-                reader.close()
-                raise
-            store.verifies.create(verify_id, request.to_json())
+            request = build_verify_request(
+                config,
+                source,
+                verify_id=verify_id,
+                table=args.table,
+                keys=args.keys,
+                where=args.where,
+                after=args.after,
+                upto=args.upto,
+                chunk_size=args.chunk_size,
+                target=args.target,
+                reader=reader,
+            )
         else:
             if args.table is not None:
                 raise InvalidRequest(
@@ -109,14 +107,24 @@ def _verify(args: argparse.Namespace) -> int:
             status = store.verifies.status(verify_id)
             if status is not None and status.state is VerifyState.DONE:
                 return _report(store, request, args.show, sys.stdout)
-            store.verifies.reopen(verify_id)
-            reader = target_reader_for(config, request.target)
-        print(f"verify {verify_id}: running ({request.describe()})", flush=True)
-        try:
-            run_verify(store, source, reader, request, window_timeout_s=args.window_timeout)
-        finally:
-            reader.close()
+        with running(store, verify_id) as still_ours:
+            if reader is None:  # a stored run, resumed: its target is in its request
+                store.verifies.reopen(verify_id)
+                reader = target_reader_for(config, request.target)
+            else:
+                store.verifies.create(verify_id, request.to_json())
+            print(f"verify {verify_id}: running ({request.describe()})", flush=True)
+            run_verify(
+                store,
+                source,
+                reader,
+                request,
+                window_timeout_s=args.window_timeout,
+                on_chunk=lambda table: still_ours(),
+            )
     finally:
+        if reader is not None:
+            reader.close()
         source.close()
     return _report(store, request, args.show, sys.stdout)
 

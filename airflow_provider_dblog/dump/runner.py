@@ -324,7 +324,7 @@ def run_table(
 @contextmanager
 def _beating(store: StateStore, dump_id: str) -> Iterator[None]:
     """Beat for the dump while it runs, from a thread, so a long chunk still beats."""
-    owner = f"{socket.gethostname()}:{os.getpid()}"
+    owner = process_name()
     done = threading.Event()
 
     def beat() -> None:
@@ -344,6 +344,26 @@ def _beating(store: StateStore, dump_id: str) -> Iterator[None]:
         thread.join()
         with suppress(StateStoreUnavailable):  # then the beat expires after its TTL
             store.dumps.unbeat(dump_id, owner)
+
+
+def process_name() -> str:
+    """This process as a run's driver names it: `host:pid`."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def gone_from_this_host(driver: str) -> bool:
+    """Whether `driver` (a `process_name`) is a process of this host that no longer runs: one
+    killed a moment ago, whose beat outlives it by up to its TTL."""
+    host, _, pid = driver.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 def patiently(call: Callable[[], T], patience_s: float = STORE_PATIENCE_S) -> T:

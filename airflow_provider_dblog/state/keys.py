@@ -54,6 +54,7 @@ every key of a source lives in one slot and every Lua script of the stores may t
 | P verify:<id>:counts   | hash   | "<table> <counter>" -> count (checked, in_flux, missing,    |
 |                        |        | extra, changed)                                             |
 | P verify:<id>:diffs    | list   | every differing key found: JSON [table, kind, key values]   |
+| P verify:<id>:runner   | string | the process running the verify; expires (PX) unless renewed |
 | P compact:token        | string | the last fencing token the compaction's lease handed out    |
 | P compact:lease        | hash   | owner, token of the folding `dblog lake compact --follow`;  |
 |                        |        | expires (PX)                                                |
@@ -172,5 +173,5 @@ class SourceKeys:
         return f"{self.prefix}verify:{verify_id}"
 
     def verify_part(self, verify_id: str, part: str) -> str:
-        """`status`, `progress`, `counts` or `diffs` of a verify run."""
+        """`status`, `progress`, `counts`, `diffs` or `runner` of a verify run."""
         return f"{self.verify(verify_id)}:{part}"

@@ -177,6 +177,48 @@ return 1
         self._r.hset(status, mapping={"state": VerifyState.RUNNING.value, "reason": ""})
         self._r.hdel(status, "finished_ms")
 
+    # KEYS: runner. ARGV: owner, ttl_ms, a runner known gone ('' for none). '' when the run is
+    # now the owner's for ttl_ms, else the process that runs it.
+    _CLAIM = """
+local runner = redis.call('GET', KEYS[1])
+if runner and runner ~= ARGV[1] and runner ~= ARGV[3] then return runner end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ''
+"""
+
+    @reachable
+    def claim(
+        self, verify_id: str, owner: str, ttl_ms: int, *, gone: str | None = None
+    ) -> str | None:
+        """Run the verify as `owner` for `ttl_ms` (claimed again to renew it); when another
+        process runs it, its name, and nothing changes. `gone`: a runner known to be dead,
+        whose claim is taken over before it expires."""
+        runner = text(
+            self._eval(
+                self._CLAIM,
+                keys=[self.keys.verify_part(verify_id, "runner")],
+                args=[owner, ttl_ms, gone or ""],
+            )
+        )
+        return runner or None
+
+    # KEYS: runner. ARGV: owner.
+    _RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+    @reachable
+    def release(self, verify_id: str, owner: str) -> None:
+        """`owner` no longer runs the verify; another process's claim is left alone."""
+        self._eval(self._RELEASE, keys=[self.keys.verify_part(verify_id, "runner")], args=[owner])
+
+    @reachable
+    def runner(self, verify_id: str) -> str | None:
+        """The process running the verify, or None if none claimed it within its TTL."""
+        raw = self._r.get(self.keys.verify_part(verify_id, "runner"))
+        return None if raw is None else text(raw)
+
     @reachable
     def counts(self, verify_id: str) -> dict[TableRef, dict[str, int]]:
         """Per table, each of `COUNTERS` (0 where none was counted)."""

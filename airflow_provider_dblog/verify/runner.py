@@ -11,12 +11,16 @@ met by the chunk whose range holds it, the last chunk's range running to the end
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 
 from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import JsonValue, Key, TableRef, freeze
+from airflow_provider_dblog.dump.runner import gone_from_this_host, process_name
 from airflow_provider_dblog.sources.base import ChunkSource
-from airflow_provider_dblog.state import StateStore, VerifyState
+from airflow_provider_dblog.state import StateStore, StateStoreUnavailable, VerifyState
 from airflow_provider_dblog.verify.chunk import VerifiedChunk, verify_chunk
 from airflow_provider_dblog.verify.reader import TargetReader
 from airflow_provider_dblog.verify.request import VerifyRequest
@@ -30,6 +34,58 @@ stays away, a table altered again and again); the run resumes from there when as
 
 class _ChunkGaveUp(Exception):
     """A chunk failed `MAX_ATTEMPTS` times."""
+
+
+RUNNER_TTL_MS = 15_000
+"""A run whose process has not renewed its claim for this long may be run by another."""
+
+
+class RunInProgress(DBLogError):
+    """Another live process runs this verify run."""
+
+
+@contextmanager
+def running(store: StateStore, verify_id: str) -> Iterator[Callable[[], None]]:
+    """Run the verify as this process alone: claimed in the store, the claim renewed from a
+    thread while the body runs (a chunk may wait long for the tailer) and released after.
+    `RunInProgress` when another live process runs it; a process of this host that died (its
+    claim outlives it by up to `RUNNER_TTL_MS`) is taken over at once. The body gets a check to
+    call between chunks: `RunInProgress` once another process took the run over (this one
+    could not renew its claim in time)."""
+    owner = process_name()
+    runner = store.verifies.claim(verify_id, owner, RUNNER_TTL_MS)
+    if runner is not None and gone_from_this_host(runner):
+        runner = store.verifies.claim(verify_id, owner, RUNNER_TTL_MS, gone=runner)
+    if runner is not None:
+        raise RunInProgress(
+            f"verify {verify_id} is running in {runner}: wait for it to end, or give this run "
+            "another --verify-id"
+        )
+    done = threading.Event()
+    taken_by: list[str] = []
+
+    def renew() -> None:
+        while not taken_by and not done.wait(RUNNER_TTL_MS / 5000):
+            try:
+                other = store.verifies.claim(verify_id, owner, RUNNER_TTL_MS)
+            except StateStoreUnavailable as exc:  # the run's own calls to Redis say so
+                log.debug("could not renew verify %s: %s", verify_id, exc)
+            else:
+                taken_by.extend([other] if other is not None else [])
+
+    def still_ours() -> None:
+        if taken_by:
+            raise RunInProgress(f"verify {verify_id} was taken over by {taken_by[0]}")
+
+    thread = threading.Thread(target=renew, name="dblog-verify-runner", daemon=True)
+    thread.start()
+    try:
+        yield still_ours
+    finally:
+        done.set()
+        thread.join()
+        with suppress(StateStoreUnavailable):  # then the claim expires after its TTL
+            store.verifies.release(verify_id, owner)
 
 
 def run_verify(

@@ -129,6 +129,9 @@ def test_each_component_runs_as_its_role_and_the_ui_cannot_write_windows(
         snapshot = LiveView(client("ui"), dbs.config.name).snapshot()
         verifies = StateStore(client("dump"), dbs.config.name).verifies  # verify runs as dump
         verifies.create("acl-verify", {"tables": [str(t) for t in dbs.tables]})
+        assert verifies.claim("acl-verify", "acl:1", 60_000) is None  # its one runner
+        verifies.release("acl-verify", "acl:1")
+        assert verifies.runner("acl-verify") is None
         verifies.finish("acl-verify", VerifyState.DONE)
         verified = verifies.status("acl-verify")
         assert verified is not None and verified.state is VerifyState.DONE, verified

@@ -6,6 +6,7 @@ anything is stored."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -190,6 +191,17 @@ def test_a_killed_run_resumes_from_its_last_chunk_and_counts_each_key_once(
         first.wait(30)
     status = store.verifies.status("v2")
     assert status is not None and status.state is VerifyState.RUNNING
+    killed = f"{socket.gethostname()}:{first.pid}"
+    assert store.verifies.runner("v2") == killed, "its claim outlives it"
+
+    store.verifies.claim("v2", "elsewhere:1", 60_000, gone=killed)  # another host runs it
+    refused = run_cli("verify", "-c", str(config), "--verify-id", "v2", env=env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    errors = [line for line in refused.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "v2 is running in elsewhere:1" in errors[0], refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert store.verifies.status("v2") == status, "the refused process changed nothing"
+    store.verifies.claim("v2", killed, 60_000, gone="elsewhere:1")  # the killed one's again
 
     done = run_cli("verify", "-c", str(config), "--verify-id", "v2", env=env)
 
