@@ -1,10 +1,11 @@
-"""`dblog status`: the tailer's health, the compaction follower's (its lake freshness), and
-every dump, for people and for scripts.
+"""`dblog status`: the tailer's health, the compaction follower's (its lake freshness), every
+dump and every verify run, for people and for scripts.
 
 The table gives each dump one line, its reason cut to the first line (a database error's
-statement and hint follow on lines of their own); `--dump ID` shows one dump whole (request
-with its filter, progress per table, controls, driver, the full reason), and `--json` prints
-the same as JSON.
+statement and hint follow on lines of their own), then each verify run one line (its counts
+over all its tables; `dblog verify --verify-id ID` reports one per table); `--dump ID` shows
+one dump whole (request with its filter, progress per table, controls, driver, the full
+reason), and `--json` prints the same as JSON.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from airflow_provider_dblog.state import (
     TablesChange,
     TailerHealth,
 )
+from airflow_provider_dblog.state.verifies import COUNTERS
 
 REASON_WIDTH = 100
 _TABLES_SHOWN = 3
@@ -38,7 +40,9 @@ _TABLES_SHOWN = 3
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    status = subparsers.add_parser("status", help="tailer and compaction health, and dumps")
+    status = subparsers.add_parser(
+        "status", help="tailer and compaction health, dumps and verify runs"
+    )
     add_config_option(status)
     status.add_argument(
         "--dump", type=option(values.dump_id), help="one dump in full, its whole reason too"
@@ -61,8 +65,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def status_json(store: StateStore) -> dict[str, JsonValue]:
-    """The tailer's and the compaction follower's health (None without a heartbeat) and every
-    dump's status."""
+    """The tailer's and the compaction follower's health (None without a heartbeat), every
+    dump's status and every verify run's."""
     health = store.tailer.health()
     compaction = store.compactor.health()
     dumps: list[JsonValue] = []
@@ -76,12 +80,15 @@ def status_json(store: StateStore) -> dict[str, JsonValue]:
         "compaction": None if compaction is None else compaction.to_json(),
         "tables": tables,
         "dumps": dumps,
+        "verifies": [
+            run for v in store.verifies.ids() if (run := _verify_json(store, v)) is not None
+        ],
     }
 
 
 def status_table(store: StateStore) -> str:
     """The tailer on one line, the compaction follower on one if it beats, then one aligned
-    line per dump."""
+    line per dump, and one per verify run if there are any."""
     rows = []
     for dump in store.dumps.ids():
         status = store.dumps.status(dump)
@@ -105,7 +112,44 @@ def status_table(store: StateStore) -> str:
         )
     if cut:
         lines.append(f"(the whole reason: dblog status --dump {cut[0] if len(cut) == 1 else 'ID'})")
+    lines += _verify_lines(store)
     return "\n".join(lines)
+
+
+def _verify_json(store: StateStore, verify_id: str) -> dict[str, JsonValue] | None:
+    """A verify run's state and its counts over all its tables (`COUNTERS`); None if it has
+    no status."""
+    status = store.verifies.status(verify_id)
+    if status is None:
+        return None
+    counts = store.verifies.counts(verify_id).values()
+    return {
+        "verify_id": verify_id,
+        "state": status.state.value,
+        "reason": status.reason,
+        "chunks": status.chunks,
+        "windows_retried": status.windows_retried,
+        "created_ms": status.created_ms,
+        "finished_ms": status.finished_ms,
+        "runner": store.verifies.runner(verify_id),
+        **{c: sum(per_table[c] for per_table in counts) for c in COUNTERS},
+    }
+
+
+def _verify_lines(store: StateStore) -> list[str]:
+    """A header and one aligned line per verify run; none without runs."""
+    runs = [run for v in store.verifies.ids() if (run := _verify_json(store, v)) is not None]
+    if not runs:
+        return []
+    width = max([len("verify"), *(len(str(run["verify_id"])) for run in runs)])
+    columns = ("chunks", *COUNTERS)
+    header = " ".join(f"{c.replace('_', ' '):>8}" for c in columns)
+    lines = [f"{'verify':{width}}  {'state':9} {header}  reason"]
+    for run in runs:
+        numbers = " ".join(f"{run[c]:>8}" for c in columns)
+        reason = first_line(str(run["reason"]), REASON_WIDTH)
+        lines.append(f"{run['verify_id']:{width}}  {run['state']:9} {numbers}  {reason}".rstrip())
+    return lines
 
 
 def _tables_lines(changes: list[TablesChange]) -> list[str]:

@@ -6,6 +6,7 @@ anything is stored."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from airflow_provider_dblog.core.verify import Difference
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import StateStore, VerifyState
+from airflow_provider_dblog.state.verifies import COUNTERS
 from tests.integration.dump.read_only_support import RO_PASSWORD_ENV, read_only_role
 from tests.integration.e2e_support import (
     DBLOG,
@@ -149,6 +151,41 @@ def test_the_report_names_exactly_the_corrupted_keys_while_writes_go_on(
     assert counts[ACCOUNTS]["missing"] == counts[ACCOUNTS]["extra"] == 1
     assert sum(c["checked"] + c["in_flux"] for c in counts.values()) >= 3 * ROWS
     assert all(c["checked"] > 0 for c in counts.values()), counts
+
+    shown = run_cli("status", "-c", str(config), env=env)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    lines = shown.stdout.splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("verify ")))
+    assert lines[header].split()[1:] == [
+        "state",
+        "chunks",
+        "checked",
+        "in",
+        "flux",
+        "missing",
+        "extra",
+        "changed",
+        "reason",
+    ]
+    total = {c: sum(per_table[c] for per_table in counts.values()) for c in COUNTERS}
+    assert lines[header + 1].split() == [
+        "v1", "done", str(status.chunks), *(str(total[c]) for c in COUNTERS)
+    ], lines  # fmt: skip
+    assert (total["missing"], total["extra"], total["changed"]) == (1, 1, 2)
+    as_json = json.loads(run_cli("status", "-c", str(config), "--json", env=env).stdout)
+    assert as_json["verifies"] == [
+        {
+            "verify_id": "v1",
+            "state": "done",
+            "reason": "",
+            "chunks": status.chunks,
+            "windows_retried": status.windows_retried,
+            "created_ms": status.created_ms,
+            "finished_ms": status.finished_ms,
+            "runner": None,
+            **total,
+        }
+    ]
 
     narrowed = run_cli(
         *("verify", "-c", str(config), "--table", "accounts"),
