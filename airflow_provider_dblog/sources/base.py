@@ -16,6 +16,7 @@ from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
 from airflow_provider_dblog.core.event import Key, Row, TableRef
 from airflow_provider_dblog.core.log import LogItem
 from airflow_provider_dblog.core.schema import TableSchema
+from airflow_provider_dblog.sources.snapshot import ReadSnapshot as ReadSnapshot
 from airflow_provider_dblog.sources.text_chunks import ChunkText
 
 
@@ -68,18 +69,6 @@ class ChunkRead:
     rows: Sequence[Row]
     invisible_txids: frozenset[int] = field(default_factory=frozenset)
     snapshot: ReadSnapshot | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ReadSnapshot:
-    """Where a chunk read's snapshot lies in the log, for read-only windows (see
-    `ChunkRows`): every transaction the read saw commits below `hw` (PostgreSQL: the WAL
-    insert position read after the snapshot was taken; MariaDB: the binlog position of the
-    snapshot); when `exact`, the read saw every transaction that commits below `hw` too
-    (MariaDB's). PostgreSQL names the transactions it did not see instead."""
-
-    hw: int
-    exact: bool
 
 
 class LogReader(Protocol):

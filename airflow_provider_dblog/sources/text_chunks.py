@@ -17,11 +17,10 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_dblog.core.event import JsonValue, Key, freeze
+from airflow_provider_dblog.sources.snapshot import ReadSnapshot
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from airflow_provider_dblog.sources.base import ReadSnapshot
 
 
 class TextKind(Enum):
