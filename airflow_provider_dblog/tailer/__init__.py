@@ -7,6 +7,9 @@ never waits for a dump: chunk rows are in Redis before their hw is in the log.
 - `service.Tailer`: the lease loop, one per process; `Tailer.from_config` builds it from the TOML;
   `service.tune_gc` the process's garbage collection for it.
 - `session.Session`: one connected stretch of leadership, one method per kind of log item.
+- `windows.OpenWindows`: a session's open windows and how one fails; `closer.WindowCloser`: a
+  window at its hw (the reads checked, then its rows emitted or a direct window recorded);
+  `positional.PositionalWindows`: read-only windows, armed and closed between two transactions.
 - `writer.Writer`: the writer thread and its batching (`take_batch`, pure).
 - `TailerSettings`: the `[tailer]` options, defined in `airflow_provider_dblog.settings` (below
   the configuration) and importable from `tailer.settings` too.

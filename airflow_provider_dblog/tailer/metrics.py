@@ -85,7 +85,7 @@ class TailerStats:
     windows_failed: int = 0
     windows_replayed: int = 0
     """hws met again after a restart, of windows an earlier session opened or ended: not
-    failures (`TailerSession._replayed`)."""
+    failures (`OpenWindows._replayed`)."""
     open_windows: int = 0
     state: str = "starting"
     """What the tailer is doing: leading, standby, or why it cannot lead right now."""

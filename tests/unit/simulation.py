@@ -536,7 +536,8 @@ class ModelTailer:
         self.armed: dict[str, int] = {}
         """The read-only windows this session armed, still open, with the commit of their lw."""
         self.arm_from: int | None = None
-        """`Session._arm_from`: the log's end when the session first met a window to arm."""
+        """`PositionalWindows._arm_from`: the log's end when the session first met a window
+        to arm."""
         self.at = next(
             (i for i, entry in enumerate(self.source.log) if entry.commit > commit),
             len(self.source.log),
@@ -669,7 +670,7 @@ class ModelTailer:
         self.pending.append(_WindowDurable(window.window_id))
 
     def _record(self, closed: Closed, chunk: ChunkRows) -> None:
-        """`Session._record_direct`: the reads' transactions checked, then the record."""
+        """`WindowCloser._record_direct`: the reads' transactions checked, then the record."""
         window_id = closed.window.window_id
         if isinstance(self.reconciler.chunk_events(closed, replace(chunk, rows=())), Failed):
             self.windows.fail(window_id)

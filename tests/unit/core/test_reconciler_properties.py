@@ -250,7 +250,7 @@ REPLAY_INSIDE_A_READ_ONLY_WINDOW = History(
 """A restarted tailer reading again what an earlier session emitted must not arm a read-only
 window there: a change it meets again would leave the chunk, and the output drop the change, so
 account 1, untouched throughout the dump, would never be dumped. It arms only once it has read
-up to the log's end of the moment it first met the window (`Session._arm_from`)."""
+up to the log's end of the moment it first met the window (`PositionalWindows._arm_from`)."""
 
 
 def test_a_read_only_window_is_not_armed_among_replays() -> None:
