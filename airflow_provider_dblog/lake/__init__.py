@@ -2,4 +2,4 @@
 the row with the highest log position (`table.LakeTable`). The compaction folds the change
 stream into it (`airflow_provider_dblog.compaction`) and direct dumps write their chunks into it
 (`direct.py`). `schema.py` is a table's lake schema, in the types each source's dialect maps
-its own into (`types.py`); `catalog.py` reads a table's schema from its source."""
+its own into (`sources/lake_types.py`); `catalog.py` reads a table's schema from its source."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from airflow_provider_dblog.sources.base import Source, SourceConfig
 
 if TYPE_CHECKING:
-    from airflow_provider_dblog.lake.types import LakeType
+    from airflow_provider_dblog.sources.lake_types import LakeType
 
 C = TypeVar("C", bound=SourceConfig)
 

@@ -9,7 +9,7 @@ from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
 from airflow_provider_dblog.sources.mysql.source import MysqlSource
 
 if TYPE_CHECKING:
-    from airflow_provider_dblog.lake.types import LakeType
+    from airflow_provider_dblog.sources.lake_types import LakeType
 
 
 def _lake_type(sql_type: str) -> LakeType:

@@ -1,6 +1,6 @@
-"""MySQL's types in the lake (`lake/types.py`), from COLUMN_TYPE's spelling: the MySQL rows of
-the table in `lake/schema.py`'s docstring (unsigned integers one size wider). Imported only
-where a lake is written (pyarrow)."""
+"""MySQL's types in the lake (`sources/lake_types.py`), from COLUMN_TYPE's spelling: the MySQL
+rows of the table in `lake/schema.py`'s docstring (unsigned integers one size wider). Imported
+only where a lake is written (pyarrow)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 import pyarrow as pa
 
-from airflow_provider_dblog.lake.types import STRING, TIMESTAMPTZ, LakeType, decimal
+from airflow_provider_dblog.sources.lake_types import STRING, TIMESTAMPTZ, LakeType, decimal
 
 _INTS = {
     "tinyint": (pa.int8(), pa.int16()),

@@ -9,7 +9,7 @@ from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.source import PostgresSource
 
 if TYPE_CHECKING:
-    from airflow_provider_dblog.lake.types import LakeType
+    from airflow_provider_dblog.sources.lake_types import LakeType
 
 
 def _lake_type(sql_type: str) -> LakeType:

@@ -1,4 +1,4 @@
-"""PostgreSQL's types in the lake (`lake/types.py`), from `format_type`'s spelling: the
+"""PostgreSQL's types in the lake (`sources/lake_types.py`), from `format_type`'s spelling: the
 PostgreSQL rows of the table in `lake/schema.py`'s docstring. Imported only where a lake is
 written (pyarrow)."""
 
@@ -8,7 +8,7 @@ import re
 
 import pyarrow as pa
 
-from airflow_provider_dblog.lake.types import STRING, TIMESTAMPTZ, LakeType, decimal
+from airflow_provider_dblog.sources.lake_types import STRING, TIMESTAMPTZ, LakeType, decimal
 
 _SCALARS: dict[str, LakeType] = {
     "smallint": (pa.int16(), "int"),

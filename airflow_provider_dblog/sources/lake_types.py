@@ -1,5 +1,6 @@
 """The lake's column types, as each source's dialect maps its catalog's type names to them
-(`Dialect.lake_type`; the table of them is `lake/schema.py`'s docstring).
+(`Dialect.lake_type`; the table of them is `lake/schema.py`'s docstring). They live with the
+dialects that name them, so the lake asks a source's dialect and no source imports the lake.
 
 A `LakeType` is the column's Arrow type and its kind, the name of the function that turns the
 converters' JSON values into Arrow's (`lake.schema.converter`): `int`, `bool`, `float`,
