@@ -26,6 +26,8 @@ if ! .venv/bin/python -c "import airflow_provider_dblog, pyspark, airflow, hypot
     touch .venv/.installed
 fi
 .venv/bin/python scripts/check_lock.py
+# The log reader's hot path compiled with mypyc (rebuilt when its sources changed).
+.venv/bin/python scripts/compile.py >/dev/null
 # pyspark-client installs into pyspark/ too: the Python side must match the bundled jars.
 .venv/bin/python - <<'PY'
 import pathlib, pyspark

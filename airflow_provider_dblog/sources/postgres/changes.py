@@ -4,8 +4,8 @@ No socket and no SQL: the one catalog question, what a Relation message's column
 the nullability, defaults and primary key pgoutput does not send), is asked through an injected
 `RelationLookup`, so the mapping is tested on bytes without a server (`replication.py` is the
 transport that feeds it). `map_bytes` takes a message's bytes: it reads an insert, update or
-delete of a captured table straight from them (with the code `compiled_rows` generates for the
-table's columns), with its event's encoded line (`EncodedLogEvent`), and decodes any other
+delete of a captured table straight from them (with the table's `tuples.TupleReader`), with its
+event's encoded line (`EncodedLogEvent`), and decodes any other
 message, or a row change that reading declines (an unchanged TOAST value, a changed key), with
 `pgoutput.decode` for `map`; the two give the same items (tests/unit/sources/postgres).
 
@@ -69,8 +69,8 @@ from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError
 from airflow_provider_dblog.sources.postgres import pgoutput
-from airflow_provider_dblog.sources.postgres.compiled_rows import compile_row, compile_tuple
 from airflow_provider_dblog.sources.postgres.converters import column_converter, keeps_text
+from airflow_provider_dblog.sources.postgres.tuples import TupleReader
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +95,11 @@ class _Table:
     """Each column's converter; None where the JSON value is the text itself."""
     identity: tuple[int, ...]
     """The indexes of the replica identity columns: what a key-only ('K') tuple carries."""
-    whole_row: Callable[[pgoutput.TupleData], Row]
-    """A whole tuple without unchanged TOAST values as a row: `compiled_rows.compile_row`."""
-    read_tuple: Callable[[bytes, int], tuple[Row, Row, int] | None] | None
-    """A tuple read straight from the message bytes, as its row, its key and where it ends:
-    `compiled_rows.compile_tuple`; None for a table not captured (or whose key is not among
-    its columns)."""
+    tuples: TupleReader
+    """Reads its tuples as rows (and keys: the primary key's columns)."""
+    reads_bytes: bool
+    """Whether its row changes are read straight from the bytes (`read_change`): a captured
+    table whose key is among its columns."""
     identity_names: tuple[str, ...] | None
     """The replica identity's columns, what a key-only ('K') old tuple is read as; None when
     they do not hold the whole key (that tuple is then read the general way)."""
@@ -129,10 +128,8 @@ class _Table:
         parsers = tuple(
             None if keeps_text(c.type_oid) else column_converter(c.type_oid) for c in columns
         )
-        read_tuple = None
-        if captured and not is_watermark and set(key_columns) <= set(names):
-            key_indexes = tuple(names.index(name) for name in key_columns)
-            read_tuple = compile_tuple(names, parsers, key_indexes)
+        reads_bytes = captured and not is_watermark and set(key_columns) <= set(names)
+        key_indexes = tuple(names.index(name) for name in key_columns) if reads_bytes else ()
         identity = tuple(i for i, c in enumerate(columns) if c.is_key)
         identity_names = tuple(names[i] for i in identity)
         return cls(
@@ -144,8 +141,8 @@ class _Table:
             names,
             parsers,
             identity,
-            compile_row(names, parsers),
-            read_tuple,
+            TupleReader(names, parsers, key_indexes),
+            reads_bytes,
             identity_names if set(key_columns) <= set(identity_names) else None,
             log_line_format(Op.CREATE, source, db, ref),
             log_line_format(Op.UPDATE, source, db, ref),
@@ -166,7 +163,7 @@ class _Table:
         if len(values) != len(names):
             raise SourceError(f"{self.ref}: tuple of {len(values)} values for {len(names)} columns")
         if not key_only and pgoutput.UNCHANGED_TOAST not in values:
-            return self.whole_row(values)  # nearly every tuple
+            return self.tuples.row(values)  # nearly every tuple
         if key_only:
             indexes = self.identity
             names = tuple(names[i] for i in indexes)
@@ -329,8 +326,9 @@ class ChangeMapper:
             return None
         (relation_id,) = pgoutput.U32_AT(data, start + 1)
         table = self._tables.get(relation_id)
-        if table is None or (read := table.read_tuple) is None:
+        if table is None or not table.reads_bytes:
             return None
+        read = table.tuples.read
         tag, marker, end = data[start], data[start + 5], len(data)
         if marker == _NEW_TUPLE:  # an insert, or an update under the default identity
             if tag == _INSERT:
