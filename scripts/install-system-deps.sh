@@ -15,6 +15,8 @@
 #   prometheus               /usr/bin/prometheus and /usr/bin/promtool: the checks and unit tests
 #                            of docker/prometheus/ (alert rules, scrape configuration) and the
 #                            test that scrapes a real tailer with the real server
+#   gcc, python3.11-dev      the C compiler and headers that build the PostgreSQL log reader's
+#                            hot path with mypyc (scripts/compile.py)
 # The tests start their own servers (airflow_provider_dblog/devservices); the system services
 # are not needed, so they are kept from starting during installation.
 #
@@ -23,7 +25,7 @@
 set -euo pipefail
 
 PACKAGES=(postgresql-15 mariadb-server redis-server redis-sentinel openjdk-17-jre-headless
-    libpostgresql-jdbc-java sysbench chromium prometheus)
+    libpostgresql-jdbc-java sysbench chromium prometheus gcc python3.11-dev)
 
 missing=()
 for package in "${PACKAGES[@]}"; do
