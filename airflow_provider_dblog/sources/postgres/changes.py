@@ -206,17 +206,17 @@ _SET_EVENT: Callable[[Change, Event], None] = Change.__dict__["event"].__set__
 """`Change(event)` for the events read from bytes, without the frozen dataclass's `__init__`."""
 
 
-@dataclass(slots=True)
 class _Transaction:
-    begin: pgoutput.Begin
-    changes: int = 0
-    ts_ms: int = 0
-    """The commit time in milliseconds, as events carry it."""
-    last_origin: LogOrigin | None = None
-    """The origin of the last row event built (`origin`)."""
+    """The transaction being read: its commit LSN, xid and commit time, and its changes so far."""
 
-    def __post_init__(self) -> None:
-        self.ts_ms = self.begin.commit_ts_us // 1000
+    def __init__(self, commit: int, xid: int, ts_ms: int) -> None:
+        self.commit = commit
+        self.xid = xid
+        self.ts_ms = ts_ms
+        """The commit time in milliseconds, as events carry it."""
+        self.changes = 0
+        self.last_origin: LogOrigin | None = None
+        """The origin of the last row event built (`origin`)."""
 
     def next_position(self) -> Position:
         """The next change's position: seq 2n+1 for the n-th. Built without `Position`'s
@@ -224,7 +224,7 @@ class _Transaction:
         pass (a row change takes one, so this is most of an event's cost after its row)."""
         self.changes = changes = self.changes + 1
         position: Position = _new(Position)
-        _SET_COMMIT(position, self.begin.final_lsn)
+        _SET_COMMIT(position, self.commit)
         _SET_SEQ(position, 2 * changes - 1)
         return position
 
@@ -234,19 +234,19 @@ class _Transaction:
         last = self.last_origin
         if last is not None and last.table is table.ref:
             return last
-        self.last_origin = last = LogOrigin(source, db, table.ref, self.begin.xid, self.ts_ms)
+        self.last_origin = last = LogOrigin(source, db, table.ref, self.xid, self.ts_ms)
         return last
 
     def description_position(self) -> Position:
         """Just before the next change: its (even) seq minus one."""
-        return Position(self.begin.final_lsn, 2 * self.changes)
+        return Position(self.commit, 2 * self.changes)
 
 
 _ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
-_INSERT, _UPDATE = b"IU"
+_INSERT, _UPDATE, _BEGIN, _COMMIT = b"IUBC"
 _NEW_TUPLE, _OLD_KEY, _OLD_ROW = b"NKO"
-ROW_CHANGE_TAGS = frozenset((b"I", b"U", b"D"))
-"""How the messages `read_change` reads start, as one-byte slices."""
+ROW_CHANGE_TAGS = frozenset(b"IUD")
+"""The first bytes of the messages `read_change` reads."""
 
 
 class ChangeMapper:
@@ -284,7 +284,7 @@ class ChangeMapper:
     @property
     def open_commit(self) -> int | None:
         """The commit LSN of the transaction being read; None between transactions."""
-        return None if self._transaction is None else self._transaction.begin.final_lsn
+        return None if self._transaction is None else self._transaction.commit
 
     def drop_transaction(self) -> None:
         """The stream was lost: the slot sends an unacknowledged transaction again, whole."""
@@ -295,7 +295,9 @@ class ChangeMapper:
         if isinstance(message, _ROW_CHANGES):  # first: nearly every message is one
             return self._row_change(self._open("a row change"), message)
         if isinstance(message, pgoutput.Begin):
-            self._transaction = _Transaction(message)
+            self._transaction = _Transaction(
+                message.final_lsn, message.xid, message.commit_ts_us // 1000
+            )
         elif isinstance(message, pgoutput.Commit):
             self._transaction = None
             return [TransactionEnd(message.commit_lsn)]
@@ -308,13 +310,42 @@ class ChangeMapper:
 
     def map_bytes(self, data: bytes, start: int = 0) -> list[LogItem]:
         """`map(pgoutput.decode(data[start:]))`: the items of the message at `start`. A row
-        change of a captured table is read straight from the bytes (`read_change`); any other
-        message, or a change that reader declines, is decoded the general way."""
-        if data[start : start + 1] in ROW_CHANGE_TAGS:
+        change of a captured table, a Begin and a Commit are read straight from the bytes
+        (`read_change`, `read_begin`, `read_commit`); any other message, or one those decline,
+        is decoded the general way."""
+        tag = data[start] if len(data) > start else 0
+        if tag in ROW_CHANGE_TAGS:
             change = self.read_change(data, start)
             if change is not None:
                 return [change]
+        elif tag == _BEGIN:
+            if self.read_begin(data, start):
+                return []
+        elif tag == _COMMIT:
+            commit = self.read_commit(data, start)
+            if commit is not None:
+                return [commit[0]]
         return self.map(pgoutput.decode(data[start:] if start else data))
+
+    def read_begin(self, data: bytes, start: int) -> bool:
+        """Open the transaction of the Begin message at `start`, read straight from the bytes;
+        False when the message is not a whole Begin (the caller decodes it: `map_bytes`)."""
+        if len(data) != start + 1 + pgoutput.BEGIN_SIZE or data[start] != _BEGIN:
+            return False
+        final_lsn, pg_micros, xid = pgoutput.BEGIN_AT(data, start + 1)
+        self._transaction = _Transaction(
+            final_lsn, xid, (pg_micros + pgoutput.PG_EPOCH_MICROS) // 1000
+        )
+        return True
+
+    def read_commit(self, data: bytes, start: int) -> tuple[TransactionEnd, int] | None:
+        """The Commit message at `start`, read straight from the bytes: its `TransactionEnd`
+        and the end of its commit record; None when it is not a whole Commit."""
+        if len(data) != start + 1 + pgoutput.COMMIT_SIZE or data[start] != _COMMIT:
+            return None
+        _, commit_lsn, end_lsn, _ = pgoutput.COMMIT_AT(data, start + 1)
+        self._transaction = None
+        return TransactionEnd(commit_lsn), end_lsn
 
     def read_change(self, data: bytes, start: int) -> Change | None:
         """The change of the Insert, Update or Delete message at `start`, read straight from
@@ -441,7 +472,7 @@ class ChangeMapper:
                     ref,
                     schema,
                     transaction.description_position(),
-                    transaction.begin.xid,
+                    transaction.xid,
                     transaction.ts_ms,
                 )
             )
@@ -464,9 +495,7 @@ class ChangeMapper:
                 raise SourceError(f"pgoutput sent a truncate of relation {relation_id} first")
             if table.captured:
                 position = transaction.next_position()
-                items.append(
-                    Truncate(table.ref, position, transaction.begin.xid, transaction.ts_ms)
-                )
+                items.append(Truncate(table.ref, position, transaction.xid, transaction.ts_ms))
         return items
 
     def _row_change(
@@ -529,7 +558,7 @@ class ChangeMapper:
             Origin.LOG,
             None,
             None,
-            transaction.begin.xid,
+            transaction.xid,
             transaction.ts_ms,
         )
         return Change(PlainEvent(op, key, before, after, source, self.schema_versions.get(ref, 0)))

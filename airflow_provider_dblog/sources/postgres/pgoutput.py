@@ -131,12 +131,14 @@ _BEGIN = struct.Struct("!QqI")  # after 'B': final LSN, commit time, xid
 _COMMIT = struct.Struct("!BQQq")  # after 'C': flags, commit LSN, end LSN, commit time
 _TEXT, _NULL, _UNCHANGED = b"tnu"
 
-TEXT_KIND: Final = _TEXT
-"""The byte before a text value in a tuple (then its length, `U32_AT`, and its bytes)."""
-NULL_KIND: Final = _NULL
-"""The byte of a null value in a tuple."""
 U32_AT: Final = _U32.unpack_from
 """`U32_AT(data, offset)`: the 1-tuple of the unsigned 32-bit big-endian integer there."""
+BEGIN_AT: Final = _BEGIN.unpack_from
+"""`BEGIN_AT(data, offset)`: a Begin's final LSN, commit time (PostgreSQL's epoch) and xid."""
+BEGIN_SIZE: Final = _BEGIN.size
+COMMIT_AT: Final = _COMMIT.unpack_from
+"""`COMMIT_AT(data, offset)`: a Commit's flags, commit LSN, end LSN and commit time."""
+COMMIT_SIZE: Final = _COMMIT.size
 
 
 class _Reader:

@@ -43,6 +43,8 @@ _MESSAGE_AT = 1 + _XLOG_DATA_HEADER.size
 _STATUS_CHECK_FRAMES = 1023
 """`items` goes through `_next_frame` (which sends a status when one is due) at least once
 every 1024 frames even while frames keep coming."""
+_W, _BEGIN, _COMMIT = b"wBC"
+"""The first bytes of an XLogData frame and of the Begin and Commit messages."""
 _GATHER_S = 0.001
 """How long `_next_frame` lets a busy stream's next frames arrive before it reads them."""
 _BUSY_S = 0.02
@@ -110,7 +112,7 @@ class PostgresLogReader:
         try:
             stream = self._stream or self._connect()
             get_copy_data = stream.conn.pgconn.get_copy_data
-            read_change = stream.mapper.read_change
+            mapper = stream.mapper
             frames = 0
             while True:
                 # The frames already received are read here, a call each; `_next_frame` waits
@@ -126,13 +128,25 @@ class PostgresLogReader:
                     if stream.mapper.open_commit is None:
                         self._send_status(stream, reply_wanted=True)
                     continue
-                if frame[_MESSAGE_AT : _MESSAGE_AT + 1] in ROW_CHANGE_TAGS and frame[:1] == b"w":
-                    change = read_change(frame, _MESSAGE_AT)  # nearly every frame: a row change
+                tag = frame[_MESSAGE_AT] if len(frame) > _MESSAGE_AT and frame[0] == _W else 0
+                if tag in ROW_CHANGE_TAGS:  # nearly every frame: a row change
+                    change = mapper.read_change(frame, _MESSAGE_AT)
                     if change is not None:
                         yield change
-                    else:
-                        yield from stream.mapper.map(pgoutput.decode(frame[_MESSAGE_AT:]))
-                elif frame[:1] == b"k":
+                        continue
+                elif tag == _BEGIN:
+                    if mapper.read_begin(frame, _MESSAGE_AT):
+                        continue
+                elif tag == _COMMIT:
+                    _, wal_end, _ = _XLOG_DATA_HEADER.unpack_from(frame, 1)
+                    self._received = max(self._received, wal_end)
+                    commit = mapper.read_commit(frame, _MESSAGE_AT)
+                    if commit is not None:
+                        end, end_lsn = commit
+                        self._commit_ends.append((end.commit, end_lsn))
+                        yield end
+                        continue
+                if frame[:1] == b"k":
                     wal_end, _, reply_wanted = _KEEPALIVE.unpack_from(frame, 1)
                     self._received = max(self._received, wal_end)
                     if reply_wanted:

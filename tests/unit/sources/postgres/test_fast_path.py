@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.event import EncodedLogEvent, TableRef
 from airflow_provider_dblog.core.event_codec import encode, encode_lines
-from airflow_provider_dblog.core.log import Change, LogItem
+from airflow_provider_dblog.core.log import Change, LogItem, TransactionEnd
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.postgres.changes import ChangeMapper
 from airflow_provider_dblog.sources.postgres.pgoutput import Relation, decode
@@ -177,3 +177,23 @@ def test_updates_and_deletes_keeping_their_key_are_read_from_bytes(full: bool) -
     read = [item for message in messages for item in mapper.map_bytes(message)]
     assert all(isinstance(i, Change) and type(i.event) is EncodedLogEvent for i in read)
     assert [i.event.op.value for i in read if isinstance(i, Change)] == ["c", "u", "u", "d"]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [begin(0x500, 9)[:-1], begin(0x500, 9) + b"\0", commit(0x500, 0x530)[:-1], b"B", b"C"],
+    ids=["begin-short", "begin-long", "commit-short", "begin-bare", "commit-bare"],
+)
+def test_a_malformed_begin_or_commit_fails_as_the_decoder_does(message: bytes) -> None:
+    general, from_bytes = mapper_for([("id", INT8, True)]), mapper_for([("id", INT8, True)])
+    expected = outcome(partial(decoded, general, message))
+    assert expected[0] == "error"
+    assert outcome(partial(from_bytes.map_bytes, message)) == expected
+
+
+def test_a_transaction_read_from_bytes_ends_at_its_commit() -> None:
+    mapper = mapper_for([("id", INT8, True)])
+    mapper.map_bytes(begin(0x500, 9))
+    assert mapper.open_commit == 0x500
+    assert mapper.map_bytes(commit(0x500, 0x530)) == [TransactionEnd(0x500)]
+    assert mapper.open_commit is None
