@@ -23,6 +23,11 @@ DIALECTS: Mapping[str, str] = {
     "mysql": "airflow_provider_dblog.sources.mysql.dialect",
 }
 """Each source type's dialect module, which defines `DIALECT`."""
+TARGET_VALUES: Mapping[str, str] = {
+    "mysql": "airflow_provider_dblog.sources.mysql.target_rows",
+}
+"""Source types whose values a PostgreSQL target holds in other types than the source's: the
+module whose `TargetValues` reads them back as the source's converters give them."""
 DEFAULT_TYPE = "postgres"
 """The type of a `[source]` section that names none, and of lake tables created without one."""
 
@@ -56,10 +61,18 @@ def source_for(config: SourceConfig) -> Source:
 
 
 def postgres_target_rows(
-    dsn: str, target_of: Callable[[TableRef], TableRef], *, connect_timeout: int
+    dsn: str,
+    target_of: Callable[[TableRef], TableRef],
+    source: SourceConfig,
+    *,
+    connect_timeout: int,
 ) -> Any:
-    """A reader of a PostgreSQL target database's tables with this source's keyset query and
-    value loaders (`sources/postgres/target_rows.py`): `dblog verify`'s `TargetReader` of the
-    SQL-apply output, whatever the source's type."""
+    """A reader of a PostgreSQL target database's tables with the PostgreSQL source's keyset
+    query (`sources/postgres/target_rows.py`), its rows as `source` gives them: `dblog
+    verify`'s `TargetReader` of the SQL-apply output, whatever the source's type."""
+    values_module = TARGET_VALUES.get(source.type)
+    values = None
+    if values_module is not None:
+        values = importlib.import_module(values_module).TargetValues(source)
     module = importlib.import_module("airflow_provider_dblog.sources.postgres.target_rows")
-    return module.TargetRows(dsn, target_of, connect_timeout=connect_timeout)
+    return module.TargetRows(dsn, target_of, connect_timeout=connect_timeout, values=values)

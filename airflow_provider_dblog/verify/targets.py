@@ -41,6 +41,7 @@ def target_reader_for(config: Config, target: str) -> TargetReader:
     reader: TargetReader = postgres_target_rows(
         os.environ[str(options["dsn_env"])],
         TableMap(options.get("table_map")).target_of,
+        config.source,
         connect_timeout=int(options.get("connect_timeout", 10)),
     )
     return reader

@@ -5,20 +5,25 @@ The target table of a source table is `target_of` it (the output's `table_map`).
 with the same keyset query and the same value loaders as a PostgreSQL dump, on a connection with
 the session settings a source's has, so a row the output applied reads back as the JSON the
 source gave it (same column types on both sides) and hashes equal.
+
+A source of another database gives its `SourceValues` (`sources/mysql/target_rows.py`): then
+each column is read as psycopg's Python value, cast as that source says, and converted by the
+source's own converter of the column, so a row hashes as the source's JSON of it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.errors import InvalidRequest
-from airflow_provider_dblog.core.event import Key, TableRef
+from airflow_provider_dblog.core.event import JsonValue, Key, Row, TableRef
 from airflow_provider_dblog.core.verify import row_hashes
 from airflow_provider_dblog.libpq_tls import tls_refusal
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
@@ -27,6 +32,15 @@ from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo, table_sh
 from airflow_provider_dblog.sources.postgres.config import SESSION_OPTIONS
 from airflow_provider_dblog.sources.postgres.keyset import KEYSET
 from airflow_provider_dblog.sources.postgres.loaders import load_rows
+
+
+class SourceValues(Protocol):
+    """How a source of another database reads a target column's values as its JSON."""
+
+    def column(self, table: TableRef, name: str) -> tuple[str | None, Callable[[Any], JsonValue]]:
+        """The type the target column `name` of source table `table` is read cast to (None:
+        its own), and the converter of psycopg's value of it."""
+        ...
 
 
 class TargetRows:
@@ -38,8 +52,10 @@ class TargetRows:
         target_of: Callable[[TableRef], TableRef],
         *,
         connect_timeout: int = 10,
+        values: SourceValues | None = None,
     ) -> None:
         self._target_of = target_of
+        self._values = values
         self._shapes: dict[TableRef, TableShape[ColumnInfo]] = {}
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": connect_timeout}
         try:
@@ -72,15 +88,38 @@ class TargetRows:
 
     def read_hashes(self, chunk: Chunk) -> dict[Key, str]:
         shape = self._shape(chunk.table)
-        query, params = KEYSET.chunk(shape, replace(chunk, limit=None), KEYSET.names(shape.columns))
         try:
-            rows = load_rows(self._conn.execute(query, params).pgresult, shape.columns)
+            rows = self._read(chunk, shape)
         except psycopg.OperationalError as exc:
             raise SourceUnavailable(f"the sql_apply target went away: {exc}") from None
         except psycopg.Error as exc:  # a filter the target's table cannot run, say
             target = self._target_of(chunk.table)
             raise SourceError(f"{self.name} refused the read of {target}: {exc}") from None
         return row_hashes(rows, shape.key_columns)
+
+    def _read(self, chunk: Chunk, shape: TableShape[ColumnInfo]) -> list[Row]:
+        """The chunk's rows (its whole range: no limit), as this source's JSON."""
+        whole = replace(chunk, limit=None)
+        if self._values is None:
+            query, params = KEYSET.chunk(shape, whole, KEYSET.names(shape.columns))
+            return load_rows(self._conn.execute(query, params).pgresult, shape.columns)
+        names = [c.name for c in shape.columns]
+        reads = [self._values.column(chunk.table, name) for name in names]
+        selected = sql.SQL(", ").join(
+            sql.Identifier(name)
+            if cast is None
+            else sql.SQL("CAST({} AS {})").format(sql.Identifier(name), sql.SQL(cast))
+            for name, (cast, _) in zip(names, reads, strict=True)
+        )
+        query, params = KEYSET.chunk(shape, whole, sql.Composed([selected]))
+        converters = [convert for _, convert in reads]
+        return [
+            {
+                name: convert(value)
+                for name, convert, value in zip(names, converters, row, strict=True)
+            }
+            for row in self._conn.execute(query, params)
+        ]
 
     def _shape(self, table: TableRef) -> TableShape[ColumnInfo]:
         """The target table's columns and key, read once: a verify run compares one shape."""
