@@ -70,7 +70,7 @@ from airflow_provider_dblog.core.log import (
     TransactionEnd,
     WatermarkWrite,
 )
-from airflow_provider_dblog.core.position import Position, binlog_file_number
+from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import Window
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.devservices.mariadb import MariaDBServer
@@ -78,6 +78,7 @@ from airflow_provider_dblog.devservices.postgres import SYSTEM_BIN_DIR, Postgres
 from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.sources.base import Source
+from airflow_provider_dblog.sources.mysql.coordinates import binlog_file_number
 from airflow_provider_dblog.state import StateStore, WindowState
 from airflow_provider_dblog.tailer import TailerSettings, tune_gc
 from airflow_provider_dblog.tailer.metrics import TailerStats

@@ -59,11 +59,11 @@ from support import Env, RunningTailer, dblog_command, load_average, say, step, 
 from airflow_provider_dblog.core.encoded_rows import PageLines
 from airflow_provider_dblog.core.event import Event, Op
 from airflow_provider_dblog.core.lines import Lines, LogLines
-from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.devservices.mariadb import MariaDBServer
 from airflow_provider_dblog.devservices.postgres import SYSTEM_BIN_DIR, PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
+from airflow_provider_dblog.sources.postgres.lsn import parse_pg_lsn
 from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import tune_gc
 

@@ -23,13 +23,13 @@ import pymysql
 from airflow_provider_dblog.core.encoded_rows import PageLines
 from airflow_provider_dblog.core.event import Event, Op
 from airflow_provider_dblog.core.lines import Lines, LogLines
-from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput
 from airflow_provider_dblog.sources.base import Source
 from airflow_provider_dblog.sources.factory import parse_source_config, source_for
+from airflow_provider_dblog.sources.postgres.lsn import parse_pg_lsn
 from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 

@@ -7,6 +7,7 @@ grows with the event's index inside its transaction (a source may leave gaps: Po
 changes take odd seqs, so that a table's schema description fits before the change it
 precedes); dump rows take the commit of their high watermark and indexes after it. A change's
 own LSN is not enough: a transaction that commits later can hold changes with lower LSNs.
+The sources spell their own coordinates: `sources/postgres/lsn.py`, `sources/mysql/coordinates.py`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 _U64 = 1 << 64
-_U32 = 1 << 32
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -38,36 +38,3 @@ class Position:
         ):
             raise ValueError(f"a position is [commit, seq] of two integers, got {value!r}")
         return cls(value[0], value[1])
-
-
-def parse_pg_lsn(text: str) -> int:
-    """'16/B374D848' -> the LSN as an unsigned 64-bit integer."""
-    high, sep, low = text.partition("/")
-    if not sep:
-        raise ValueError(f"not a PostgreSQL LSN: {text!r}")
-    try:
-        return (int(high, 16) << 32) | int(low, 16)
-    except ValueError:
-        raise ValueError(f"not a PostgreSQL LSN: {text!r}") from None
-
-
-def format_pg_lsn(lsn: int) -> str:
-    """The inverse of `parse_pg_lsn`, in PostgreSQL's own spelling."""
-    if not 0 <= lsn < _U64:
-        raise ValueError(f"LSN out of range: {lsn}")
-    return f"{lsn >> 32:X}/{lsn & (_U32 - 1):X}"
-
-
-def mysql_commit(file_number: int, offset: int) -> int:
-    """Binlog coordinates as one integer that grows in commit order."""
-    if not (0 <= file_number < _U32 and 0 <= offset < _U32):
-        raise ValueError(f"binlog coordinates out of range: file {file_number}, offset {offset}")
-    return (file_number << 32) | offset
-
-
-def binlog_file_number(file_name: str) -> int:
-    """'mysql-bin.000042' -> 42."""
-    _, _, suffix = file_name.rpartition(".")
-    if not suffix.isdigit():
-        raise ValueError(f"not a binlog file name: {file_name!r}")
-    return int(suffix)

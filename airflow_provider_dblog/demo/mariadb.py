@@ -19,13 +19,13 @@ import pymysql
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Event, Key, Op, Row
-from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
 from airflow_provider_dblog.demo.story import TABLE_NAMES, DemoBackend, RandomWrites, seed_rows
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo, MariaDBServer
 from airflow_provider_dblog.devservices.mariadb_replica import MariaDBReplica
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.outputs.ndjson import NdjsonOutput, read_events
 from airflow_provider_dblog.sources.base import Source
+from airflow_provider_dblog.sources.mysql.coordinates import binlog_file_number, mysql_commit
 from airflow_provider_dblog.state import StateStore
 
 SCHEMA = (

@@ -17,13 +17,13 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from airflow_provider_dblog.core.event import Key, TableRef
-from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.demo.story import DemoBackend, RandomWrites, seed_rows
 from airflow_provider_dblog.devservices.pg_replica import PostgresReplica
 from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.outputs.sql_apply import SqlApplyOutput
 from airflow_provider_dblog.sources.base import Source
+from airflow_provider_dblog.sources.postgres.lsn import parse_pg_lsn
 from airflow_provider_dblog.state import StateStore
 
 SCHEMA = """

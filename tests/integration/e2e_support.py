@@ -31,7 +31,6 @@ import pytest
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Event, Op, Row, TableRef
-from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit, parse_pg_lsn
 from airflow_provider_dblog.demo import mariadb as mariadb_demo
 from airflow_provider_dblog.demo.postgres import SCHEMA, TABLES, seed
 from airflow_provider_dblog.demo.story import TABLE_NAMES
@@ -41,6 +40,8 @@ from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.sources.base import Source, SourceConfig
 from airflow_provider_dblog.sources.factory import parse_source_config, source_for
+from airflow_provider_dblog.sources.mysql.coordinates import binlog_file_number, mysql_commit
+from airflow_provider_dblog.sources.postgres.lsn import parse_pg_lsn
 from airflow_provider_dblog.state import StateStore
 from tests.deadlines import deadline_s
 

@@ -36,7 +36,6 @@ import pymysql
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.log import Idle, LogItem, TransactionEnd
-from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import LogBacklog, SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.mysql import events as ev
@@ -53,6 +52,7 @@ from airflow_provider_dblog.sources.mysql.changes import (
     Xid,
 )
 from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+from airflow_provider_dblog.sources.mysql.coordinates import binlog_file_number, mysql_commit
 from airflow_provider_dblog.sources.mysql.errors import cause, session_lost, source_errors
 from airflow_provider_dblog.sources.mysql.resume import (
     Acknowledgements,

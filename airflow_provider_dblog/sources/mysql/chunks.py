@@ -37,7 +37,6 @@ from pymysql.cursors import Cursor
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, Key, TableRef, freeze
-from airflow_provider_dblog.core.position import binlog_file_number, mysql_commit
 from airflow_provider_dblog.sources.base import (
     ChunkRead,
     InvalidKey,
@@ -58,6 +57,7 @@ from airflow_provider_dblog.sources.mysql.converters import (
     read_expression,
     to_param,
 )
+from airflow_provider_dblog.sources.mysql.coordinates import binlog_file_number, mysql_commit
 from airflow_provider_dblog.sources.mysql.errors import LOST_SERVER_CODES, cause, session_lost
 from airflow_provider_dblog.sources.mysql.keyset import KEYSET
 from airflow_provider_dblog.sources.mysql.text_values import (

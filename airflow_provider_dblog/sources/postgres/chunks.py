@@ -26,7 +26,6 @@ from psycopg.rows import TupleRow
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, Key, TableRef, freeze
-from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.sources.base import (
     ChunkRead,
     InvalidKey,
@@ -45,6 +44,7 @@ from airflow_provider_dblog.sources.postgres.converters import BYTEA, convert, t
 from airflow_provider_dblog.sources.postgres.errors import session_lost
 from airflow_provider_dblog.sources.postgres.keyset import KEYSET
 from airflow_provider_dblog.sources.postgres.loaders import load_rows
+from airflow_provider_dblog.sources.postgres.lsn import parse_pg_lsn
 
 if TYPE_CHECKING:
     from airflow_provider_dblog.sources.text_chunks import ChunkText

@@ -1,4 +1,4 @@
-"""Positions and the event envelope: ordering, LSN spelling, stable JSON."""
+"""Positions and the event envelope: ordering, stable JSON."""
 
 from __future__ import annotations
 
@@ -24,13 +24,7 @@ from airflow_provider_dblog.core.event import (
     table_event,
 )
 from airflow_provider_dblog.core.event_codec import decode, encode, encode_lines, log_line_format
-from airflow_provider_dblog.core.position import (
-    Position,
-    binlog_file_number,
-    format_pg_lsn,
-    mysql_commit,
-    parse_pg_lsn,
-)
+from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Closed, Reconciler, Window
 from airflow_provider_dblog.core.schema import Column, TableSchema
 
@@ -44,25 +38,6 @@ def test_positions_order_by_commit_then_seq() -> None:
         Position.from_json([1, "2"])
     with pytest.raises(ValueError, match="out of range"):
         Position(-1, 0)
-
-
-@given(st.integers(0, 2**64 - 1))
-def test_pg_lsn_round_trip(lsn: int) -> None:
-    assert parse_pg_lsn(format_pg_lsn(lsn)) == lsn
-
-
-def test_pg_lsn_spelling_and_errors() -> None:
-    assert parse_pg_lsn("16/B374D848") == (0x16 << 32) | 0xB374D848
-    assert format_pg_lsn(0x16_B374D848) == "16/B374D848"
-    with pytest.raises(ValueError, match="not a PostgreSQL LSN"):
-        parse_pg_lsn("16B374D848")
-
-
-def test_mysql_commit_grows_with_file_then_offset() -> None:
-    assert mysql_commit(2, 4) > mysql_commit(1, 2**32 - 1)
-    assert binlog_file_number("mysql-bin.000042") == 42
-    with pytest.raises(ValueError, match="not a binlog file name"):
-        binlog_file_number("mysql-bin")
 
 
 def test_table_ref_parse() -> None:

@@ -27,7 +27,6 @@ from airflow_provider_dblog.core.log import (
     Truncate,
     WatermarkWrite,
 )
-from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
 from airflow_provider_dblog.sources.base import (
@@ -43,6 +42,7 @@ from airflow_provider_dblog.sources.postgres import (
     ensure_setup,
     preflight,
 )
+from airflow_provider_dblog.sources.postgres.lsn import parse_pg_lsn
 from tests.installed import installed
 from tests.pg_helpers import ReplicaWalServer, read_until, wait_for
 

@@ -21,7 +21,7 @@ from airflow_provider_dblog.core.log import (
     WatermarkWrite,
     single_changes,
 )
-from airflow_provider_dblog.core.position import Position, mysql_commit
+from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError, UnknownTable
 from airflow_provider_dblog.sources.mysql.catalog import ColumnInfo
@@ -36,6 +36,7 @@ from airflow_provider_dblog.sources.mysql.changes import (
     TableColumns,
     Xid,
 )
+from airflow_provider_dblog.sources.mysql.coordinates import mysql_commit
 from airflow_provider_dblog.sources.mysql.events import TableMap
 from airflow_provider_dblog.sources.mysql.resume import (
     Acknowledgements,

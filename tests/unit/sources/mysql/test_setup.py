@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from airflow_provider_dblog.core.position import mysql_commit
 from airflow_provider_dblog.sources.base import ReadSnapshot, SourceError
 from airflow_provider_dblog.sources.mysql.chunks import snapshot_position
+from airflow_provider_dblog.sources.mysql.coordinates import mysql_commit
 from airflow_provider_dblog.sources.mysql.setup import (
     check_binlog,
     check_binlog_retained,
