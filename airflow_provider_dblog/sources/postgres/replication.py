@@ -26,7 +26,6 @@ from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.core.log import Idle, LogItem
-from airflow_provider_dblog.core.position import parse_pg_lsn
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import LogBacklog, SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.postgres import pgoutput
@@ -34,6 +33,7 @@ from airflow_provider_dblog.sources.postgres.catalog import describe_relation, d
 from airflow_provider_dblog.sources.postgres.changes import ROW_CHANGE_TAGS, ChangeMapper
 from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.sources.postgres.errors import lost_sqlstate, source_errors
+from airflow_provider_dblog.sources.postgres.lsn import parse_pg_lsn
 
 _XLOG_DATA_HEADER = struct.Struct("!QQq")  # after 'w': start LSN, server WAL end, send time
 _KEEPALIVE = struct.Struct("!QqB")  # after 'k': server WAL end, send time, reply requested
