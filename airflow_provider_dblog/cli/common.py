@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -67,3 +68,30 @@ def first_line(text: str, width: int = 100) -> str:
         return ""
     head = lines[0]
     return head if len(head) <= width else head[: width - 1] + "…"
+
+
+CLONE_ONLY = ("airflow_provider_dblog.demo", "airflow_provider_dblog.devservices")
+"""The packages the wheel leaves out (pyproject's `packages.find`): they run from a clone."""
+
+
+def from_a_clone(
+    verb: str, run: Callable[[argparse.Namespace], int]
+) -> Callable[[argparse.Namespace], int]:
+    """`run` (the handler of `dblog <verb>`), or one line saying where it runs when the
+    installed package leaves the demo and the throwaway servers out."""
+
+    def checked(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except ModuleNotFoundError as exc:
+            if not (exc.name or "").startswith(CLONE_ONLY):
+                raise
+            print(
+                f"dblog {verb} runs from a clone of the repository, not from the installed "
+                "wheel: git clone it, then bash scripts/setup.sh && .venv/bin/dblog "
+                f"{verb}",
+                file=sys.stderr,
+            )
+            return 2
+
+    return checked

