@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from wsgiref.simple_server import WSGIServer
 
 from pyspark.sql import SparkSession
 
@@ -36,6 +35,7 @@ from airflow_provider_dblog.compaction.follow_metrics import FollowMetrics, Foll
 from airflow_provider_dblog.compaction.run import CompactionLocked, CompactOptions, compact
 from airflow_provider_dblog.compaction.segments import CompactState, plan_segments
 from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.leased_service import lead_while_leased, metrics_served
 from airflow_provider_dblog.state import CompactorStore, StateStoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -88,42 +88,23 @@ class Follower:
 
     def run(self, stop: threading.Event) -> None:
         """Fold while holding the lease; after losing it, wait again as a standby."""
-        endpoint = self._serve_metrics()
-        try:
-            while not stop.is_set():
-                token = self._wait_for_lease(stop)
-                if token is None:
-                    return
-                self._lead(stop, token)
-        finally:
-            if endpoint is not None:
-                endpoint.shutdown()
-                endpoint.server_close()
+        settings = self._settings
+        with metrics_served(
+            self.metrics, settings.metrics_port, settings.metrics_address, FollowFailed
+        ):
+            lead_while_leased(
+                self._store.lease,
+                self.owner,
+                settings.lease_ttl_ms,
+                stop,
+                lambda token: self._lead(stop, token),
+                self._stand_by,
+                log,
+            )
 
-    def _serve_metrics(self) -> WSGIServer | None:
-        port, address = self._settings.metrics_port, self._settings.metrics_address
-        if port is None:
-            return None
-        try:
-            return self.metrics.serve(address, port)
-        except OSError as exc:  # the port is taken, or the address is not this host's
-            raise FollowFailed(f"cannot serve metrics on {address}:{port}: {exc}") from exc
-
-    def _wait_for_lease(self, stop: threading.Event) -> int | None:
-        ttl = self._settings.lease_ttl_ms
-        while not stop.is_set():
-            try:
-                token = self._store.lease.acquire(self.owner, ttl)
-            except StateStoreUnavailable as exc:
-                log.warning("state store unavailable (%s); cannot take the lease yet", exc)
-                token = None
-            if token is not None:
-                return token
-            if self.stats.state != "standby":
-                self.stats.state = "standby"
-                log.info("compaction %s stands by: another follower folds", self.owner)
-            stop.wait(ttl / 4000)
-        return None
+    def _stand_by(self) -> None:
+        self.stats.state = "standby"
+        log.info("compaction %s stands by: another follower folds", self.owner)
 
     def _lead(self, stop: threading.Event, token: int) -> None:
         log.info("compaction %s holds the lease (token %d)", self.owner, token)

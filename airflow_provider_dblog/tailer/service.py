@@ -20,9 +20,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
-from wsgiref.simple_server import WSGIServer
 
 from airflow_provider_dblog.core.errors import DBLogError
+from airflow_provider_dblog.leased_service import lead_while_leased, metrics_served
 from airflow_provider_dblog.outage import Outage
 from airflow_provider_dblog.outputs.base import Output, OutputFenced, OutputUnavailable
 from airflow_provider_dblog.settings import TailerSettings
@@ -150,43 +150,45 @@ class Tailer:
                 return True
 
     def run(self, stop: threading.Event) -> None:
-        """Lead while holding the lease; after losing it, wait again as a standby."""
-        endpoint = self._serve_metrics()
+        """Lead while holding the lease; after losing it, wait again as a standby. An error it
+        cannot ride through ends it with `TailerFailed`, logged here as its last line."""
+        settings = self._settings
         try:
-            self._run(stop)
-        finally:
-            if endpoint is not None:
-                endpoint.shutdown()
-                endpoint.server_close()
+            with metrics_served(
+                self.metrics, settings.metrics_port, settings.metrics_address, TailerFailed
+            ):
+                lead_while_leased(
+                    self._store.tailer.lease,
+                    self._owner,
+                    settings.lease_ttl_ms,
+                    stop,
+                    lambda token: self._lead_until_fenced(stop, token),
+                    self._stand_by,
+                    log,
+                )
+        except TailerFailed as failed:
+            if isinstance(failed.__cause__, (DBLogError, WriterStuck, OSError)):
+                log.error("%s", failed)  # the message says it all
+            else:
+                log.exception("%s", failed)
+            raise
 
-    def _serve_metrics(self) -> WSGIServer | None:
-        port, address = self._settings.metrics_port, self._settings.metrics_address
-        if port is None:
-            return None
+    def _stand_by(self) -> None:
+        self.stats.state = "standby"
+        log.info("tailer %s is a standby: another tailer holds the lease", self._owner)
+
+    def _lead_until_fenced(self, stop: threading.Event, token: int) -> None:
+        """Lead until `stop`, or until a write is refused by the fencing token (then stand by
+        again); any other error ends the tailer."""
         try:
-            return self.metrics.serve(address, port)
-        except OSError as exc:  # the port is taken, or the address is not this host's
-            failed = TailerFailed(f"cannot serve metrics on {address}:{port}: {exc}")
-            log.error("%s", failed)
-            raise failed from exc
-
-    def _run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            token = self._wait_for_lease(stop)
-            if token is None:
-                return
-            try:
-                self._lead(stop, Leadership(self._owner, token))
-            except (FencedOut, OutputFenced) as exc:
-                log.warning("%s; waiting for the lease again as a standby", exc)
-            except Exception as exc:
-                said = " ".join(str(exc).split())
-                failed = TailerFailed(f"tailer {self._owner} stopped: {type(exc).__name__}: {said}")
-                if isinstance(exc, (DBLogError, WriterStuck)):  # the message says it all
-                    log.error("%s", failed)
-                else:
-                    log.exception("%s", failed)
-                raise failed from exc
+            self._lead(stop, Leadership(self._owner, token))
+        except (FencedOut, OutputFenced) as exc:
+            log.warning("%s; waiting for the lease again as a standby", exc)
+        except Exception as exc:
+            said = " ".join(str(exc).split())
+            raise TailerFailed(
+                f"tailer {self._owner} stopped: {type(exc).__name__}: {said}"
+            ) from exc
 
     def _check_redis(self) -> None:
         """Refuse a Redis that evicts keys (`EvictingRedis` ends the tailer): it would lose
@@ -326,26 +328,6 @@ class Tailer:
             log.warning("could not record the reloaded tables for dblog status: %s", exc)
 
     # -- lease --------------------------------------------------------------------------------
-
-    def _wait_for_lease(self, stop: threading.Event) -> int | None:
-        ttl = self._settings.lease_ttl_ms
-        standby = False
-        outage = Outage(log)
-        while not stop.is_set():
-            try:
-                token = self._store.tailer.acquire_lease(self._owner, ttl)
-            except StateStoreUnavailable as exc:
-                outage.away("state store", exc)
-            else:
-                outage.back()
-                if token is not None:
-                    return token
-                if not standby:
-                    standby = True
-                    self.stats.state = "standby"
-                    log.info("tailer %s is a standby: another tailer holds the lease", self._owner)
-            stop.wait(ttl / 4000)
-        return None
 
     def _renew(self, leadership: Leadership) -> None:
         """Before reconnecting: still the leader? (Redis may still be down: try again later.)"""

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     ("settings", "outage", "libpq_tls", "spark_package", "__init__"),
     ("state", "sources"),
-    ("config", "devservices"),
+    ("config", "leased_service", "devservices"),
     ("direct_target",),
     ("lake", "outputs", "dump"),
     ("targets", "compaction", "verify", "hooks"),
@@ -34,7 +34,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 """From the bottom up: the pure core; the settings types and the leaf helpers, which import
 nothing of the package; the state store and the sources; the configuration, which parses the
-`[source]` and `[redis]` sections through them (and the throwaway servers); the direct target
+`[source]` and `[redis]` sections through them, the lease loop the tailer and the compaction
+follower share (and the throwaway servers); the direct target
 protocol; the lake, the outputs and the dump, which know each other only through that
 protocol; the module that opens targets, the compaction, verify and the Airflow hook; the
 tailer and the triggers; the Airflow sensors and assets and the demo; the operators, the
