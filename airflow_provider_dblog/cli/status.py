@@ -133,6 +133,8 @@ def _verify_json(store: StateStore, verify_id: str) -> dict[str, JsonValue] | No
         "finished_ms": status.finished_ms,
         "runner": store.verifies.runner(verify_id),
         **{c: sum(per_table[c] for per_table in counts) for c in COUNTERS},
+        "removed": status.removed,
+        "repair_dumps": None if status.repair_dumps is None else list(status.repair_dumps),
     }
 
 
@@ -144,12 +146,25 @@ def _verify_lines(store: StateStore) -> list[str]:
     width = max([len("verify"), *(len(str(run["verify_id"])) for run in runs)])
     columns = ("chunks", *COUNTERS)
     header = " ".join(f"{c.replace('_', ' '):>8}" for c in columns)
-    lines = [f"{'verify':{width}}  {'state':9} {header}  reason"]
-    for run in runs:
+    repairs = [_repair_cell(run) for run in runs]
+    repair_width = max(len(cell) for cell in ["repair", *repairs])
+    lines = [f"{'verify':{width}}  {'state':9} {header}  {'repair':{repair_width}}  reason"]
+    for run, repair in zip(runs, repairs, strict=True):
         numbers = " ".join(f"{run[c]:>8}" for c in columns)
         reason = first_line(str(run["reason"]), REASON_WIDTH)
-        lines.append(f"{run['verify_id']:{width}}  {run['state']:9} {numbers}  {reason}".rstrip())
+        lines.append(
+            f"{run['verify_id']:{width}}  {run['state']:9} {numbers}  "
+            f"{repair:{repair_width}}  {reason}".rstrip()
+        )
     return lines
+
+
+def _repair_cell(run: dict[str, JsonValue]) -> str:
+    """A run's repair: the extra keys it removed and its key dumps; `-` without a repair."""
+    dumps = run["repair_dumps"]
+    if not isinstance(dumps, list):
+        return "-"
+    return ",".join([f"removed:{run['removed']}", *(str(d) for d in dumps)])
 
 
 def _tables_lines(changes: list[TablesChange]) -> list[str]:

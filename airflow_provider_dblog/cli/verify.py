@@ -5,9 +5,12 @@ target: see `verify/request.py`), so bad input exits 2 with nothing stored; then
 stored in Redis and runs in this process (`verify/runner.py`), the tailer recording each chunk's
 windows. The report gives the counts per table and the first differing keys (all of them stay
 in the store). Exit status: 0 when the target equals the source, 1 when keys differ, 2 on an
-error or a run that failed. The same `--verify-id` run again resumes an unfinished or failed
-run from its last verified chunk, and shows a finished one's report; while a live process runs
-it, another is refused in one line (`verify/runner.running`).
+error or a run that failed (or a repair that did not finish). The same `--verify-id` run again
+resumes an unfinished or failed run from its last verified chunk, and shows a finished one's
+report; while a live process runs it, another is refused in one line (`verify/runner.running`).
+`--repair auto` ends a run that found differences with their repair (`verify/repair.py`): extra
+keys removed from the target, a key dump a table of the others, run in this process; given to a
+finished run, it repairs that run (or resumes its repair).
 """
 
 from __future__ import annotations
@@ -24,14 +27,26 @@ from airflow_provider_dblog.cli.common import (
     setup_logging,
     store_of,
 )
+from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core import values
+from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.errors import InvalidRequest
+from airflow_provider_dblog.dump.direct import InProcessDirectReader
+from airflow_provider_dblog.dump.runner import run_dump
+from airflow_provider_dblog.sources.base import ChunkSource, Source
 from airflow_provider_dblog.sources.factory import source_for
-from airflow_provider_dblog.state import StateStore, VerifyState
+from airflow_provider_dblog.state import DumpState, StateStore, VerifyState
 from airflow_provider_dblog.state.verifies import COUNTERS
+from airflow_provider_dblog.targets import direct_target_for
 from airflow_provider_dblog.verify.reader import TargetReader
+from airflow_provider_dblog.verify.repair import (
+    REPAIRS,
+    KeyRemover,
+    key_remover_for,
+    prepare_repair,
+)
 from airflow_provider_dblog.verify.request import VerifyRequest, build_verify_request
-from airflow_provider_dblog.verify.runner import run_verify, running
+from airflow_provider_dblog.verify.runner import ChunkGaveUp, run_verify, running
 from airflow_provider_dblog.verify.targets import target_reader_for
 
 
@@ -67,6 +82,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=20,
         help="differing keys the report lists (default: %(default)s; all are stored)",
     )
+    verify.add_argument(
+        "--repair",
+        choices=REPAIRS,
+        default="none",
+        help="auto: once the run is done, remove the target's extra keys and re-send the other "
+        "differing keys with a key dump (default: %(default)s)",
+    )
     verify.set_defaults(func=_verify)
 
 
@@ -77,8 +99,10 @@ def _verify(args: argparse.Namespace) -> int:
     config = config_of(args)
     store = store_of(config)
     verify_id = args.verify_id or uuid.uuid4().hex[:12]
-    source = source_for(config.source).chunk_source()
+    chunk_sources = source_for(config.source)
+    source = chunk_sources.chunk_source()
     reader: TargetReader | None = None
+    remover: KeyRemover | None = None
     try:
         stored = store.verifies.request(verify_id)
         if stored is None:
@@ -96,6 +120,8 @@ def _verify(args: argparse.Namespace) -> int:
                 target=args.target,
                 reader=reader,
             )
+            if args.repair == "auto":
+                remover = key_remover_for(config, request.target)
         else:
             if args.table is not None:
                 raise InvalidRequest(
@@ -105,32 +131,96 @@ def _verify(args: argparse.Namespace) -> int:
                 )
             request = VerifyRequest.from_json(verify_id, stored)
             status = store.verifies.status(verify_id)
-            if status is not None and status.state is VerifyState.DONE:
-                return _report(store, request, args.show, sys.stdout)
+            if status is not None and status.state is VerifyState.DONE and args.repair == "none":
+                return _report(store, request, args, sys.stdout)
+            if args.repair == "auto":
+                remover = key_remover_for(config, request.target)
         with running(store, verify_id) as still_ours:
+            status = store.verifies.status(verify_id)
             if reader is None:  # a stored run, resumed: its target is in its request
-                store.verifies.reopen(verify_id)
                 reader = target_reader_for(config, request.target)
+                if status is not None and status.state is not VerifyState.DONE:
+                    store.verifies.reopen(verify_id)
             else:
                 store.verifies.create(verify_id, request.to_json())
-            print(f"verify {verify_id}: running ({request.describe()})", flush=True)
-            run_verify(
-                store,
-                source,
-                reader,
-                request,
-                window_timeout_s=args.window_timeout,
-                on_chunk=lambda table: still_ours(),
-            )
+            if status is None or status.state is not VerifyState.DONE:
+                print(f"verify {verify_id}: running ({request.describe()})", flush=True)
+                run_verify(
+                    store,
+                    source,
+                    reader,
+                    request,
+                    window_timeout_s=args.window_timeout,
+                    on_chunk=lambda table: still_ours(),
+                )
+            if remover is not None and _differing(store, verify_id):
+                _repair(store, config, chunk_sources, source, reader, remover, request, args)
     finally:
-        if reader is not None:
-            reader.close()
+        for opened in (reader, remover):
+            if opened is not None:
+                opened.close()
         source.close()
-    return _report(store, request, args.show, sys.stdout)
+    return _report(store, request, args, sys.stdout)
 
 
-def _report(store: StateStore, request: VerifyRequest, show: int, out: TextIO) -> int:
-    """Print the run's counts per table and its first differing keys; the exit status."""
+def _differing(store: StateStore, verify_id: str) -> int:
+    """The keys a finished run found differing (0 for a run that did not finish)."""
+    status = store.verifies.status(verify_id)
+    if status is None or status.state is not VerifyState.DONE:
+        return 0
+    counts = store.verifies.counts(verify_id).values()
+    return sum(found[c] for found in counts for c in COUNTERS[2:])
+
+
+def _repair(
+    store: StateStore,
+    config: Config,
+    sources: Source,
+    source: ChunkSource,
+    reader: TargetReader,
+    remover: KeyRemover,
+    request: VerifyRequest,
+    args: argparse.Namespace,
+) -> None:
+    """Repair the run's differing keys (`verify/repair.py`) and run its key dumps here, each
+    resumed from its progress when a repair before this one stopped."""
+    verify_id = request.verify_id
+    print(f"verify {verify_id}: repairing its differing keys", flush=True)
+    try:
+        repair = prepare_repair(
+            store, config, source, reader, remover, request, window_timeout_s=args.window_timeout
+        )
+    except ChunkGaveUp as exc:
+        print(f"verify {verify_id}: the repair stopped: {exc}", file=sys.stderr)
+        return
+    for dump_id in repair.dumps:
+        stored = store.dumps.get(dump_id)
+        status = store.dumps.status(dump_id)
+        if stored is None or status is None or status.state is DumpState.DONE:
+            continue
+        if status.state.finished:
+            store.dumps.reopen(dump_id)
+        direct = None
+        if stored.request.mode is DumpMode.DIRECT:
+            direct = InProcessDirectReader(direct_target_for(config))
+        try:
+            run_dump(
+                store,
+                sources.chunk_source,
+                dump_id,
+                window_timeout_s=args.window_timeout,
+                direct=direct,
+            )
+        finally:
+            if direct is not None:
+                direct.target.close()
+
+
+def _report(
+    store: StateStore, request: VerifyRequest, args: argparse.Namespace, out: TextIO
+) -> int:
+    """Print the run's counts per table, its first differing keys and its repair; the exit
+    status."""
     verify_id = request.verify_id
     status = store.verifies.status(verify_id)
     assert status is not None, f"verify run {verify_id} has a request but no status"
@@ -151,10 +241,13 @@ def _report(store: StateStore, request: VerifyRequest, show: int, out: TextIO) -
         print("  ".join(cells), file=out)
     differing = sum(found[c] for found in counts.values() for c in COUNTERS[2:])
     if differing:
-        first = store.verifies.differences(verify_id, show)
+        first = store.verifies.differences(verify_id, args.show)
         print(f"{differing} keys differ; the first {len(first)}:", file=out)
         for difference in first:
             print(f"  {difference.table} {difference.kind} {list(difference.key)}", file=out)
+    repaired = _repair_line(store, status.removed, status.repair_dumps)
+    if repaired is not None:
+        print(repaired[0], file=out)
     if status.state is not VerifyState.DONE:
         print(
             f"verify {verify_id} did not finish; to resume it: dblog verify --verify-id "
@@ -162,4 +255,29 @@ def _report(store: StateStore, request: VerifyRequest, show: int, out: TextIO) -
             file=sys.stderr,
         )
         return 2
+    if differing and args.repair == "auto" and (repaired is None or not repaired[1]):
+        print(
+            f"verify {verify_id}: the repair did not finish; to resume it: dblog verify "
+            f"--verify-id {verify_id} --repair auto",
+            file=sys.stderr,
+        )
+        return 2
     return 1 if differing else 0
+
+
+def _repair_line(
+    store: StateStore, removed: int, dumps: tuple[str, ...] | None
+) -> tuple[str, bool] | None:
+    """The report's line on the run's repair, and whether every dump of it is done; None
+    without a repair."""
+    if dumps is None:
+        return None
+    done = True
+    states = []
+    for dump_id in dumps:
+        status = store.dumps.status(dump_id)
+        done = done and status is not None and status.state is DumpState.DONE
+        what = "missing" if status is None else f"{status.state}, {status.rows} rows"
+        states.append(f"{dump_id} ({what})")
+    resent = f"; key dumps {', '.join(states)}" if states else ""
+    return f"repair: {removed} extra keys removed from the target{resent}", done

@@ -47,6 +47,10 @@ class VerifyStatus:
     windows_retried: int
     created_ms: int
     finished_ms: int | None
+    removed: int = 0
+    """Keys its repair removed from the target (`verify/repair.py`)."""
+    repair_dumps: tuple[str, ...] | None = None
+    """The key dumps its repair started, one a table with keys to re-send; None: no repair."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +110,8 @@ return 1
             int(data["windows_retried"]),
             int(data["created_ms"]),
             None if finished is None else int(finished),
+            int(data.get("removed", 0)),
+            None if "repair_dumps" not in data else tuple(data["repair_dumps"].split()),
         )
 
     @reachable
@@ -146,6 +152,16 @@ return 1
             )
         pipe.hincrby(self.keys.verify_part(verify_id, "status"), "chunks", 1)
         pipe.execute()
+
+    @reachable
+    def repair_started(self, verify_id: str, removed: int, dump_ids: Sequence[str]) -> None:
+        """The run's repair removed `removed` keys from the target and stored `dump_ids`, the
+        key dumps that re-send the rest: recorded once, before the dumps run, so a repair
+        that dies resumes them rather than starting again."""
+        self._r.hset(
+            self.keys.verify_part(verify_id, "status"),
+            mapping={"removed": removed, "repair_dumps": " ".join(dump_ids)},
+        )
 
     @reachable
     def retried(self, verify_id: str) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
@@ -55,6 +56,11 @@ class _BothReads:
     next_after: Key | None
 
 
+BeforeClose = Callable[[dict[Key, str], dict[Key, str]], None]
+"""Called with the source's and the target's row hashes after the target's read, before the
+outer window closes: what it does to the target is inside the window (`repair.py`)."""
+
+
 def verify_chunk(
     store: StateStore,
     source: ChunkSource,
@@ -64,6 +70,7 @@ def verify_chunk(
     key_columns: tuple[str, ...],
     *,
     window_timeout_s: float,
+    before_close: BeforeClose | None = None,
 ) -> VerifiedChunk | ChunkOutcome:
     """Read `chunk` on both sides between the two windows and compare; a `ChunkOutcome` (not
     completed, with its reason) when the chunk must be read again."""
@@ -97,13 +104,16 @@ def verify_chunk(
         _wait_applied(store, record.hw_position, window_timeout_s)
         next_after, covered = _covered(chunk, rows, key_columns)
         target_read.update(target.read_hashes(covered))
+        source_read = row_hashes(rows, key_columns)
+        if before_close is not None:
+            before_close(source_read, dict(target_read))
         marker = ChunkRows(window_id, key_columns, (), 0, frozenset())
         if source.read_only:  # the outer hw: a snapshot's position, after the target's read
             snapshot = source.read_chunk(Chunk(chunk.table, chunk.seq, limit=1)).snapshot
             marker = replace(marker, hw=None if snapshot is None else snapshot.hw)
         if not store.windows.put_rows(window_id, marker):
             return None
-        return _BothReads(row_hashes(rows, key_columns), next_after)
+        return _BothReads(source_read, next_after)
 
     try:
         reads = between_watermarks(

@@ -21,7 +21,7 @@ from airflow_provider_dblog.core.event import JsonValue, Key, TableRef, freeze
 from airflow_provider_dblog.dump.runner import gone_from_this_host, process_name
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state import StateStore, StateStoreUnavailable, VerifyState
-from airflow_provider_dblog.verify.chunk import VerifiedChunk, verify_chunk
+from airflow_provider_dblog.verify.chunk import BeforeClose, VerifiedChunk, verify_chunk
 from airflow_provider_dblog.verify.reader import TargetReader
 from airflow_provider_dblog.verify.request import VerifyRequest
 
@@ -32,7 +32,7 @@ MAX_ATTEMPTS = 20
 stays away, a table altered again and again); the run resumes from there when asked."""
 
 
-class _ChunkGaveUp(Exception):
+class ChunkGaveUp(Exception):
     """A chunk failed `MAX_ATTEMPTS` times."""
 
 
@@ -112,10 +112,12 @@ def run_verify(
                 else _RangeChunks(request, table, saved)
             )
             for chunk, saved_after in chunks:
-                verified = _verified(store, source, target, request, chunk, window_timeout_s)
+                verified = verify_with_retries(
+                    store, source, target, request, chunk, window_timeout_s
+                )
                 store.verifies.chunk_done(verify_id, table, saved_after(verified), verified.verdict)
                 on_chunk(table)
-    except _ChunkGaveUp as exc:
+    except ChunkGaveUp as exc:
         store.verifies.finish(verify_id, VerifyState.FAILED, str(exc))
         return VerifyState.FAILED
     store.verifies.finish(verify_id, VerifyState.DONE)
@@ -176,15 +178,17 @@ def _fixed(progress: dict[str, JsonValue]) -> ProgressOf:
     return lambda verified: dict(progress)
 
 
-def _verified(
+def verify_with_retries(
     store: StateStore,
     source: ChunkSource,
     target: TargetReader,
     request: VerifyRequest,
     chunk: Chunk,
     window_timeout_s: float,
+    before_close: BeforeClose | None = None,
 ) -> VerifiedChunk:
-    """The chunk verified, read again with new windows while its windows fail."""
+    """The chunk verified, read again with new windows while its windows fail (`before_close`:
+    see `verify_chunk`); `ChunkGaveUp` after `MAX_ATTEMPTS`."""
     reason = ""
     for _ in range(MAX_ATTEMPTS):
         outcome = verify_chunk(
@@ -195,6 +199,7 @@ def _verified(
             chunk,
             request.key_columns[chunk.table],
             window_timeout_s=window_timeout_s,
+            before_close=before_close,
         )
         if isinstance(outcome, VerifiedChunk):
             return outcome
@@ -203,7 +208,7 @@ def _verified(
             "verify %s: a chunk of %s is read again: %s", request.verify_id, chunk.table, reason
         )
         store.verifies.retried(request.verify_id)
-    raise _ChunkGaveUp(f"a chunk of {chunk.table} failed {MAX_ATTEMPTS} times, last: {reason}")
+    raise ChunkGaveUp(f"a chunk of {chunk.table} failed {MAX_ATTEMPTS} times, last: {reason}")
 
 
 def _listed(key: Key | None) -> JsonValue:
