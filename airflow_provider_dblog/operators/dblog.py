@@ -32,7 +32,7 @@ from airflow_provider_dblog.operators.lineage import dump_lineage
 from airflow_provider_dblog.operators.links import DBLogLiveViewLink, link_dump_and_task
 from airflow_provider_dblog.operators.request import (
     REQUEST_FIELDS,
-    checked_request,
+    DumpRequestOperator,
     default_dump_id,
     non_negative,
     positive_int,
@@ -42,7 +42,7 @@ from airflow_provider_dblog.triggers.dblog import DBLogDumpTrigger
 from airflow_provider_dblog.triggers.outcome import ENDED, DumpOutcome
 
 
-class DBLogCheckDumpRequestOperator(BaseOperator):
+class DBLogCheckDumpRequestOperator(DumpRequestOperator):
     """Check a dump request without running it: unknown tables, tables without a primary
     key, malformed keys, key values their column's type refuses and filters the source
     refuses (both judged by the source's database), a source no tailer has set up and sizes
@@ -73,51 +73,10 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
         where it cannot hold (MySQL, a direct dump); sequenced when `mode` is None.
     """
 
-    template_fields: Sequence[str] = REQUEST_FIELDS
     ui_color = "#e8f4ff"
 
-    def __init__(
-        self,
-        *,
-        dblog_conn_id: str = DBLogHook.default_conn_name,
-        tables: list[str] | str | None = None,
-        keys: list[Any] | str | None = None,
-        where: str | None = None,
-        chunk_size: int | str | None = None,
-        parallelism: int | str = 1,
-        mode: str | None = None,
-        read_only: bool | str = False,
-        subset_only: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.dblog_conn_id = dblog_conn_id
-        self.tables = tables
-        self.keys = keys
-        self.where = where
-        self.chunk_size = chunk_size
-        self.parallelism = parallelism
-        self.mode = mode
-        self.read_only = read_only
-        self.subset_only = subset_only
-
-    @cached_property
-    def hook(self) -> DBLogHook:
-        return DBLogHook(self.dblog_conn_id)
-
     def execute(self, context: Context) -> dict[str, Any]:
-        request, _ = checked_request(
-            self.hook,
-            default_dump_id(context),
-            tables=self.tables,
-            keys=self.keys,
-            chunk_size=self.chunk_size,
-            parallelism=self.parallelism,
-            mode=self.mode,
-            where=self.where,
-            read_only=self.read_only,
-            subset_only=self.subset_only,
-        )
+        request, _ = self.checked_request(default_dump_id(context))
         tables = [str(t) for t in request.tables]
         self.log.info(
             "dump request is valid: %s of %s%s%s",
@@ -135,7 +94,7 @@ class DBLogCheckDumpRequestOperator(BaseOperator):
         }
 
 
-class DBLogDumpOperator(BaseOperator):
+class DBLogDumpOperator(DumpRequestOperator):
     """Run a dump as a Spark application and wait for it to end; returns its final status.
 
     Fails with the dump's reason when it fails (retried: the retry resumes it); a cancelled
@@ -173,15 +132,6 @@ class DBLogDumpOperator(BaseOperator):
     def __init__(
         self,
         *,
-        dblog_conn_id: str = DBLogHook.default_conn_name,
-        tables: list[str] | str | None = None,
-        keys: list[Any] | str | None = None,
-        where: str | None = None,
-        chunk_size: int | str | None = None,
-        parallelism: int | str = 1,
-        mode: str | None = None,
-        read_only: bool | str = False,
-        subset_only: bool = False,
         spark_conn_id: str = "spark_default",
         dump_id: str | None = None,
         tasks_per_chunk: int | None = None,
@@ -195,15 +145,6 @@ class DBLogDumpOperator(BaseOperator):
     ) -> None:
         kwargs.setdefault("outlets", [DUMPS])
         super().__init__(**kwargs)
-        self.dblog_conn_id = dblog_conn_id
-        self.tables = tables
-        self.keys = keys
-        self.where = where
-        self.chunk_size = chunk_size
-        self.parallelism = parallelism
-        self.mode = mode
-        self.read_only = read_only
-        self.subset_only = subset_only
         self.spark_conn_id = spark_conn_id
         self.dump_id = dump_id
         self.tasks_per_chunk = tasks_per_chunk
@@ -214,10 +155,6 @@ class DBLogDumpOperator(BaseOperator):
         self.poll_interval = poll_interval
         self.driver_timeout_s = driver_timeout_s
         self._launcher: SparkDumpLauncher | None = None
-
-    @cached_property
-    def hook(self) -> DBLogHook:
-        return DBLogHook(self.dblog_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
         hook = self.hook
@@ -231,18 +168,7 @@ class DBLogDumpOperator(BaseOperator):
             tasks_per_chunk=self.tasks_per_chunk,
             spark_conf=self.spark_conf,
         )
-        request, key_columns = checked_request(
-            hook,
-            dump_id,
-            tables=self.tables,
-            keys=self.keys,
-            chunk_size=self.chunk_size,
-            parallelism=self.parallelism,
-            mode=self.mode,
-            where=self.where,
-            read_only=self.read_only,
-            subset_only=self.subset_only,
-        )
+        request, key_columns = self.checked_request(dump_id)
         link_dump_and_task(hook, context, dump_id)  # first: a bad ui_url fails before a dump
         status = hook.submit_or_resume(request, key_columns)
         if status.state is DumpState.DONE:

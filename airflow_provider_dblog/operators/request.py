@@ -1,19 +1,19 @@
-"""A dump request as the dump operators take it: params and templates checked, the id of a
-task instance's dump, and the request built through the hook with its failures sorted into
-"fix the params" (no retry) and "try again later" (retryable).
-
-Shared by `DBLogCheckDumpRequestOperator` and `DBLogDumpOperator`, which check and run the
-same request.
+"""A dump request as the dump operators take it: its params (`DumpRequestOperator`, the base
+of `DBLogCheckDumpRequestOperator` and `DBLogDumpOperator`, which check and run the same
+request), params and templates checked, the id of a task instance's dump, and the request
+built through the hook with its failures sorted into "fix the params" (no retry) and "try
+again later" (retryable).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import cached_property
 from typing import Any, TypeVar
 
-from airflow.sdk import Context
+from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_dblog.core.dump_plan import DumpRequest
@@ -36,6 +36,58 @@ REQUEST_FIELDS = (
 """The templated fields of an operator that takes a dump request."""
 
 T = TypeVar("T")
+
+
+class DumpRequestOperator(BaseOperator):
+    """An operator that takes a dump request: its params, templated (`REQUEST_FIELDS`), and
+    the request they describe, checked (`checked_request`). The params are documented on
+    `DBLogCheckDumpRequestOperator`."""
+
+    template_fields: Sequence[str] = REQUEST_FIELDS
+
+    def __init__(
+        self,
+        *,
+        dblog_conn_id: str = DBLogHook.default_conn_name,
+        tables: list[str] | str | None = None,
+        keys: list[Any] | str | None = None,
+        where: str | None = None,
+        chunk_size: int | str | None = None,
+        parallelism: int | str = 1,
+        mode: str | None = None,
+        read_only: bool | str = False,
+        subset_only: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.dblog_conn_id = dblog_conn_id
+        self.tables = tables
+        self.keys = keys
+        self.where = where
+        self.chunk_size = chunk_size
+        self.parallelism = parallelism
+        self.mode = mode
+        self.read_only = read_only
+        self.subset_only = subset_only
+
+    @cached_property
+    def hook(self) -> DBLogHook:
+        return DBLogHook(self.dblog_conn_id)
+
+    def checked_request(self, dump_id: str) -> tuple[DumpRequest, dict[TableRef, tuple[str, ...]]]:
+        """The request the (rendered) params describe, checked: see `checked_request`."""
+        return checked_request(
+            self.hook,
+            dump_id,
+            tables=self.tables,
+            keys=self.keys,
+            chunk_size=self.chunk_size,
+            parallelism=self.parallelism,
+            mode=self.mode,
+            where=self.where,
+            read_only=self.read_only,
+            subset_only=self.subset_only,
+        )
 
 
 def default_dump_id(context: Context) -> str:
