@@ -20,6 +20,7 @@ rows was the key's state at that window's hw, and the target keeps the highest p
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,7 +29,7 @@ from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
-from airflow_provider_dblog.direct_target import DirectTarget
+from airflow_provider_dblog.direct_target import DirectTarget, StagedRead
 from airflow_provider_dblog.dump.chunk import ChunkOutcome, ChunkReadFailed, between_watermarks
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state import StateStore
@@ -60,6 +61,29 @@ class StagedChunk:
         handles, self.handles = self.handles, []
         if handles:
             self.target.discard(self.table, handles)
+
+
+def stage_recorded(
+    target: DirectTarget,
+    source: ChunkSource,
+    chunk: Chunk,
+    key_columns: tuple[str, ...],
+    record: Callable[[StagedRead], bool],
+) -> StagedRead | None:
+    """Read `chunk` (a whole chunk, or a Spark task's part of one) and stage its rows into
+    `target`, then `record` the read for its window: its invisible transactions and columns,
+    no row. None if the window was already past open (`record` returned False): the staged
+    part is discarded then, and when `record` raises (Redis away)."""
+    read = target.stage_chunk(source, chunk, key_columns)
+    try:
+        recorded = record(read)
+    except BaseException:
+        target.discard(chunk.table, [read.handle])
+        raise
+    if not recorded:
+        target.discard(chunk.table, [read.handle])
+        return None
+    return read
 
 
 class DirectChunkReader(Protocol):
@@ -97,15 +121,17 @@ class InProcessDirectReader:
         chunk: Chunk,
         key_columns: tuple[str, ...],
     ) -> StagedChunk | None:
-        read = self.target.stage_chunk(source, chunk, key_columns)
-        staged = StagedChunk(
+
+        def record(read: StagedRead) -> bool:
+            reads = ChunkRows(window_id, key_columns, (), 0, read.invisible_txids)
+            return store.windows.put_rows(window_id, reads, read.columns)
+
+        read = stage_recorded(self.target, source, chunk, key_columns, record)
+        if read is None:
+            return None
+        return StagedChunk(
             self.target, chunk.table, key_columns, [read.handle], read.rows, read.last_key
         )
-        reads = ChunkRows(window_id, key_columns, (), 0, read.invisible_txids)
-        if not store.windows.put_rows(window_id, reads, read.columns):
-            staged.discard()
-            return None
-        return staged
 
     def prune_tombstones(self, table: TableRef, before: Position) -> int:
         return self.target.prune_tombstones(table, before)

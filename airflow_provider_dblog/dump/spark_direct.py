@@ -33,8 +33,8 @@ from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, TableRef
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.direct_target import DirectTarget
-from airflow_provider_dblog.dump.direct import StagedChunk
+from airflow_provider_dblog.direct_target import DirectTarget, StagedRead
+from airflow_provider_dblog.dump.direct import StagedChunk, stage_recorded
 from airflow_provider_dblog.dump.spark_chunk import Away, SparkChunkJob, raise_source_trouble
 from airflow_provider_dblog.dump.task_connections import task_connections
 from airflow_provider_dblog.sources.base import ChunkSource, SourceError, SourceUnavailable
@@ -59,7 +59,6 @@ class StagedPart:
 def stage_parts(
     config: Config,
     open_target: Callable[[Config], DirectTarget],
-    table: TableRef,
     window_id: str,
     key_columns: tuple[str, ...],
     parts: Iterable[tuple[int, Chunk]],
@@ -72,9 +71,16 @@ def stage_parts(
     with task_connections(config) as connections:
         target = connections.target(open_target)
         for index, part in parts:
+
+            def record(read: StagedRead, index: int = index) -> bool:
+                stored = connections.windows.append_rows(
+                    window_id, index, (), key_columns, read.invisible_txids, read.columns
+                )
+                return stored is not None
+
             try:
-                read = target.stage_chunk(connections.source, part, key_columns)
-            except SourceUnavailable as exc:
+                read = stage_recorded(target, connections.source, part, key_columns, record)
+            except (SourceUnavailable, StateStoreUnavailable) as exc:
                 connections.healthy = False
                 staged.append(StagedPart(index, None, None, exc))
                 break
@@ -82,17 +88,7 @@ def stage_parts(
                 connections.healthy = False
                 staged.append(StagedPart(index, None, None, None, refused=str(exc)))
                 break
-            try:
-                stored = connections.windows.append_rows(
-                    window_id, index, (), key_columns, read.invisible_txids, read.columns
-                )
-            except StateStoreUnavailable as exc:
-                connections.healthy = False
-                target.discard(table, [read.handle])
-                staged.append(StagedPart(index, None, None, exc))
-                break
-            if stored is None:
-                target.discard(table, [read.handle])
+            if read is None:
                 staged.append(StagedPart(index, None, None, None))
                 continue
             staged.append(StagedPart(index, read.rows, read.last_key, None, read.handle))
@@ -117,9 +113,7 @@ class SparkDirectReader(SparkChunkJob):
         chunk: Chunk,
         key_columns: tuple[str, ...],
     ) -> StagedChunk | None:
-        task = functools.partial(
-            stage_parts, self.config, self.open_target, chunk.table, window_id, key_columns
-        )
+        task = functools.partial(stage_parts, self.config, self.open_target, window_id, key_columns)
         staged = sorted(
             self._job(store, source, chunk, task, "dblog direct dump"), key=lambda p: p.index
         )
