@@ -32,6 +32,16 @@ class DumpKind(StrEnum):
     KEYS = "keys"
 
 
+def checked_chunk_size(value: object) -> int:
+    """A chunk size, the rows a chunk reads: a whole number of at least 1, for a request and
+    for a throttle of a running dump alike."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"chunk_size must be an integer, got {value!r}")
+    if value < 1:
+        raise InvalidRequest(f"chunk_size must be at least 1, got {value}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class DumpRequest:
     """What to dump. For `ALL`, `tables` is the list of captured tables when it was asked."""
@@ -63,10 +73,7 @@ class DumpRequest:
                     "a filter applies to a dump of one table (--table), not to a dump of "
                     f"{'given keys' if self.kind is DumpKind.KEYS else 'several tables'}"
                 )
-        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int):
-            raise InvalidRequest(f"chunk_size must be an integer, got {self.chunk_size!r}")
-        if self.chunk_size < 1:
-            raise InvalidRequest(f"chunk_size must be at least 1, got {self.chunk_size}")
+        checked_chunk_size(self.chunk_size)
         if isinstance(self.parallelism, bool) or not isinstance(self.parallelism, int):
             raise InvalidRequest(f"parallelism must be an integer, got {self.parallelism!r}")
         if self.parallelism < 1:

@@ -30,7 +30,11 @@ class AsyncStateReader:
         return dump_status_from(await self._r.hgetall(self.keys.dump_status(dump_id)))
 
     async def dump(self, dump_id: str) -> StoredDump | None:
-        return stored_dump_from(await self._r.get(self.keys.dump(dump_id)))
+        async with self._r.pipeline(transaction=False) as pipe:
+            pipe.get(self.keys.dump(dump_id))
+            pipe.hget(self.keys.dump_controls(dump_id), "chunk_size")
+            raw, chunk_size = await pipe.execute()
+        return stored_dump_from(raw, chunk_size)
 
     async def dump_progress(self, dump_id: str) -> dict[TableRef, TableProgress]:
         return dump_progress_from(await self._r.hgetall(self.keys.dump_progress(dump_id)))

@@ -24,7 +24,12 @@ from enum import StrEnum
 from typing import Any
 
 from airflow_provider_dblog.core.direct import DumpMode
-from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest, TableProgress
+from airflow_provider_dblog.core.dump_plan import (
+    DumpKind,
+    DumpRequest,
+    TableProgress,
+    checked_chunk_size,
+)
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, TableRef, freeze
 from airflow_provider_dblog.state.base import (
@@ -72,7 +77,9 @@ class DumpStatus:
 
 @dataclass(frozen=True, slots=True)
 class DumpControls:
-    """What the dump obeys between chunks. `max_rows_per_s` None means no limit."""
+    """What the dump obeys between chunks. `max_rows_per_s` None means no limit. `chunk_size`
+    is the one place a dump's chunk size is stored: the request's when it is created, a
+    throttle's after; the request read back (`DumpStore.get`) carries it."""
 
     paused: bool
     cancelled: bool
@@ -105,13 +112,18 @@ def dump_progress_from(raw: Mapping[bytes | str, bytes | str]) -> dict[TableRef,
     return {TableRef.parse(t): TableProgress.from_json(json.loads(p)) for t, p in data.items()}
 
 
-def stored_dump_from(raw: bytes | str | None) -> StoredDump | None:
-    """A dump's request and key columns from its `dump:<id>` value; None if there is none."""
+def stored_dump_from(raw: bytes | str | None, chunk_size: bytes | str | None) -> StoredDump | None:
+    """A dump's request and key columns from its `dump:<id>` value, with the chunk size its
+    controls hold (`chunk_size`; a request stored when the request kept one too reads its own
+    if the controls have none); None if there is none."""
     if raw is None:
         return None
     data = json.loads(raw)
+    request = data["request"]
     return StoredDump(
-        request=_request_from_json(data["request"]),
+        request=_request_from_json(
+            request, request["chunk_size"] if chunk_size is None else int(chunk_size)
+        ),
         key_columns={TableRef.parse(t): tuple(c) for t, c in data["key_columns"].items()},
     )
 
@@ -126,7 +138,6 @@ def _request_to_json(request: DumpRequest) -> dict[str, JsonValue]:
         "kind": request.kind.value,
         "tables": [str(t) for t in request.tables],
         "keys": [list(k) for k in request.keys],
-        "chunk_size": request.chunk_size,
         "parallelism": request.parallelism,
         "mode": request.mode.value,
         "where": request.where,
@@ -134,13 +145,13 @@ def _request_to_json(request: DumpRequest) -> dict[str, JsonValue]:
     }
 
 
-def _request_from_json(data: dict[str, Any]) -> DumpRequest:
+def _request_from_json(data: dict[str, Any], chunk_size: int) -> DumpRequest:
     return DumpRequest(
         dump_id=data["dump_id"],
         kind=DumpKind(data["kind"]),
         tables=tuple(TableRef.parse(t) for t in data["tables"]),
         keys=tuple(tuple(freeze(v) for v in k) for k in data["keys"]),
-        chunk_size=data["chunk_size"],
+        chunk_size=chunk_size,
         parallelism=data["parallelism"],
         mode=DumpMode(data.get("mode", DumpMode.SEQUENCED)),
         where=data.get("where"),
@@ -201,7 +212,12 @@ return 1
 
     @reachable
     def get(self, dump_id: str) -> StoredDump | None:
-        return stored_dump_from(self._r.get(self.keys.dump(dump_id)))
+        """The request (its chunk size the controls') and the key columns."""
+        with self._r.pipeline(transaction=False) as pipe:
+            pipe.get(self.keys.dump(dump_id))
+            pipe.hget(self.keys.dump_controls(dump_id), "chunk_size")
+            raw, chunk_size = pipe.execute()
+        return stored_dump_from(raw, chunk_size)
 
     @reachable
     def ids(self) -> list[str]:
@@ -420,9 +436,7 @@ return 0
         it is; `max_rows_per_s=0` lifts the rate limit."""
         changes: dict[str, int | float] = {}
         if chunk_size is not None:
-            if chunk_size < 1:
-                raise InvalidRequest(f"chunk_size must be at least 1, got {chunk_size}")
-            changes["chunk_size"] = chunk_size
+            changes["chunk_size"] = checked_chunk_size(chunk_size)
         if delay_ms is not None:
             if delay_ms < 0:
                 raise InvalidRequest(f"delay_ms must not be negative, got {delay_ms}")

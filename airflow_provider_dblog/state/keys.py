@@ -25,7 +25,7 @@ every key of a source lives in one slot and every Lua script of the stores may t
 | P positional:wake      | pubsub | a dump publishes when it adds a read-only window or makes   |
 |                        |        | one ready: the tailer looks at once, not at its next poll   |
 | P dumps                | list   | dump ids in the order they were created                     |
-| P dump:<id>            | string | the DumpRequest and the tables' key columns (JSON)          |
+| P dump:<id>            | string | the DumpRequest but its chunk_size, the tables' key columns |
 | P dump:<id>:status     | hash   | state, reason, chunks, rows, windows_retried,               |
 |                        |        | created_ms, started_ms, finished_ms, updated_ms             |
 | P dump:<id>:controls   | hash   | paused, cancelled, chunk_size, delay_ms, max_rows_per_s     |

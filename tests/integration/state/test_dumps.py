@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import redis
 
@@ -192,3 +194,23 @@ def test_airflow_s_origin_of_a_dump_is_kept_beside_it(store: StateStore) -> None
     origin = {"dag_id": "dblog_dump", "run_id": "manual__1", "run_url": "http://a/dags/x"}
     store.dumps.record_origin("d1", origin)
     assert store.dumps.origin("d1") == origin
+
+
+def test_a_dump_stored_with_its_chunk_size_in_the_request_resumes_at_the_controls(
+    store: StateStore,
+) -> None:
+    """The chunk size is stored in the controls only; a dump whose request holds one too (as
+    stored before) reads the controls', which a throttle changes."""
+    store.dumps.create(DumpRequest("kept", DumpKind.TABLE, (T,), chunk_size=500))
+    client: redis.Redis = store.dumps._r
+    key = store.dumps.keys.dump("kept")
+    data = json.loads(client.get(key))
+    assert "chunk_size" not in data["request"]
+    data["request"]["chunk_size"] = 500  # as the request was stored before
+    client.set(key, json.dumps(data))
+    assert store.dumps.throttle("kept", chunk_size=120)
+    stored = store.dumps.get("kept")
+    assert stored is not None and stored.request.chunk_size == 120
+    client.delete(store.dumps.keys.dump_controls("kept"))
+    stored = store.dumps.get("kept")
+    assert stored is not None and stored.request.chunk_size == 500
