@@ -112,12 +112,21 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": [{"integration-name": "DBLog", "python-modules": [f"{_P}.hooks.dblog"]}],
-        "operators": [{"integration-name": "DBLog", "python-modules": [f"{_P}.operators.dblog"]}],
+        "operators": [
+            {
+                "integration-name": "DBLog",
+                "python-modules": [f"{_P}.operators.dblog", f"{_P}.operators.verify"],
+            }
+        ],
         "sensors": [{"integration-name": "DBLog", "python-modules": [f"{_P}.sensors.dblog"]}],
         "triggers": [
             {
                 "integration-name": "DBLog",
-                "python-modules": [f"{_P}.triggers.dblog", f"{_P}.triggers.changes"],
+                "python-modules": [
+                    f"{_P}.triggers.dblog",
+                    f"{_P}.triggers.changes",
+                    f"{_P}.triggers.verify",
+                ],
             }
         ],
         "extra-links": [f"{_P}.operators.links.DBLogLiveViewLink"],

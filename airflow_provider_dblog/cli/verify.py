@@ -16,6 +16,7 @@ finished run, it repairs that run (or resumes its repair).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import uuid
 from typing import Any, TextIO
@@ -27,7 +28,7 @@ from airflow_provider_dblog.cli.common import (
     setup_logging,
     store_of,
 )
-from airflow_provider_dblog.config import Config
+from airflow_provider_dblog.config import Config, ConfigError, parse_config
 from airflow_provider_dblog.core import values
 from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.errors import InvalidRequest
@@ -55,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "verify", help="compare the target with the source, while writes go on"
     )
     add_config_option(verify)
+    verify.add_argument(
+        "--config-json",
+        help="the configuration's sections as one JSON object instead of --config (what "
+        "Airflow's verify operator passes: no password is in it)",
+    )
     verify.add_argument("--table", help="one table, 'schema.table' (default: all captured tables)")
     verify.add_argument("--keys", help="primary keys of --table: '1,2,3' or JSON '[[1,\"a\"]]'")
     verify.add_argument("--where", help="only the rows of --table matching this condition")
@@ -96,7 +102,7 @@ def _verify(args: argparse.Namespace) -> int:
     setup_logging()
     if args.table is None and (args.keys or args.where or args.after or args.upto):
         raise InvalidRequest("--keys, --where, --after and --upto need --table")
-    config = config_of(args)
+    config = _config(args)
     store = store_of(config)
     verify_id = args.verify_id or uuid.uuid4().hex[:12]
     chunk_sources = source_for(config.source)
@@ -161,6 +167,18 @@ def _verify(args: argparse.Namespace) -> int:
                 opened.close()
         source.close()
     return _report(store, request, args, sys.stdout)
+
+
+def _config(args: argparse.Namespace) -> Config:
+    if args.config_json is None:
+        return config_of(args)
+    try:
+        data = json.loads(args.config_json)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--config-json is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("--config-json must be a JSON object of the TOML's sections")
+    return parse_config(data, "--config-json")
 
 
 def _differing(store: StateStore, verify_id: str) -> int:

@@ -66,6 +66,7 @@ def test_every_dag_imports_with_its_docs_tasks_and_params() -> None:
         "dblog_on_change",
         "dblog_lake_maintenance",
         "dblog_lake_compaction",
+        "dblog_verify",
     }
     expected_params = {
         "dblog_backfill": {"tables", "chunk_size", "parallelism", "mode"},
@@ -94,6 +95,19 @@ def test_every_dag_imports_with_its_docs_tasks_and_params() -> None:
     classpath, kwargs = watcher.trigger.serialize()
     assert classpath == "airflow_provider_dblog.triggers.changes.DBLogChangeTrigger"
     assert (kwargs["source"], kwargs["tables"]) == ("shop", ["public.orders"])
+
+
+def test_the_verify_dag_repairs_that_run_at_once_or_after_an_approval() -> None:
+    dag = dag_bag().dags["dblog_verify"]
+    assert set(dag.params.keys()) == {
+        *("table", "after", "upto", "where", "repair", "approve_above", "chunk_size")
+    }
+    assert dag.params["repair"] == "none" and dag.doc_md.startswith("### dblog_verify:")
+    assert dag.get_task("verify").downstream_task_ids == {"decide"}
+    assert dag.get_task("decide").downstream_task_ids == {"approve", "no_approval_needed"}
+    assert dag.get_task("repair").upstream_task_ids == {"approve", "no_approval_needed"}
+    assert type(dag.get_task("approve")).__name__ == "ApprovalOperator"
+    assert dag.get_task("repair").repair == "auto"  # type: ignore[attr-defined]
 
 
 def test_optional_params_are_optional_in_the_form_and_counts_say_what_they_are() -> None:
@@ -125,7 +139,7 @@ def test_optional_params_are_optional_in_the_form_and_counts_say_what_they_are()
             assert "one chunk reads" in help_text and "watermark" not in help_text
             if "mode" in dag.params:
                 assert "Empty: 10,000 sequenced, 100,000 direct." in help_text
-            else:  # the repair offers no mode: its help speaks of none
+            elif dag.dag_id == "dblog_repair":  # no mode in its form: its help speaks of none
                 assert "sequenced" not in help_text and "direct" not in help_text, help_text
                 assert "Empty: 10,000 (100,000 in a deployment with a lake)." in help_text
 

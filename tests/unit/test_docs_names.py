@@ -52,6 +52,7 @@ CLASS_NAME = re.compile(r"`([A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+)`")
 """A backticked CamelCase name written alone: `WindowStore`, `LakeTable`."""
 EXTERNAL_CLASSES = {
     "AirflowFailException": "airflow.exceptions",
+    "ApprovalOperator": "airflow.providers.standard.operators.hitl",
     "AssetWatcher": "airflow.sdk",
     "BinLogStreamReader": "pymysqlreplication",
     "CollectorRegistry": "prometheus_client",

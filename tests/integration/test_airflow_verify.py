@@ -1,0 +1,119 @@
+"""The `dblog_verify` DAG run with `dag.test()` against real PostgreSQL and Redis, a tailer
+applying into a PostgreSQL SQL target and a writer writing all along. The target is corrupted
+behind the tailer's back: a run with repair `none` reports exactly the corrupted keys and
+repairs nothing; a run with repair `approve` and a threshold above the count repairs without
+asking anyone (the verify and the repair each wait in the triggerer, run inline by
+`dag.test()`), after which the target equals the source. A table that is not captured fails
+the run at its first task."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_dblog.devservices.postgres import PostgresInfo
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.state import DumpState, StateStore, VerifyState
+from tests.integration.airflow_support import airflow_env, dag_tests, dblog_connection, migrate
+from tests.integration.e2e_support import (
+    Databases,
+    TailProcess,
+    Writer,
+    cli_env,
+    run_cli,
+    wait_caught_up,
+    wait_until,
+    write_config,
+)
+from tests.integration.verify.test_verify_cli import (
+    CORRUPTED,
+    TARGET_DSN_ENV,
+    corrupt_target,
+    dbs,  # noqa: F401 (the fixture)
+)
+from tests.integration.verify.test_verify_repair import TABLES, rows_of
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def deployment(
+    dbs: Databases,  # noqa: F811 (the fixture imported above)
+    pg15: PostgresInfo,
+    redis_server: RedisInfo,
+    tmp_path: Path,
+) -> Iterator[tuple[dict[str, str], StateStore, Writer]]:
+    """A tailer applying into the SQL target, which a dump filled, a writer running, and
+    the environment of an Airflow whose `dblog` connection points at them."""
+    output = {"type": "sql_apply", "dsn_env": TARGET_DSN_ENV}
+    tailer = {"heartbeat_s": 0.2, "window_ttl_s": 30, "lease_ttl_ms": 3000}
+    env = cli_env(dbs, redis_server, **{TARGET_DSN_ENV: dbs.target_dsn})
+    config = write_config(tmp_path / "dblog.toml", dbs, redis_server, output, tailer)
+    store = StateStore(redis_server.client(), dbs.config.name)
+    tail = TailProcess(config, "verify-dag-tailer", env, tmp_path / "tail.log")
+    writer = Writer(dbs, tmp_path, seed_value=11, per_s=20)
+    connection = dblog_connection(redis_server, pg15, dbs.config.name, config)
+    airflow = airflow_env(tmp_path / "airflow", connection, **{TARGET_DSN_ENV: dbs.target_dsn})
+    try:
+        migrate(airflow)
+        wait_until(lambda: store.tailer.health() is not None, 30, "the tailer beating")
+        dumped = run_cli("dump", "-c", str(config), "--chunk-size", "200", env=env)
+        assert dumped.returncode == 0, dumped.stderr[-2000:]
+        writer.wait_for(10)
+        yield airflow, store, writer
+    finally:
+        writer.kill()
+        tail.stop()
+
+
+def test_the_verify_dag_reports_then_repairs_what_differs(
+    dbs: Databases,  # noqa: F811 (the fixture imported above)
+    deployment: tuple[dict[str, str], StateStore, Writer],
+) -> None:
+    airflow, store, writer = deployment
+    corrupt_target(dbs)
+
+    refused, reported, repaired = dag_tests(
+        airflow,
+        [
+            ("dblog_verify", {"table": "public.nope"}),
+            ("dblog_verify", {"repair": "none", "chunk_size": 150}),
+            ("dblog_verify", {"repair": "approve", "approve_above": 10}),
+        ],
+    )
+
+    assert refused.state == "failed", refused.output[-6000:]
+    assert refused.tasks["verify"] == "failed"
+    assert "table public.nope is not captured" in refused.output
+    assert reported.state == "success", reported.output[-6000:]
+    assert reported.tasks == {
+        "verify": "success",
+        "decide": "success",
+        "approve": "skipped",
+        "no_approval_needed": "skipped",
+        "repair": "skipped",
+    }
+    assert repaired.state == "success", repaired.output[-6000:]
+    assert repaired.tasks["approve"] == "skipped"  # 4 keys differ, at most 10 need no person
+    assert repaired.tasks["repair"] == "success", repaired.output[-6000:]
+
+    first, second = store.verifies.ids()
+    for verify_id in (first, second):
+        found = [(d.table, d.kind, d.key) for d in store.verifies.differences(verify_id)]
+        assert sorted(found, key=repr) == CORRUPTED, verify_id
+    reported_status, repaired_status = map(store.verifies.status, (first, second))
+    assert reported_status is not None and reported_status.repair_dumps is None
+    assert repaired_status is not None and repaired_status.state is VerifyState.DONE
+    assert repaired_status.removed == 1 and repaired_status.repair_dumps
+    for dump_id in repaired_status.repair_dumps:
+        dumped = store.dumps.status(dump_id)
+        assert dumped is not None and dumped.state is DumpState.DONE, dump_id
+    assert "Repair: 1 extra keys removed" in repaired.output
+
+    writer.stop()
+    wait_caught_up(dbs)
+    source, target = rows_of(dbs.source_dsn), rows_of(dbs.target_dsn)
+    for table in TABLES:
+        assert source[table] == target[table], table
