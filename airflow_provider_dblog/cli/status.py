@@ -27,7 +27,6 @@ from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.core.event import JsonValue
 from airflow_provider_dblog.state import (
     CompactorHealth,
-    DumpStatus,
     StateStore,
     TablesChange,
     TailerHealth,
@@ -73,7 +72,7 @@ def status_json(store: StateStore) -> dict[str, JsonValue]:
     for dump in store.dumps.ids():
         status = store.dumps.status(dump)
         if status is not None:
-            dumps.append(_status_json(dump, status))
+            dumps.append(status.to_json(dump))
     tables: list[JsonValue] = [c.to_json() for c in store.tailer.tables_changes()]
     return {
         "tailer": None if health is None else health.to_json(),
@@ -218,7 +217,7 @@ def dump_detail(store: StateStore, dump: str) -> dict[str, JsonValue]:
         raise DBLogError(f"no dump {dump} (dblog status lists them)")
     request = stored.request
     controls = store.dumps.controls(dump)
-    detail = _status_json(dump, status)
+    detail = status.to_json(dump)
     detail["request"] = {
         "kind": request.kind.value,
         "tables": [str(t) for t in request.tables],
@@ -229,15 +228,7 @@ def dump_detail(store: StateStore, dump: str) -> dict[str, JsonValue]:
         "parallelism": request.parallelism,
     }
     detail["progress"] = [p.to_json() for p in store.dumps.load_progress(dump).values()]
-    detail["controls"] = None
-    if controls is not None:
-        detail["controls"] = {
-            "paused": controls.paused,
-            "cancelled": controls.cancelled,
-            "chunk_size": controls.chunk_size,
-            "delay_ms": controls.delay_ms,
-            "max_rows_per_s": controls.max_rows_per_s,
-        }
+    detail["controls"] = None if controls is None else controls.to_json()
     detail["driver"] = store.dumps.driver(dump)
     return detail
 
@@ -278,18 +269,3 @@ def detail_text(detail: dict[str, Any]) -> str:
         lines.append("  reason")
         lines += [f"    {line}" for line in detail["reason"].splitlines()]
     return "\n".join(lines)
-
-
-def _status_json(dump: str, status: DumpStatus) -> dict[str, JsonValue]:
-    return {
-        "dump_id": dump,
-        "state": status.state.value,
-        "reason": status.reason,
-        "chunks": status.chunks,
-        "rows": status.rows,
-        "windows_retried": status.windows_retried,
-        "created_ms": status.created_ms,
-        "started_ms": status.started_ms,
-        "finished_ms": status.finished_ms,
-        "updated_ms": status.updated_ms,
-    }

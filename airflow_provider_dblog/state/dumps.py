@@ -74,6 +74,21 @@ class DumpStatus:
     finished_ms: int | None
     updated_ms: int
 
+    def to_json(self, dump_id: str) -> dict[str, JsonValue]:
+        """The dump's status as `dblog status` and the live view both show it."""
+        return {
+            "dump_id": dump_id,
+            "state": self.state.value,
+            "reason": self.reason,
+            "chunks": self.chunks,
+            "rows": self.rows,
+            "windows_retried": self.windows_retried,
+            "created_ms": self.created_ms,
+            "started_ms": self.started_ms,
+            "finished_ms": self.finished_ms,
+            "updated_ms": self.updated_ms,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class DumpControls:
@@ -86,6 +101,16 @@ class DumpControls:
     chunk_size: int
     delay_ms: int
     max_rows_per_s: float | None
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The controls as `dblog status --dump` and the live view both show them."""
+        return {
+            "paused": self.paused,
+            "cancelled": self.cancelled,
+            "chunk_size": self.chunk_size,
+            "delay_ms": self.delay_ms,
+            "max_rows_per_s": self.max_rows_per_s,
+        }
 
 
 def dump_status_from(raw: Mapping[bytes | str, bytes | str]) -> DumpStatus | None:

@@ -234,30 +234,13 @@ class LiveView:
                     }
                 )
         return {
-            "dump_id": dump_id,
-            "state": status.state.value,
-            "reason": status.reason,
-            "chunks": status.chunks,
-            "rows": status.rows,
-            "windows_retried": status.windows_retried,
-            "created_ms": status.created_ms,
-            "started_ms": status.started_ms,
-            "finished_ms": status.finished_ms,
-            "updated_ms": status.updated_ms,
+            **status.to_json(dump_id),
             "duration": _duration(status, now_ms),
             "rows_per_s": _dump_rate(status, rates),
             "eta": None if finished else _dump_eta(etas),
             "driver": self.store.dumps.driver(dump_id),
             "origin": self.store.dumps.origin(dump_id),
-            "controls": None
-            if controls is None
-            else {
-                "paused": controls.paused,
-                "cancelled": controls.cancelled,
-                "chunk_size": controls.chunk_size,
-                "delay_ms": controls.delay_ms,
-                "max_rows_per_s": controls.max_rows_per_s,
-            },
+            "controls": None if controls is None else controls.to_json(),
             "tables": tables,
             "where": None if stored is None else stored.request.where,
             "read_only": stored is not None and stored.request.read_only,

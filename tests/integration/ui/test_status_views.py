@@ -1,0 +1,51 @@
+"""`dblog status` and the live view render one model of a dump: its status and controls as
+`DumpStatus.to_json` and `DumpControls.to_json` give them, on a real Redis."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from airflow_provider_dblog.cli.status import dump_detail, status_json
+from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
+from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.devservices.redis import RedisInfo
+from airflow_provider_dblog.state import DumpState, StateStore
+from airflow_provider_dblog.ui.snapshot import LiveView
+
+pytestmark = pytest.mark.integration
+
+ORDERS = TableRef("shop", "orders")
+
+
+def test_the_command_and_the_live_view_show_a_dump_alike(redis_server: RedisInfo) -> None:
+    source = f"views-{uuid.uuid4().hex[:12]}"
+    with redis_server.client() as client:
+        store = StateStore(client, source)
+        store.dumps.create(DumpRequest("seen", DumpKind.TABLE, (ORDERS,), chunk_size=400))
+        assert store.dumps.mark("seen", DumpState.RUNNING)
+        store.dumps.count("seen", chunks=3, rows=1200)
+        assert store.dumps.throttle("seen", chunk_size=90, delay_ms=5, max_rows_per_s=300.0)
+
+        listed = status_json(store)["dumps"]
+        detail = dump_detail(store, "seen")
+        view = LiveView(client, source).snapshot()
+        assert view["error"] is None
+        [shown] = view["dumps"]
+    assert isinstance(listed, list) and isinstance(shown, dict)
+    [dump] = listed
+    assert isinstance(dump, dict)
+    assert dump["state"] == "running" and (dump["chunks"], dump["rows"]) == (3, 1200)
+    assert {k: shown[k] for k in dump} == dump
+    assert {k: detail[k] for k in dump} == dump
+    controls = {
+        "paused": False,
+        "cancelled": False,
+        "chunk_size": 90,
+        "delay_ms": 5,
+        "max_rows_per_s": 300.0,
+    }
+    assert shown["controls"] == detail["controls"] == controls
+    request = detail["request"]
+    assert isinstance(request, dict) and request["chunk_size"] == 90  # the controls' own
