@@ -7,18 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_dblog.cli import (
-    demo,
-    dev_services,
-    dump,
-    lake,
-    prune,
-    status,
-    tail,
-    ui,
-    verify,
-)
-from airflow_provider_dblog.cli.common import one_line
+from airflow_provider_dblog.cli import interrupts
 from airflow_provider_dblog.core.errors import DBLogError
 
 DESCRIPTION = """\
@@ -37,6 +26,19 @@ command's options: `dblog COMMAND --help`."""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Imported here: `main` handles Ctrl-C before these imports (seconds on a busy machine).
+    from airflow_provider_dblog.cli import (
+        demo,
+        dev_services,
+        dump,
+        lake,
+        prune,
+        status,
+        tail,
+        ui,
+        verify,
+    )
+
     parser = argparse.ArgumentParser(
         prog="dblog",
         description=DESCRIPTION,
@@ -57,8 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run one command; an error it refuses with is one line and exit status 2, a Ctrl-C one
+    line and 130 (`interrupts`)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    with interrupts.handled() as interrupt:
+        if words and not words[0].startswith("-"):  # the command, before it is parsed
+            interrupt.command = f"dblog {words[0]}"
+        try:
+            return _run(build_parser().parse_args(words))
+        except KeyboardInterrupt:
+            return interrupt.end()
+
+
+def _run(args: argparse.Namespace) -> int:
+    from airflow_provider_dblog.cli.common import one_line  # loaded with the commands
+
     try:
         result: int = args.func(args)
     except DBLogError as exc:

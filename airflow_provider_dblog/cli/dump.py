@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from airflow_provider_dblog.cli import interrupts
 from airflow_provider_dblog.cli.common import (
     add_config_option,
     config_of,
@@ -184,6 +185,7 @@ def _dump(args: argparse.Namespace) -> int:
             )
         if not _runnable_again(store, dump_id, args.resume):
             return 1
+    interrupts.resumable(f"dblog dump --dump-id {dump_id}")
     if args.max_rows_per_s is not None:
         store.dumps.throttle(dump_id, max_rows_per_s=args.max_rows_per_s)
     print(f"dump {dump_id}: running (dblog pause|resume|cancel|throttle {dump_id})")

@@ -1,8 +1,9 @@
 """`dblog tail`: run the log tailer, the one writer of the ordered output, until stopped.
 
 It exits 0 on SIGINT/SIGTERM, its last log line naming the signal and the position it
-acknowledged last, and 1 when the tailer stops on an error it cannot ride through, its last log
-line naming the cause (a supervisor restarts it). Outages of the source, Redis or the output are
+acknowledged last (a SIGINT while it starts ends it as any command: `cli/interrupts.py`), and 1
+when the tailer stops on an error it cannot ride through, its last log line naming the cause (a
+supervisor restarts it). Outages of the source, Redis or the output are
 ridden through with backoff, at startup too (a server still starting); a source that refuses
 its setup (no logical `wal_level`, a missing table or grant) ends it at once with one line
 (`dblog: error: ...`, exit 2).
