@@ -200,13 +200,18 @@ def _compaction_line(health: CompactorHealth | None) -> list[str]:
     none at all)."""
     if health is None:
         return []
-    m = health.metrics
-    parts = [f"compaction: {health.owner}, heartbeat {health.age_ms} ms ago"]
-    freshness = m.get("freshness_s")
-    parts.append("freshness unknown" if freshness is None else f"freshness {freshness:.1f} s")
-    parts.append(f"{m.get('events', 0)} events folded")
-    parts.append(f"{m.get('pending_bytes', 0)} bytes pending")
-    return [", ".join(parts)]
+    m = health.summary()
+    freshness = m["freshness_s"]
+    return [
+        ", ".join(
+            [
+                f"compaction: {m['owner']}, heartbeat {m['age_ms']} ms ago",
+                "freshness unknown" if freshness is None else f"freshness {freshness:.1f} s",
+                f"{m['events']} events folded",
+                f"{m['pending_bytes']} bytes pending",
+            ]
+        )
+    ]
 
 
 def dump_detail(store: StateStore, dump: str) -> dict[str, JsonValue]:

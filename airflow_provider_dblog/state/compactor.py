@@ -47,6 +47,18 @@ class CompactorHealth:
     def to_json(self) -> dict[str, JsonValue]:
         return dataclasses.asdict(self)
 
+    def summary(self) -> dict[str, JsonValue]:
+        """Who folds and how fresh the lake is (`follow_metrics`), as `dblog status` and the
+        live view both show it."""
+        m = self.metrics
+        return {
+            "owner": self.owner,
+            "age_ms": self.age_ms,
+            "freshness_s": m.get("freshness_s"),
+            "events": m.get("events", 0),
+            "pending_bytes": m.get("pending_bytes", 0),
+        }
+
 
 class CompactorStore(RedisStore):
     """The lease, fencing token and heartbeat of one source's compaction follower."""

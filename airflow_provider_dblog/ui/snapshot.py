@@ -30,7 +30,6 @@ from airflow_provider_dblog.state import (
     TailerHealth,
     WindowStatus,
 )
-from airflow_provider_dblog.state.compactor import CompactorHealth
 
 WINDOW_HORIZON_MS = 120_000
 """Ended windows older than this (Redis clock) are left out of the snapshot."""
@@ -97,7 +96,8 @@ class LiveView:
             now_ms = seconds * 1000 + micros // 1000
             snapshot["now_ms"] = now_ms
             snapshot["tailer"] = self._tailer(self.store.tailer.health())
-            snapshot["compaction"] = compaction_json(self.store.compactor.health())
+            compaction = self.store.compactor.health()
+            snapshot["compaction"] = None if compaction is None else compaction.summary()
             snapshot["windows"] = self._window_list(now_ms)
             with self._pins_lock:
                 pins = sorted(self._pins)
@@ -283,21 +283,6 @@ def _dump_rate(status: DumpStatus, running_tables: list[float]) -> float | None:
         return None
     seconds = (status.finished_ms - status.started_ms) / 1000
     return round(status.rows / seconds, 1) if seconds > 0 else None
-
-
-def compaction_json(health: CompactorHealth | None) -> JsonValue:
-    """The compaction follower's line: who folds, how fresh the lake is (`follow_metrics`);
-    None when no follower beats (a lake compacted in batches, or none)."""
-    if health is None:
-        return None
-    m = health.metrics
-    return {
-        "owner": health.owner,
-        "age_ms": health.age_ms,
-        "freshness_s": m.get("freshness_s"),
-        "events": m.get("events", 0),
-        "pending_bytes": m.get("pending_bytes", 0),
-    }
 
 
 def _table_counts(raw: JsonValue) -> dict[str, dict[str, int]]:

@@ -1,5 +1,6 @@
-"""`dblog status` and the live view render one model of a dump: its status and controls as
-`DumpStatus.to_json` and `DumpControls.to_json` give them, on a real Redis."""
+"""`dblog status` and the live view render one model of a dump (its status and controls as
+`DumpStatus.to_json` and `DumpControls.to_json` give them) and of the compaction follower
+(`CompactorHealth.summary`), on a real Redis."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import uuid
 
 import pytest
 
-from airflow_provider_dblog.cli.status import dump_detail, status_json
+from airflow_provider_dblog.cli.status import dump_detail, status_json, status_table
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import TableRef
 from airflow_provider_dblog.devservices.redis import RedisInfo
@@ -49,3 +50,24 @@ def test_the_command_and_the_live_view_show_a_dump_alike(redis_server: RedisInfo
     assert shown["controls"] == detail["controls"] == controls
     request = detail["request"]
     assert isinstance(request, dict) and request["chunk_size"] == 90  # the controls' own
+
+
+def test_the_command_and_the_live_view_show_the_compaction_alike(redis_server: RedisInfo) -> None:
+    source = f"views-{uuid.uuid4().hex[:12]}"
+    with redis_server.client() as client:
+        store = StateStore(client, source)
+        assert "compaction" not in status_table(store)  # no follower beats
+        metrics = {"freshness_s": 2.5, "events": 7, "pending_bytes": 10, "state": "leading"}
+        store.compactor.beat("host:1", metrics, 60)
+        table = status_table(store)
+        view = LiveView(client, source).snapshot()
+    shown = view["compaction"]
+    assert isinstance(shown, dict)
+    assert {k: shown[k] for k in ("owner", "freshness_s", "events", "pending_bytes")} == {
+        "owner": "host:1",
+        "freshness_s": 2.5,
+        "events": 7,
+        "pending_bytes": 10,
+    }
+    assert "compaction: host:1, heartbeat" in table
+    assert "freshness 2.5 s, 7 events folded, 10 bytes pending" in table
