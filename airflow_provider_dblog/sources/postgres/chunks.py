@@ -56,6 +56,18 @@ _Shape = TableShape[ColumnInfo]
 # first), so filtering on 'committed' would miss exactly the stale case. The reconciler fails a
 # window only for the ones it met in the log before lw, so the others cost nothing.
 _INVISIBLE = "SELECT x::text FROM pg_snapshot_xip(%s::pg_snapshot) AS x"
+_RUNNING = (
+    "SELECT transactionid::text FROM pg_locks WHERE locktype = 'transactionid' "
+    "AND mode = 'ExclusiveLock' AND (%s::text[] IS NULL OR transactionid::text = ANY(%s))"
+)
+"""The transactions not yet ended (or those of them named): each holds the lock on its own id
+until it has left the ProcArray, so once the lock is gone new snapshots see it. Unlike a
+snapshot's xip list, this names those above its xmax too (begun after the last one ended)."""
+COMMITS_WAIT_S = 1.0
+"""How long a chunk read waits for the transactions running when it starts to end (a commit
+already in the log is out of the ProcArray in milliseconds, unless it waits for a synchronous
+standby); one still running after it is taken for a long one, not waited for again."""
+_COMMITS_POLL_S = 0.005
 _SNAPSHOT = "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text"
 _REPLICA_SNAPSHOT = "SELECT pg_current_snapshot()::text, pg_last_wal_replay_lsn()::text"
 """On a standby: every transaction the snapshot sees was replayed, its commit record below the
@@ -93,6 +105,8 @@ class PostgresChunkSource:
         self._conn: psycopg.Connection[TupleRow] | None = None
         self._replica: psycopg.Connection[TupleRow] | None = None
         self._shapes: dict[TableRef, _Shape] = {}
+        self._long_running: frozenset[str] = frozenset()
+        self.commits_wait_s = COMMITS_WAIT_S
 
     def key_columns(self, table: TableRef) -> tuple[str, ...]:
         return self._shape(table).key_columns
@@ -286,6 +300,8 @@ class PostgresChunkSource:
         replica = self._config.read_replica is not None
         if replica:
             self._replica_caught_up()
+        else:
+            self._commits_ended()
         with self._session(replica=replica) as conn, conn.transaction():
             lock = sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE")
             conn.execute(lock.format(KEYSET.table(chunk.table)))
@@ -297,6 +313,26 @@ class PostgresChunkSource:
             invisible = conn.execute(_INVISIBLE, (snapshot_row[0],)).fetchall()
         snapshot = ReadSnapshot(parse_pg_lsn(snapshot_row[1]), exact=False)
         return shape, read, frozenset(int(x) & _XID_MASK for (x,) in invisible), snapshot
+
+    def _commits_ended(self) -> None:
+        """Wait until the transactions running now have ended, for up to `commits_wait_s`,
+        but for the long ones (still running at the end of the wait before).
+
+        PostgreSQL writes a commit record before the transaction leaves the ProcArray, and
+        only then do new snapshots see it: lw, committed, can be visible while a transaction
+        whose commit the log holds before lw is not yet (its backend still flushing the WAL,
+        waiting for a synchronous standby, or not scheduled on a busy machine). A read then
+        would be stale, and its window fail (`invisible_txids`), again and again while
+        commits keep coming. After the wait the read's snapshot sees each of them. A standby
+        makes commits visible as it replays them, in the log's order: no wait there."""
+        with self._session() as conn:
+            running = {x for (x,) in conn.execute(_RUNNING, (None, None)).fetchall()}
+            waiting = sorted(running - self._long_running)
+            deadline = time.monotonic() + self.commits_wait_s
+            while waiting and time.monotonic() < deadline:
+                time.sleep(_COMMITS_POLL_S)
+                waiting = [x for (x,) in conn.execute(_RUNNING, (waiting, waiting)).fetchall()]
+        self._long_running = frozenset(running & self._long_running | set(waiting))
 
     def write_watermark(self, value: str) -> None:
         if self._read_only:

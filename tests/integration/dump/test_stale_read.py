@@ -41,8 +41,10 @@ from airflow_provider_dblog.dump.chunk import StoredChunk, read_in_process
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.outputs import NdjsonOutput, read_events
 from airflow_provider_dblog.sources.base import ChunkRead, ChunkSource
+from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
 from airflow_provider_dblog.state import DumpState, StateStore, WindowState
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
+from tests.deadlines import deadline_s
 from tests.integration.e2e_support import (
     Databases,
     drop_databases,
@@ -361,3 +363,37 @@ def test_b_the_stale_window_fails_and_its_retry_emits_the_committed_row(
     ]
     assert stuck_row == ["stuck"], "the retry's row carries the stuck commit's change"
     assert any(e.source.txid == stuck.xid for e in events), "the stuck change is in the log"
+
+
+def test_d_a_read_waits_for_a_commit_in_the_log_and_sees_it(dbs: Databases) -> None:
+    """A chunk read first waits for the transactions running when it starts to end (`test_a`'s
+    read waited its second for the stuck commit, then read around it): released while the read
+    waits, the commit is seen by the read, which names nothing invisible."""
+    dbs.source.ensure_setup()
+    source = dbs.source.chunk_source()
+    assert isinstance(source, PostgresChunkSource)
+    source.commits_wait_s = 600  # far longer than the test takes to release the commit
+    reads: list[ChunkRead] = []
+    try:
+        with StuckCommit(dbs) as stuck, psycopg.connect(dbs.pg.admin_dsn) as admin:
+            source.write_watermark("lw-waits")
+            reader = threading.Thread(target=lambda: reads.append(source.read_chunk(WHOLE_TABLE)))
+            reader.start()
+
+            def waiting() -> bool:
+                found = admin.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE datname = %s AND query LIKE %s",
+                    (dbs.source_db, "%FROM pg_locks%"),
+                ).fetchall()
+                admin.rollback()  # a fresh view of the activity at each look
+                return bool(found)
+
+            wait_until(lambda: waiting() or not reader.is_alive(), 60, "the read waiting")
+            assert reader.is_alive() and not reads, "the read did not wait for the commit"
+            stuck.release()
+            reader.join(deadline_s(60))
+    finally:
+        source.close()
+    assert len(reads) == 1, "the read did not end once the commit was visible"
+    assert owner_of(reads[0]) == "stuck"
+    assert reads[0].invisible_txids == frozenset()
