@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import StateStore
 from tests.integration.e2e_support import (
@@ -20,6 +21,7 @@ from tests.integration.e2e_support import (
     capturing,
     cli_env,
     drop_databases,
+    make_mysql_databases,
     make_source,
     run_cli,
     write_config,
@@ -84,3 +86,37 @@ def test_a_captured_table_that_does_not_exist_stops_tail_and_dump_in_one_line(
         line = refused([command, "-c", str(config)], env, dbs.password)
         assert f"{dbs.table('gone')}" in line and "does not exist" in line, line
     assert StateStore(redis_server.client(), dbs.config.name).dumps.ids() == []
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "usable"),
+    [("binlog_format", "MIXED", "ROW"), ("binlog_row_image", "MINIMAL", "FULL")],
+)
+def test_a_mariadb_binlog_the_tailer_cannot_read_stops_tail_in_one_line(
+    mariadb: MariaDBInfo,
+    redis_server: RedisInfo,
+    tmp_path: Path,
+    variable: str,
+    value: str,
+    usable: str,
+) -> None:
+    """The line names the variable, its value and the statement that fixes it. The server is
+    the worker's own, shared by its tests one at a time: the setting is put back after."""
+    dbs = make_mysql_databases(mariadb, 0, seed_value=random.randrange(1 << 30))
+    try:
+        config = write_config(
+            tmp_path / "dblog.toml",
+            dbs,
+            redis_server,
+            {"type": "ndjson", "directory": str(tmp_path / "events")},
+            {"reconnect_max_s": 1},
+        )
+        dbs.admin(f"SET GLOBAL {variable} = '{value}'")
+        try:
+            line = refused(["tail", "-c", str(config)], cli_env(dbs, redis_server), dbs.password)
+        finally:
+            dbs.admin(f"SET GLOBAL {variable} = '{usable}'")
+    finally:
+        drop_databases(dbs)
+    assert f"{variable} is {value}" in line, line
+    assert f"SET GLOBAL {variable} = '{usable}'" in line, line
