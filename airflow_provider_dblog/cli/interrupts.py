@@ -74,7 +74,11 @@ def handled() -> Iterator[Interrupt]:
     global _active
     interrupt = Interrupt()
     previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or previous is signal.SIG_IGN:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or previous is signal.SIG_IGN
+        or previous is None  # a handler set outside Python, which could not be put back
+    ):
         yield interrupt
         return
 

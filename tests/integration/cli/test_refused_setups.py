@@ -1,5 +1,6 @@
 """What no retry can change stops `dblog tail` and `dblog dump` at once, on either source: a
-login the server refuses (a wrong password) and a captured table that does not exist. Each run
+login the server refuses (a wrong password), a captured table that does not exist, and on
+MariaDB a binlog the tailer cannot read (not ROW, or not FULL images). Each run
 exits 2 with one line, `dblog: error: ...`, naming the problem; it logs no outage (nothing is
 retried), prints no traceback and no password, and registers no dump."""
 
