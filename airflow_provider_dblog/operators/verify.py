@@ -143,6 +143,8 @@ class DBLogVerifyOperator(BaseOperator):
             process.wait()
             return self._finish(VerifyOutcome.of(self.hook.store, verify_id))
         self._wait_claimed(process)
+        if process.poll() is not None:  # it ended already: nothing to wait for
+            return self._finish(VerifyOutcome.of(self.hook.store, verify_id))
         self.defer(
             trigger=DBLogVerifyTrigger(
                 self.dblog_conn_id,

@@ -184,6 +184,10 @@ class DBLogVerifyTrigger(BaseTrigger):
         last_seen = time.monotonic()
         logged: tuple[Any, ...] = ()
         while True:
+            # A look only after a poll interval: an event that comes while the deferring
+            # task's process is still exiting races its executor's report of that try, and
+            # the scheduler then fails the resumed task (Airflow 3.3, LocalExecutor).
+            await asyncio.sleep(self.poll_interval)
             runner = await asyncio.to_thread(store.verifies.runner, self.verify_id)
             if runner is not None:
                 last_seen = time.monotonic()
@@ -199,4 +203,3 @@ class DBLogVerifyTrigger(BaseTrigger):
             if status is not None and (status.state, status.chunks) != logged:
                 logged = (status.state, status.chunks)
                 self.log.info("verify %s: %s, %d chunks", self.verify_id, *logged)
-            await asyncio.sleep(self.poll_interval)

@@ -4,7 +4,12 @@ behind the tailer's back: a run with repair `none` reports exactly the corrupted
 repairs nothing; a run with repair `approve` and a threshold above the count repairs without
 asking anyone (the verify and the repair each wait in the triggerer, run inline by
 `dag.test()`), after which the target equals the source. A table that is not captured fails
-the run at its first task."""
+the run at its first task.
+
+With a running Airflow (api-server, scheduler, triggerer), a run with repair `approve` and a
+threshold below the count waits in `approve` for a person, whose Required action shows the
+counts and the first differing keys; approved through the REST API (as the UI's button does),
+the repair runs and the target equals the source."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import pytest
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import DumpState, StateStore, VerifyState
+from tests.integration.airflow_server import airflow_server, wait_for
 from tests.integration.airflow_support import airflow_env, dag_tests, dblog_connection, migrate
 from tests.integration.e2e_support import (
     Databases,
@@ -113,6 +119,56 @@ def test_the_verify_dag_reports_then_repairs_what_differs(
     assert "Repair: 1 extra keys removed" in repaired.output
 
     writer.stop()
+    wait_caught_up(dbs)
+    source, target = rows_of(dbs.source_dsn), rows_of(dbs.target_dsn)
+    for table in TABLES:
+        assert source[table] == target[table], table
+
+
+def test_a_repair_above_the_threshold_waits_for_a_person_to_approve_it(
+    dbs: Databases,  # noqa: F811 (the fixture imported above)
+    deployment: tuple[dict[str, str], StateStore, Writer],
+    tmp_path: Path,
+) -> None:
+    airflow, store, writer = deployment
+    corrupt_target(dbs)
+    writer.stop()
+    # Polls 3 s apart: a trigger's first look comes after the deferring process has exited.
+    with airflow_server(tmp_path / "airflow-server", {**airflow, "DBLOG_POLL_S": "3"}) as server:
+        server.wait_dag("dblog_verify")
+        run_id = server.trigger("dblog_verify", {"repair": "approve", "approve_above": 1})
+        path = f"/api/v2/dags/dblog_verify/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails"
+
+        def asked() -> dict[str, object] | None:
+            server.check_alive()
+            assert server.run_state("dblog_verify", run_id) != "failed", server.report(
+                "dblog_verify", run_id
+            )
+            assert server.client is not None
+            answer = server.client.get(path)
+            return answer.json() if answer.status_code == 200 else None
+
+        question = wait_for(asked, 120, "the approve task asking a person")
+        assert question["subject"] == "Repair 4 differing keys?", question
+        body = str(question["body"])
+        for line in ("missing: 1", "extra: 1", "changed: 2", "`public.accounts extra [100010]`"):
+            assert line in body, body
+        waiting = store.verifies.status(store.verifies.ids()[0])
+        assert waiting is not None and waiting.repair_dumps is None, "nothing repaired yet"
+
+        server.api("PATCH", path, json={"chosen_options": ["Approve"]})
+
+        state = server.wait_run("dblog_verify", run_id, 120)
+        assert state == "success", server.report("dblog_verify", run_id)
+        assert server.task_states("dblog_verify", run_id) == {
+            "verify": "success",
+            "decide": "success",
+            "approve": "success",
+            "no_approval_needed": "skipped",
+            "repair": "success",
+        }
+        repaired = server.xcom("dblog_verify", run_id, "repair")
+        assert repaired["repair"]["removed"] == 1, repaired
     wait_caught_up(dbs)
     source, target = rows_of(dbs.source_dsn), rows_of(dbs.target_dsn)
     for table in TABLES:
