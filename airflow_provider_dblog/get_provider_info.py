@@ -118,7 +118,12 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [f"{_P}.operators.dblog", f"{_P}.operators.verify"],
             }
         ],
-        "sensors": [{"integration-name": "DBLog", "python-modules": [f"{_P}.sensors.dblog"]}],
+        "sensors": [
+            {
+                "integration-name": "DBLog",
+                "python-modules": [f"{_P}.sensors.dblog", f"{_P}.sensors.verify"],
+            }
+        ],
         "triggers": [
             {
                 "integration-name": "DBLog",
