@@ -31,9 +31,7 @@ from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.core.verify import (
     ChunkVerdict,
-    applied_through,
     compare_chunk,
-    row_hashes,
 )
 from airflow_provider_dblog.dump.chunk import ChunkOutcome, ChunkReadFailed, between_watermarks
 from airflow_provider_dblog.sources.base import ChunkSource
@@ -101,10 +99,10 @@ def verify_chunk(
         if record is None:
             raise ChunkReadFailed(f"window {inner.window_id} closed without its record")
         inner_record.append(record)
-        _wait_applied(store, record.hw_position, window_timeout_s)
+        _wait_applied(store, target, record.hw_position, window_timeout_s)
         next_after, covered = _covered(chunk, rows, key_columns)
         target_read.update(target.read_hashes(covered))
-        source_read = row_hashes(rows, key_columns)
+        source_read = target.hash_rows(chunk.table, key_columns, rows)
         if before_close is not None:
             before_close(source_read, dict(target_read))
         marker = ChunkRows(window_id, key_columns, (), 0, frozenset())
@@ -154,13 +152,13 @@ def _covered(
     return None, replace(chunk, limit=None)
 
 
-def _wait_applied(store: StateStore, hw: Position, timeout_s: float) -> None:
-    """Until the tailer's durable position reaches hw: the target holds every event up to it."""
+def _wait_applied(store: StateStore, target: TargetReader, hw: Position, timeout_s: float) -> None:
+    """Until the target holds every event up to hw (`TargetReader.applied_through`)."""
     deadline = time.monotonic() + timeout_s
-    while not applied_through(store.tailer.load_checkpoint(), hw):
+    while not target.applied_through(hw, store.tailer.load_checkpoint()):
         if time.monotonic() > deadline:
             raise ChunkReadFailed(
-                f"the target did not apply the log through hw within {timeout_s}s "
-                "(is dblog tail running?)"
+                f"{target.name} did not apply the log through hw within {timeout_s}s "
+                "(is dblog tail running, and for the lake its compaction?)"
             )
         time.sleep(_TARGET_POLL_S)

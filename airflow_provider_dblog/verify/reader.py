@@ -1,13 +1,22 @@
-"""What a target must answer to be verified: its rows of a key range (or key list) of a table,
-as canonical row hashes by key (`core.verify.row_hash`). A target that keeps rows by key (a SQL
-database, a lake, a search index) implements it; a remote one can ship hashes, not rows."""
+"""What a target must answer to be verified: whether it holds a table keyed as the source keys
+it, whether it has applied the log through a chunk's hw, and its rows of a key range (or key
+list) of a table as row hashes by key, the source's rows hashed the same way.
+
+A target that keeps rows by key (a SQL database, the lake, a search index) implements it. One
+that holds the event's JSON, as a search index would, hashes both sides with
+`core.verify.row_hashes` and waits on the tailer's checkpoint (`core.verify.applied_through`),
+as the SQL-apply target does (`sources/postgres/target_rows.py`); one that holds rows in types
+of its own hashes the source's rows as it would hold them (the lake: `lake/target_rows.py`).
+A remote one can ship hashes, not rows."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.core.event import Key, TableRef
+from airflow_provider_dblog.core.event import Key, Row, TableRef
+from airflow_provider_dblog.core.position import Position
 
 
 class TargetReader(Protocol):
@@ -23,9 +32,21 @@ class TargetReader(Protocol):
         holds keyed otherwise than by `key_columns`, the source's key in its order."""
         ...
 
+    def applied_through(self, hw: Position, checkpoint: int | None) -> bool:
+        """Whether the target holds every event of the log up to hw, the tailer's durable
+        position being `checkpoint` (asked again until it does)."""
+        ...
+
     def read_hashes(self, chunk: Chunk) -> dict[Key, str]:
         """The target's rows of `chunk` (its key range or key list, and its filter; the
         chunk's table is the source table), each row's hash by its key."""
+        ...
+
+    def hash_rows(
+        self, table: TableRef, key_columns: tuple[str, ...], rows: Sequence[Row]
+    ) -> dict[Key, str]:
+        """The source's rows of `table` (the converters' JSON), each one's hash by its key as
+        `read_hashes` would give it for a target holding that row."""
         ...
 
     def close(self) -> None: ...

@@ -13,7 +13,7 @@ source's own converter of the column, so a row hashes as the source's JSON of it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -24,7 +24,8 @@ from psycopg.rows import TupleRow
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, Key, Row, TableRef
-from airflow_provider_dblog.core.verify import row_hashes
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.verify import applied_through, row_hashes
 from airflow_provider_dblog.libpq_tls import tls_refusal
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.keyset import TableShape
@@ -85,6 +86,15 @@ class TargetRows:
                 f"{self.name}'s table {target} is keyed by ({', '.join(shape.key_columns)}), "
                 f"{table} by ({', '.join(key_columns)}): give it the source's key to verify it"
             )
+
+    def applied_through(self, hw: Position, checkpoint: int | None) -> bool:
+        """The output applies the log in order and checkpoints what it applied."""
+        return applied_through(checkpoint, hw)
+
+    def hash_rows(
+        self, table: TableRef, key_columns: tuple[str, ...], rows: Sequence[Row]
+    ) -> dict[Key, str]:
+        return row_hashes(rows, key_columns)
 
     def read_hashes(self, chunk: Chunk) -> dict[Key, str]:
         shape = self._shape(chunk.table)

@@ -1,0 +1,186 @@
+"""The lake as a verified target (`verify.reader.TargetReader`): a lake table's rows of a chunk's
+key range or key list, and whether the lake has folded the log through a chunk's hw.
+
+Both sides are hashed as the lake holds rows. The source's rows (the converters' JSON) are
+turned into the table's Arrow types by the lake's own conversion (`LakeSchema.values_to_arrow`,
+what the compaction and a direct dump write with); the lake's rows are read as stored. So a
+key hashes alike on both sides exactly when the lake holds what folding the source's row
+gives. Keys are spelled back as the converters spell them: integer, text (a uuid too) and
+binary (base64) key columns; a table keyed otherwise is refused. Keys sort as Python sorts
+their values (text by code point), which must be how the source sorts them. A chunk's filter
+runs on the table in delta-rs's SQL engine (DataFusion), which reads a plain condition (`amount
+> 10 AND region = 'eu'`) as the source does; one it cannot run stops the run naming it.
+
+Folded through hw: the compaction folds the tailer's NDJSON files and keeps in the lake where
+it stopped reading them (`compaction/segments.CompactState`, `_compact_state.json`: the bytes
+consumed of each file), written after every table's commit of a run. Once the tailer's
+checkpoint has reached hw, the files hold every event up to hw; once that cursor covers the
+bytes they held then, the lake has folded all of them (`applied_through`).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from deltalake import QueryBuilder
+
+from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.errors import InvalidRequest
+from airflow_provider_dblog.core.event import JsonValue, Key, Row, TableRef, key_of
+from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.verify import applied_through
+from airflow_provider_dblog.lake.clustered import quote
+from airflow_provider_dblog.lake.schema import LakeSchema
+from airflow_provider_dblog.lake.table import LakeTable
+from airflow_provider_dblog.sources.base import SourceError
+
+CURSOR_FILE = "_compact_state.json"
+"""The compaction's read cursor at the lake's root (`compaction/segments.STATE_FILE`)."""
+KEY_KINDS: Mapping[str, Callable[[Any], JsonValue]] = {
+    "int": int,
+    "string": str,
+    "binary": lambda value: base64.b64encode(value).decode("ascii"),
+}
+"""The lake kinds a key column may have, and how its stored value is spelled as a key."""
+
+
+class LakeRows:
+    """`TargetReader` of the lake at `root`; `event_sizes` gives the size of each of the
+    tailer's NDJSON files (the compaction's input) by name."""
+
+    def __init__(self, root: str | Path, event_sizes: Callable[[], Mapping[str, int]]) -> None:
+        self._root = Path(root)
+        self._event_sizes = event_sizes
+        self._schemas: dict[TableRef, LakeSchema] = {}
+        self._awaited: tuple[Position, Mapping[str, int]] | None = None
+
+    @property
+    def name(self) -> str:
+        return "the lake"
+
+    def check_table(self, table: TableRef, key_columns: tuple[str, ...]) -> None:
+        if not LakeTable.exists(self._root, table):
+            raise InvalidRequest(f"the lake holds no table of {table} under {self._root}")
+        schema = self._schema(table)
+        if schema.key != key_columns:
+            raise InvalidRequest(
+                f"the lake table of {table} is keyed by ({', '.join(schema.key)}), the source "
+                f"by ({', '.join(key_columns)}): rebuild it to verify it"
+            )
+        for name in schema.key:
+            column = schema.column(name)
+            if column is None or column.kind not in KEY_KINDS:
+                kind = "no" if column is None else column.kind
+                raise InvalidRequest(
+                    f"the lake table of {table} has a {kind} key column {name}: verify reads "
+                    "lake tables keyed by integer, text or binary columns"
+                )
+
+    def hash_rows(
+        self, table: TableRef, key_columns: tuple[str, ...], rows: Sequence[Row]
+    ) -> dict[Key, str]:
+        values = self._schema(table).values_to_arrow(rows).to_pylist()
+        return {key_of(row, key_columns): _hash(v) for row, v in zip(rows, values, strict=True)}
+
+    def read_hashes(self, chunk: Chunk) -> dict[Key, str]:
+        lake = LakeTable.open(self._root, chunk.table)
+        schema = self._schemas[chunk.table] = lake.schema
+        key = schema.key
+        matching = None if chunk.where is None else _matching(lake, chunk.where)
+        wanted = _in_chunk(schema, chunk, matching)
+        spell = [KEY_KINDS[c.kind] for c in (schema.column(n) for n in key) if c is not None]
+        found = {}
+        for row in lake.rows().select(list(schema.names)).to_pylist():
+            stored = tuple(row[name] for name in key)
+            if wanted(stored):
+                found[tuple(s(v) for s, v in zip(spell, stored, strict=True))] = _hash(row)
+        return found
+
+    def applied_through(self, hw: Position, checkpoint: int | None) -> bool:
+        """Whether the compaction folded every byte the event files held once the tailer's
+        checkpoint had reached hw (their sizes are taken the first time it has)."""
+        if not applied_through(checkpoint, hw):
+            return False
+        if self._awaited is None or self._awaited[0] != hw:
+            self._awaited = (hw, dict(self._event_sizes()))
+        consumed = self._consumed()
+        return all(consumed.get(name, 0) >= size for name, size in self._awaited[1].items())
+
+    def close(self) -> None:
+        pass
+
+    def _schema(self, table: TableRef) -> LakeSchema:
+        schema = self._schemas.get(table)
+        if schema is None:
+            schema = self._schemas[table] = LakeTable.open(self._root, table).schema
+        return schema
+
+    def _consumed(self) -> dict[str, int]:
+        """The bytes of each event file the compaction has read and folded."""
+        try:
+            text = (self._root / CURSOR_FILE).read_text()
+        except FileNotFoundError:
+            return {}
+        files: dict[str, int] = json.loads(text)["files"]
+        return files
+
+
+def _in_chunk(
+    schema: LakeSchema, chunk: Chunk, matching: set[tuple[Any, ...]] | None
+) -> Callable[[tuple[Any, ...]], bool]:
+    """Whether a stored key (its values as the lake holds them) is in the chunk's key list or
+    range (the chunk's keys turned into the lake's types as the rows were), and among the
+    keys `matching` its filter, if it has one."""
+    key = schema.key
+
+    def stored(keys: Sequence[Key]) -> list[tuple[Any, ...]]:
+        table = schema.keys_to_arrow(keys, key).to_pylist()
+        return [tuple(row[name] for name in key) for row in table]
+
+    listed = None if chunk.keys is None else set(stored(chunk.keys))
+    after = None if chunk.after is None else stored([chunk.after])[0]
+    upto = None if chunk.upto is None else stored([chunk.upto])[0]
+
+    def wanted(values: tuple[Any, ...]) -> bool:
+        if listed is not None and values not in listed:
+            return False
+        if (after is not None and values <= after) or (upto is not None and values > upto):
+            return False
+        return matching is None or values in matching
+
+    return wanted
+
+
+def _matching(lake: LakeTable, where: str) -> set[tuple[Any, ...]]:
+    """The stored keys of the table's rows that match the filter `where`."""
+    names = ", ".join(quote(name) for name in lake.key)
+    query = f"SELECT {names} FROM t WHERE {where}"
+    try:
+        found = pa.table(QueryBuilder().register("t", lake.delta).execute(query))
+    except Exception as exc:  # delta-rs raises its DeltaError, which it does not export
+        raise SourceError(f"the lake cannot run the filter {where!r}: {exc}") from None
+    return {tuple(row[name] for name in lake.key) for row in found.to_pylist()}
+
+
+def _hash(row: Mapping[str, Any]) -> str:
+    """A hash of a row of Arrow's Python values: equal values, equal hash."""
+    text = json.dumps(row, sort_keys=True, separators=(",", ":"), default=_plain)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def _plain(value: Any) -> JsonValue:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, datetime.date | datetime.time | datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    return str(value)
