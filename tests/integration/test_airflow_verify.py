@@ -6,15 +6,18 @@ asking anyone (the verify and the repair each wait in the triggerer, run inline 
 `dag.test()`), after which the target equals the source. A table that is not captured fails
 the run at its first task.
 
-With a running Airflow (api-server, scheduler, triggerer), a run with repair `approve` and a
-threshold below the count waits in `approve` for a person, whose Required action shows the
-counts and the first differing keys; approved through the REST API (as the UI's button does),
-the repair runs and the target equals the source."""
+With a running Airflow (api-server, scheduler, triggerer) and headless Chromium: the trigger
+form offers the verify's params, none required but the threshold, and a key range typed into
+it reaches the verify as typed (the report names only the keys inside it); a run with repair
+`approve` and a threshold below the count waits in `approve` for a person, whose task page
+shows the counts and the first differing keys; approved there, the repair runs and the target
+equals the source. Screenshots of each step are kept in a directory the test prints."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 import pytest
 
@@ -23,6 +26,7 @@ from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import DumpState, StateStore, VerifyState
 from tests.integration.airflow_server import airflow_server, wait_for
 from tests.integration.airflow_support import airflow_env, dag_tests, dblog_connection, migrate
+from tests.integration.browser import chromium, screenshots_dir
 from tests.integration.e2e_support import (
     Databases,
     TailProcess,
@@ -133,9 +137,48 @@ def test_a_repair_above_the_threshold_waits_for_a_person_to_approve_it(
     airflow, store, writer = deployment
     corrupt_target(dbs)
     writer.stop()
+    shots = screenshots_dir("verify-browser-")
+    print(f"screenshots of the browser test: {shots}")
     # Polls 3 s apart: a trigger's first look comes after the deferring process has exited.
-    with airflow_server(tmp_path / "airflow-server", {**airflow, "DBLOG_POLL_S": "3"}) as server:
+    env = {**airflow, "DBLOG_POLL_S": "3"}
+    with (
+        airflow_server(tmp_path / "airflow-server", env) as server,
+        chromium(tmp_path) as page,
+    ):
         server.wait_dag("dblog_verify")
+        assert server.client is not None
+        token = server.client.headers["Authorization"].removeprefix("Bearer ")
+        page.send("Network.setCookie", name="_token", value=token, url=f"{server.url}/")
+
+        server.api("PATCH", "/api/v2/dags/dblog_verify", json={"is_paused": False})
+        page.navigate(f"{server.url}/dags/dblog_verify")
+        page.click("button[aria-label='Trigger Dag']")
+        page.wait("!!document.querySelector('#element_after')", "the trigger form")
+        required = page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('[role=group] label')]"
+            ".map(l => [l.innerText.split('\\n')[0].trim(), l.innerText.includes('*')]))"
+        )
+        shown = ("table", "after", "upto", "where", "repair", "approve_above", "chunk_size")
+        optional = dict.fromkeys(shown, False)
+        # A count with its default always there, as the dump form's parallelism.
+        assert {k: required.get(k) for k in shown} == {**optional, "approve_above": True}, required
+        page.type_into("#element_table", "public.accounts")
+        page.type_into("#element_after", "100000")
+        page.screenshot(shots / "1-verify-form.png")
+        page.click_text("[role=dialog] button", "Trigger")
+        href = page.wait("location.pathname.includes('/runs/') && location.pathname", "the run")
+        ranged = unquote(str(href).rsplit("/runs/", 1)[1])
+        assert server.wait_run("dblog_verify", ranged, 120) == "success", server.report(
+            "dblog_verify", ranged
+        )
+        reported = server.xcom("dblog_verify", ranged, "verify")
+        assert sorted(reported["first_keys"]) == [
+            "public.accounts changed [100001]",
+            "public.accounts extra [100010]",
+            "public.accounts missing [100002]",
+        ], reported
+        assert server.task_states("dblog_verify", ranged)["repair"] == "skipped"
+
         run_id = server.trigger("dblog_verify", {"repair": "approve", "approve_above": 1})
         path = f"/api/v2/dags/dblog_verify/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails"
 
@@ -153,10 +196,18 @@ def test_a_repair_above_the_threshold_waits_for_a_person_to_approve_it(
         body = str(question["body"])
         for line in ("missing: 1", "extra: 1", "changed: 2", "`public.accounts extra [100010]`"):
             assert line in body, body
-        waiting = store.verifies.status(store.verifies.ids()[0])
+        waiting = store.verifies.status(store.verifies.ids()[-1])
         assert waiting is not None and waiting.repair_dumps is None, "nothing repaired yet"
 
-        server.api("PATCH", path, json={"chosen_options": ["Approve"]})
+        task = f"{server.url}/dags/dblog_verify/runs/{quote(run_id)}/tasks/approve"
+        page.navigate(f"{task}/required_actions")
+        page.wait(
+            "document.body.innerText.includes('public.accounts extra [100010]')",
+            "the approval's counts and keys on its Required action",
+            timeout_s=60,
+        )
+        page.screenshot(shots / "2-approval.png")
+        page.click_text("button", "Approve")
 
         state = server.wait_run("dblog_verify", run_id, 120)
         assert state == "success", server.report("dblog_verify", run_id)
