@@ -59,6 +59,7 @@ from support import (
     dblog_command,
     load_average,
     proc_status_kib,
+    reader_form,
     say,
     wait_until,
 )
@@ -1115,6 +1116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report(p1, p1s, p1u, p1b, p1b_heavy, p3, p4, p4m, p4b, emission))
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     print(f"load average (1, 5, 15 min): {load_before} at the start, {load_average()} at the end")
+    print(f"PostgreSQL log reader: {reader_form()}")
     return 0
 
 

@@ -54,7 +54,16 @@ from typing import Any
 
 import psycopg
 import pymysql
-from support import Env, RunningTailer, dblog_command, load_average, say, step, wait_until
+from support import (
+    Env,
+    RunningTailer,
+    dblog_command,
+    load_average,
+    reader_form,
+    say,
+    step,
+    wait_until,
+)
 
 from airflow_provider_dblog.core.encoded_rows import PageLines
 from airflow_provider_dblog.core.event import Event, Op
@@ -747,6 +756,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report(runs))
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     print(f"load average (1, 5, 15 min): {load_before} at the start, {load_average()} at the end")
+    print(f"PostgreSQL log reader: {reader_form()}")
     return 0
 
 

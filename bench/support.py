@@ -67,6 +67,14 @@ def load_average() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
+def reader_form() -> str:
+    """Which form of the PostgreSQL log reader runs: compiled (`scripts/compile.py`) or plain
+    Python (no compiled files, or `DBLOG_PLAIN_PYTHON=1`)."""
+    from airflow_provider_dblog.sources.postgres.compiled import running_compiled
+
+    return "compiled (mypyc)" if running_compiled() else "plain Python"
+
+
 def dblog_command() -> list[str]:
     return [sys.executable, "-m", "airflow_provider_dblog.cli"]
 
