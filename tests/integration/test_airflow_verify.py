@@ -37,9 +37,9 @@ from tests.integration.e2e_support import (
     wait_until,
     write_config,
 )
+from tests.integration.verify.deployment import TARGET_DSN_ENV
 from tests.integration.verify.test_verify_cli import (
     CORRUPTED,
-    TARGET_DSN_ENV,
     corrupt_target,
     dbs,  # noqa: F401 (the fixture)
 )

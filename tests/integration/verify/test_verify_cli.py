@@ -21,12 +21,10 @@ from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import StateStore, VerifyState
 from airflow_provider_dblog.state.verifies import COUNTERS
-from tests.integration.dump.read_only_support import RO_PASSWORD_ENV, read_only_role
 from tests.integration.e2e_support import (
     DBLOG,
     Databases,
     TailProcess,
-    Writer,
     cli_env,
     drop_databases,
     make_databases,
@@ -35,10 +33,10 @@ from tests.integration.e2e_support import (
     wait_until,
     write_config,
 )
+from tests.integration.verify.deployment import TARGET_DSN_ENV, Deployment, running_deployment
 
 pytestmark = pytest.mark.integration
 ROWS = 300
-TARGET_DSN_ENV = "E2E_TARGET_DSN"
 ACCOUNTS, ORDERS = TableRef("public", "accounts"), TableRef("public", "orders")
 OWN_ACCOUNTS = (100_001, 100_002, 100_003)
 """Keys the writer never touches (its accounts are 1-1500, its regions eu, us, ap, sa): the
@@ -52,41 +50,14 @@ def dbs(pg15: PostgresInfo) -> Iterator[Databases]:
     drop_databases(databases)
 
 
-Deployment = tuple[Path, dict[str, str], StateStore, Writer]
-
-
 @pytest.fixture(params=["written", "read-only"])
 def deployment(
     request: pytest.FixtureRequest, dbs: Databases, redis_server: RedisInfo, tmp_path: Path
 ) -> Iterator[Deployment]:
-    """A tailer applying into the SQL target, which a dump filled, and a writer running; the
-    source read with written watermarks, or as a role that may write nothing (the watermarks
-    are log positions)."""
-    output = {"type": "sql_apply", "dsn_env": TARGET_DSN_ENV}
-    tailer = {"heartbeat_s": 0.2, "window_ttl_s": 30, "lease_ttl_ms": 3000}
-    env = cli_env(dbs, redis_server, **{TARGET_DSN_ENV: dbs.target_dsn})
-    if request.param == "read-only":
-        role = read_only_role(dbs)
-        env[RO_PASSWORD_ENV] = role.password
-        config = write_config(
-            *(tmp_path / "dblog.toml", dbs, redis_server, output, tailer),
-            password_env=RO_PASSWORD_ENV,
-            source=role.toml,
-        )
-    else:
-        config = write_config(tmp_path / "dblog.toml", dbs, redis_server, output, tailer)
-    store = StateStore(redis_server.client(), dbs.config.name)
-    tail = TailProcess(config, "verify-tailer", env, tmp_path / "tail.log")
-    writer = Writer(dbs, tmp_path, seed_value=5, per_s=50)
-    try:
-        wait_until(lambda: store.tailer.health() is not None, 30, "the tailer beating")
-        dumped = run_cli("dump", "-c", str(config), "--chunk-size", "200", env=env)
-        assert dumped.returncode == 0, dumped.stderr[-2000:]
-        writer.wait_for(10)
-        yield config, env, store, writer
-    finally:
-        writer.kill()
-        tail.stop()
+    with running_deployment(
+        dbs, redis_server, tmp_path, dbs.target_dsn, read_only=request.param == "read-only"
+    ) as deployment:
+        yield deployment
 
 
 CORRUPTED = sorted(

@@ -18,17 +18,13 @@ from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import DumpState, StateStore, VerifyState
 from tests.integration.e2e_support import (
     Databases,
-    TailProcess,
     Writer,
-    cli_env,
     run_cli,
     wait_caught_up,
-    wait_until,
-    write_config,
 )
+from tests.integration.verify.deployment import Deployment, running_deployment
 from tests.integration.verify.test_verify_cli import (
     CORRUPTED,
-    TARGET_DSN_ENV,
     corrupt_target,
     dbs,  # noqa: F401 (the fixture)
 )
@@ -43,24 +39,9 @@ def deployment(
     dbs: Databases,  # noqa: F811 (the fixture imported above)
     redis_server: RedisInfo,
     tmp_path: Path,
-) -> Iterator[tuple[Path, dict[str, str], StateStore, Writer]]:
-    """A tailer applying into the SQL target, which a dump filled, and a writer running."""
-    output = {"type": "sql_apply", "dsn_env": TARGET_DSN_ENV}
-    tailer = {"heartbeat_s": 0.2, "window_ttl_s": 30, "lease_ttl_ms": 3000}
-    env = cli_env(dbs, redis_server, **{TARGET_DSN_ENV: dbs.target_dsn})
-    config = write_config(tmp_path / "dblog.toml", dbs, redis_server, output, tailer)
-    store = StateStore(redis_server.client(), dbs.config.name)
-    tail = TailProcess(config, "repair-tailer", env, tmp_path / "tail.log")
-    writer = Writer(dbs, tmp_path, seed_value=7, per_s=50)
-    try:
-        wait_until(lambda: store.tailer.health() is not None, 30, "the tailer beating")
-        dumped = run_cli("dump", "-c", str(config), "--chunk-size", "200", env=env)
-        assert dumped.returncode == 0, dumped.stderr[-2000:]
-        writer.wait_for(10)
-        yield config, env, store, writer
-    finally:
-        writer.kill()
-        tail.stop()
+) -> Iterator[Deployment]:
+    with running_deployment(dbs, redis_server, tmp_path, dbs.target_dsn, seed_value=7) as d:
+        yield d
 
 
 def rows_of(dsn: str) -> dict[str, list[str]]:
