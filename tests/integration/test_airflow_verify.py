@@ -199,6 +199,18 @@ def test_a_repair_above_the_threshold_waits_for_a_person_to_approve_it(
         waiting = store.verifies.status(store.verifies.ids()[-1])
         assert waiting is not None and waiting.repair_dumps is None, "nothing repaired yet"
 
+        # Approved before the scheduler heard that the deferring process ended, Airflow can take
+        # that late event for the resumed try's end and fail it: wait for the event first.
+        ended = f"task_id='approve', run_id='{run_id}', try_number=1"
+        wait_for(
+            lambda: any(
+                "Received executor event" in line and ended in line
+                for line in server.log_of("scheduler").read_text(errors="replace").splitlines()
+            ),
+            120,
+            "the scheduler hearing that the approve task's deferring process ended",
+        )
+
         task = f"{server.url}/dags/dblog_verify/runs/{quote(run_id)}/tasks/approve"
         page.navigate(f"{task}/required_actions")
         page.wait(
