@@ -55,18 +55,18 @@ class TableLine:
             return f"{name}  {' ' * (BAR_WIDTH + 2)}  waiting"
         fraction = 1.0 if self.done else self.fraction
         if fraction is None:
-            bar, percent = "·" * BAR_WIDTH, "   ?"
+            bar, percent = "·" * BAR_WIDTH, "    "  # the table's size is not known
         else:
             filled = round(fraction * BAR_WIDTH)
             bar, percent = "█" * filled + "·" * (BAR_WIDTH - filled), f"{fraction:4.0%}"
         rate = "" if self.rows_per_s is None else f"{self.rows_per_s:>9,.0f} rows/s"
         if self.done:
-            tail = "done"
+            tail = "  done"
         elif self.eta_s is None:
-            tail = "ETA ?"
+            tail = ""  # no pace or no size yet: an estimate would be a guess
         else:
-            tail = f"ETA {clock_text(self.eta_s)}"
-        return f"{name}  [{bar}] {percent}  {self.rows:>11,} rows {rate}  {tail}"
+            tail = f"  ETA {clock_text(self.eta_s)}"
+        return f"{name}  [{bar}] {percent}  {self.rows:>11,} rows {rate}{tail}".rstrip()
 
 
 class DumpProgressView:

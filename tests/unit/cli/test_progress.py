@@ -83,3 +83,14 @@ def test_a_terminal_redraws_one_bar_per_table_in_place() -> None:
         "public.accounts [" + "█" * 12 + "·" * 12 + "] 50% 500 rows 250 rows/s ETA 0:02"
     )
     assert last[1].strip() == "public.orders waiting"
+
+
+def test_a_bar_without_a_size_or_pace_shows_no_guess() -> None:
+    request = DumpRequest("d5", DumpKind.ALL, (ACCOUNTS,))
+    out, clock = io.StringIO(), Clock()
+    view = DumpProgressView(request, {}, out, clock=clock, tty=True)
+    sizeless = TableProgress(ACCOUNTS, started=True, after=("m",), rows_done=40)
+    view.update("d5", sizeless)
+    last = out.getvalue().split("\x1b[2K")[-1]
+    assert re.sub(r"\s+", " ", last).strip() == "public.accounts [" + "·" * 24 + "] 40 rows"
+    assert "?" not in out.getvalue() and "ETA" not in out.getvalue()
