@@ -298,10 +298,11 @@ class PostgresChunkSource:
         where its snapshot lies: every transaction it sees wrote its commit record before the
         snapshot was taken, so below the WAL insert position read after it."""
         replica = self._config.read_replica is not None
+        running: frozenset[int] = frozenset()
         if replica:
             self._replica_caught_up()
         else:
-            self._commits_ended()
+            running = self._commits_ended()
         with self._session(replica=replica) as conn, conn.transaction():
             lock = sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE")
             conn.execute(lock.format(KEYSET.table(chunk.table)))
@@ -312,11 +313,13 @@ class PostgresChunkSource:
             read = fetch(conn, query, params, shape)
             invisible = conn.execute(_INVISIBLE, (snapshot_row[0],)).fetchall()
         snapshot = ReadSnapshot(parse_pg_lsn(snapshot_row[1]), exact=False)
-        return shape, read, frozenset(int(x) & _XID_MASK for (x,) in invisible), snapshot
+        unseen = {int(x) & _XID_MASK for (x,) in invisible}
+        return shape, read, frozenset(unseen | _above_xmax(running, snapshot_row[0])), snapshot
 
-    def _commits_ended(self) -> None:
+    def _commits_ended(self) -> frozenset[int]:
         """Wait until the transactions running now have ended, for up to `commits_wait_s`,
-        but for the long ones (still running at the end of the wait before).
+        but for the long ones (still running at the end of the wait before); the ones running
+        now.
 
         PostgreSQL writes a commit record before the transaction leaves the ProcArray, and
         only then do new snapshots see it: lw, committed, can be visible while a transaction
@@ -333,6 +336,7 @@ class PostgresChunkSource:
                 time.sleep(_COMMITS_POLL_S)
                 waiting = [x for (x,) in conn.execute(_RUNNING, (waiting, waiting)).fetchall()]
         self._long_running = frozenset(running & self._long_running | set(waiting))
+        return frozenset(int(x) for x in running)
 
     def write_watermark(self, value: str) -> None:
         if self._read_only:
@@ -410,6 +414,16 @@ class PostgresChunkSource:
             with self._session() as conn:
                 shape = self._shapes[table] = table_shape(conn, table)
         return shape
+
+
+def _above_xmax(running: frozenset[int], snapshot: str) -> set[int]:
+    """The transactions of `running` at or above the snapshot's xmax (`xmin:xmax:xip`), which
+    it does not see although its xip list omits them. xmax is one past the latest transaction
+    to end, so one that began later and committed in the log before lw, still on its way out
+    of the ProcArray, is among them; it was running when the read began (lw had committed), so
+    `running` holds it. Compared as the log names them, 32 bits, modulo 2^32."""
+    xmax = int(snapshot.split(":")[1]) & _XID_MASK
+    return {x for x in running if (x - xmax) & _XID_MASK < 1 << 31}
 
 
 def _key_text(table: TableRef, column: ColumnInfo, value: JsonValue) -> str:

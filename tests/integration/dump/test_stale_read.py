@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import Event, Origin
@@ -42,6 +43,7 @@ from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.outputs import NdjsonOutput, read_events
 from airflow_provider_dblog.sources.base import ChunkRead, ChunkSource
 from airflow_provider_dblog.sources.postgres.chunks import PostgresChunkSource
+from airflow_provider_dblog.sources.postgres.config import PostgresSourceConfig
 from airflow_provider_dblog.state import DumpState, StateStore, WindowState
 from airflow_provider_dblog.tailer import Tailer, TailerSettings
 from tests.deadlines import deadline_s
@@ -397,3 +399,33 @@ def test_d_a_read_waits_for_a_commit_in_the_log_and_sees_it(dbs: Databases) -> N
     assert len(reads) == 1, "the read did not end once the commit was visible"
     assert owner_of(reads[0]) == "stuck"
     assert reads[0].invisible_txids == frozenset()
+
+
+def test_e_a_commit_above_the_snapshot_s_xmax_is_named_invisible(dbs: Databases) -> None:
+    """lw's transaction takes its id first and commits after the stuck commit: the stuck one
+    is then above the read's snapshot xmax (one past the latest to end), so not in its xip
+    list, and still invisible. The read names it, so the guard can fail the window."""
+    dbs.source.ensure_setup()
+    source = dbs.source.chunk_source()
+    assert isinstance(source, PostgresChunkSource)
+    source.commits_wait_s = 0.1  # it stays stuck: no need to wait the default second for it
+    assert isinstance(dbs.config, PostgresSourceConfig)
+    watermark = dbs.config.watermark
+    update = sql.SQL("UPDATE {}.{} SET value = 'lw-xmax'").format(
+        sql.Identifier(watermark.schema), sql.Identifier(watermark.name)
+    )
+    try:
+        with psycopg.connect(dbs.source_dsn) as lw:
+            lw.execute(update)
+            with StuckCommit(dbs) as stuck:
+                lw.commit()
+                read = source.read_chunk(WHOLE_TABLE)
+                with psycopg.connect(dbs.source_dsn, autocommit=True) as look:
+                    row = look.execute("SELECT pg_current_snapshot()::text").fetchone()
+    finally:
+        source.close()
+    assert row is not None
+    xmax = int(str(row[0]).split(":")[1]) & XID_MASK
+    assert stuck.xid >= xmax, "the scenario did not put the stuck commit above xmax"
+    assert owner_of(read) == f"owner-{STUCK_ID}"
+    assert stuck.xid in read.invisible_txids
