@@ -65,7 +65,7 @@ class DBLogCheckDumpRequestOperator(DumpRequestOperator):
         repair never dumps a whole table by mistake.
     :param chunk_size: rows per chunk; None: the mode's default, 10,000 sequenced (the log
         waits behind a chunk's rows at its hw) and 100,000 direct (a Spark job per chunk costs
-        a fixed ~135 ms, see docs/operations.md, Sizing).
+        a fixed ~135 ms, see bench/README.md).
     :param parallelism: windows in flight at once, on disjoint key ranges.
     :param mode: "sequenced" or "direct" (see `core/direct.py`); None: the deployment's default.
     :param read_only: write nothing to the source: each chunk's watermarks are log positions
