@@ -1,6 +1,6 @@
 """What the compaction follower counts, for its heartbeat (`dblog status`, the live view) and
 its Prometheus endpoint (`--metrics-port`, `/metrics`; a registry of its own, never the global
-one). Every name starts with `dblog_compact_`; docs/architecture.md ("Metrics") lists them.
+one). Every name starts with `dblog_compact_`; docs/operations.md ("Metrics") lists them.
 
 Freshness is the lake's side of the tailer's lag: the seconds between the source's commit of
 the oldest event a run folded (`source.ts_ms`, which every log event carries) and the end of

@@ -11,7 +11,7 @@ observes the output batch latency histogram once per batch, and counts a batch w
 raised (`output_failure` says why). The log backlog is asked of the current session's reader
 at scrape time, on a connection of its own (see `ReportsLogBacklog`).
 
-The metrics, their types, labels and meaning are listed in docs/architecture.md ("Metrics");
+The metrics, their types, labels and meaning are listed in docs/operations.md ("Metrics");
 `dblog_tailer_` is every name's prefix.
 """
 
