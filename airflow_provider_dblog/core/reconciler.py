@@ -150,8 +150,11 @@ class _RecentCommits:
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
         self._commits: OrderedDict[int, int] = OrderedDict()
+        self.last: int | None = None
+        """The transaction added last: its next events need no call (`Reconciler.change`)."""
 
     def add(self, txid: int, commit: int) -> None:
+        self.last = txid
         commits = self._commits
         if txid in commits:
             return
@@ -198,7 +201,7 @@ class Reconciler:
     def change(self, event: Event) -> None:
         """A log event, which the caller emits at once. Its key leaves every open chunk of T."""
         txid = event.txid
-        if txid is not None:
+        if txid is not None and txid != self._recent.last:
             self._recent.add(txid, event.position.commit)
         # Most log events meet no open window: the table's name is looked up only if any is.
         windows = self._open_by_table.get(event.table) if self._open_by_table else None
