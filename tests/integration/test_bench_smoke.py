@@ -1,6 +1,6 @@
 """`bench/bench_pipeline.py --quick`, `bench/bench_spark_dump.py --quick`,
-`bench/bench_lake.py --quick`, `bench/bench_sustained.py --quick` and
-`bench/bench_read_only.py --quick` run to the end and print
+`bench/bench_lake.py --quick`, `bench/bench_sustained.py --quick`,
+`bench/bench_read_only.py --quick` and `bench/bench_verify.py --quick` run to the end and print
 their figures.
 
 Only that the benchmark works is checked; its numbers are never compared with a threshold.
@@ -204,3 +204,41 @@ def test_read_only_bench_quick_prints_both_modes_on_both_databases() -> None:
         found = re.findall(rf"^  reading the {where}: {shares}", out, re.M)
         assert len(found) == 2, out  # each database
     assert re.search(rf"^load average \(1, 5, 15 min\): {NUMBER} ", out, re.M), out
+
+
+def test_verify_bench_quick_prints_each_check_and_the_ratios() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_verify.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    found = r"found \d+ of \d+ corrupted keys, \d+ other keys"
+    assert re.search(rf"^V0 fill, sequenced dump: {NUMBER} rows/s", out, re.M), out
+    for label in ("V1 verify equal", "L1 lake verify equal"):
+        line = rf"^{label}: \d+ rows in {NUMBER} s, {NUMBER} rows/s, \d+ in flux, 0 keys differ$"
+        assert re.search(line, out, re.M), out
+    assert re.search(rf"^V1r reladiff equal: {NUMBER} rows/s .*, 0 keys differ$", out, re.M), out
+    assert re.search(rf"^V1d direct dump: {NUMBER} rows/s", out, re.M), out
+    assert re.search(rf"^V2r reladiff corrupted: {NUMBER} rows/s, {found}$", out, re.M), out
+    assert re.search(
+        rf"^V2 verify corrupted with repair: {NUMBER} s, {found}; \d+ keys written, \d+ of them "
+        r"not corrupted; then 0 keys differ$",
+        out,
+        re.M,
+    ), out
+    assert re.search(rf"^V3 full re-dump, sequenced: {NUMBER} rows/s", out, re.M), out
+    for label in ("V4 verify under writes", "L2 lake verify corrupted", "L4 lake verify under"):
+        assert re.search(rf"^{label}.* {NUMBER} rows/s, \d+ in flux, {found}", out, re.M), out
+    assert re.search(rf"^V4r reladiff under writes: {NUMBER} rows/s, {found}; ", out, re.M), out
+    assert re.search(rf"^L0 fill, direct dump into the lake: {NUMBER} rows/s", out, re.M), out
+    if not re.search(r"^M pt-table-checksum skipped: ", out, re.M):  # measured, or why not
+        for label in ("equal", "corrupted", "under writes"):
+            assert re.search(rf"^M\d pt-table-checksum {label}: {NUMBER} rows/s", out, re.M), out
+        assert re.search(rf"^M2 .*; pt-table-sync {NUMBER} s, {found}$", out, re.M), out
+    assert re.search(rf"^R verify / reladiff rows/s: {NUMBER} \(goal >= 0.5\)$", out, re.M), out
+    assert re.search(rf"^R verify / direct dump rows/s: {NUMBER} \(goal >= 0.7\)$", out, re.M)
+    assert re.search(rf"^R verify\+repair / full re-dump time: {NUMBER} \(goal <= 0.5\)", out, re.M)
+    assert re.search(rf"^load average \(1, 5, 15 min\) at the end: {NUMBER} ", out, re.M), out
