@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.state import StateStore
@@ -21,8 +22,20 @@ from tests.integration.e2e_support import (
 )
 
 TARGET_DSN_ENV = "E2E_TARGET_DSN"
-Deployment = tuple[Path, dict[str, str], StateStore, Writer]
-"""The configuration file, the commands' environment, the state store and the writer."""
+
+
+class _Parts(NamedTuple):
+    config: Path
+    env: dict[str, str]
+    store: StateStore
+    writer: Writer
+
+
+class Deployment(_Parts):
+    """The configuration file, the commands' environment, the state store and the writer (what
+    a test unpacks), and the tailer's process (`tail`), for a test that kills it."""
+
+    tail: TailProcess
 
 
 @contextmanager
@@ -58,7 +71,9 @@ def running_deployment(
         dumped = run_cli("dump", "-c", str(config), "--chunk-size", "200", env=env)
         assert dumped.returncode == 0, dumped.stderr[-2000:]
         writer.wait_for(10)
-        yield config, env, store, writer
+        deployment = Deployment(config, env, store, writer)
+        deployment.tail = tail
+        yield deployment
     finally:
         writer.kill()
         tail.stop()
