@@ -1,6 +1,8 @@
 """What the Spark applications' Python workers need: this package as a zip (`--py-files`,
 `SparkContext.addPyFile`), so the workers of a cluster need only the third-party dependencies
 installed (msgspec, psycopg, PyMySQL, redis); and a Python that has them (`use_driver_python`).
+The zip leaves out what the wheel leaves out (the throwaway servers and the demo,
+`LEFT_OUT`): no executor runs them.
 
 The zip is named by a hash of its contents: it is built once per version of the code and gets
 a new name when the code changes (one Spark application refuses two files of one name).
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 PACKAGE = Path(__file__).resolve().parent
 _EPOCH = (1980, 1, 1, 0, 0, 0)
+LEFT_OUT = ("devservices", "demo")
+"""The subpackages pyproject's `packages.find` excludes from the wheel (`cli.common.CLONE_ONLY`)."""
 
 
 def package_zip(directory: Path | str | None = None, *, package: Path = PACKAGE) -> Path:
@@ -37,6 +41,7 @@ def package_zip(directory: Path | str | None = None, *, package: Path = PACKAGE)
         (f"{package.name}/{path.relative_to(package).as_posix()}", path.read_bytes())
         for path in sorted(package.rglob("*"))
         if path.is_file()
+        and path.relative_to(package).parts[0] not in LEFT_OUT
         and "__pycache__" not in path.parts
         and path.suffix not in (".pyc", ".pyo")
         and not path.name.startswith(".")
