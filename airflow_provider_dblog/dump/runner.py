@@ -26,7 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from airflow_provider_dblog.core.direct import DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk, TablePlanner, TableProgress
@@ -63,6 +63,7 @@ STORE_PATIENCE_S = 60.0
 DRIVER_TTL_MS = 15_000
 """A dump whose process has not beaten for this long is taken for dead (see `beat_dump`)."""
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 class DumpFailed(DBLogError):
@@ -217,29 +218,30 @@ class _ChunkAttempt:
         return controls is None or controls.cancelled
 
 
-class ChunkSlots:
+class ChunkSlots(Generic[S, T]):
     """Up to one chunk in flight per source, each in a pool thread on its own source: a slot
     freed by a chunk that ended takes the next one at once, rather than when the slowest chunk
-    of a round ends (its tailer's emission, its Spark job's start overlap the others' reads)."""
+    of a round ends (its tailer's emission, its Spark job's start overlap the others' reads).
+    A verify run's slots are a source and a target reader each (`verify/runner.py`)."""
 
     def __init__(
         self,
         pool: ThreadPoolExecutor,
-        sources: list[ChunkSource],
-        attempt: Callable[[Chunk, ChunkSource], ChunkOutcome],
+        sources: list[S],
+        attempt: Callable[[Chunk, S], T],
     ) -> None:
         self._pool = pool
         self.size = len(sources)
         self._free = list(sources)
         self._attempt = attempt
-        self._running: dict[Future[ChunkOutcome], tuple[Chunk, ChunkSource]] = {}
+        self._running: dict[Future[T], tuple[Chunk, S]] = {}
 
     @property
     def busy(self) -> bool:
         return bool(self._running)
 
     @property
-    def free_source(self) -> ChunkSource | None:
+    def free_source(self) -> S | None:
         """A source no chunk is reading with, to plan on; None when every slot is taken."""
         return self._free[0] if self._free else None
 
@@ -248,7 +250,7 @@ class ChunkSlots:
         future = self._pool.submit(self._attempt, chunk, source)
         self._running[future] = (chunk, source)
 
-    def ended(self) -> list[tuple[Chunk, ChunkOutcome]]:
+    def ended(self) -> list[tuple[Chunk, T]]:
         """Wait for at least one chunk to end; each ended chunk and its outcome, in the order
         they were started. A chunk that failed for good raises here."""
         done, _ = wait(self._running, return_when=FIRST_COMPLETED)
@@ -267,7 +269,7 @@ def run_table(
     store: StateStore,
     dump_id: str,
     planner: TablePlanner,
-    slots: ChunkSlots,
+    slots: ChunkSlots[ChunkSource, ChunkOutcome],
     source_patience_s: float,
     on_progress: ProgressCallback | None,
     stop: threading.Event | None,
@@ -301,7 +303,7 @@ def run_table(
                 patiently(partial(store.dumps.mark, dump_id, DumpState.RUNNING))
                 planner.chunk_size = controls.chunk_size
                 for chunk in patiently(
-                    partial(_plan, planner, source, slots.size), source_patience_s
+                    partial(plan_chunks, planner, source, slots.size), source_patience_s
                 ):
                     slots.start(chunk)
         if not slots.busy:
@@ -314,7 +316,7 @@ def run_table(
                 on_progress(dump_id, planner.progress)
             if controls is not None and ending is None:
                 # Each chunk's rows take at least their share of time since the one before.
-                _throttle(controls, outcome.rows, time.monotonic() - last_ended, stop)
+                pace(controls, outcome.rows, time.monotonic() - last_ended, stop)
             last_ended = time.monotonic()
     if ending is DumpState.CANCELLED:
         patiently(partial(store.dumps.mark, dump_id, DumpState.CANCELLED))
@@ -396,7 +398,8 @@ def _prune_tombstones(store: StateStore, direct: DirectChunkReader, table: Table
         log.warning("could not prune the tombstones of %s: %s", table, exc)
 
 
-def _plan(planner: TablePlanner, source: ChunkSource, parallelism: int) -> list[Chunk]:
+def plan_chunks(planner: TablePlanner, source: ChunkSource, parallelism: int) -> list[Chunk]:
+    """The planner's next chunks, with the split keys it wants read from `source`."""
     wanted = planner.split_keys_wanted(parallelism)
     splits = []
     if wanted:
@@ -481,9 +484,9 @@ def _note_pause(store: StateStore, dump_id: str, reason: str) -> None:
         log.warning("could not note the pause of %s: the state store is away", dump_id)
 
 
-def _throttle(
-    controls: DumpControls, rows: int, elapsed: float, stop: threading.Event | None
-) -> None:
+def pace(controls: DumpControls, rows: int, elapsed: float, stop: threading.Event | None) -> None:
+    """Wait out the throttle after a chunk of `rows` rows that ended `elapsed` seconds after
+    the one before: its delay, and at least the rows' share of the rate limit."""
     pause = controls.delay_ms / 1000
     if controls.max_rows_per_s:
         pause = max(pause, rows / controls.max_rows_per_s - elapsed)

@@ -193,6 +193,37 @@ if finished[state] then return 0 end
 """Lua: the dump's `state` from its status hash (KEYS[1]); returns -1 if there is no such dump,
 0 if it has finished (a finished dump takes no more changes)."""
 
+# KEYS: status. ARGV: state, reason. Returns 1, 0 (finished already), -1 (no such run). A
+# verify run's state is marked the same way (`VerifyStore`).
+MARK_STATE = (
+    NOW_MS
+    + _UNFINISHED
+    + """
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'reason', ARGV[2], 'updated_ms', now)
+if ARGV[1] == 'running' and redis.call('HEXISTS', KEYS[1], 'started_ms') == 0 then
+  redis.call('HSET', KEYS[1], 'started_ms', now)
+end
+if finished[ARGV[1]] then redis.call('HSET', KEYS[1], 'finished_ms', now) end
+return 1
+"""
+)
+
+# KEYS: status, controls. ARGV: control field/value pairs. Returns 1, 0 (finished), -1 (no
+# such run). A pending dump that is cancelled ends at once: no dump process runs yet to notice
+# it. A verify run's controls are set the same way (`VerifyStore`).
+SET_CONTROLS = (
+    NOW_MS
+    + _UNFINISHED
+    + """
+redis.call('HSET', KEYS[2], unpack(ARGV))
+if state == 'pending' and redis.call('HGET', KEYS[2], 'cancelled') == '1' then
+  redis.call('HSET', KEYS[1], 'state', 'cancelled', 'reason', 'cancelled before it started',
+             'updated_ms', now, 'finished_ms', now)
+end
+return 1
+"""
+)
+
 
 class DumpStore(RedisStore):
     """The dump requests of one source, their status, progress, controls and driver."""
@@ -319,27 +350,13 @@ return 1
         until its next chunk ends. False if the dump is not running."""
         return bool(self._eval(self._NOTE, keys=[self.keys.dump_status(dump_id)], args=[why]))
 
-    # KEYS: status. ARGV: state, reason. Returns 1, 0 (finished already), -1 (no such dump).
-    _MARK = (
-        NOW_MS
-        + _UNFINISHED
-        + """
-redis.call('HSET', KEYS[1], 'state', ARGV[1], 'reason', ARGV[2], 'updated_ms', now)
-if ARGV[1] == 'running' and redis.call('HEXISTS', KEYS[1], 'started_ms') == 0 then
-  redis.call('HSET', KEYS[1], 'started_ms', now)
-end
-if finished[ARGV[1]] then redis.call('HSET', KEYS[1], 'finished_ms', now) end
-return 1
-"""
-    )
-
     @reachable
     def mark(self, dump_id: str, state: DumpState, reason: str = "") -> bool:
         """The dump process reports its state (running, paused, failed with a reason, done).
         A finished dump (done, failed, cancelled) stays finished: False then, e.g. when the
         dump was cancelled before its process started. The first `running` sets started_ms."""
         result = self._eval(
-            self._MARK, keys=[self.keys.dump_status(dump_id)], args=[state.value, reason]
+            MARK_STATE, keys=[self.keys.dump_status(dump_id)], args=[state.value, reason]
         )
         if result == -1:
             raise UnknownDump(f"no dump {dump_id}")
@@ -459,40 +476,13 @@ return 0
     ) -> bool:
         """Change the pace of a running dump from its next chunk on. None leaves a setting as
         it is; `max_rows_per_s=0` lifts the rate limit."""
-        changes: dict[str, int | float] = {}
-        if chunk_size is not None:
-            changes["chunk_size"] = checked_chunk_size(chunk_size)
-        if delay_ms is not None:
-            if delay_ms < 0:
-                raise InvalidRequest(f"delay_ms must not be negative, got {delay_ms}")
-            changes["delay_ms"] = delay_ms
-        if max_rows_per_s is not None:
-            if max_rows_per_s < 0:
-                raise InvalidRequest(f"max_rows_per_s must not be negative, got {max_rows_per_s}")
-            changes["max_rows_per_s"] = max_rows_per_s
-        if not changes:
-            raise InvalidRequest("a throttle needs at least one setting")
+        changes = throttle_changes(chunk_size, delay_ms, max_rows_per_s)
         return self._set_controls(dump_id, changes)
-
-    # KEYS: status, controls. ARGV: control field/value pairs. A pending dump that is cancelled
-    # ends at once: no dump process runs yet to notice it.
-    _CONTROL = (
-        NOW_MS
-        + _UNFINISHED
-        + """
-redis.call('HSET', KEYS[2], unpack(ARGV))
-if state == 'pending' and redis.call('HGET', KEYS[2], 'cancelled') == '1' then
-  redis.call('HSET', KEYS[1], 'state', 'cancelled', 'reason', 'cancelled before it started',
-             'updated_ms', now, 'finished_ms', now)
-end
-return 1
-"""
-    )
 
     @reachable
     def _set_controls(self, dump_id: str, changes: Mapping[str, int | float]) -> bool:
         result = self._eval(
-            self._CONTROL,
+            SET_CONTROLS,
             keys=[self.keys.dump_status(dump_id), self.keys.dump_controls(dump_id)],
             args=[item for pair in changes.items() for item in pair],
         )
@@ -502,15 +492,39 @@ return 1
 
     @reachable
     def controls(self, dump_id: str) -> DumpControls | None:
-        raw = self._r.hgetall(self.keys.dump_controls(dump_id))
-        if not raw:
-            return None
-        data = decode_hash(raw)
-        rate = float(data["max_rows_per_s"])
-        return DumpControls(
-            paused=data["paused"] == "1",
-            cancelled=data["cancelled"] == "1",
-            chunk_size=int(data["chunk_size"]),
-            delay_ms=int(data["delay_ms"]),
-            max_rows_per_s=rate if rate > 0 else None,
-        )
+        return controls_from(self._r.hgetall(self.keys.dump_controls(dump_id)))
+
+
+def controls_from(raw: Mapping[bytes | str, bytes | str]) -> DumpControls | None:
+    """A run's controls from their hash (a dump's, a verify run's); None if there is none."""
+    if not raw:
+        return None
+    data = decode_hash(raw)
+    rate = float(data["max_rows_per_s"])
+    return DumpControls(
+        paused=data["paused"] == "1",
+        cancelled=data["cancelled"] == "1",
+        chunk_size=int(data["chunk_size"]),
+        delay_ms=int(data["delay_ms"]),
+        max_rows_per_s=rate if rate > 0 else None,
+    )
+
+
+def throttle_changes(
+    chunk_size: int | None, delay_ms: int | None, max_rows_per_s: float | None
+) -> dict[str, int | float]:
+    """A throttle's settings checked, as control fields; None leaves a setting as it is."""
+    changes: dict[str, int | float] = {}
+    if chunk_size is not None:
+        changes["chunk_size"] = checked_chunk_size(chunk_size)
+    if delay_ms is not None:
+        if delay_ms < 0:
+            raise InvalidRequest(f"delay_ms must not be negative, got {delay_ms}")
+        changes["delay_ms"] = delay_ms
+    if max_rows_per_s is not None:
+        if max_rows_per_s < 0:
+            raise InvalidRequest(f"max_rows_per_s must not be negative, got {max_rows_per_s}")
+        changes["max_rows_per_s"] = max_rows_per_s
+    if not changes:
+        raise InvalidRequest("a throttle needs at least one setting")
+    return changes
