@@ -116,12 +116,13 @@ def status_table(store: StateStore) -> str:
 
 
 def _verify_json(store: StateStore, verify_id: str) -> dict[str, JsonValue] | None:
-    """A verify run's state and its counts over all its tables (`COUNTERS`); None if it has
-    no status."""
+    """A verify run's state, its controls (a dump's) and its counts over all its tables
+    (`COUNTERS`); None if it has no status."""
     status = store.verifies.status(verify_id)
     if status is None:
         return None
     counts = store.verifies.counts(verify_id).values()
+    controls = store.verifies.controls(verify_id)
     return {
         "verify_id": verify_id,
         "state": status.state.value,
@@ -131,6 +132,7 @@ def _verify_json(store: StateStore, verify_id: str) -> dict[str, JsonValue] | No
         "created_ms": status.created_ms,
         "finished_ms": status.finished_ms,
         "runner": store.verifies.runner(verify_id),
+        "controls": None if controls is None else controls.to_json(),
         **{c: sum(per_table[c] for per_table in counts) for c in COUNTERS},
         "removed": status.removed,
         "repair_dumps": None if status.repair_dumps is None else list(status.repair_dumps),

@@ -11,6 +11,10 @@ report; while a live process runs it, another is refused in one line (`verify/ru
 `--repair auto` ends a run that found differences with their repair (`verify/repair.py`): extra
 keys removed from the target, a key dump a table of the others, run in this process; given to a
 finished run, it repairs that run (or resumes its repair).
+
+`verify-pause`, `verify-resume`, `verify-cancel` and `verify-throttle` act on a run from anywhere,
+as `dblog pause|resume|cancel|throttle` act on a dump: the runner reads its controls between
+chunks. A cancelled run resumes when run again with its `--verify-id`.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from airflow_provider_dblog.dump.direct import InProcessDirectReader
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.sources.base import ChunkSource, Source
 from airflow_provider_dblog.sources.factory import source_for
-from airflow_provider_dblog.state import DumpState, StateStore, VerifyState
+from airflow_provider_dblog.state import DumpControls, DumpState, StateStore, VerifyState
 from airflow_provider_dblog.state.verifies import COUNTERS
 from airflow_provider_dblog.targets import direct_target_for
 from airflow_provider_dblog.verify.reader import TargetReader
@@ -47,7 +51,7 @@ from airflow_provider_dblog.verify.repair import (
     prepare_repair,
 )
 from airflow_provider_dblog.verify.request import VerifyRequest, build_verify_request
-from airflow_provider_dblog.verify.runner import ChunkGaveUp, run_verify, running
+from airflow_provider_dblog.verify.runner import ChunkGaveUp, Slot, run_verify, running
 from airflow_provider_dblog.verify.targets import target_reader_for
 
 
@@ -73,6 +77,18 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--chunk-size", type=option(values.whole_number(1)), help="rows a chunk (default: 5,000)"
     )
     verify.add_argument(
+        "--parallelism",
+        type=option(values.whole_number(1)),
+        default=1,
+        help="chunks of a table verified at once, each its own key range and windows: faster, "
+        "and more load on the source and the target (default: %(default)s; a new run's)",
+    )
+    verify.add_argument(
+        "--max-rows-per-s",
+        type=option(values.finite_number(0)),
+        help="rate limit, rows checked a second (dblog verify-throttle changes it)",
+    )
+    verify.add_argument(
         "--verify-id", type=option(values.dump_id), help="resume this run, or give a new one its id"
     )
     verify.add_argument(
@@ -96,6 +112,30 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "differing keys with a key dump (default: %(default)s)",
     )
     verify.set_defaults(func=_verify)
+
+    for name, help_text in (
+        ("pause", "pause a verify run after its chunks in flight"),
+        ("resume", "resume a paused verify run"),
+        ("cancel", "cancel a verify run after its chunks in flight"),
+    ):
+        control = subparsers.add_parser(f"verify-{name}", help=help_text)
+        add_config_option(control)
+        control.add_argument("verify_id", type=option(values.dump_id))
+        control.set_defaults(func=_control, action=name)
+
+    throttle = subparsers.add_parser("verify-throttle", help="change a verify run's pace")
+    add_config_option(throttle)
+    throttle.add_argument("verify_id", type=option(values.dump_id))
+    throttle.add_argument(
+        "--chunk-size", type=option(values.whole_number(1)), help="rows the next chunks read"
+    )
+    throttle.add_argument(
+        "--delay-ms", type=option(values.whole_number(0)), help="pause between chunks"
+    )
+    throttle.add_argument(
+        "--max-rows-per-s", type=option(values.finite_number(0)), help="0 removes the limit"
+    )
+    throttle.set_defaults(func=_throttle)
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -125,6 +165,7 @@ def _verify(args: argparse.Namespace) -> int:
                 chunk_size=args.chunk_size,
                 target=args.target,
                 reader=reader,
+                parallelism=args.parallelism,
             )
             if args.repair == "auto":
                 remover = key_remover_for(config, request.target)
@@ -149,15 +190,26 @@ def _verify(args: argparse.Namespace) -> int:
                     store.verifies.reopen(verify_id)
             else:
                 store.verifies.create(verify_id, request.to_json())
+            if args.max_rows_per_s is not None:
+                store.verifies.throttle(verify_id, max_rows_per_s=args.max_rows_per_s)
             if status is None or status.state is not VerifyState.DONE:
-                print(f"verify {verify_id}: running ({request.describe()})", flush=True)
+                print(
+                    f"verify {verify_id}: running ({request.describe()}; dblog "
+                    f"verify-pause|verify-resume|verify-cancel|verify-throttle {verify_id})",
+                    flush=True,
+                )
+                controls = store.verifies.controls(verify_id)
+                if controls is not None and controls.paused:
+                    print(
+                        f"verify {verify_id}: paused until dblog verify-resume {verify_id}",
+                        flush=True,
+                    )
                 run_verify(
                     store,
-                    source,
-                    reader,
+                    lambda: _open_slot(config, chunk_sources, request.target),
                     request,
                     window_timeout_s=args.window_timeout,
-                    on_chunk=lambda table: still_ours(),
+                    between_chunks=still_ours,
                 )
             if remover is not None and _differing(store, verify_id):
                 _repair(store, config, chunk_sources, source, reader, remover, request, args)
@@ -167,6 +219,45 @@ def _verify(args: argparse.Namespace) -> int:
                 opened.close()
         source.close()
     return _report(store, request, args, sys.stdout)
+
+
+def _open_slot(config: Config, sources: Source, target: str) -> Slot:
+    """A source and a target reader for one chunk in flight."""
+    source = sources.chunk_source()
+    try:
+        return Slot(source, target_reader_for(config, target))
+    except BaseException:
+        source.close()
+        raise
+
+
+def _control(args: argparse.Namespace) -> int:
+    store = store_of(config_of(args))
+    action = {
+        "pause": store.verifies.pause,
+        "resume": store.verifies.resume,
+        "cancel": store.verifies.cancel,
+    }
+    if not action[args.action](args.verify_id):
+        print(f"verify {args.verify_id} is finished or unknown", file=sys.stderr)
+        return 1
+    print(f"verify {args.verify_id}: {args.action} requested")
+    return 0
+
+
+def _throttle(args: argparse.Namespace) -> int:
+    store = store_of(config_of(args))
+    changed = store.verifies.throttle(
+        args.verify_id,
+        chunk_size=args.chunk_size,
+        delay_ms=args.delay_ms,
+        max_rows_per_s=args.max_rows_per_s,
+    )
+    if not changed:
+        print(f"verify {args.verify_id} is finished or unknown", file=sys.stderr)
+        return 1
+    print(f"verify {args.verify_id}: throttle updated")
+    return 0
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -266,10 +357,13 @@ def _report(
     repaired = _repair_line(store, status.removed, status.repair_dumps)
     if repaired is not None:
         print(repaired[0], file=out)
+    controls = store.verifies.controls(verify_id)
+    if controls is not None and status.state is not VerifyState.DONE:
+        print(f"controls: {controls_text(controls)}", file=out)
     if status.state is not VerifyState.DONE:
+        ended = "was cancelled" if status.state is VerifyState.CANCELLED else "did not finish"
         print(
-            f"verify {verify_id} did not finish; to resume it: dblog verify --verify-id "
-            f"{verify_id}",
+            f"verify {verify_id} {ended}; to resume it: dblog verify --verify-id {verify_id}",
             file=sys.stderr,
         )
         return 2
@@ -299,3 +393,13 @@ def _repair_line(
         states.append(f"{dump_id} ({what})")
     resent = f"; key dumps {', '.join(states)}" if states else ""
     return f"repair: {removed} extra keys removed from the target{resent}", done
+
+
+def controls_text(controls: DumpControls) -> str:
+    """A run's controls on one line, as `dblog status --dump` shows a dump's."""
+    rate = controls.max_rows_per_s
+    return (
+        f"{'paused, ' if controls.paused else ''}{'cancelled, ' if controls.cancelled else ''}"
+        f"chunk size {controls.chunk_size}, delay {controls.delay_ms} ms, "
+        f"{'no rate limit' if rate is None else f'{rate:g} rows/s'}"
+    )

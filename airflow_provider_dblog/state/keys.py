@@ -55,6 +55,8 @@ every key of a source lives in one slot and every Lua script of the stores may t
 |                        |        | extra, changed)                                             |
 | P verify:<id>:diffs    | list   | every differing key found: JSON [table, kind, key values]   |
 | P verify:<id>:runner   | string | the process running the verify; expires (PX) unless renewed |
+| P verify:<id>:controls | hash   | a dump's controls: paused, cancelled, chunk_size, delay_ms, |
+|                        |        | max_rows_per_s                                              |
 | P compact:token        | string | the last fencing token the compaction's lease handed out    |
 | P compact:lease        | hash   | owner, token of the folding `dblog lake compact --follow`;  |
 |                        |        | expires (PX)                                                |
@@ -173,5 +175,5 @@ class SourceKeys:
         return f"{self.prefix}verify:{verify_id}"
 
     def verify_part(self, verify_id: str, part: str) -> str:
-        """`status`, `progress`, `counts`, `diffs` or `runner` of a verify run."""
+        """`status`, `controls`, `progress`, `counts`, `diffs` or `runner` of a verify run."""
         return f"{self.verify(verify_id)}:{part}"

@@ -1,9 +1,12 @@
-"""Verify runs: the request, its status, where each table stands, the counts per table and every
-differing key found.
+"""Verify runs: the request, its status, its controls, where each table stands, the counts per
+table and every differing key found.
 
 A chunk's verdict is saved in one MULTI/EXEC with the table's progress past it: a run that dies
 resumes from the chunk after the last one saved, and no chunk is counted twice or half. Like dump
 records, verify records do not expire: they are the history a person reads.
+
+The controls (pause, cancel, chunk size, delay, rows/s) are a dump's (`state/dumps.py`): the same
+hash, set by the same script, read by the runner between chunks.
 
 Durability (see the package's docstring): a lost chunk save is a chunk verified again by the
 resumed run, counted once; a lost status write is a run that looks still running, and runs again
@@ -27,6 +30,13 @@ from airflow_provider_dblog.state.base import (
     reachable,
     text,
 )
+from airflow_provider_dblog.state.dumps import (
+    MARK_STATE,
+    SET_CONTROLS,
+    DumpControls,
+    controls_from,
+    throttle_changes,
+)
 from airflow_provider_dblog.state.errors import AlreadyExists
 
 COUNTERS = ("checked", "in_flux", *(kind.value for kind in Difference))
@@ -35,8 +45,14 @@ COUNTERS = ("checked", "in_flux", *(kind.value for kind in Difference))
 
 class VerifyState(StrEnum):
     RUNNING = "running"
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
     FAILED = "failed"
     DONE = "done"
+
+    @property
+    def finished(self) -> bool:
+        return self in (VerifyState.CANCELLED, VerifyState.FAILED, VerifyState.DONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +79,8 @@ class FoundDifference:
 class VerifyStore(RedisStore):
     """The verify runs of one source."""
 
-    # KEYS: request, status, list. ARGV: id, request JSON. 0 when the run exists.
+    # KEYS: request, status, list, controls. ARGV: id, request JSON, chunk size ('' for no
+    # controls). 0 when the run exists.
     _CREATE = (
         NOW_MS
         + """
@@ -72,21 +89,28 @@ redis.call('SET', KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[2], 'state', 'running', 'reason', '', 'chunks', 0,
            'windows_retried', 0, 'created_ms', now, 'updated_ms', now)
 redis.call('RPUSH', KEYS[3], ARGV[1])
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[4], 'paused', 0, 'cancelled', 0, 'chunk_size', ARGV[3],
+             'delay_ms', 0, 'max_rows_per_s', 0)
+end
 return 1
 """
     )
 
     @reachable
     def create(self, verify_id: str, request: Mapping[str, JsonValue]) -> None:
-        """Store a new run's request, running; `AlreadyExists` if the id is taken."""
+        """Store a new run's request, running, with controls when the request has a
+        `chunk_size` (unpaused, unthrottled); `AlreadyExists` if the id is taken."""
+        chunk_size = request.get("chunk_size")
         created = self._eval(
             self._CREATE,
             keys=[
                 self.keys.verify(verify_id),
                 self.keys.verify_part(verify_id, "status"),
                 self.keys.verifies,
+                self.keys.verify_part(verify_id, "controls"),
             ],
-            args=[verify_id, compact_json(dict(request))],
+            args=[verify_id, compact_json(dict(request)), "" if chunk_size is None else chunk_size],
         )
         if created == 0:
             raise AlreadyExists(f"verify run {verify_id} exists")
@@ -126,31 +150,32 @@ return 1
         verify_id: str,
         table: TableRef,
         progress: Mapping[str, JsonValue],
-        verdict: ChunkVerdict,
+        *verdicts: ChunkVerdict,
     ) -> None:
-        """A chunk's verdict and its table's progress past it, in one transaction."""
+        """Chunks' verdicts, in the order their chunks were planned, and their table's progress
+        past them, in one transaction."""
         counts = self.keys.verify_part(verify_id, "counts")
         pipe = self._r.pipeline(transaction=True)
         pipe.hset(
             self.keys.verify_part(verify_id, "progress"), str(table), compact_json(dict(progress))
         )
-        found = {
-            "checked": verdict.checked,
-            "in_flux": verdict.in_flux,
-            **{kind.value: verdict.count(kind) for kind in Difference},
-        }
+        found = dict.fromkeys(COUNTERS, 0)
+        differences = []
+        for verdict in verdicts:
+            found["checked"] += verdict.checked
+            found["in_flux"] += verdict.in_flux
+            for kind in Difference:
+                found[kind.value] += verdict.count(kind)
+            differences += [
+                compact_json([str(table), kind.value, list(key)])
+                for key, kind in verdict.differences
+            ]
         for counter, value in found.items():
             if value:
                 pipe.hincrby(counts, f"{table} {counter}", value)
-        if verdict.differences:
-            pipe.rpush(
-                self.keys.verify_part(verify_id, "diffs"),
-                *(
-                    compact_json([str(table), kind.value, list(key)])
-                    for key, kind in verdict.differences
-                ),
-            )
-        pipe.hincrby(self.keys.verify_part(verify_id, "status"), "chunks", 1)
+        if differences:
+            pipe.rpush(self.keys.verify_part(verify_id, "diffs"), *differences)
+        pipe.hincrby(self.keys.verify_part(verify_id, "status"), "chunks", len(verdicts))
         pipe.execute()
 
     @reachable
@@ -187,11 +212,92 @@ return 1
         )
 
     @reachable
-    def reopen(self, verify_id: str) -> None:
-        """Run a failed run again from its progress."""
+    def mark(self, verify_id: str, state: VerifyState, reason: str = "") -> bool:
+        """The runner reports the run's state (running, paused); False once it has finished."""
         status = self.keys.verify_part(verify_id, "status")
-        self._r.hset(status, mapping={"state": VerifyState.RUNNING.value, "reason": ""})
-        self._r.hdel(status, "finished_ms")
+        return bool(self._eval(MARK_STATE, keys=[status], args=[state.value, reason]) == 1)
+
+    # KEYS: status, controls. 1 when a failed or cancelled run is running again.
+    _REOPEN = (
+        NOW_MS
+        + """
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'failed' and state ~= 'cancelled' then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'running', 'reason', '', 'updated_ms', now)
+redis.call('HDEL', KEYS[1], 'finished_ms')
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('HSET', KEYS[2], 'paused', 0, 'cancelled', 0)
+end
+return 1
+"""
+    )
+
+    @reachable
+    def reopen(self, verify_id: str) -> bool:
+        """Run a failed or cancelled run again from its progress, its pause and cancel
+        cleared; a run whose process died keeps its state and controls (a paused one stays
+        paused). False if it was not failed or cancelled."""
+        keys = [self.keys.verify_part(verify_id, p) for p in ("status", "controls")]
+        return bool(self._eval(self._REOPEN, keys=keys))
+
+    # -- controls: a dump's (`state/dumps.py`) ----------------------------------------------------
+
+    def pause(self, verify_id: str) -> bool:
+        """Ask the run to stop between chunks until resumed. False if it has finished."""
+        return self._set_controls(verify_id, {"paused": 1})
+
+    def resume(self, verify_id: str) -> bool:
+        return self._set_controls(verify_id, {"paused": 0})
+
+    # KEYS: status, runner. A run no process runs ends cancelled at once.
+    _CANCEL_IDLE = (
+        NOW_MS
+        + """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'running' and state ~= 'paused' then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'cancelled', 'reason', 'cancelled while no process ran it',
+           'updated_ms', now, 'finished_ms', now)
+return 1
+"""
+    )
+
+    def cancel(self, verify_id: str) -> bool:
+        """Ask the run to stop for good after the chunks in flight; a run no process runs (its
+        process died) is cancelled at once. False if it has finished."""
+        if not self._set_controls(verify_id, {"cancelled": 1}):
+            return False
+        keys = [self.keys.verify_part(verify_id, p) for p in ("status", "runner")]
+        self._eval(self._CANCEL_IDLE, keys=keys)
+        return True
+
+    def throttle(
+        self,
+        verify_id: str,
+        *,
+        chunk_size: int | None = None,
+        delay_ms: int | None = None,
+        max_rows_per_s: float | None = None,
+    ) -> bool:
+        """Change the pace of the run from its next chunk on, as a dump's (`max_rows_per_s`:
+        rows checked a second; 0 lifts the limit). False if it has finished."""
+        changes = throttle_changes(chunk_size, delay_ms, max_rows_per_s)
+        return self._set_controls(verify_id, changes)
+
+    @reachable
+    def _set_controls(self, verify_id: str, changes: Mapping[str, int | float]) -> bool:
+        keys = [self.keys.verify_part(verify_id, p) for p in ("status", "controls")]
+        if not self._r.exists(keys[1]):  # no such run, or one stored without controls
+            return False
+        result = self._eval(
+            SET_CONTROLS, keys=keys, args=[item for pair in changes.items() for item in pair]
+        )
+        return bool(result == 1)
+
+    @reachable
+    def controls(self, verify_id: str) -> DumpControls | None:
+        """What the run obeys between chunks; None for a run stored without controls."""
+        return controls_from(self._r.hgetall(self.keys.verify_part(verify_id, "controls")))
 
     # KEYS: runner. ARGV: owner, ttl_ms, a runner known gone ('' for none). '' when the run is
     # now the owner's for ttl_ms, else the process that runs it.

@@ -5,5 +5,6 @@
   `sources/postgres/target_rows.py`, opened through the source factory);
 - `request.py`: a validated verify request, refused before anything is stored;
 - `chunk.py`: one chunk, read on both sides between three points of the log;
-- `runner.py`: a run over its tables, chunk by chunk, saved in the store as it goes.
+- `runner.py`: a run over its tables, chunks in flight up to its parallelism, obeying its
+  controls (a dump's), saved in the store as it goes.
 """

@@ -22,11 +22,11 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.core.event import Key, Row, key_of
+from airflow_provider_dblog.core.event import Key, Row
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.core.verify import (
@@ -39,19 +39,6 @@ from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.verify.reader import TargetReader
 
 _TARGET_POLL_S = 0.02
-
-
-@dataclass(frozen=True, slots=True)
-class VerifiedChunk:
-    verdict: ChunkVerdict
-    next_after: Key | None
-    """Where the table's next chunk starts; None once this one reached the range's end."""
-
-
-@dataclass(frozen=True, slots=True)
-class _BothReads:
-    source: dict[Key, str]
-    next_after: Key | None
 
 
 BeforeClose = Callable[[dict[Key, str], dict[Key, str]], None]
@@ -69,9 +56,10 @@ def verify_chunk(
     *,
     window_timeout_s: float,
     before_close: BeforeClose | None = None,
-) -> VerifiedChunk | ChunkOutcome:
-    """Read `chunk` on both sides between the two windows and compare; a `ChunkOutcome` (not
-    completed, with its reason) when the chunk must be read again."""
+) -> ChunkVerdict | ChunkOutcome:
+    """Read `chunk` (a key range with no limit, or a key list: the target reads the same) on
+    both sides between the two windows and compare; a `ChunkOutcome` (not completed, with its
+    reason) when the chunk must be read again."""
     outer = Window(uuid.uuid4().hex, verify_id, chunk.table, DumpMode.DIRECT)
     inner = Window(uuid.uuid4().hex, verify_id, chunk.table, DumpMode.DIRECT)
     target_read: dict[Key, str] = {}
@@ -88,7 +76,7 @@ def verify_chunk(
             return None
         return list(read.rows)
 
-    def read_both(window_id: str) -> _BothReads | None:
+    def read_both(window_id: str) -> dict[Key, str] | None:
         rows = between_watermarks(
             store, source, inner, chunk, read_source,
             window_timeout_s=window_timeout_s, ended="recorded",
@@ -100,8 +88,7 @@ def verify_chunk(
             raise ChunkReadFailed(f"window {inner.window_id} closed without its record")
         inner_record.append(record)
         _wait_applied(store, target, record.hw_position, window_timeout_s)
-        next_after, covered = _covered(chunk, rows, key_columns)
-        target_read.update(target.read_hashes(covered))
+        target_read.update(target.read_hashes(chunk))
         source_read = target.hash_rows(chunk.table, key_columns, rows)
         if before_close is not None:
             before_close(source_read, dict(target_read))
@@ -111,7 +98,7 @@ def verify_chunk(
             marker = replace(marker, hw=None if snapshot is None else snapshot.hw)
         if not store.windows.put_rows(window_id, marker):
             return None
-        return _BothReads(source_read, next_after)
+        return source_read
 
     try:
         reads = between_watermarks(
@@ -127,7 +114,7 @@ def verify_chunk(
     if record is None:
         return ChunkOutcome(False, 0, None, f"window {outer.window_id} closed without its record")
     in_flux = record.changed_keys | inner_record[0].changed_keys
-    return VerifiedChunk(compare_chunk(reads.source, target_read, in_flux), reads.next_after)
+    return compare_chunk(reads, target_read, in_flux)
 
 
 def _record(store: StateStore, window: Window) -> DirectRecord | None:
@@ -136,20 +123,6 @@ def _record(store: StateStore, window: Window) -> DirectRecord | None:
     record = store.directs.record_of(window.window_id)
     store.directs.committed(window.window_id)
     return record
-
-
-def _covered(
-    chunk: Chunk, rows: list[Row], key_columns: tuple[str, ...]
-) -> tuple[Key | None, Chunk]:
-    """Where the next chunk starts, and the chunk the target reads: the key range the source
-    read covered (up to its last row when it filled its limit, else up to the range's end), or
-    the same key list."""
-    if chunk.keys is not None:
-        return None, chunk
-    if chunk.limit is not None and len(rows) >= chunk.limit:
-        last = key_of(rows[-1], key_columns)
-        return last, replace(chunk, upto=last, limit=None)
-    return None, replace(chunk, limit=None)
 
 
 def _wait_applied(store: StateStore, target: TargetReader, hw: Position, timeout_s: float) -> None:

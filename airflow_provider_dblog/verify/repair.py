@@ -162,5 +162,5 @@ def _remove_extra(
         verified = verify_with_retries(
             store, source, target, request, chunk, window_timeout_s, remove_extra
         )
-        exact.update(k for k, kind in verified.verdict.differences if kind is Difference.EXTRA)
+        exact.update(k for k, kind in verified.differences if kind is Difference.EXTRA)
     return exact

@@ -38,6 +38,8 @@ class VerifyRequest:
     after: Key | None = None
     upto: Key | None = None
     read_only: bool = False
+    parallelism: int = 1
+    """Chunks of a table verified at once, each its own window (`runner.py`)."""
 
     def to_json(self) -> dict[str, JsonValue]:
         return {
@@ -50,6 +52,7 @@ class VerifyRequest:
             "after": None if self.after is None else list(self.after),
             "upto": None if self.upto is None else list(self.upto),
             "read_only": self.read_only,
+            "parallelism": self.parallelism,
         }
 
     @classmethod
@@ -69,6 +72,7 @@ class VerifyRequest:
             key(data["after"]),
             key(data["upto"]),
             bool(data["read_only"]),
+            int(data.get("parallelism", 1)),
         )
 
     def describe(self) -> str:
@@ -98,6 +102,7 @@ def build_verify_request(
     chunk_size: int | None,
     target: str,
     reader: TargetReader | None = None,
+    parallelism: int = 1,
 ) -> VerifyRequest:
     """The request checked: the dump's checks of the tables, keys and filter (and the source
     being set up), then the range's bounds, then the target (`reader`, when given, must hold
@@ -114,7 +119,7 @@ def build_verify_request(
         tables=None if table is None else [table],
         keys=keys,
         chunk_size=chunk_size or DEFAULT_CHUNK_SIZE,
-        parallelism=1,
+        parallelism=parallelism,
         mode="sequenced",
         where=where,
     )
@@ -136,6 +141,7 @@ def build_verify_request(
         bounds[0],
         bounds[1],
         request.read_only,
+        request.parallelism,
     )
 
 

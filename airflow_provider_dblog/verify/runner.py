@@ -1,27 +1,47 @@
-"""A verify run: its tables one after another, each chunk by chunk (`chunk.py`), every chunk's
-verdict saved with the table's progress past it (`state/verifies.py`), so a run that died
-resumes from the chunk after the last one saved.
+"""A verify run: its tables one after another, each in chunks verified up to `parallelism` at a
+time, each chunk its own windows (`chunk.py`) on a slot of its own (a source and a target
+reader), the controls obeyed between chunks as a dump obeys them (`dump/runner.run_table`):
+pause, cancel, chunk size, delay and rows/s, the dump's controls (`state/verifies.py`).
 
-A range chunk reads up to `chunk_size` source rows after the last key verified; the target reads
-the same key range (`chunk.py` says which), so a key the target has and the source has not is
-met by the chunk whose range holds it, the last chunk's range running to the end of the table
-(or of the range asked). A key list is verified `chunk_size` keys a chunk.
+A table's chunks are planned as a dump's, with split keys (`TablePlanner`, bounded): key ranges
+`after < key <= split` that both sides read, the last one running to the end of the range asked
+(or of the table), so a key the target has and the source has not is met by the chunk whose
+range holds it, a key inserted since the run started included. A key list is verified
+`chunk_size` keys a chunk.
+
+Counts stay exact when a run dies: a chunk's verdict is saved with its table's progress past it
+(`VerifyStore.chunk_done`), and progress moves only past chunks that ended in order (the
+planner's), so the verdict of a chunk that ended before one planned earlier is held until that
+one ended. A run that died resumes from its saved progress: it verifies again, and counts once,
+the chunks whose verdicts it had not saved, and no other.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
+from functools import partial
 
-from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.dump_plan import Chunk, TablePlanner, TableProgress
 from airflow_provider_dblog.core.errors import DBLogError
-from airflow_provider_dblog.core.event import JsonValue, Key, TableRef, freeze
-from airflow_provider_dblog.dump.runner import gone_from_this_host, process_name
+from airflow_provider_dblog.core.event import JsonValue, Key, TableRef
+from airflow_provider_dblog.core.verify import ChunkVerdict
+from airflow_provider_dblog.dump.runner import (
+    PAUSE_POLL_S,
+    ChunkSlots,
+    gone_from_this_host,
+    pace,
+    plan_chunks,
+    process_name,
+)
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state import StateStore, StateStoreUnavailable, VerifyState
-from airflow_provider_dblog.verify.chunk import BeforeClose, VerifiedChunk, verify_chunk
+from airflow_provider_dblog.verify.chunk import BeforeClose, verify_chunk
 from airflow_provider_dblog.verify.reader import TargetReader
 from airflow_provider_dblog.verify.request import VerifyRequest
 
@@ -58,8 +78,9 @@ def running(store: StateStore, verify_id: str) -> Iterator[Callable[[], None]]:
         runner = store.verifies.claim(verify_id, owner, RUNNER_TTL_MS, gone=runner)
     if runner is not None:
         raise RunInProgress(
-            f"verify {verify_id} is running in {runner}: wait for it to end, or give this run "
-            "another --verify-id"
+            f"verify {verify_id} is running in {runner}: act on it with dblog verify-pause|"
+            f"verify-resume|verify-cancel|verify-throttle {verify_id}, or give this run another "
+            "--verify-id"
         )
     done = threading.Event()
     taken_by: list[str] = []
@@ -88,94 +109,184 @@ def running(store: StateStore, verify_id: str) -> Iterator[Callable[[], None]]:
             store.verifies.release(verify_id, owner)
 
 
+@dataclass(frozen=True)
+class Slot:
+    """What one chunk in flight reads with: a source and a target reader of its own."""
+
+    source: ChunkSource
+    target: TargetReader
+
+    def close(self) -> None:
+        try:
+            self.target.close()
+        finally:
+            self.source.close()
+
+
 def run_verify(
     store: StateStore,
-    source: ChunkSource,
-    target: TargetReader,
+    open_slot: Callable[[], Slot],
     request: VerifyRequest,
     *,
     window_timeout_s: float = 60.0,
-    on_chunk: Callable[[TableRef], None] = lambda table: None,
+    between_chunks: Callable[[], None] = lambda: None,
 ) -> VerifyState:
-    """Verify every table of `request` not yet done, then mark the run done; failed (with the
-    reason) when a chunk could not be read in `MAX_ATTEMPTS`."""
+    """Verify every table of `request` not yet done on `parallelism` slots (`open_slot`,
+    closed after), then mark the run done; cancelled when its controls say so, failed (with
+    the reason) when a chunk could not be read in `MAX_ATTEMPTS`. `between_chunks` is called
+    between chunks (it may raise to end the run)."""
     verify_id = request.verify_id
     progress = store.verifies.progress(verify_id)
+    slots: list[Slot] = []
     try:
-        for table in request.tables:
-            saved = progress.get(table, {})
-            if saved.get("done"):
-                continue
-            chunks: Iterable[tuple[Chunk, ProgressOf]] = (
-                _key_chunks(request, table, saved)
-                if request.keys is not None
-                else _RangeChunks(request, table, saved)
-            )
-            for chunk, saved_after in chunks:
-                verified = verify_with_retries(
-                    store, source, target, request, chunk, window_timeout_s
-                )
-                store.verifies.chunk_done(verify_id, table, saved_after(verified), verified.verdict)
-                on_chunk(table)
+        for _ in range(request.parallelism):
+            slots.append(open_slot())
+        attempt = partial(_attempt, store, request, window_timeout_s)
+        with ThreadPoolExecutor(len(slots), thread_name_prefix="dblog-verify") as pool:
+            chunk_slots = ChunkSlots(pool, slots, attempt)
+            for table in request.tables:
+                planner = _planner(request, table, progress.get(table))
+                if planner.needs_max_key and not _begun(store, request, planner, slots[0], attempt):
+                    continue
+                ended = _verify_table(store, request, planner, chunk_slots, between_chunks)
+                if ended is not None:
+                    store.verifies.finish(verify_id, ended)
+                    return ended
     except ChunkGaveUp as exc:
         store.verifies.finish(verify_id, VerifyState.FAILED, str(exc))
         return VerifyState.FAILED
+    finally:
+        for slot in slots:
+            slot.close()
     store.verifies.finish(verify_id, VerifyState.DONE)
     return VerifyState.DONE
 
 
-ProgressOf = Callable[[VerifiedChunk], dict[str, JsonValue]]
+def _planner(
+    request: VerifyRequest, table: TableRef, saved: Mapping[str, JsonValue] | None
+) -> TablePlanner:
+    """The dump's planner of the table's chunks, from where its verify stands."""
+    progress = (
+        TableProgress.from_json(dict(saved))
+        if saved is not None
+        else TableProgress(table, after=request.after)
+    )
+    return TablePlanner(
+        progress, request.chunk_size, request.keys, bounded=True, where=request.where
+    )
 
 
-class _RangeChunks:
-    """The range chunks of a table, each starting where the last verified one ended."""
-
-    def __init__(self, request: VerifyRequest, table: TableRef, saved: dict[str, JsonValue]):
-        self._request, self._table = request, table
-        after = saved["after"] if "after" in saved else _listed(request.after)
-        self._after: Key | None = None if after is None else tuple(freeze(v) for v in after)
-        self._done = False
-
-    def __iter__(self) -> _RangeChunks:
-        return self
-
-    def __next__(self) -> tuple[Chunk, ProgressOf]:
-        if self._done:
-            raise StopIteration
-        request = self._request
-        chunk = Chunk(
-            self._table,
-            0,
-            after=self._after,
-            upto=request.upto,
-            limit=request.chunk_size,
-            where=request.where,
-        )
-
-        def saved(verified: VerifiedChunk) -> dict[str, JsonValue]:
-            self._after = verified.next_after
-            self._done = verified.next_after is None
-            return {"after": _listed(verified.next_after), "done": self._done}
-
-        return chunk, saved
+Attempt = Callable[[Chunk, Slot], ChunkVerdict]
 
 
-def _key_chunks(
-    request: VerifyRequest, table: TableRef, saved: dict[str, JsonValue]
-) -> list[tuple[Chunk, ProgressOf]]:
-    keys = request.keys or ()
-    start = int(saved.get("key_index", 0))
-    size = request.chunk_size
-    chunks: list[tuple[Chunk, ProgressOf]] = []
-    for index in range(start, len(keys), size):
-        end = min(index + size, len(keys))
-        progress = {"key_index": end, "done": end >= len(keys)}
-        chunks.append((Chunk(table, index, keys=keys[index:end]), _fixed(progress)))
-    return chunks
+def _begun(
+    store: StateStore, request: VerifyRequest, planner: TablePlanner, slot: Slot, attempt: Attempt
+) -> bool:
+    """Start the table's key range at its end (the range's, or the table's maximum key now);
+    False when the source table is empty and so verified already, in one chunk over the whole
+    range (what the target holds there is extra)."""
+    table = planner.table
+    end = request.upto if request.upto is not None else slot.source.max_key(table)
+    planner.begin(end)
+    if end is not None:
+        return True
+    verdict = attempt(Chunk(table, 0, after=request.after, where=request.where), slot)
+    store.verifies.chunk_done(request.verify_id, table, planner.progress.to_json(), verdict)
+    return False
 
 
-def _fixed(progress: dict[str, JsonValue]) -> ProgressOf:
-    return lambda verified: dict(progress)
+def _verify_table(
+    store: StateStore,
+    request: VerifyRequest,
+    planner: TablePlanner,
+    slots: ChunkSlots[Slot, ChunkVerdict],
+    between_chunks: Callable[[], None],
+) -> VerifyState | None:
+    """Verify one table, chunks kept in flight in every slot; None once it is done, else
+    `CANCELLED`. Between chunks the controls are obeyed as a dump obeys them: a pause or a
+    cancel starts no new chunk and lets those in flight end (their verdicts count)."""
+    verify_id = request.verify_id
+    in_order = VerdictsInOrder()
+    cancelled = False
+    last_ended = time.monotonic()
+    while not planner.done or slots.busy:
+        controls = None
+        if not cancelled:
+            between_chunks()
+            controls = store.verifies.controls(verify_id)
+            cancelled = controls is not None and controls.cancelled
+        if cancelled:
+            if not slots.busy:
+                break
+        elif controls is not None and controls.paused:
+            if not slots.busy:
+                store.verifies.mark(verify_id, VerifyState.PAUSED)
+                time.sleep(PAUSE_POLL_S)
+                continue
+        else:
+            slot = slots.free_source
+            if slot is not None and not planner.done:
+                store.verifies.mark(verify_id, VerifyState.RUNNING)
+                if controls is not None:
+                    planner.chunk_size = controls.chunk_size
+                for chunk in plan_chunks(planner, slot.source, slots.size):
+                    in_order.started(chunk.seq)
+                    slots.start(to_range_end(chunk, planner.progress.max_key, request.upto))
+        if not slots.busy:
+            continue
+        for chunk, verdict in slots.ended():
+            planner.complete(chunk, verdict.checked + verdict.in_flux, None)
+            verdicts = in_order.ended(chunk.seq, verdict)
+            if verdicts:
+                progress = planner.progress.to_json()
+                store.verifies.chunk_done(verify_id, planner.table, progress, *verdicts)
+            if controls is not None and not cancelled:
+                pace(
+                    controls, verdict.checked + verdict.in_flux, time.monotonic() - last_ended, None
+                )
+            last_ended = time.monotonic()
+    return VerifyState.CANCELLED if cancelled else None
+
+
+def to_range_end(chunk: Chunk, end: Key | None, upto: Key | None) -> Chunk:
+    """The chunk as both sides read it: the last range chunk, the one the planner ends at the
+    table's maximum key when the run started (`end`), reads to the end of the range asked
+    (`upto`, or the table's end), so that a key above `end` on either side is verified too."""
+    if chunk.keys is None and chunk.upto == end:
+        return replace(chunk, upto=upto)
+    return chunk
+
+
+class VerdictsInOrder:
+    """The verdicts of a table's chunks, each given back once every chunk started before it
+    ended: in the order the planner moves the table's progress past them (only past chunks
+    that ended in order), so they are saved with that progress and counted once."""
+
+    def __init__(self) -> None:
+        self._flying: set[int] = set()
+        self._held: dict[int, ChunkVerdict] = {}
+
+    def started(self, seq: int) -> None:
+        self._flying.add(seq)
+
+    def ended(self, seq: int, verdict: ChunkVerdict) -> list[ChunkVerdict]:
+        """The verdicts to save now, this chunk's among them unless one started before it
+        is still in flight."""
+        self._flying.remove(seq)
+        self._held[seq] = verdict
+        first_flying = min(self._flying, default=None)
+        ready = sorted(s for s in self._held if first_flying is None or s < first_flying)
+        return [self._held.pop(s) for s in ready]
+
+
+def _attempt(
+    store: StateStore,
+    request: VerifyRequest,
+    window_timeout_s: float,
+    chunk: Chunk,
+    slot: Slot,
+) -> ChunkVerdict:
+    return verify_with_retries(store, slot.source, slot.target, request, chunk, window_timeout_s)
 
 
 def verify_with_retries(
@@ -186,7 +297,7 @@ def verify_with_retries(
     chunk: Chunk,
     window_timeout_s: float,
     before_close: BeforeClose | None = None,
-) -> VerifiedChunk:
+) -> ChunkVerdict:
     """The chunk verified, read again with new windows while its windows fail (`before_close`:
     see `verify_chunk`); `ChunkGaveUp` after `MAX_ATTEMPTS`."""
     reason = ""
@@ -201,7 +312,7 @@ def verify_with_retries(
             window_timeout_s=window_timeout_s,
             before_close=before_close,
         )
-        if isinstance(outcome, VerifiedChunk):
+        if isinstance(outcome, ChunkVerdict):
             return outcome
         reason = outcome.reason or "its window failed"
         log.info(
@@ -209,7 +320,3 @@ def verify_with_retries(
         )
         store.verifies.retried(request.verify_id)
     raise ChunkGaveUp(f"a chunk of {chunk.table} failed {MAX_ATTEMPTS} times, last: {reason}")
-
-
-def _listed(key: Key | None) -> JsonValue:
-    return None if key is None else list(key)

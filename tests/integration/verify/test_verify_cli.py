@@ -155,6 +155,13 @@ def test_the_report_names_exactly_the_corrupted_keys_while_writes_go_on(
             "created_ms": status.created_ms,
             "finished_ms": status.finished_ms,
             "runner": None,
+            "controls": {
+                "paused": False,
+                "cancelled": False,
+                "chunk_size": 120,
+                "delay_ms": 0,
+                "max_rows_per_s": None,
+            },
             **total,
             "removed": 0,
             "repair_dumps": None,

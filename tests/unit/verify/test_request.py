@@ -21,6 +21,7 @@ def test_a_request_comes_back_from_its_json_as_it_was() -> None:
         after=None,
         upto=("zz", 9),
         read_only=True,
+        parallelism=4,
     )
     assert VerifyRequest.from_json("v1", request.to_json()) == request
     assert request.describe() == (
@@ -32,3 +33,9 @@ def test_a_request_of_every_table_has_no_keys_and_no_bounds() -> None:
     request = VerifyRequest("v2", (ORDERS,), {ORDERS: ("region", "n")}, "output", 10)
     back = VerifyRequest.from_json("v2", request.to_json())
     assert (back.keys, back.after, back.upto, back.where) == (None, None, None, None)
+
+
+def test_a_request_stored_without_parallelism_runs_one_chunk_at_a_time() -> None:
+    request = VerifyRequest("v3", (ORDERS,), {ORDERS: ("region", "n")}, "output", 10)
+    stored = {k: v for k, v in request.to_json().items() if k != "parallelism"}
+    assert VerifyRequest.from_json("v3", stored).parallelism == 1
