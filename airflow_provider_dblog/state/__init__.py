@@ -66,9 +66,9 @@ from airflow_provider_dblog.state.verifies import (
     VerifyStatus,
     VerifyStore,
 )
+from airflow_provider_dblog.state.window_rows import StoredRows
 from airflow_provider_dblog.state.windows import (
     Mark,
-    StoredRows,
     WindowState,
     WindowStatus,
     WindowStore,
