@@ -8,7 +8,8 @@ it starts `dblog verify` detached, in its own session, with the connection's con
 waits for it in the triggerer (`DBLogVerifyTrigger`): no worker slot is held while it runs.
 Its run id is stable across task retries, so a retry resumes the run. Given the id of a
 finished run and `repair="auto"`, it repairs that run: how a DAG repairs after a person
-approved.
+approved. A run cancelled (`dblog verify-cancel`, or the task killed while not deferred) fails
+the task without a retry; clearing the task resumes it.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class DBLogVerifyOperator(BaseOperator):
     :param where: with `table`, only the rows matching this condition (as the dump takes it).
     :param target: what to verify: `output` (the tailer's output).
     :param chunk_size: rows a chunk reads on each side; None: 5,000.
+    :param parallelism: chunks of a table verified at once, each its own key range.
     :param repair: `none`, or `auto`: once the run is done, remove the target's extra keys
         and re-send the other differing ones with a key dump a table.
     :param verify_id: the run's id; default: stable per task instance, so retries resume. The
@@ -78,6 +80,7 @@ class DBLogVerifyOperator(BaseOperator):
         "upto",
         "where",
         "chunk_size",
+        "parallelism",
         "repair",
         "verify_id",
     )
@@ -93,6 +96,7 @@ class DBLogVerifyOperator(BaseOperator):
         where: str | None = None,
         target: str = "output",
         chunk_size: int | str | None = None,
+        parallelism: int | str = 1,
         repair: str = "none",
         verify_id: str | None = None,
         window_timeout_s: float = 60.0,
@@ -109,6 +113,7 @@ class DBLogVerifyOperator(BaseOperator):
         self.where = where
         self.target = target
         self.chunk_size = chunk_size
+        self.parallelism = parallelism
         self.repair = repair
         self.verify_id = verify_id
         self.window_timeout_s = window_timeout_s
@@ -179,6 +184,7 @@ class DBLogVerifyOperator(BaseOperator):
         given = {"--table": self.table, "--after": _bound(self.after), "--upto": _bound(self.upto)}
         given["--where"] = where
         given["--chunk-size"] = None if self.chunk_size in (None, "") else str(self.chunk_size)
+        given["--parallelism"] = str(self.parallelism)
         for flag, value in given.items():
             if value not in (None, ""):
                 args += [flag, str(value)]
@@ -203,6 +209,7 @@ class DBLogVerifyOperator(BaseOperator):
                 chunk_size=None if self.chunk_size in (None, "") else int(self.chunk_size),
                 target=self.target,
                 reader=reader,
+                parallelism=int(self.parallelism),
             )
             if self.repair == "auto":
                 key_remover_for(config, self.target).close()
@@ -236,6 +243,12 @@ class DBLogVerifyOperator(BaseOperator):
                 )
             time.sleep(0.2)
 
+    def on_kill(self) -> None:
+        """The task killed while it waits for its process (not deferred): cancel the run, so
+        the process stops after the chunks in flight."""
+        if self.verify_id:
+            self.hook.store.verifies.cancel(self.verify_id)
+
     def _finish(self, outcome: VerifyOutcome) -> dict[str, Any]:
         self.log.info("%s", outcome.report())
         if outcome.outcome == STALLED:
@@ -243,6 +256,13 @@ class DBLogVerifyOperator(BaseOperator):
                 f"verify {outcome.verify_id} has had no running process for "
                 f"{self.runner_timeout_s}s (see {process_log_path(outcome.verify_id)}); a retry "
                 "of this task resumes it"
+            )
+        if outcome.outcome == "cancelled":
+            # Not retried: a retry would resume what someone chose to stop. Clearing the task
+            # by hand does resume it.
+            raise AirflowFailException(
+                f"verify {outcome.verify_id} was cancelled ({outcome.reason or 'by request'}); "
+                "clear this task to resume it"
             )
         if outcome.outcome != "done":
             raise AirflowException(

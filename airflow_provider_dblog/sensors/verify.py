@@ -23,8 +23,8 @@ from airflow_provider_dblog.triggers.verify import (
 
 class DBLogVerifySensor(BaseSensorOperator):
     """Waits until a verify run is done (with `repair`, its repair too); returns its
-    `VerifyOutcome`. Fails if the run failed, its repair did not finish, it is unknown, or
-    (deferred) no process ran it for `runner_timeout_s`.
+    `VerifyOutcome`. Fails if the run failed or was cancelled, its repair did not finish, it
+    is unknown, or (deferred) no process ran it for `runner_timeout_s`.
 
     :param verify_id: the run to wait for.
     :param dblog_conn_id: the `dblog` connection.
@@ -91,6 +91,8 @@ class DBLogVerifySensor(BaseSensorOperator):
             raise AirflowException(
                 f"verify {self.verify_id} has had no running process for {self.runner_timeout_s}s"
             )
+        if outcome.outcome == "cancelled":
+            raise AirflowException(f"verify {self.verify_id} was cancelled")
         if outcome.outcome != "done":
             raise AirflowException(f"verify {self.verify_id} {outcome.outcome}: {outcome.reason}")
         if self.repair and outcome.differing and not outcome.repaired:

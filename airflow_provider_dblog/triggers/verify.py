@@ -1,10 +1,11 @@
 """Following a verify run (`dblog verify`, started detached by `DBLogVerifyOperator`) to its end,
 and what its end says: `VerifyOutcome`, the trigger event's payload and the operator's XCom.
 
-The run's process holds a claim on it while it runs (`VerifyStore.claim`), its repair included;
-the wait ends once no process holds it and the run is finished (and its repair, when one was
-asked, recorded with every dump of it finished), or once no process has held it for
-`runner_timeout_s` (the process died: a retry of the task resumes the run).
+The run's process holds a claim on it while it runs (`VerifyStore.claim`), its repair included,
+and while it is paused; the wait ends once no process holds it and the run is finished (done,
+failed or cancelled; and its repair, when one was asked, recorded with every dump of it
+finished), or once no process has held it for `runner_timeout_s` (the process died: a retry of
+the task resumes the run).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class VerifyOutcome:
     """A verify run as a wait for it ended: small and fixed, no secret.
 
     :param verify_id: the run.
-    :param outcome: `done`, `failed`, `missing` (no such run) or `stalled`.
+    :param outcome: `done`, `failed`, `cancelled`, `missing` (no such run) or `stalled`.
     :param reason: why it failed, as the run recorded it.
     :param counts: each of `COUNTERS` summed over the run's tables.
     :param first_keys: the first differing keys, each `table kind [key]`.
@@ -122,13 +123,13 @@ class VerifyOutcome:
 
 def finished(store: StateStore, verify_id: str, repair: bool) -> bool:
     """Whether the run (and its repair, when `repair`) has nothing left for a process to do:
-    the run failed, or it is done without a repair asked, or with its repair recorded and every
-    dump of it finished. (A repair that stopped before it recorded anything is not finished:
-    its process ended, and the caller's timeout judges.)"""
+    the run failed or was cancelled, or it is done without a repair asked, or with its repair
+    recorded and every dump of it finished. (A repair that stopped before it recorded anything
+    is not finished: its process ended, and the caller's timeout judges.)"""
     status = store.verifies.status(verify_id)
-    if status is None or status.state is VerifyState.RUNNING:
+    if status is None or not status.state.finished:
         return False
-    if status.state is VerifyState.FAILED or not repair:
+    if status.state is not VerifyState.DONE or not repair:
         return True
     if status.repair_dumps is None:
         return False
