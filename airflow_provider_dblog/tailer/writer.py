@@ -40,6 +40,9 @@ from airflow_provider_dblog.outputs.base import Output
 from airflow_provider_dblog.tailer.metrics import output_failure
 from airflow_provider_dblog.tailer.settings import TailerSettings
 
+_WRITTEN: dict[type, bool] = {}
+"""Whether items of a type go to the output (events, runs of lines) or are marks."""
+
 STOP: Final = object()
 """The last item a session hands over when it ends cleanly: write what came before, then end."""
 
@@ -365,8 +368,11 @@ class Writer(threading.Thread):
         events: list[Event | Lines] = []
         marks: list[object] = []
         for item in items:
-            if isinstance(item, (Event, Lines)):
-                events.append(item)
+            written = _WRITTEN.get(type(item))
+            if written is None:  # once a type: `isinstance` of the `Event` ABC is a Python call
+                written = _WRITTEN[type(item)] = isinstance(item, (Event, Lines))
+            if written:
+                events.append(item)  # type: ignore[arg-type]
             else:
                 marks.append(item)
         if events:
