@@ -80,7 +80,7 @@ def status_json(store: StateStore) -> dict[str, JsonValue]:
         "tables": tables,
         "dumps": dumps,
         "verifies": [
-            run for v in store.verifies.ids() if (run := _verify_json(store, v)) is not None
+            run for v in store.verifies.ids() if (run := store.verifies.summary(v)) is not None
         ],
     }
 
@@ -115,33 +115,9 @@ def status_table(store: StateStore) -> str:
     return "\n".join(lines)
 
 
-def _verify_json(store: StateStore, verify_id: str) -> dict[str, JsonValue] | None:
-    """A verify run's state, its controls (a dump's) and its counts over all its tables
-    (`COUNTERS`); None if it has no status."""
-    status = store.verifies.status(verify_id)
-    if status is None:
-        return None
-    counts = store.verifies.counts(verify_id).values()
-    controls = store.verifies.controls(verify_id)
-    return {
-        "verify_id": verify_id,
-        "state": status.state.value,
-        "reason": status.reason,
-        "chunks": status.chunks,
-        "windows_retried": status.windows_retried,
-        "created_ms": status.created_ms,
-        "finished_ms": status.finished_ms,
-        "runner": store.verifies.runner(verify_id),
-        "controls": None if controls is None else controls.to_json(),
-        **{c: sum(per_table[c] for per_table in counts) for c in COUNTERS},
-        "removed": status.removed,
-        "repair_dumps": None if status.repair_dumps is None else list(status.repair_dumps),
-    }
-
-
 def _verify_lines(store: StateStore) -> list[str]:
     """A header and one aligned line per verify run; none without runs."""
-    runs = [run for v in store.verifies.ids() if (run := _verify_json(store, v)) is not None]
+    runs = [run for v in store.verifies.ids() if (run := store.verifies.summary(v)) is not None]
     if not runs:
         return []
     width = max([len("verify"), *(len(str(run["verify_id"])) for run in runs)])

@@ -365,6 +365,30 @@ return 0
     def ids(self) -> Sequence[str]:
         return [text(v) for v in self._r.lrange(self.keys.verifies, 0, -1)]
 
+    def summary(self, verify_id: str) -> dict[str, JsonValue] | None:
+        """A verify run as `dblog status --json` and the live view show it: its state, its
+        controls (a dump's) and its counts over all its tables (`COUNTERS`); None if it has no
+        status."""
+        status = self.status(verify_id)
+        if status is None:
+            return None
+        counts = self.counts(verify_id).values()
+        controls = self.controls(verify_id)
+        return {
+            "verify_id": verify_id,
+            "state": status.state.value,
+            "reason": status.reason,
+            "chunks": status.chunks,
+            "windows_retried": status.windows_retried,
+            "created_ms": status.created_ms,
+            "finished_ms": status.finished_ms,
+            "runner": self.runner(verify_id),
+            "controls": None if controls is None else controls.to_json(),
+            **{c: sum(per_table[c] for per_table in counts) for c in COUNTERS},
+            "removed": status.removed,
+            "repair_dumps": None if status.repair_dumps is None else list(status.repair_dumps),
+        }
+
 
 def _difference(item: list[JsonValue]) -> FoundDifference:
     table, kind, key = item

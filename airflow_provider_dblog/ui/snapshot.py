@@ -28,6 +28,7 @@ from airflow_provider_dblog.state import (
     StateStore,
     StateStoreUnavailable,
     TailerHealth,
+    VerifyStatus,
     WindowStatus,
 )
 
@@ -37,6 +38,8 @@ MAX_WINDOWS = 300
 MAX_DUMPS = 20
 """The most recent dumps listed; `dumps_total` counts them all, and an older one is listed
 apart (`pinned`) while a page of it is open (`pin`)."""
+MAX_VERIFIES = 10
+"""The most recent verify runs listed."""
 STALE_BEATS = 3
 """Heartbeats missed before the view says the tailer stopped (one may come late on a busy
 tailer; the heartbeat itself expires only after 30 s)."""
@@ -74,6 +77,8 @@ class LiveView:
         self.stale_after_ms = round(STALE_BEATS * heartbeat_s * 1000)
         self._windows: dict[str, WindowStatus] = {}
         self._dumps: dict[str, _CachedDump] = {}
+        self._verifies: dict[str, tuple[VerifyStatus, dict[str, JsonValue]]] = {}
+        """Finished verify runs' summaries, by the status they were read with."""
         self._paces: dict[tuple[str, TableRef], TablePace] = {}
         self._pins: Counter[str] = Counter()
         self._pins_lock = threading.Lock()
@@ -105,6 +110,7 @@ class LiveView:
             snapshot["dumps"], snapshot["pinned"], snapshot["dumps_total"] = self._dump_list(
                 now_ms, pins
             )
+            snapshot["verifies"] = self._verify_list()
         except StateStoreUnavailable as exc:
             snapshot["error"] = str(exc)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -163,6 +169,26 @@ class LiveView:
             key=lambda w: (w.registered_ms, w.window.window_id),
         )[-MAX_WINDOWS:]
         return [_window_json(w) for w in shown]
+
+    # -- verify runs ---------------------------------------------------------------------------
+
+    def _verify_list(self) -> list[JsonValue]:
+        """The most recent verify runs, newest first, as `dblog status --json` shows them; a
+        finished one read again only once its status changes (a run can be resumed)."""
+        runs: list[JsonValue] = []
+        for verify_id in list(reversed(self.store.verifies.ids()))[:MAX_VERIFIES]:
+            status = self.store.verifies.status(verify_id)
+            cached = self._verifies.get(verify_id)
+            if cached is not None and cached[0] == status:
+                runs.append(cached[1])
+                continue
+            summary = self.store.verifies.summary(verify_id)
+            if status is None or summary is None:
+                continue
+            if status.state.finished:
+                self._verifies[verify_id] = (status, summary)
+            runs.append(summary)
+        return runs
 
     # -- dumps ---------------------------------------------------------------------------------
 

@@ -71,6 +71,7 @@ function draw(snap) {
   drawCompaction(snap.compaction);
   drawWindows(snap.windows, snap.now_ms);
   drawDumps(snap);
+  drawVerifies(snap.verifies || []);
 }
 
 const tailerAlive = (tailer) => !!tailer && tailer.alive;
@@ -132,6 +133,24 @@ function drawTables(tailer) {
     flow($(".lane", line), previous[row.table], row);
     previous[row.table] = row;
   }
+}
+
+// Verify runs, newest first: one line each with the counts `dblog status` prints.
+const VERIFY_COUNTS = ["checked", "in_flux", "missing", "extra", "changed"];
+function drawVerifies(runs) {
+  const box = $("#verifies");
+  if (!runs.length) { box.textContent = "no verify runs"; return; }
+  const head = el("tr", {}, ...["verify", "state", "chunks", ...VERIFY_COUNTS, "repair"]
+    .map((name) => el("th", {}, name.replace("_", " "))));
+  const rows = runs.map((run) => {
+    const differs = run.missing + run.extra + run.changed > 0;
+    const repair = run.repair_dumps === null ? "" : `${num(run.removed)} removed; ${run.repair_dumps.join(", ") || "no key dumps"}`;
+    return el("tr", { class: `verify ${run.state}${differs ? " differs" : ""}`, "data-verify": run.verify_id },
+      el("td", {}, run.verify_id), el("td", { class: "state", title: run.reason || "" }, run.state),
+      el("td", {}, num(run.chunks)),
+      ...VERIFY_COUNTS.map((c) => el("td", { "data-count": c }, num(run[c]))), el("td", {}, repair));
+  });
+  box.replaceChildren(el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows)));
 }
 
 // Dots for what moved since the last snapshot: a sample, never more than MAX_DOTS_PER_S.

@@ -12,7 +12,8 @@ and a dump started meanwhile warns that no tailer runs; that dump fails, and is 
 the page (after cancel asked for confirmation on another) to done, its measured pace and ETA
 shown as it runs; a failed or cancelled dump offers that one way to resume and no other
 control, a done one none. A dump task's link from Airflow opens that dump alone, which links back to
-its DAG run; the list shows the most recent dumps, the rest behind "show more" and a count.
+its DAG run; the list shows the most recent dumps, the rest behind "show more" and a count. A
+verify run is listed with its counts, its differences marked.
 The last screenshot is kept (see `screenshots_dir`).
 """
 
@@ -31,6 +32,7 @@ import psycopg
 import pytest
 
 from airflow_provider_dblog.core.dump_plan import DumpKind, DumpRequest
+from airflow_provider_dblog.core.verify import ChunkVerdict, Difference
 from airflow_provider_dblog.demo.postgres import TABLES
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
@@ -446,6 +448,9 @@ def test_an_airflow_link_opens_its_dump_which_links_back_and_the_list_is_bounded
     operator = DBLogDumpOperator(task_id=key.task_id, dblog_conn_id="dblog_linked")
     link = DBLogLiveViewLink().get_link(operator, ti_key=key)
     assert link == f"{ui}/#dump={dump_id}"
+    store.verifies.create("v-page", {"tables": [str(accounts)], "chunk_size": CHUNK})
+    verdict = ChunkVerdict(39, 1, (((7,), Difference.CHANGED),))
+    store.verifies.chunk_done("v-page", accounts, {"after": [40]}, verdict)
 
     shots = screenshots_dir("ui-link-")
     with chromium(tmp_path) as page, _screenshot_on_failure(page, shots):
@@ -462,6 +467,11 @@ def test_an_airflow_link_opens_its_dump_which_links_back_and_the_list_is_bounded
         )
         assert page.evaluate("document.querySelectorAll('.dump').length") == 1
         assert page.evaluate(f"{card}.dataset.state") == "done"
+        row = "document.querySelector('#verifies tr[data-verify=\"v-page\"]')"
+        changed = page.wait(
+            f"{row}?.querySelector('[data-count=changed]')?.textContent", "the verify run"
+        )
+        assert changed == "1" and page.evaluate(f"{row}.className") == "verify running differs"
         page.screenshot(shots / "linked-dump.png")
 
         page.click("#dumps-note a.all")
