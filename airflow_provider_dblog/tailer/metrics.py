@@ -140,12 +140,20 @@ class TailerMetrics:
     """The metrics of one tailer, in a registry of its own.
 
     `backlog` returns the current reader's `LogBacklog`, or None when there is no reader (not
-    leading) or it cannot say; it is called once per scrape."""
+    leading) or it cannot say; it is called once per scrape. `served_with` are other families
+    the tailer's endpoint serves (the verify runs')."""
 
-    def __init__(self, stats: TailerStats, backlog: Callable[[], LogBacklog | None]) -> None:
+    def __init__(
+        self,
+        stats: TailerStats,
+        backlog: Callable[[], LogBacklog | None],
+        *served_with: Collector,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StatsCollector(stats, backlog))
         self.registry.register(stats.output_batch_seconds)
+        for collector in served_with:
+            self.registry.register(collector)
 
     def serve(self, address: str, port: int) -> WSGIServer:
         """Serve `/metrics` in a daemon thread until the returned server is shut down."""

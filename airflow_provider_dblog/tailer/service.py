@@ -38,6 +38,7 @@ from airflow_provider_dblog.state import FencedOut, StateStore, StateStoreUnavai
 from airflow_provider_dblog.tailer.metrics import TailerMetrics, TailerStats
 from airflow_provider_dblog.tailer.session import Leadership, Session, WriterStuck
 from airflow_provider_dblog.targets import open_output
+from airflow_provider_dblog.verify.metrics import VerifyCollector
 
 if TYPE_CHECKING:  # config.py reads TailerSettings from this package
     from airflow_provider_dblog.config import Config
@@ -84,7 +85,7 @@ class Tailer:
         """The current session's reader, which the metrics ask for the log backlog."""
         self._reload = threading.Event()
         self._next_source: Source | None = None
-        self.metrics = TailerMetrics(self.stats, self._log_backlog)
+        self.metrics = TailerMetrics(self.stats, self._log_backlog, VerifyCollector(store.verifies))
         self.acknowledged: int | None = None
         """The checkpoint when this tailer stopped leading on `stop`: the last position it
         acknowledged (None if it did not lead then), for the line `dblog tail` ends with."""

@@ -6,5 +6,6 @@
 - `request.py`: a validated verify request, refused before anything is stored;
 - `chunk.py`: one chunk, read on both sides between three points of the log;
 - `runner.py`: a run over its tables, chunks in flight up to its parallelism, obeying its
-  controls (a dump's), saved in the store as it goes.
+  controls (a dump's), saved in the store as it goes;
+- `metrics.py`: the recent runs' counts, served with the tailer's Prometheus metrics.
 """
