@@ -12,6 +12,7 @@ The sources spell their own coordinates: `sources/postgres/lsn.py`, `sources/mys
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _U64 = 1 << 64
@@ -29,6 +30,17 @@ class Position:
     def to_json(self) -> list[int]:
         return [self.commit, self.seq]
 
+    @staticmethod
+    def trusted(commit: int, seq: int) -> Position:
+        """`Position(commit, seq)` for values the caller knows are in range, a log reader's
+        commit and seq: without the range check and the frozen dataclass's `__init__` (which
+        sets each field through `object.__setattr__`), at half the cost. One is made per
+        change read, a visible share of a change's cost."""
+        position: Position = _new(Position)
+        _SET_COMMIT(position, commit)
+        _SET_SEQ(position, seq)
+        return position
+
     @classmethod
     def from_json(cls, value: object) -> Position:
         if (
@@ -38,3 +50,8 @@ class Position:
         ):
             raise ValueError(f"a position is [commit, seq] of two integers, got {value!r}")
         return cls(value[0], value[1])
+
+
+_new = object.__new__
+_SET_COMMIT: Callable[[Position, int], None] = Position.__dict__["commit"].__set__
+_SET_SEQ: Callable[[Position, int], None] = Position.__dict__["seq"].__set__

@@ -200,8 +200,6 @@ class _Table:
 
 
 _new = object.__new__
-_SET_COMMIT: Callable[[Position, int], None] = Position.__dict__["commit"].__set__
-_SET_SEQ: Callable[[Position, int], None] = Position.__dict__["seq"].__set__
 _SET_EVENT: Callable[[Change, Event], None] = Change.__dict__["event"].__set__
 """`Change(event)` for the events read from bytes, without the frozen dataclass's `__init__`."""
 
@@ -219,14 +217,9 @@ class _Transaction:
         """The origin of the last row event built (`origin`)."""
 
     def next_position(self) -> Position:
-        """The next change's position: seq 2n+1 for the n-th. Built without `Position`'s
-        checks, which a commit LSN read as an unsigned 64-bit integer and a positive seq always
-        pass (a row change takes one, so this is most of an event's cost after its row)."""
+        """The next change's position: seq 2n+1 for the n-th."""
         self.changes = changes = self.changes + 1
-        position: Position = _new(Position)
-        _SET_COMMIT(position, self.commit)
-        _SET_SEQ(position, 2 * changes - 1)
-        return position
+        return Position.trusted(self.commit, 2 * changes - 1)
 
     def origin(self, table: _Table, source: str, db: str) -> LogOrigin:
         """The `LogOrigin` of `table`'s row events in this transaction, made once a run of its
