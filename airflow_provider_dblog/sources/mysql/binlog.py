@@ -40,20 +40,19 @@ from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import LogBacklog, SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.mysql import events as ev
 from airflow_provider_dblog.sources.mysql.catalog import table_schema, table_shape
-from airflow_provider_dblog.sources.mysql.changes import (
+from airflow_provider_dblog.sources.mysql.changes import BinlogMapper, TableColumns
+from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
+from airflow_provider_dblog.sources.mysql.coordinates import binlog_file_number, mysql_commit
+from airflow_provider_dblog.sources.mysql.errors import cause, session_lost, source_errors
+from airflow_provider_dblog.sources.mysql.records import (
     Begin,
-    BinlogMapper,
     BinlogRecord,
     LogEnd,
     Query,
     RowKind,
     Rows,
-    TableColumns,
     Xid,
 )
-from airflow_provider_dblog.sources.mysql.config import MysqlSourceConfig
-from airflow_provider_dblog.sources.mysql.coordinates import binlog_file_number, mysql_commit
-from airflow_provider_dblog.sources.mysql.errors import cause, session_lost, source_errors
 from airflow_provider_dblog.sources.mysql.resume import (
     Acknowledgements,
     ResumePoint,

@@ -1,9 +1,10 @@
 """What binlog events mean for DBLog: binlog records in, log items out.
 
-No socket and no SQL: `binlog.py` (the transport) turns binlog events into the records below
-(a rows event stays its bytes, read by the row decoder compiled for its table map, `rows.py`),
-and the one catalog question, a captured table's columns and key, is asked through an
-injected `ColumnsLookup`; so the mapping is tested on records and event bytes built by hand.
+No socket and no SQL: `binlog.py` (the transport) turns binlog events into records
+(`records.py`: a rows event stays its bytes, read by the row decoder compiled for its table
+map, `rows.py`; a statement's text is read by `statements.py`), and the one catalog question,
+a captured table's columns and key, is asked through an injected `ColumnsLookup`; so the
+mapping is tested on records and event bytes built by hand.
 
 Positions are `[commit, seq]`. `commit` is the binlog file number << 32 | the offset of the
 transaction's FIRST event (its GTID event, or its BEGIN without GTIDs). The binlog holds each
@@ -31,12 +32,10 @@ it repeats. Changes carry schema_version 0: the tailer stamps versions.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from itertools import repeat
-from typing import NamedTuple, cast
+from typing import cast
 
 from airflow_provider_dblog.core.event import (
     EncodedLogEvent,
@@ -64,8 +63,17 @@ from airflow_provider_dblog.core.log import (
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError, UnknownTable
+from airflow_provider_dblog.sources.mysql import statements
 from airflow_provider_dblog.sources.mysql.catalog import ColumnInfo
-from airflow_provider_dblog.sources.mysql.events import RowsHead, TableMap
+from airflow_provider_dblog.sources.mysql.events import TableMap
+from airflow_provider_dblog.sources.mysql.records import (
+    Begin,
+    BinlogRecord,
+    Query,
+    RowKind,
+    Rows,
+    Xid,
+)
 from airflow_provider_dblog.sources.mysql.rows import (
     FloatSeen,
     ImageReader,
@@ -74,64 +82,6 @@ from airflow_provider_dblog.sources.mysql.rows import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class RowKind(Enum):
-    INSERT = "insert"
-    UPDATE = "update"
-    DELETE = "delete"
-
-
-@dataclass(frozen=True, slots=True)
-class Begin:
-    """A transaction's first event. `commit` is its file number << 32 | its offset.
-
-    `standalone` is MariaDB's GTID flag for a group of one statement without BEGIN/COMMIT
-    (DDL); None where the server does not say (MySQL): then a first query that is not BEGIN
-    makes the group standalone."""
-
-    commit: int
-    ts_ms: int
-    gtid: str | None = None
-    txid: int | None = None
-    standalone: bool | None = None
-
-
-class Rows(NamedTuple):
-    """One rows event as its bytes: its row images lie in `data` from `head.start` to `end`
-    (before the checksum), each read by the reader compiled for its table map. A named tuple,
-    as `RowsHead` is: one is made per rows event."""
-
-    kind: RowKind
-    head: RowsHead
-    data: bytes
-    end: int
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    """A QUERY event. `commit` is computed as for `Begin`, for a statement that starts a group
-    of its own (BEGIN without GTIDs, or DDL)."""
-
-    commit: int
-    ts_ms: int
-    schema: str
-    sql: str
-
-
-@dataclass(frozen=True, slots=True)
-class Xid:
-    """A transactional group committed."""
-
-
-@dataclass(frozen=True, slots=True)
-class LogEnd:
-    """A heartbeat: the server has sent everything up to `end` (file number << 32 | offset)."""
-
-    end: int
-
-
-BinlogRecord = Begin | TableMap | Rows | Query | Xid | LogEnd
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,13 +186,6 @@ _WATERMARK_COLUMNS = TableColumns(
 """The watermark table as `setup.ensure_setup` creates it: read without asking the catalog."""
 
 
-_BEGIN = re.compile(r"\s*BEGIN\s*;?\s*$", re.IGNORECASE)
-_END = re.compile(r"\s*(COMMIT|ROLLBACK)\s*;?\s*$", re.IGNORECASE)
-_DDL = re.compile(r"\s*(ALTER|CREATE|DROP|RENAME)\b", re.IGNORECASE)
-_NAME = r"(`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
-_TRUNCATE = re.compile(
-    rf"\s*TRUNCATE\s+(?:TABLE\s+)?{_NAME}(?:\s*\.\s*{_NAME})?\s*;?\s*$", re.IGNORECASE
-)
 _WATERMARK_VALUE = "value"
 _FLOATING = frozenset(("float", "double", "json"))
 """Catalog types whose values may hold floats, which msgspec spells otherwise than `json`."""
@@ -320,12 +263,12 @@ class BinlogMapper:
 
     def _query(self, query: Query) -> Iterator[LogItem]:
         transaction = self._transaction
-        if _BEGIN.match(query.sql):
+        if statements.is_begin(query.sql):
             if transaction is None:
                 transaction = self._transaction = _Transaction(Begin(query.commit, query.ts_ms))
             transaction.began = True
             return
-        if _END.match(query.sql):
+        if statements.is_end(query.sql):
             yield from self._end()
             return
         if transaction is None:  # a statement of its own, without GTIDs
@@ -340,21 +283,16 @@ class BinlogMapper:
     def _statement(self, transaction: _Transaction, query: Query) -> Iterator[LogItem]:
         """A statement logged as text (DDL, in ROW format)."""
         begin = transaction.begin
-        truncated = _TRUNCATE.match(query.sql)
-        if truncated:
-            first, second = truncated.groups()
-            if second:
-                table = TableRef(_unquote(first), _unquote(second))
-            else:
-                table = TableRef(query.schema, _unquote(first))
-            if table in self._captured:
+        truncated = statements.truncated(query.sql, query.schema)
+        if truncated is not None:
+            if truncated in self._captured:
                 position = transaction.next_position()
-                yield Truncate(table, position, begin.txid, begin.ts_ms)
+                yield Truncate(truncated, position, begin.txid, begin.ts_ms)
             return
-        if not _DDL.match(query.sql):
+        if not statements.is_ddl(query.sql):
             return
         for table in sorted(self._captured):
-            if not _names(query.sql, table):
+            if not statements.names(query.sql, table):
                 continue
             known = self._tables.get(table)
             if known is not None:
@@ -671,13 +609,3 @@ def _change(
 
 def _keyless(ref: TableRef, key: tuple[str, ...]) -> SourceError:
     return SourceError(f"{ref}: a binlog row image without its primary-key columns {key}")
-
-
-def _unquote(name: str) -> str:
-    return name[1:-1].replace("``", "`") if name.startswith("`") else name
-
-
-def _names(sql: str, table: TableRef) -> bool:
-    """Whether `sql` names `table` (quoted or not, qualified or not)."""
-    name = re.escape(table.name)
-    return re.search(rf"(?<![\w$]){name}(?![\w$])|`{name}`", sql, re.IGNORECASE) is not None

@@ -8,7 +8,7 @@ import struct
 from collections.abc import Sequence
 
 from airflow_provider_dblog.sources.mysql import events as ev
-from airflow_provider_dblog.sources.mysql.changes import RowKind, Rows
+from airflow_provider_dblog.sources.mysql.records import RowKind, Rows
 
 INT = ev.TYPE_LONG
 VARCHAR = ev.TYPE_VARCHAR

@@ -25,19 +25,18 @@ from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.sources.base import NoPrimaryKey, SourceError, UnknownTable
 from airflow_provider_dblog.sources.mysql.catalog import ColumnInfo
-from airflow_provider_dblog.sources.mysql.changes import (
+from airflow_provider_dblog.sources.mysql.changes import BinlogMapper, TableColumns
+from airflow_provider_dblog.sources.mysql.coordinates import mysql_commit
+from airflow_provider_dblog.sources.mysql.events import TableMap
+from airflow_provider_dblog.sources.mysql.records import (
     Begin,
-    BinlogMapper,
     BinlogRecord,
     LogEnd,
     Query,
     RowKind,
     Rows,
-    TableColumns,
     Xid,
 )
-from airflow_provider_dblog.sources.mysql.coordinates import mysql_commit
-from airflow_provider_dblog.sources.mysql.events import TableMap
 from airflow_provider_dblog.sources.mysql.resume import (
     Acknowledgements,
     ResumePoint,
