@@ -309,7 +309,7 @@ def test_chunks_of_one_table_are_in_flight_together_each_in_its_own_windows(
 
     def open_slot() -> Slot:
         reader = target_reader_for(config, "output")
-        return Slot(sources.chunk_source(), Gathering(reader, gathered))  # type: ignore[arg-type]
+        return Slot(sources.chunk_source(), Gathering(reader, gathered))
 
     assert run_verify(store, open_slot, request) is VerifyState.DONE
     assert len(open_windows) == 1 and len(open_windows[0]) >= 6, open_windows
