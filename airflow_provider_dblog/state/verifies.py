@@ -212,10 +212,10 @@ return 1
         )
 
     @reachable
-    def mark(self, verify_id: str, state: VerifyState, reason: str = "") -> bool:
+    def mark(self, verify_id: str, state: VerifyState) -> bool:
         """The runner reports the run's state (running, paused); False once it has finished."""
         status = self.keys.verify_part(verify_id, "status")
-        return bool(self._eval(MARK_STATE, keys=[status], args=[state.value, reason]) == 1)
+        return bool(self._eval(MARK_STATE, keys=[status], args=[state.value, ""]) == 1)
 
     # KEYS: status, controls. 1 when a failed or cancelled run is running again.
     _REOPEN = (
@@ -262,6 +262,7 @@ return 1
 """
     )
 
+    @reachable
     def cancel(self, verify_id: str) -> bool:
         """Ask the run to stop for good after the chunks in flight; a run no process runs (its
         process died) is cancelled at once. False if it has finished."""
