@@ -6,7 +6,9 @@ A run paused from another process verifies no chunk until resumed and shows as p
 throttle changes its chunk size and rate; a cancelled run ends cancelled in one line, its
 Airflow trigger, operator and sensor saying so without a retry, and resumes when run again; a
 run of several chunks in flight, killed and resumed, counts each key once; those chunks are in
-flight together, each in windows of its own."""
+flight together, each in windows of its own. In the store alone: a run no process runs is
+cancelled at once, one a process runs when that process sees it, and a cancelled run reopened
+runs again with its pause and cancel cleared."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import json
 import math
 import subprocess
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -316,3 +319,28 @@ def test_chunks_of_one_table_are_in_flight_together_each_in_its_own_windows(
     counted = store.verifies.counts("together")[dbs.table("accounts")]
     assert counted["checked"] == len(keys_of(dbs, dbs.table("accounts")))
     assert (counted["in_flux"], counted["changed"]) == (0, 1), counted
+
+
+def test_a_run_no_process_runs_is_cancelled_at_once(redis_server: RedisInfo) -> None:
+    store = StateStore(redis_server.client(), f"test-{uuid.uuid4().hex[:12]}")
+    store.verifies.create("idle", {"chunk_size": 10})
+    store.verifies.create("claimed", {"chunk_size": 10})
+    store.verifies.create("bare", {})  # stored without controls
+    assert store.verifies.claim("claimed", "host:1", 60_000) is None
+
+    assert store.verifies.pause("idle") and store.verifies.cancel("idle")
+    idle = store.verifies.status("idle")
+    assert idle is not None and idle.state is VerifyState.CANCELLED
+    assert idle.reason == "cancelled while no process ran it"
+    assert not store.verifies.pause("idle"), "a finished run takes no control"
+    assert store.verifies.cancel("claimed")
+    claimed = store.verifies.status("claimed")
+    assert claimed is not None and claimed.state is VerifyState.RUNNING, "its process ends it"
+    assert not store.verifies.throttle("bare", delay_ms=5)
+    assert not store.verifies.cancel("nope")
+
+    assert store.verifies.reopen("idle") and not store.verifies.reopen("claimed")
+    reopened = store.verifies.status("idle")
+    assert reopened is not None and reopened.state is VerifyState.RUNNING
+    controls = store.verifies.controls("idle")
+    assert controls is not None and not controls.paused and not controls.cancelled
