@@ -26,7 +26,8 @@ catalog has them then (a repeat is cheap: the tailer emits only real changes, an
 windows a change falls in, so a chunk never mixes old and new columns). Tables are described
 only there, never at the first rows a reader happens to meet: an item's position must not
 depend on where a reader started, or a replay after a restart would not repeat the positions
-it repeats. Changes carry schema_version 0: the tailer stamps versions.
+it repeats. Row events carry their table's version as the tailer numbers it
+(`schema_versions`); their lines are spelled by `core.envelope`.
 """
 
 from __future__ import annotations
@@ -37,20 +38,9 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import cast
 
-from airflow_provider_dblog.core.event import (
-    EncodedLogEvent,
-    Event,
-    LogOrigin,
-    Op,
-    Row,
-    TableRef,
-)
-from airflow_provider_dblog.core.event_codec import (
-    log_line_format,
-    plain_row_encoder,
-    row_json_encoder,
-)
-from airflow_provider_dblog.core.lines import LogLines
+from airflow_provider_dblog.core.envelope import TableLines
+from airflow_provider_dblog.core.event import LogOrigin, Op, Row, TableRef
+from airflow_provider_dblog.core.event_codec import plain_row_encoder, row_json_encoder
 from airflow_provider_dblog.core.log import (
     Change,
     Idle,
@@ -112,40 +102,6 @@ class _Transaction:
         return position
 
 
-@dataclass(frozen=True, slots=True)
-class _Lines:
-    """What every row event of one table in one transaction shares: its origin, and its line
-    as a `%` format of key, before and after JSON and seq for each operation (the
-    transaction's commit, txid and time and the table's schema version spelled in once)."""
-
-    transaction: _Transaction
-    origin: LogOrigin
-    version: int
-    formats: dict[Op, bytes]
-
-    @classmethod
-    def of(cls, transaction: _Transaction, origin: LogOrigin, version: int) -> _Lines:
-        spelled = b'],"origin":"log","dump_id":null,"window_id":null,"txid":%b,"ts_ms":%d}' % (
-            origin.txid_json,
-            origin.ts_ms,
-        )
-        spelled += b',"schema_version":%d}\n' % version
-        tail = b"%d,%%d" % transaction.begin.commit + spelled.replace(b"%", b"%%")
-        formats = {}
-        for op in (Op.CREATE, Op.UPDATE, Op.DELETE):
-            line = log_line_format(op, origin.name, origin.db, origin.table)
-            if not line.endswith(_LINE_END):
-                raise AssertionError("log_line_format no longer ends as the binlog mapper expects")
-            formats[op] = line[: -len(_LINE_END)] + tail
-        return cls(transaction, origin, version, formats)
-
-
-_LINE_END = (
-    b'%d,%d],"origin":"log","dump_id":null,"window_id":null,"txid":%b,"ts_ms":%d}'
-    b',"schema_version":%d}\n'
-)
-_new = object.__new__
-_SET_EVENT: Callable[[Change, Event], None] = Change.__dict__["event"].__set__
 _CREATE, _UPDATE, _DELETE = Op.CREATE, Op.UPDATE, Op.DELETE
 """`Op`'s members as globals: read off the enum class, each costs about a thousand machine
 instructions, a fiftieth of a row's whole decoding."""
@@ -160,6 +116,8 @@ class _Table:
     columns: TableColumns | None
     """None once a statement may have changed the table: asked of the catalog again."""
     table_map: TableMap
+    lines: TableLines
+    """How its events are spelled."""
     key: tuple[str, ...] = ()
     plain: bool = False
     """Every value its images hold is a str, an int, None or a JSON document of those unless
@@ -172,8 +130,9 @@ class _Table:
     is_watermark: bool = False
     readers: dict[bytes, ImageReader] = field(default_factory=dict)
     """The compiled reader of each bitmap of present columns met (one, with FULL images)."""
-    lines: _Lines | None = None
-    """The line formats of the transaction that last changed it."""
+    shared: tuple[_Transaction, LogOrigin, int] | None = None
+    """The transaction that last changed it, with the origin and schema version its events
+    share there (a version changes only at DDL, a transaction of its own on MySQL)."""
 
 
 _WATERMARK_COLUMNS = TableColumns(
@@ -325,8 +284,9 @@ class BinlogMapper:
             return
         known = self._tables.get(ref)
         if known is None or known.shape != table_map.shape:
+            lines = TableLines(self._source, self._db, ref)
             known = self._tables[ref] = _Table(
-                ref, table_map.shape, None, table_map, is_watermark=ref == self._watermark
+                ref, table_map.shape, None, table_map, lines, is_watermark=ref == self._watermark
             )
         self._maps[table_map.table_id] = known
 
@@ -404,13 +364,12 @@ class BinlogMapper:
         if table.is_watermark:
             return self._watermarks(transaction, table, record)
         ref, data, end, pos = table.ref, record.data, record.end, head.start
-        lines = table.lines
-        if lines is None or lines.transaction is not transaction:
-            # A schema version changes only at DDL, a transaction of its own on MySQL: the
-            # table's version is asked once a transaction.
-            begin, version = transaction.begin, self.schema_versions.get(ref, 0)
+        shared = table.shared
+        if shared is None or shared[0] is not transaction:
+            begin = transaction.begin
             origin = LogOrigin(self._source, self._db, ref, begin.txid, begin.ts_ms)
-            lines = table.lines = _Lines.of(transaction, origin, version)
+            shared = table.shared = (transaction, origin, self.schema_versions.get(ref, 0))
+        _, origin, version = shared
         # The one loop a row: each image read, its row and key kept; the rest a C-level pass.
         floats = table.floats
         floats.seen = False
@@ -436,7 +395,7 @@ class BinlogMapper:
         elif pos < end:
             row, key, pos = read(data, pos)
             if pos == end:  # one row (most OLTP statements): a `Change`, costs least
-                return [self._one_row(transaction, table, lines, record.kind, row, key)]
+                return [self._one_row(transaction, table, origin, version, record.kind, row, key)]
             add_row(row)
             add_key(key)
             while pos < end:
@@ -451,41 +410,40 @@ class BinlogMapper:
             return []
         spell_row = self._spell if floats.seen else table.spell
         keyed = cast(list[Row], keys)
-        if record.kind is RowKind.UPDATE and old_keys != keys:
-            return self._key_changes(
-                transaction, lines, spell_row, table.spell_key, old_keys, rows, keyed, afters
-            )
-        commit, first = transaction.begin.commit, transaction.seq
-        seqs = range(first, first + len(rows))
-        keys_json = map(table.spell_key, keyed)
-        if record.kind is RowKind.INSERT:
-            op, befores, after_rows = _CREATE, None, rows
-            parts = zip(keys_json, repeat(b"null"), map(spell_row, rows), seqs)
-        elif record.kind is RowKind.DELETE:
-            op, befores, after_rows = _DELETE, rows, None
-            parts = zip(keys_json, map(spell_row, rows), repeat(b"null"), seqs)
-        else:
+        if record.kind is RowKind.UPDATE:
+            if len(rows) == 1 or old_keys != keys:
+                return self._updates(
+                    transaction, table, origin, version, spell_row, old_keys, rows, keyed, afters
+                )
             op, befores, after_rows = _UPDATE, rows, afters
-            parts = zip(keys_json, map(spell_row, rows), map(spell_row, afters), seqs, strict=True)
-        origin, version, line_format = lines.origin, lines.version, lines.formats[op]
-        if len(rows) == 1:  # most OLTP statements: a `Change` costs less than a run of one
-            (values,) = parts
-            at = transaction.next_position()
-            first_before = None if befores is None else befores[0]
-            first_after = None if after_rows is None else after_rows[0]
-            line = line_format % values
-            return [_change(line, op, keyed[0], first_before, first_after, at, origin, version)]
-        transaction.seq = seqs.stop
-        line = b"".join(map(line_format.__mod__, parts))
+        elif record.kind is RowKind.INSERT:
+            op, befores, after_rows = _CREATE, None, rows
+        else:
+            op, befores, after_rows = _DELETE, rows, None
+        first = transaction.seq
+        transaction.seq += len(rows)
         return [
-            LogLines(origin, version, op, commit, first, seqs[-1], keyed, befores, after_rows, line)
+            table.lines.run(
+                op,
+                transaction.begin.commit,
+                first,
+                keyed,
+                befores,
+                after_rows,
+                map(table.spell_key, keyed),
+                repeat(b"null") if befores is None else map(spell_row, befores),
+                repeat(b"null") if after_rows is None else map(spell_row, after_rows),
+                origin,
+                version,
+            )
         ]
 
     def _one_row(
         self,
         transaction: _Transaction,
         table: _Table,
-        lines: _Lines,
+        origin: LogOrigin,
+        version: int,
         kind: RowKind,
         row: Row,
         key: Row | None,
@@ -494,39 +452,82 @@ class BinlogMapper:
         if key is None:
             raise _keyless(table.ref, table.key)
         spell = self._spell if table.floats.seen else table.spell
-        at = transaction.next_position()
-        origin, version, formats = lines.origin, lines.version, lines.formats
+        key_json, row_json, at = table.spell_key(key), spell(row), transaction.next_position()
         if kind is RowKind.INSERT:
-            line = formats[_CREATE] % (table.spell_key(key), b"null", spell(row), at.seq)
-            return _change(line, _CREATE, key, None, row, at, origin, version)
-        line = formats[_DELETE] % (table.spell_key(key), spell(row), b"null", at.seq)
-        return _change(line, _DELETE, key, row, None, at, origin, version)
+            return table.lines.change(
+                _CREATE, key, None, row, key_json, b"null", row_json, at, origin, version
+            )
+        return table.lines.change(
+            _DELETE, key, row, None, key_json, row_json, b"null", at, origin, version
+        )
 
-    def _key_changes(
-        self,
+    @staticmethod
+    def _updates(
         transaction: _Transaction,
-        lines: _Lines,
+        table: _Table,
+        origin: LogOrigin,
+        version: int,
         spell: Callable[[Row], bytes],
-        spell_key: Callable[[Row], bytes],
         old_keys: list[Row | None],
         befores: list[Row],
         keys: list[Row],
         afters: list[Row],
     ) -> list[LogItem]:
-        """An update rows event that changes a key: a `Change` a row, each row that changes
-        its key a delete of the old key, then a create of the new one."""
-        origin, version, update = lines.origin, lines.version, lines.formats[Op.UPDATE]
+        """An update rows event of one row, or one that changes a key, as a `Change` a row: a
+        row that changes its key as a delete of the old key, then a create of the new one (a
+        `Change` costs less than a run of one)."""
+        lines, spell_key = table.lines, table.spell_key
         items: list[LogItem] = []
         for old_key, before, key, after in zip(old_keys, befores, keys, afters, strict=True):
             assert old_key is not None
-            if old_key != key:
-                items += self._key_change(
-                    transaction, lines, spell, spell_key, old_key, before, key, after
+            before_json, after_json = spell(before), spell(after)
+            if old_key == key:
+                at = transaction.next_position()
+                items.append(
+                    lines.change(
+                        _UPDATE,
+                        key,
+                        before,
+                        after,
+                        spell_key(key),
+                        before_json,
+                        after_json,
+                        at,
+                        origin,
+                        version,
+                    )
                 )
                 continue
             at = transaction.next_position()
-            line = update % (spell_key(key), spell(before), spell(after), at.seq)
-            items.append(_change(line, _UPDATE, key, before, after, at, origin, version))
+            items.append(
+                lines.change(
+                    _DELETE,
+                    old_key,
+                    before,
+                    None,
+                    spell_key(old_key),
+                    before_json,
+                    b"null",
+                    at,
+                    origin,
+                    version,
+                )
+            )
+            at = transaction.next_position()
+            items.append(
+                lines.change(
+                    _CREATE,
+                    key,
+                    None,
+                    after,
+                    spell_key(key),
+                    b"null",
+                    after_json,
+                    at,
+                    origin,
+                    version,
+                )
+            )
         return items
 
     def _spellers(self, table: _Table) -> tuple[Callable[[Row], bytes], Callable[[Row], bytes]]:
@@ -560,51 +561,6 @@ class BinlogMapper:
         if pos != end:
             raise SourceError(f"binlog: a rows event of {table.ref} does not end where its rows do")
         return items
-
-    @staticmethod
-    def _key_change(
-        transaction: _Transaction,
-        lines: _Lines,
-        spell: Callable[[Row], bytes],
-        spell_key: Callable[[Row], bytes],
-        old_key: Row,
-        before: Row,
-        key: Row,
-        after: Row,
-    ) -> Iterator[Change]:
-        """An update of the key: a delete of the old key, then a create of the new one."""
-        origin, version = lines.origin, lines.version
-        position = transaction.next_position()
-        line = lines.formats[Op.DELETE] % (
-            spell_key(old_key),
-            spell(before),
-            b"null",
-            position.seq,
-        )
-        yield _change(line, Op.DELETE, old_key, before, None, position, origin, version)
-        position = transaction.next_position()
-        line = lines.formats[Op.CREATE] % (
-            spell_key(key),
-            b"null",
-            spell(after),
-            position.seq,
-        )
-        yield _change(line, Op.CREATE, key, None, after, position, origin, version)
-
-
-def _change(
-    line: bytes,
-    op: Op,
-    key: Row,
-    before: Row | None,
-    after: Row | None,
-    position: Position,
-    origin: LogOrigin,
-    version: int,
-) -> Change:
-    change: Change = _new(Change)
-    _SET_EVENT(change, EncodedLogEvent(line, op, key, before, after, position, origin, version))
-    return change
 
 
 def _keyless(ref: TableRef, key: tuple[str, ...]) -> SourceError:

@@ -5,7 +5,7 @@ the nullability, defaults and primary key pgoutput does not send), is asked thro
 `RelationLookup`, so the mapping is tested on bytes without a server (`replication.py` is the
 transport that feeds it). `map_bytes` takes a message's bytes: it reads an insert, update or
 delete of a captured table straight from them (with the table's `tuples.TupleReader`), with its
-event's encoded line (`EncodedLogEvent`), and decodes any other
+event's line (`core.envelope`), and decodes any other
 message, or a row change that reading declines (an unchanged TOAST value, a changed key), with
 `pgoutput.decode` for `map`; the two give the same items (tests/unit/sources/postgres).
 
@@ -40,9 +40,8 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
+from airflow_provider_dblog.core.envelope import TableLines
 from airflow_provider_dblog.core.event import (
-    EncodedLogEvent,
-    Event,
     JsonValue,
     LogOrigin,
     Op,
@@ -52,11 +51,7 @@ from airflow_provider_dblog.core.event import (
     SourceInfo,
     TableRef,
 )
-from airflow_provider_dblog.core.event_codec import (
-    log_line_format,
-    plain_row_encoder,
-    row_json_encoder,
-)
+from airflow_provider_dblog.core.event_codec import plain_row_encoder, row_json_encoder
 from airflow_provider_dblog.core.log import (
     Change,
     LogItem,
@@ -103,10 +98,7 @@ class _Table:
     identity_names: tuple[str, ...] | None
     """The replica identity's columns, what a key-only ('K') old tuple is read as; None when
     they do not hold the whole key (that tuple is then read the general way)."""
-    create_line: bytes
-    """`log_line_format` of the table's inserts; `update_line` and `delete_line` likewise."""
-    update_line: bytes
-    delete_line: bytes
+    lines: TableLines
     plain_json: Callable[[Row], bytes] | None
     """Spells its rows and keys when every column is text or an integer (`plain_row_encoder`:
     they hold str, int and None only); None otherwise, or without msgspec."""
@@ -144,9 +136,7 @@ class _Table:
             TupleReader(names, parsers, key_indexes),
             reads_bytes,
             identity_names if set(key_columns) <= set(identity_names) else None,
-            log_line_format(Op.CREATE, source, db, ref),
-            log_line_format(Op.UPDATE, source, db, ref),
-            log_line_format(Op.DELETE, source, db, ref),
+            TableLines(source, db, ref),
             plain_row_encoder() if all(p is None or p is int for p in parsers) else None,
         )
 
@@ -197,11 +187,6 @@ class _Table:
             else:
                 raise SourceError(f"{self.ref}: a change without primary-key column {name!r}")
         return key
-
-
-_new = object.__new__
-_SET_EVENT: Callable[[Change, Event], None] = Change.__dict__["event"].__set__
-"""`Change(event)` for the events read from bytes, without the frozen dataclass's `__init__`."""
 
 
 class _Transaction:
@@ -356,15 +341,15 @@ class ChangeMapper:
         tag, marker, end = data[start], data[start + 5], len(data)
         if marker == _NEW_TUPLE:  # an insert, or an update under the default identity
             if tag == _INSERT:
-                op, line = Op.CREATE, table.create_line
+                op = Op.CREATE
             elif tag == _UPDATE:
-                op, line = Op.UPDATE, table.update_line
+                op = Op.UPDATE
             else:
                 return None
             new = read(data, start + 6)
             if new is None or new[2] != end:
                 return None
-            return self._encoded(table, transaction, op, line, new[1], None, new[0])
+            return self._encoded(table, transaction, op, new[1], None, new[0])
         identity = None
         if marker == _OLD_KEY:
             if (identity := table.identity_names) is None:
@@ -383,13 +368,9 @@ class ChangeMapper:
             new = read(data, at + 1)
             if new is None or new[2] != end or new[1] != key:
                 return None
-            return self._encoded(
-                table, transaction, Op.UPDATE, table.update_line, key, before, new[0]
-            )
+            return self._encoded(table, transaction, Op.UPDATE, key, before, new[0])
         if tag != _INSERT and at == end:
-            return self._encoded(
-                table, transaction, Op.DELETE, table.delete_line, key, before, None
-            )
+            return self._encoded(table, transaction, Op.DELETE, key, before, None)
         return None
 
     def _encoded(
@@ -397,13 +378,12 @@ class ChangeMapper:
         table: _Table,
         transaction: _Transaction,
         op: Op,
-        line: bytes,
         key: Row,
         before: Row | None,
         after: Row | None,
     ) -> Change | None:
-        """The change read from bytes, with its line filled from `line` (`log_line_format` of
-        `op`); None when a value cannot be spelled (the general way raises it then)."""
+        """The change read from bytes, with its line; None when a value cannot be spelled (the
+        general way raises it then)."""
         spell = table.plain_json
         if spell is None:
             spell = self._spell
@@ -419,31 +399,9 @@ class ChangeMapper:
         if origin is None or origin.table is not table.ref:
             origin = transaction.origin(table, self._source, self._db)
         version = self.schema_versions.get(table.ref, 0)
-        change: Change = _new(Change)
-        _SET_EVENT(
-            change,
-            EncodedLogEvent(
-                line
-                % (
-                    key_json,
-                    before_json,
-                    after_json,
-                    position.commit,
-                    position.seq,
-                    origin.txid_json,
-                    origin.ts_ms,
-                    version,
-                ),
-                op,
-                key,
-                before,
-                after,
-                position,
-                origin,
-                version,
-            ),
+        return table.lines.change(
+            op, key, before, after, key_json, before_json, after_json, position, origin, version
         )
-        return change
 
     def _open(self, what: str) -> _Transaction:
         if self._transaction is None:
