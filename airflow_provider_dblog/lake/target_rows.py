@@ -1,5 +1,6 @@
 """The lake as a verified target (`verify.reader.TargetReader`): a lake table's rows of a chunk's
-key range or key list, and whether the lake has folded the log through a chunk's hw.
+key range or key list, and whether the lake has folded the log through a chunk's hw. A chunk's
+rows are cut from the table's in Arrow, which is read again only once a commit changed it.
 
 Both sides are hashed as the lake holds rows. The source's rows (the converters' JSON) are
 turned into the table's Arrow types by the lake's own conversion (`LakeSchema.values_to_arrow`,
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import QueryBuilder
 
 from airflow_provider_dblog.core.dump_plan import Chunk
@@ -61,6 +63,9 @@ class LakeRows:
         self._event_sizes = event_sizes
         self._schemas: dict[TableRef, LakeSchema] = {}
         self._awaited: tuple[Position, Mapping[str, int]] | None = None
+        self._read: dict[TableRef, tuple[tuple[int, int], pa.Table]] = {}
+        """Each table's rows as last read, with the table's id and version: a chunk of a table
+        that no commit changed since is cut from them."""
 
     @property
     def name(self) -> str:
@@ -98,7 +103,8 @@ class LakeRows:
         wanted = _in_chunk(schema, chunk, matching)
         spell = [KEY_KINDS[c.kind] for c in (schema.column(n) for n in key) if c is not None]
         found = {}
-        for row in lake.rows().select(list(schema.names)).to_pylist():
+        near = self._rows(lake, chunk.table, schema).filter(_near(schema, chunk))
+        for row in near.to_pylist():
             stored = tuple(row[name] for name in key)
             if wanted(stored):
                 found[tuple(s(v) for s, v in zip(spell, stored, strict=True))] = _hash(row)
@@ -115,7 +121,15 @@ class LakeRows:
         return all(consumed.get(name, 0) >= size for name, size in self._awaited[1].items())
 
     def close(self) -> None:
-        pass
+        self._read.clear()
+
+    def _rows(self, lake: LakeTable, table: TableRef, schema: LakeSchema) -> pa.Table:
+        """The table's current rows, read again only when its version moved on."""
+        version = (lake.delta.metadata().id, lake.version)
+        read = self._read.get(table)
+        if read is None or read[0] != version:
+            read = self._read[table] = (version, lake.rows().select(list(schema.names)))
+        return read[1]
 
     def _schema(self, table: TableRef) -> LakeSchema:
         schema = self._schemas.get(table)
@@ -157,6 +171,26 @@ def _in_chunk(
         return matching is None or values in matching
 
     return wanted
+
+
+def _near(schema: LakeSchema, chunk: Chunk) -> pc.Expression:
+    """The rows whose first key column lies within the chunk's key range or among its keys':
+    a superset of the chunk's rows that Arrow finds without a Python object a row (it orders
+    strings by their UTF-8 bytes, which is code point order; `_in_chunk` then decides)."""
+    first = schema.key[0]
+    column = pc.field(first)
+
+    def stored(keys: Sequence[Key]) -> pa.ChunkedArray:
+        return schema.keys_to_arrow(keys, schema.key).column(first)
+
+    if chunk.keys is not None:
+        return column.isin(stored(chunk.keys).combine_chunks())
+    near = pc.scalar(True)
+    if chunk.after is not None:
+        near = near & (column >= stored([chunk.after])[0])
+    if chunk.upto is not None:
+        near = near & (column <= stored([chunk.upto])[0])
+    return near
 
 
 def _matching(lake: LakeTable, where: str) -> set[tuple[Any, ...]]:
