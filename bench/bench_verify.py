@@ -17,7 +17,7 @@ import contextlib
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,11 +70,13 @@ def verify_line(label: str, run: VerifyRun, rows: int) -> str:
     )
 
 
-def postgres_part(env: Env, report: Report, rows: int, rate: int) -> dict[str, float]:
+def postgres_part(
+    env: Env, report: Report, rows: int, rate: int, py_spy: str | None
+) -> dict[str, float]:
     """The SQL target: equal, corrupted and repaired, under writes; reladiff and the dumps
     beside. The rows/s and seconds the ratios need."""
     target_dsn = env.pg.dsn.rsplit("/", 1)[0] + "/vtarget"
-    deployment = Deployment(env, "vsql", lake=False)
+    deployment = Deployment(env, "vsql", lake=False, py_spy=py_spy)
     try:
         step("filling the SQL target: a sequenced dump through the tailer")
         fill = deployment.dump(mode="sequenced", chunk_size=CHUNK_SIZE)
@@ -94,7 +96,12 @@ def postgres_part(env: Env, report: Report, rows: int, rate: int) -> dict[str, f
         report.row("reladiff, equal", seconds, "", str(len(found)))
         direct = deployment.dump(mode="direct")
         report.figure(f"V1d direct dump: {rows / direct:.0f} rows/s ({direct:.1f} s)")
-        report.row("direct dump (the read ceiling)", direct)
+        report.row("direct dump", direct)
+        read = deployment.read_rate(CHUNK_SIZE)
+        report.figure(
+            f"V1c read ceiling: {read:.0f} rows/s (the table read in chunks of {CHUNK_SIZE})"
+        )
+        report.row("read ceiling (one side)", rows / read)
 
         step("0.1% of the target corrupted")
         corruption = Corruption.pick(rows, seed=1)
@@ -152,15 +159,16 @@ def postgres_part(env: Env, report: Report, rows: int, rate: int) -> dict[str, f
         "verify": rows / equal.seconds,
         "reladiff": rel_rate,
         "direct": rows / direct,
+        "read": read,
         "repair_s": repaired.seconds,
         "redump_s": redump,
         "wrong": wrong,
     }
 
 
-def lake_part(env: Env, report: Report, rows: int, rate: int) -> None:
+def lake_part(env: Env, report: Report, rows: int, rate: int, py_spy: str | None) -> None:
     """The lake: filled by a direct dump, equal, corrupted through deltalake, under writes."""
-    deployment = Deployment(env, "vlake", lake=True)
+    deployment = Deployment(env, "vlake", lake=True, py_spy=py_spy)
     try:
         step("filling the lake: a direct dump")
         fill = deployment.dump(mode="direct")
@@ -195,14 +203,32 @@ def lake_part(env: Env, report: Report, rows: int, rate: int) -> None:
         deployment.close()
 
 
+@contextlib.contextmanager
+def kept_or_temporary(keep: str | None) -> Iterator[str]:
+    if keep is not None:
+        Path(keep).mkdir(parents=True)
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix="dblog-bench-verify-") as tmp:
+        yield tmp
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="20,000 rows, 100 updates/s")
     parser.add_argument("--big", action="store_true", help="5,000,000 rows")
+    parser.add_argument("--rows", type=int, help="rows in the table (default 1,000,000)")
     parser.add_argument("--rate", type=int, help="updates/s the write load commits (default 500)")
     parser.add_argument("--only", help=f"some parts, comma-separated: {', '.join(PARTS)}")
+    parser.add_argument(
+        "--py-spy",
+        metavar="PATH",
+        help="py-spy's binary: each verify runs under `py-spy record --idle`, its raw stacks "
+        "kept in --keep's directory",
+    )
+    parser.add_argument("--keep", help="a directory for the servers and logs, kept afterwards")
     args = parser.parse_args(argv)
-    rows = 20_000 if args.quick else 5_000_000 if args.big else 1_000_000
+    rows = args.rows or (20_000 if args.quick else 5_000_000 if args.big else 1_000_000)
     rate = args.rate or (100 if args.quick else 500)
     parts = PARTS if args.only is None else tuple(args.only.split(","))
     if unknown := set(parts) - set(PARTS):
@@ -213,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = Report(rows)
     ratios: dict[str, float] = {}
     with (
-        tempfile.TemporaryDirectory(prefix="dblog-bench-verify-") as tmp,
+        kept_or_temporary(args.keep) as tmp,
         contextlib.ExitStack() as stack,
     ):
         base = Path(tmp)
@@ -232,9 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             step(f"the source table: {rows} rows")
             create_tables(env, rows)
         if "postgres" in parts:
-            ratios = postgres_part(env, report, rows, rate)
+            ratios = postgres_part(env, report, rows, rate, args.py_spy)
         if "lake" in parts:
-            lake_part(env, report, rows, rate)
+            lake_part(env, report, rows, rate, args.py_spy)
         if mariadb is not None:
             checksum_part(env, mariadb, stack, report, rows, rate)
     if ratios:
@@ -244,6 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.figure(
             f"R verify / direct dump rows/s: {ratios['verify'] / ratios['direct']:.3f} "
             "(goal >= 0.7)"
+        )
+        report.figure(
+            f"R verify / read ceiling rows/s: {ratios['verify'] / ratios['read']:.3f} (verify "
+            "reads the table twice, the source and the target)"
         )
         report.figure(
             f"R verify+repair / full re-dump time: {ratios['repair_s'] / ratios['redump_s']:.3f} "

@@ -15,7 +15,8 @@ from pathlib import Path
 import psycopg
 from support import REDIS_PASSWORD_ENV, Env, dblog_command, wait_until
 
-from airflow_provider_dblog.core.event import TableRef
+from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.event import TableRef, key_of
 from airflow_provider_dblog.core.verify import Difference
 
 TABLE = TableRef("public", "vrows")
@@ -62,8 +63,10 @@ class Deployment:
     """One source (its own slot and name) and its tailer, started at once; `close` ends the
     processes it started."""
 
-    def __init__(self, env: Env, name: str, *, lake: bool) -> None:
+    def __init__(self, env: Env, name: str, *, lake: bool, py_spy: str | None = None) -> None:
         self.env = env
+        self.py_spy = py_spy
+        """py-spy's path: each verify runs under `py-spy record`, its stacks beside the logs."""
         self.name = name
         self.lake = lake
         self.store = env.store(name)
@@ -113,11 +116,18 @@ class Deployment:
         command = [*dblog_command(), *args, "--config", str(self.config)]
         self._processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
 
-    def _run(self, *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
-        """A `dblog` command to its end; its seconds and its result."""
+    def _run(
+        self, *args: str, profile: str | None = None
+    ) -> tuple[float, subprocess.CompletedProcess[str]]:
+        """A `dblog` command to its end (under py-spy, its stacks in `profile`); its seconds
+        and its result."""
+        spy = []
+        if profile is not None and self.py_spy is not None:
+            stacks = self.logs / f"{profile}.txt"
+            spy = [self.py_spy, "record", "--idle", "--format", "raw", "-o", str(stacks), "--"]
         started = time.monotonic()
         done = subprocess.run(
-            [*dblog_command(), *args, "--config", str(self.config)],
+            [*spy, *dblog_command(), *args, "--config", str(self.config)],
             capture_output=True,
             text=True,
             timeout=3600,
@@ -138,7 +148,7 @@ class Deployment:
         target = "lake" if self.lake else "output"
         seconds, done = self._run(
             "verify", "--table", str(TABLE), "--target", target, "--verify-id", verify_id,
-            "--show", "0", "--repair", "auto" if repair else "none",
+            "--show", "0", "--repair", "auto" if repair else "none", profile=f"verify-{verify_id}",
         )  # fmt: skip
         if done.returncode not in (0, 1):
             raise RuntimeError(f"bench: dblog verify failed:\n{done.stdout[-2000:]}{done.stderr}")
@@ -146,10 +156,23 @@ class Deployment:
         found = {(d.kind, int(d.key[0])) for d in self.store.verifies.differences(verify_id)}
         return VerifyRun(seconds, done.returncode, counts, found, done.stdout)
 
-    def caught_up(self, timeout_s: float = 300) -> None:
-        """Until the tailer's slot has confirmed everything written so far."""
-        end = self.env.wal_lsn()
-        wait_until(lambda: self.env.confirmed_flush(self.name) >= end, timeout_s, "catching up")
+    def read_rate(self, chunk_size: int) -> float:
+        """Rows/s of reading the whole table in this process as a dump reads it, chunk by
+        chunk in key order (`ChunkSource.read_chunk`: the rows as the source's JSON), with no
+        window and no target: the ceiling of one side of a verify's reads."""
+        source = self.env.source(self.name, [str(TABLE)]).chunk_source()
+        rows, seq, after, started = 0, 0, None, time.monotonic()
+        try:
+            while True:
+                seq += 1
+                read = source.read_chunk(Chunk(TABLE, seq, after=after, limit=chunk_size))
+                if not read.rows:
+                    break
+                rows += len(read.rows)
+                after = key_of(read.rows[-1], ("id",))
+        finally:
+            source.close()
+        return rows / (time.monotonic() - started)
 
     def close(self) -> None:
         for process in reversed(self._processes):

@@ -222,6 +222,7 @@ def test_verify_bench_quick_prints_each_check_and_the_ratios() -> None:
         assert re.search(line, out, re.M), out
     assert re.search(rf"^V1r reladiff equal: {NUMBER} rows/s .*, 0 keys differ$", out, re.M), out
     assert re.search(rf"^V1d direct dump: {NUMBER} rows/s", out, re.M), out
+    assert re.search(rf"^V1c read ceiling: {NUMBER} rows/s", out, re.M), out
     assert re.search(rf"^V2r reladiff corrupted: {NUMBER} rows/s, {found}$", out, re.M), out
     assert re.search(
         rf"^V2 verify corrupted with repair: {NUMBER} s, {found}; \d+ keys written, \d+ of them "
@@ -240,5 +241,6 @@ def test_verify_bench_quick_prints_each_check_and_the_ratios() -> None:
         assert re.search(rf"^M2 .*; pt-table-sync {NUMBER} s, {found}$", out, re.M), out
     assert re.search(rf"^R verify / reladiff rows/s: {NUMBER} \(goal >= 0.5\)$", out, re.M), out
     assert re.search(rf"^R verify / direct dump rows/s: {NUMBER} \(goal >= 0.7\)$", out, re.M)
+    assert re.search(rf"^R verify / read ceiling rows/s: {NUMBER} ", out, re.M), out
     assert re.search(rf"^R verify\+repair / full re-dump time: {NUMBER} \(goal <= 0.5\)", out, re.M)
     assert re.search(rf"^load average \(1, 5, 15 min\) at the end: {NUMBER} ", out, re.M), out
