@@ -4,8 +4,10 @@ A log reader spells a row change's key and rows as JSON and builds its event her
 the envelope `event_codec.log_line_format` spells for its table, filled with that JSON, its
 position, and what the table's events in one transaction share (`LogOrigin`) and its schema
 version; the event carries the line (`EncodedLogEvent`), which the writer thread writes as it
-is. The PostgreSQL reader builds a change at a time; the binlog reader a change, or a rows
-event's run of changes (`LogLines`), at a time.
+is. The PostgreSQL reader fills a table's format a change at a time (`TableLines`); the binlog
+reader, whose transactions hold runs of one table's changes, first fills in what a table's
+events in a transaction share, then a change's or a rows event's run of changes (`LogLines`)
+at a time (`TransactionLines`).
 
 Not compiled with the PostgreSQL reader's hot path (`sources/postgres/compiled.py`): called
 from it as plain Python, a change costs the same (measured on the mapping alone).
@@ -29,7 +31,8 @@ class TableLines:
 
     def __init__(self, name: str, db: str, table: TableRef) -> None:
         self.formats = {op: log_line_format(op, name, db, table) for op in _ROW_OPS}
-        self._runs = {op: _run_format(line_format) for op, line_format in self.formats.items()}
+        self.shared = {op: _shared_format(line_format) for op, line_format in self.formats.items()}
+        """Each format as a format of a transaction's (`TransactionLines`)."""
 
     def change(
         self,
@@ -61,10 +64,45 @@ class TableLines:
         _SET_EVENT(change, EncodedLogEvent(line, op, key, before, after, position, origin, version))
         return change
 
+    def in_transaction(self, commit: int, origin: LogOrigin, version: int) -> TransactionLines:
+        return TransactionLines(self, commit, origin, version)
+
+
+class TransactionLines:
+    """One table's line formats in one transaction: its commit, `LogOrigin` and schema version
+    filled in once (an operation's the first time it is met), each change's key, before and
+    after JSON and seq then."""
+
+    def __init__(self, table: TableLines, commit: int, origin: LogOrigin, version: int) -> None:
+        self.table = table
+        self.commit = commit
+        self.origin = origin
+        self.version = version
+        self.formats: dict[Op, bytes] = {}
+
+    def change(
+        self,
+        op: Op,
+        key: Row,
+        before: Row | None,
+        after: Row | None,
+        key_json: bytes,
+        before_json: bytes,
+        after_json: bytes,
+        position: Position,
+    ) -> Change:
+        """The change of one row at `position` (of this transaction's commit), its line
+        spelled from the JSON of its key and rows (`b"null"` for a missing row)."""
+        line_format = self.formats.get(op) or self._format(op)
+        line = line_format % (key_json, before_json, after_json, position.seq)
+        origin, version = self.origin, self.version
+        change: Change = _new(Change)
+        _SET_EVENT(change, EncodedLogEvent(line, op, key, before, after, position, origin, version))
+        return change
+
     def run(
         self,
         op: Op,
-        commit: int,
         first: int,
         keys: Sequence[Row],
         befores: Sequence[Row] | None,
@@ -72,35 +110,43 @@ class TableLines:
         keys_json: Iterable[bytes],
         befores_json: Iterable[bytes],
         afters_json: Iterable[bytes],
-        origin: LogOrigin,
-        version: int,
     ) -> LogLines:
-        """The changes of several rows of one operation, at seqs `first` onwards of `commit`,
-        as one `LogLines` (their lines spelled in one pass, no object built a row): what the
-        rows share filled in once, then each row's key, before, after and seq."""
-        run_format = self._runs[op] % (commit, origin.txid_json, origin.ts_ms, version)
-        count = len(keys)
-        seqs = range(first, first + count)
+        """The changes of several rows of one operation, at seqs `first` onwards, as one
+        `LogLines` (their lines spelled in one pass, no object built a row)."""
+        line_format = self.formats.get(op) or self._format(op)
+        seqs = range(first, first + len(keys))
         data = b"".join(
-            map(run_format.__mod__, zip(keys_json, befores_json, afters_json, seqs, strict=False))
+            map(line_format.__mod__, zip(keys_json, befores_json, afters_json, seqs, strict=False))
         )
-        return LogLines(origin, version, op, commit, first, seqs[-1], keys, befores, afters, data)
+        return LogLines(
+            self.origin, self.version, op, self.commit, first, seqs[-1], keys, befores, afters, data
+        )
+
+    def _format(self, op: Op) -> bytes:
+        origin = self.origin
+        self.formats[op] = line_format = self.table.shared[op] % (
+            self.commit,
+            origin.txid_json,
+            origin.ts_ms,
+            self.version,
+        )
+        return line_format
 
 
 _ROW_OPS = (Op.CREATE, Op.UPDATE, Op.DELETE)
 _PLACEHOLDER = re.compile(rb"(%%|%[bd])")
-_RUN_PLACEHOLDERS = (b"%%b", b"%%b", b"%%b", b"%d", b"%%d", b"%b", b"%d", b"%d")
-"""What a run's format keeps of the line's placeholders (key, before and after JSON, commit,
-seq, txid JSON, ts_ms, schema version): a placeholder of the run's format for what each row
-fills in, one of its own for what the rows share."""
+_SHARED_PLACEHOLDERS = (b"%%b", b"%%b", b"%%b", b"%d", b"%%d", b"%b", b"%d", b"%d")
+"""What a transaction's format keeps of the line's placeholders (key, before and after JSON,
+commit, seq, txid JSON, ts_ms, schema version): one of its own for what each change fills in,
+one filled for what the transaction's changes share."""
 
 
-def _run_format(line_format: bytes) -> bytes:
-    """`line_format` as a format of a run's format: filled with a run's commit, txid JSON,
-    ts_ms and schema version, it gives the format of each row's key, before and after JSON
-    and seq."""
+def _shared_format(line_format: bytes) -> bytes:
+    """`line_format` as a format of a transaction's format: filled with a transaction's
+    commit, txid JSON, ts_ms and schema version, it gives the format of each change's key,
+    before and after JSON and seq."""
     parts = _PLACEHOLDER.split(line_format)
-    escaped, placeholders = [b""], iter(_RUN_PLACEHOLDERS)
+    escaped, placeholders = [b""], iter(_SHARED_PLACEHOLDERS)
     for i, part in enumerate(parts):
         if i % 2 == 0 or part == b"%%":
             escaped[-1] += part.replace(b"%", b"%%")

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import cast
 
-from airflow_provider_dblog.core.envelope import TableLines
+from airflow_provider_dblog.core.envelope import TableLines, TransactionLines
 from airflow_provider_dblog.core.event import LogOrigin, Op, Row, TableRef
 from airflow_provider_dblog.core.event_codec import plain_row_encoder, row_json_encoder
 from airflow_provider_dblog.core.log import (
@@ -130,9 +130,9 @@ class _Table:
     is_watermark: bool = False
     readers: dict[bytes, ImageReader] = field(default_factory=dict)
     """The compiled reader of each bitmap of present columns met (one, with FULL images)."""
-    shared: tuple[_Transaction, LogOrigin, int] | None = None
-    """The transaction that last changed it, with the origin and schema version its events
-    share there (a version changes only at DDL, a transaction of its own on MySQL)."""
+    shared: tuple[_Transaction, TransactionLines] | None = None
+    """The transaction that last changed it, with its lines there (a schema version changes
+    only at DDL, a transaction of its own on MySQL)."""
 
 
 _WATERMARK_COLUMNS = TableColumns(
@@ -366,10 +366,13 @@ class BinlogMapper:
         ref, data, end, pos = table.ref, record.data, record.end, head.start
         shared = table.shared
         if shared is None or shared[0] is not transaction:
-            begin = transaction.begin
+            begin, version = transaction.begin, self.schema_versions.get(ref, 0)
             origin = LogOrigin(self._source, self._db, ref, begin.txid, begin.ts_ms)
-            shared = table.shared = (transaction, origin, self.schema_versions.get(ref, 0))
-        _, origin, version = shared
+            shared = table.shared = (
+                transaction,
+                table.lines.in_transaction(begin.commit, origin, version),
+            )
+        lines = shared[1]
         # The one loop a row: each image read, its row and key kept; the rest a C-level pass.
         floats = table.floats
         floats.seen = False
@@ -395,7 +398,7 @@ class BinlogMapper:
         elif pos < end:
             row, key, pos = read(data, pos)
             if pos == end:  # one row (most OLTP statements): a `Change`, costs least
-                return [self._one_row(transaction, table, origin, version, record.kind, row, key)]
+                return [self._one_row(transaction, table, lines, record.kind, row, key)]
             add_row(row)
             add_key(key)
             while pos < end:
@@ -413,7 +416,7 @@ class BinlogMapper:
         if record.kind is RowKind.UPDATE:
             if len(rows) == 1 or old_keys != keys:
                 return self._updates(
-                    transaction, table, origin, version, spell_row, old_keys, rows, keyed, afters
+                    transaction, lines, spell_row, table.spell_key, old_keys, rows, keyed, afters
                 )
             op, befores, after_rows = _UPDATE, rows, afters
         elif record.kind is RowKind.INSERT:
@@ -423,9 +426,8 @@ class BinlogMapper:
         first = transaction.seq
         transaction.seq += len(rows)
         return [
-            table.lines.run(
+            lines.run(
                 op,
-                transaction.begin.commit,
                 first,
                 keyed,
                 befores,
@@ -433,8 +435,6 @@ class BinlogMapper:
                 map(table.spell_key, keyed),
                 repeat(b"null") if befores is None else map(spell_row, befores),
                 repeat(b"null") if after_rows is None else map(spell_row, after_rows),
-                origin,
-                version,
             )
         ]
 
@@ -442,8 +442,7 @@ class BinlogMapper:
         self,
         transaction: _Transaction,
         table: _Table,
-        origin: LogOrigin,
-        version: int,
+        lines: TransactionLines,
         kind: RowKind,
         row: Row,
         key: Row | None,
@@ -454,20 +453,15 @@ class BinlogMapper:
         spell = self._spell if table.floats.seen else table.spell
         key_json, row_json, at = table.spell_key(key), spell(row), transaction.next_position()
         if kind is RowKind.INSERT:
-            return table.lines.change(
-                _CREATE, key, None, row, key_json, b"null", row_json, at, origin, version
-            )
-        return table.lines.change(
-            _DELETE, key, row, None, key_json, row_json, b"null", at, origin, version
-        )
+            return lines.change(_CREATE, key, None, row, key_json, b"null", row_json, at)
+        return lines.change(_DELETE, key, row, None, key_json, row_json, b"null", at)
 
     @staticmethod
     def _updates(
         transaction: _Transaction,
-        table: _Table,
-        origin: LogOrigin,
-        version: int,
+        lines: TransactionLines,
         spell: Callable[[Row], bytes],
+        spell_key: Callable[[Row], bytes],
         old_keys: list[Row | None],
         befores: list[Row],
         keys: list[Row],
@@ -476,57 +470,25 @@ class BinlogMapper:
         """An update rows event of one row, or one that changes a key, as a `Change` a row: a
         row that changes its key as a delete of the old key, then a create of the new one (a
         `Change` costs less than a run of one)."""
-        lines, spell_key = table.lines, table.spell_key
         items: list[LogItem] = []
+        change, at = lines.change, transaction.next_position
         for old_key, before, key, after in zip(old_keys, befores, keys, afters, strict=True):
             assert old_key is not None
             before_json, after_json = spell(before), spell(after)
             if old_key == key:
-                at = transaction.next_position()
                 items.append(
-                    lines.change(
-                        _UPDATE,
-                        key,
-                        before,
-                        after,
-                        spell_key(key),
-                        before_json,
-                        after_json,
-                        at,
-                        origin,
-                        version,
+                    change(
+                        _UPDATE, key, before, after, spell_key(key), before_json, after_json, at()
                     )
                 )
                 continue
-            at = transaction.next_position()
             items.append(
-                lines.change(
-                    _DELETE,
-                    old_key,
-                    before,
-                    None,
-                    spell_key(old_key),
-                    before_json,
-                    b"null",
-                    at,
-                    origin,
-                    version,
+                change(
+                    _DELETE, old_key, before, None, spell_key(old_key), before_json, b"null", at()
                 )
             )
-            at = transaction.next_position()
             items.append(
-                lines.change(
-                    _CREATE,
-                    key,
-                    None,
-                    after,
-                    spell_key(key),
-                    b"null",
-                    after_json,
-                    at,
-                    origin,
-                    version,
-                )
+                change(_CREATE, key, None, after, spell_key(key), b"null", after_json, at())
             )
         return items
 

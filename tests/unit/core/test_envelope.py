@@ -1,6 +1,6 @@
 """The log readers' events built with their lines (`core.envelope`): each line is `encode`'s of
-the event it comes with, for a change at a time and for a run of changes, whatever the names
-and values hold."""
+the event it comes with, for a change filled at once, for a change and a run of changes in a
+transaction, whatever the names and values hold."""
 
 from __future__ import annotations
 
@@ -85,23 +85,19 @@ def test_a_change_carries_encodes_line_of_its_event(
     before = None if op is Op.CREATE else row
     after = None if op is Op.DELETE else row
     position = Position(commit, seq)
-    change = TableLines(name, db, origin.table).change(
-        op,
-        key,
-        before,
-        after,
-        json_of(key),
-        json_of(before),
-        json_of(after),
-        position,
-        origin,
-        version,
-    )
+    lines = TableLines(name, db, origin.table)
+    jsons = (json_of(key), json_of(before), json_of(after))
     expected = plain(op, key, before, after, position, origin, version)
-    assert isinstance(change, Change) and isinstance(change.event, EncodedLogEvent)
-    assert change.event == expected
-    assert change.event.line == (encode(expected) + "\n").encode()
-    assert decode(change.event.line) == expected
+    in_transaction = lines.in_transaction(commit, origin, version)
+    for change in (
+        lines.change(op, key, before, after, *jsons, position, origin, version),
+        in_transaction.change(op, key, before, after, *jsons, position),
+        in_transaction.change(op, key, before, after, *jsons, position),  # its format kept
+    ):
+        assert isinstance(change, Change) and isinstance(change.event, EncodedLogEvent)
+        assert change.event == expected
+        assert change.event.line == (encode(expected) + "\n").encode()
+        assert decode(change.event.line) == expected
 
 
 @given(
@@ -117,18 +113,19 @@ def test_a_run_of_changes_carries_the_lines_of_its_events(
     keys = [{"id": key.get("id")} for key, _ in rows]
     befores = None if op is Op.CREATE else [row for _, row in rows]
     afters = None if op is Op.DELETE else [row for row, _ in rows]
-    run = TableLines("shop%", 'sh"op', origin.table).run(
-        op,
-        commit,
-        first,
-        keys,
-        befores,
-        afters,
-        map(json_of, keys),
-        map(json_of, befores or [None] * len(rows)),
-        map(json_of, afters or [None] * len(rows)),
-        origin,
-        2,
+    run = (
+        TableLines("shop%", 'sh"op', origin.table)
+        .in_transaction(commit, origin, 2)
+        .run(
+            op,
+            first,
+            keys,
+            befores,
+            afters,
+            map(json_of, keys),
+            map(json_of, befores or [None] * len(rows)),
+            map(json_of, afters or [None] * len(rows)),
+        )
     )
     assert (run.commit, run.first, run.last) == (commit, first, first + len(rows) - 1)
     expected = [
