@@ -88,6 +88,9 @@ def postgres_part(
             verify_line("V1 verify equal", equal, rows) + f", {len(equal.found)} keys differ"
         )
         report.row("verify, equal", equal.seconds, "", str(len(equal.found)))
+        two = deployment.verify("equal-2", parallelism=2)
+        report.figure(verify_line("V1p verify equal, parallelism 2", two, rows))
+        report.row("verify, equal, parallelism 2", two.seconds, "", str(len(two.found)))
         seconds, found = reladiff(env)
         rel_rate = rows / seconds
         report.figure(

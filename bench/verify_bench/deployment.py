@@ -143,12 +143,13 @@ class Deployment:
             raise RuntimeError(f"bench: dblog dump failed:\n{done.stdout[-2000:]}{done.stderr}")
         return seconds
 
-    def verify(self, verify_id: str, *, repair: bool = False) -> VerifyRun:
+    def verify(self, verify_id: str, *, repair: bool = False, parallelism: int = 1) -> VerifyRun:
         """`dblog verify` of the bench table against this deployment's target."""
         target = "lake" if self.lake else "output"
         seconds, done = self._run(
             "verify", "--table", str(TABLE), "--target", target, "--verify-id", verify_id,
-            "--show", "0", "--repair", "auto" if repair else "none", profile=f"verify-{verify_id}",
+            "--show", "0", "--repair", "auto" if repair else "none",
+            "--parallelism", str(parallelism), profile=f"verify-{verify_id}",
         )  # fmt: skip
         if done.returncode not in (0, 1):
             raise RuntimeError(f"bench: dblog verify failed:\n{done.stdout[-2000:]}{done.stderr}")

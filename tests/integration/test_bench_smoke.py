@@ -222,6 +222,7 @@ def test_verify_bench_quick_prints_each_check_and_the_ratios() -> None:
         assert re.search(line, out, re.M), out
     assert re.search(rf"^V1r reladiff equal: {NUMBER} rows/s .*, 0 keys differ$", out, re.M), out
     assert re.search(rf"^V1d direct dump: {NUMBER} rows/s", out, re.M), out
+    assert re.search(rf"^V1p verify equal, parallelism 2: \d+ rows in {NUMBER} s", out, re.M)
     assert re.search(rf"^V1c read ceiling: {NUMBER} rows/s", out, re.M), out
     assert re.search(rf"^V2r reladiff corrupted: {NUMBER} rows/s, {found}$", out, re.M), out
     assert re.search(
