@@ -17,13 +17,15 @@ asked. Its trigger form takes:
 `verify` checks the request first (an unknown table, a bad bound or filter fail it at once),
 then runs and reports: its XCom holds the counts (checked, in flux, missing, extra, changed),
 the first differing keys and a Markdown report. `decide` picks the next step; `repair`
-repairs that same run and its XCom adds the repair (keys removed, each dump's rows). A
-rejected approval skips the repair. The worker needs the `sql_apply` output's `dsn_env` in its
+repairs that same run and its XCom adds the repair (keys removed, each dump's rows). Both are
+retried twice, a retry resuming the run; a cancelled run is not retried. A rejected approval
+skips the repair. The worker needs the `sql_apply` output's `dsn_env` in its
 environment.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from airflow.providers.standard.operators.empty import EmptyOperator
@@ -40,6 +42,12 @@ from airflow_provider_dblog.operators.verify import DAG_REPAIRS, DBLogVerifyOper
 
 VERIFIED = "ti.xcom_pull(task_ids='verify')"
 """The verify task's outcome, in a template."""
+RETRIED: dict[str, Any] = {"retries": 2, "retry_delay": timedelta(seconds=30)}
+"""The verify and repair tasks' retries, as the dump's: a retry resumes the same run (its id is
+the task's). Besides the outages a run outlasts, Airflow can fail a deferred task whose trigger
+fired before the scheduler heard that it deferred (the executor's late success of the deferring
+attempt reads as a task killed externally: a known scheduler race), which a busy scheduler
+meets with a fast trigger."""
 
 
 def _table_param(choices: list[str]) -> Param:
@@ -103,6 +111,7 @@ with DAG(
         chunk_size=ParamValue("chunk_size"),
         deferrable=True,
         poll_interval=POLL_S,
+        **RETRIED,
     )
 
     @task.branch(task_id="decide")
@@ -124,5 +133,6 @@ with DAG(
         deferrable=True,
         poll_interval=POLL_S,
         trigger_rule="none_failed_min_one_success",
+        **RETRIED,
     )
     verify >> decide() >> [approve, no_approval_needed] >> repair

@@ -108,6 +108,7 @@ def test_the_verify_dag_repairs_that_run_at_once_or_after_an_approval() -> None:
     assert dag.get_task("repair").upstream_task_ids == {"approve", "no_approval_needed"}
     assert type(dag.get_task("approve")).__name__ == "ApprovalOperator"
     assert dag.get_task("repair").repair == "auto"  # type: ignore[attr-defined]
+    assert dag.get_task("verify").retries == dag.get_task("repair").retries == 2  # resume the run
 
 
 def test_optional_params_are_optional_in_the_form_and_counts_say_what_they_are() -> None:
