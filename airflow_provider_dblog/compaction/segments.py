@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_dblog.lake import CURSOR_FILE
 from airflow_provider_dblog.outputs.ndjson import event_files
 
-STATE_FILE = "_compact_state.json"
 DEFAULT_SEGMENT_BYTES = 32 * 1024 * 1024
 _BLOCK = 64 * 1024
 
@@ -88,7 +88,7 @@ class CompactState:
 
     @classmethod
     def load(cls, output_dir: Path) -> CompactState:
-        path = output_dir / STATE_FILE
+        path = output_dir / CURSOR_FILE
         if not path.exists():
             return cls()
         data: dict[str, Any] = json.loads(path.read_text())
@@ -97,12 +97,12 @@ class CompactState:
     def save(self, output_dir: Path) -> None:
         """Atomically: a crash leaves the old state or the new one, never half of either."""
         data = {"position": self.position, "files": self.files}
-        tmp = output_dir / f".{STATE_FILE}.tmp"
+        tmp = output_dir / f".{CURSOR_FILE}.tmp"
         with tmp.open("w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, output_dir / STATE_FILE)
+        os.replace(tmp, output_dir / CURSOR_FILE)
         fd = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)

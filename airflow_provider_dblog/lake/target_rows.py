@@ -13,7 +13,7 @@ runs on the table in delta-rs's SQL engine (DataFusion), which reads a plain con
 > 10 AND region = 'eu'`) as the source does; one it cannot run stops the run naming it.
 
 Folded through hw: the compaction folds the tailer's NDJSON files and keeps in the lake where
-it stopped reading them (`compaction/segments.CompactState`, `_compact_state.json`: the bytes
+it stopped reading them (`compaction/segments.CompactState`, `lake.CURSOR_FILE`: the bytes
 consumed of each file), written after every table's commit of a run. Once the tailer's
 checkpoint has reached hw, the files hold every event up to hw; once that cursor covers the
 bytes they held then, the lake has folded all of them (`applied_through`).
@@ -39,13 +39,12 @@ from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, Key, Row, TableRef, key_of
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.verify import applied_through
+from airflow_provider_dblog.lake import CURSOR_FILE
 from airflow_provider_dblog.lake.clustered import quote
 from airflow_provider_dblog.lake.schema import LakeSchema
 from airflow_provider_dblog.lake.table import LakeTable
 from airflow_provider_dblog.sources.base import SourceError
 
-CURSOR_FILE = "_compact_state.json"
-"""The compaction's read cursor at the lake's root (`compaction/segments.STATE_FILE`)."""
 KEY_KINDS: Mapping[str, Callable[[Any], JsonValue]] = {
     "int": int,
     "string": str,
