@@ -35,7 +35,7 @@ from airflow_provider_dblog.compaction.run import (
     CompactOptions,
     compact,
 )
-from airflow_provider_dblog.compaction.segments import STATE_FILE, CompactState
+from airflow_provider_dblog.compaction.segments import CompactState
 from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.dump_plan import Chunk, DumpKind, DumpRequest
 from airflow_provider_dblog.core.event import (
@@ -56,6 +56,7 @@ from airflow_provider_dblog.demo.postgres import Workload
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.dump.runner import run_dump
+from airflow_provider_dblog.lake import CURSOR_FILE
 from airflow_provider_dblog.lake.catalog import source_lake_schema
 from airflow_provider_dblog.lake.direct import STAGED, LakeDirectTarget
 from airflow_provider_dblog.lake.schema import (
@@ -436,7 +437,7 @@ def test_a_compaction_killed_mid_run_leaves_committed_versions_and_converges(
         time.sleep(0.005)
     run.kill()
     assert run.wait(30) == -signal.SIGKILL
-    assert not (output / STATE_FILE).exists()  # the read cursor is written only at the end
+    assert not (output / CURSOR_FILE).exists()  # the read cursor is written only at the end
     items = LakeTable.open(output, TableRef("app", "items"))
     assert len(lake_state(output, "app.items")) > 0 and items.progress is None
     compact(None, events_dir, output)
@@ -529,7 +530,7 @@ def test_a_second_compaction_of_one_directory_is_refused(
         refused = subprocess.run(command + args, capture_output=True, text=True, timeout=120)
         assert refused.returncode == EXIT_LOCKED, refused.stderr[-3000:]
         assert str(output) in refused.stderr and refused.stdout == ""
-        assert not (output / STATE_FILE).exists()
+        assert not (output / CURSOR_FILE).exists()
     finally:
         assert holder.stdin is not None
         holder.stdin.close()
