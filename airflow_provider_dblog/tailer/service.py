@@ -85,7 +85,7 @@ class Tailer:
         """The current session's reader, which the metrics ask for the log backlog."""
         self._reload = threading.Event()
         self._next_source: Source | None = None
-        self.metrics = TailerMetrics(self.stats, self._log_backlog, VerifyCollector(store.verifies))
+        self.metrics = TailerMetrics(self.stats, self._log_backlog, VerifyCollector(store))
         self.acknowledged: int | None = None
         """The checkpoint when this tailer stopped leading on `stop`: the last position it
         acknowledged (None if it did not lead then), for the line `dblog tail` ends with."""

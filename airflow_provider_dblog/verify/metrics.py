@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from airflow_provider_dblog.state import StateStoreUnavailable, VerifyState
-from airflow_provider_dblog.state.verifies import COUNTERS, VerifyStore
+from airflow_provider_dblog.state import StateStore, StateStoreUnavailable, VerifyState
+from airflow_provider_dblog.state.verifies import COUNTERS
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +29,14 @@ class VerifyCollector(Collector):
     changed), `dblog_verify_state` (1 for the run's state) and
     `dblog_verify_finished_timestamp_seconds` of the most recent runs."""
 
-    def __init__(self, verifies: VerifyStore) -> None:
-        self._verifies = verifies
+    def __init__(self, store: StateStore) -> None:
+        self._store = store  # looked into at a scrape only
 
     def collect(self) -> Iterator[Metric]:
+        verifies = self._store.verifies
         try:
-            ids = list(reversed(self._verifies.ids()))[:MAX_RUNS]
-            runs = [run for v in ids if (run := self._verifies.summary(v)) is not None]
+            ids = list(reversed(verifies.ids()))[:MAX_RUNS]
+            runs = [run for v in ids if (run := verifies.summary(v)) is not None]
         except StateStoreUnavailable as exc:
             log.debug("verify metrics left out: %s", exc)
             return

@@ -40,9 +40,7 @@ def scrape(metrics: TailerMetrics) -> dict[str, dict[tuple[str, ...], float]]:
 def test_recent_verify_runs_are_served_with_the_tailer_s_metrics(redis_server: RedisInfo) -> None:
     with redis_server.client() as client:
         store = StateStore(client, f"metrics-{uuid.uuid4().hex[:12]}")
-        metrics = TailerMetrics(
-            TailerStats(), lambda: LogBacklog(0, 0), VerifyCollector(store.verifies)
-        )
+        metrics = TailerMetrics(TailerStats(), lambda: LogBacklog(0, 0), VerifyCollector(store))
         assert scrape(metrics)["dblog_verify_keys"] == {}
         for n in range(MAX_RUNS + 2):
             store.verifies.create(f"v{n:02}", {"tables": [str(ORDERS)], "chunk_size": 10})
@@ -72,7 +70,7 @@ def test_a_scrape_with_redis_away_leaves_the_verify_runs_out(redis_server: Redis
 
     unreachable = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)
     store = StateStore(unreachable, "away")
-    metrics = TailerMetrics(TailerStats(), lambda: None, VerifyCollector(store.verifies))
+    metrics = TailerMetrics(TailerStats(), lambda: None, VerifyCollector(store))
     families = scrape(metrics)
     assert "dblog_verify_keys" not in families
     assert "dblog_tailer_windows_opened" in families
