@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from airflow_provider_dblog.config import Config, load_config
 from airflow_provider_dblog.core.errors import InvalidRequest
@@ -95,3 +95,35 @@ def from_a_clone(
             return 2
 
     return checked
+
+
+class Controlled(Protocol):
+    """The controls a run's store offers, a dump's and a verify run's alike."""
+
+    def pause(self, run_id: str) -> bool: ...
+    def resume(self, run_id: str) -> bool: ...
+    def cancel(self, run_id: str) -> bool: ...
+    def throttle(
+        self,
+        run_id: str,
+        *,
+        chunk_size: int | None = None,
+        delay_ms: int | None = None,
+        max_rows_per_s: float | None = None,
+    ) -> bool: ...
+
+
+def control(runs: Controlled, what: str, run_id: str, args: argparse.Namespace) -> int:
+    """`args.action` (pause, resume, cancel, throttle) asked of the run `run_id` (a `what`:
+    dump, verify); 1 and one line when it is finished or unknown."""
+    if args.action == "throttle":
+        pace = {k: getattr(args, k) for k in ("chunk_size", "delay_ms", "max_rows_per_s")}
+        done, said = runs.throttle(run_id, **pace), "throttle updated"
+    else:
+        done = getattr(runs, args.action)(run_id)
+        said = f"{args.action} requested"
+    if not done:
+        print(f"{what} {run_id} is finished or unknown", file=sys.stderr)
+        return 1
+    print(f"{what} {run_id}: {said}")
+    return 0

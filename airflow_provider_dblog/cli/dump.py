@@ -27,6 +27,7 @@ from airflow_provider_dblog.cli import interrupts
 from airflow_provider_dblog.cli.common import (
     add_config_option,
     config_of,
+    control,
     first_line,
     option,
     setup_logging,
@@ -137,7 +138,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     throttle.add_argument(
         "--max-rows-per-s", type=option(values.finite_number(0)), help="0 removes the limit"
     )
-    throttle.set_defaults(func=_throttle)
+    throttle.set_defaults(func=_control, action="throttle")
 
 
 def _dump(args: argparse.Namespace) -> int:
@@ -298,28 +299,4 @@ def _runnable_again(store: StateStore, dump_id: str, resume: bool) -> bool:
 
 def _control(args: argparse.Namespace) -> int:
     store = store_of(config_of(args))
-    action = {
-        "pause": store.dumps.pause,
-        "resume": store.dumps.resume,
-        "cancel": store.dumps.cancel,
-    }
-    if not action[args.action](args.dump_id):
-        print(f"dump {args.dump_id} is finished or unknown", file=sys.stderr)
-        return 1
-    print(f"dump {args.dump_id}: {args.action} requested")
-    return 0
-
-
-def _throttle(args: argparse.Namespace) -> int:
-    store = store_of(config_of(args))
-    changed = store.dumps.throttle(
-        args.dump_id,
-        chunk_size=args.chunk_size,
-        delay_ms=args.delay_ms,
-        max_rows_per_s=args.max_rows_per_s,
-    )
-    if not changed:
-        print(f"dump {args.dump_id} is finished or unknown", file=sys.stderr)
-        return 1
-    print(f"dump {args.dump_id}: throttle updated")
-    return 0
+    return control(store.dumps, "dump", args.dump_id, args)

@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from airflow_provider_dblog.cli.common import (
     add_config_option,
     config_of,
+    control,
     option,
     setup_logging,
     store_of,
@@ -135,7 +136,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     throttle.add_argument(
         "--max-rows-per-s", type=option(values.finite_number(0)), help="0 removes the limit"
     )
-    throttle.set_defaults(func=_throttle)
+    throttle.set_defaults(func=_control, action="throttle")
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -233,31 +234,7 @@ def _open_slot(config: Config, sources: Source, target: str) -> Slot:
 
 def _control(args: argparse.Namespace) -> int:
     store = store_of(config_of(args))
-    action = {
-        "pause": store.verifies.pause,
-        "resume": store.verifies.resume,
-        "cancel": store.verifies.cancel,
-    }
-    if not action[args.action](args.verify_id):
-        print(f"verify {args.verify_id} is finished or unknown", file=sys.stderr)
-        return 1
-    print(f"verify {args.verify_id}: {args.action} requested")
-    return 0
-
-
-def _throttle(args: argparse.Namespace) -> int:
-    store = store_of(config_of(args))
-    changed = store.verifies.throttle(
-        args.verify_id,
-        chunk_size=args.chunk_size,
-        delay_ms=args.delay_ms,
-        max_rows_per_s=args.max_rows_per_s,
-    )
-    if not changed:
-        print(f"verify {args.verify_id} is finished or unknown", file=sys.stderr)
-        return 1
-    print(f"verify {args.verify_id}: throttle updated")
-    return 0
+    return control(store.verifies, "verify", args.verify_id, args)
 
 
 def _config(args: argparse.Namespace) -> Config:
