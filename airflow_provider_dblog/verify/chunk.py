@@ -15,6 +15,9 @@ is the position of a snapshot taken after the target's read.
 
 Any failure (a window that fails or expires, a target that does not catch up in time) ends both
 windows; the chunk is read again with new ones.
+
+The two reads are a `ChunkHasher`'s: in this process (`IN_PROCESS`), or by Spark tasks that
+hash a part of the chunk each (`spark_chunk.SparkChunkHasher`); only hashes reach the compare.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk
-from airflow_provider_dblog.core.event import Key, Row
+from airflow_provider_dblog.core.event import Key
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.core.verify import (
@@ -46,6 +50,62 @@ BeforeClose = Callable[[dict[Key, str], dict[Key, str]], None]
 outer window closes: what it does to the target is inside the window (`repair.py`)."""
 
 
+class ChunkHasher(Protocol):
+    """Reads a verify chunk's two sides as row hashes by key."""
+
+    def source_hashes(
+        self,
+        store: StateStore,
+        source: ChunkSource,
+        target: TargetReader,
+        window_id: str,
+        chunk: Chunk,
+        key_columns: tuple[str, ...],
+    ) -> dict[Key, str] | None:
+        """Read the source's rows of `chunk` after the inner window's lw, store what the read
+        saw for the tailer's check at hw (its transactions and columns, no row), and give
+        each row's hash by its key as `target.hash_rows` gives it; None when the window is
+        past open (the chunk is read again)."""
+        ...
+
+    def target_hashes(
+        self, store: StateStore, source: ChunkSource, target: TargetReader, chunk: Chunk
+    ) -> dict[Key, str]:
+        """The target's rows of `chunk` as `target.read_hashes` gives them."""
+        ...
+
+
+class InProcessHasher:
+    """The `ChunkHasher` of `dblog verify`: both reads on the slot's own connections."""
+
+    def source_hashes(
+        self,
+        store: StateStore,
+        source: ChunkSource,
+        target: TargetReader,
+        window_id: str,
+        chunk: Chunk,
+        key_columns: tuple[str, ...],
+    ) -> dict[Key, str] | None:
+        read = source.read_chunk(chunk)
+        rows = ChunkRows(window_id, key_columns, (), 0, read.invisible_txids)
+        if read.snapshot is not None:
+            end = read.snapshot.hw if read.snapshot.exact else None
+            rows = replace(rows, hw=read.snapshot.hw, snapshot_end=end)
+        columns = tuple(read.rows[0]) if read.rows else ()
+        if not store.windows.put_rows(window_id, rows, columns):
+            return None
+        return target.hash_rows(chunk.table, key_columns, read.rows)
+
+    def target_hashes(
+        self, store: StateStore, source: ChunkSource, target: TargetReader, chunk: Chunk
+    ) -> dict[Key, str]:
+        return target.read_hashes(chunk)
+
+
+IN_PROCESS = InProcessHasher()
+
+
 def verify_chunk(
     store: StateStore,
     source: ChunkSource,
@@ -56,40 +116,32 @@ def verify_chunk(
     *,
     window_timeout_s: float,
     before_close: BeforeClose | None = None,
+    hasher: ChunkHasher = IN_PROCESS,
 ) -> ChunkVerdict | ChunkOutcome:
     """Read `chunk` (a key range with no limit, or a key list: the target reads the same) on
-    both sides between the two windows and compare; a `ChunkOutcome` (not completed, with its
-    reason) when the chunk must be read again."""
+    both sides between the two windows, with `hasher`, and compare; a `ChunkOutcome` (not
+    completed, with its reason) when the chunk must be read again."""
     outer = Window(uuid.uuid4().hex, verify_id, chunk.table, DumpMode.DIRECT)
     inner = Window(uuid.uuid4().hex, verify_id, chunk.table, DumpMode.DIRECT)
     target_read: dict[Key, str] = {}
     inner_record: list[DirectRecord] = []
 
-    def read_source(window_id: str) -> list[Row] | None:
-        read = source.read_chunk(chunk)
-        rows = ChunkRows(window_id, key_columns, (), 0, read.invisible_txids)
-        if read.snapshot is not None:
-            end = read.snapshot.hw if read.snapshot.exact else None
-            rows = replace(rows, hw=read.snapshot.hw, snapshot_end=end)
-        columns = tuple(read.rows[0]) if read.rows else ()
-        if not store.windows.put_rows(window_id, rows, columns):
-            return None
-        return list(read.rows)
+    def read_source(window_id: str) -> dict[Key, str] | None:
+        return hasher.source_hashes(store, source, target, window_id, chunk, key_columns)
 
     def read_both(window_id: str) -> dict[Key, str] | None:
-        rows = between_watermarks(
+        source_read = between_watermarks(
             store, source, inner, chunk, read_source,
             window_timeout_s=window_timeout_s, ended="recorded",
         )  # fmt: skip
         record = _record(store, inner)
-        if isinstance(rows, ChunkOutcome):
-            raise ChunkReadFailed(rows.reason or "the source read's window failed")
+        if isinstance(source_read, ChunkOutcome):
+            raise ChunkReadFailed(source_read.reason or "the source read's window failed")
         if record is None:
             raise ChunkReadFailed(f"window {inner.window_id} closed without its record")
         inner_record.append(record)
         _wait_applied(store, target, record.hw_position, window_timeout_s)
-        target_read.update(target.read_hashes(chunk))
-        source_read = target.hash_rows(chunk.table, key_columns, rows)
+        target_read.update(hasher.target_hashes(store, source, target, chunk))
         if before_close is not None:
             before_close(source_read, dict(target_read))
         marker = ChunkRows(window_id, key_columns, (), 0, frozenset())

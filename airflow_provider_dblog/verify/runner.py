@@ -41,7 +41,7 @@ from airflow_provider_dblog.dump.runner import (
 )
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state import StateStore, StateStoreUnavailable, VerifyState
-from airflow_provider_dblog.verify.chunk import BeforeClose, verify_chunk
+from airflow_provider_dblog.verify.chunk import IN_PROCESS, BeforeClose, ChunkHasher, verify_chunk
 from airflow_provider_dblog.verify.reader import TargetReader
 from airflow_provider_dblog.verify.request import VerifyRequest
 
@@ -130,18 +130,20 @@ def run_verify(
     *,
     window_timeout_s: float = 60.0,
     between_chunks: Callable[[], None] = lambda: None,
+    hasher: ChunkHasher = IN_PROCESS,
 ) -> VerifyState:
     """Verify every table of `request` not yet done on `parallelism` slots (`open_slot`,
     closed after), then mark the run done; cancelled when its controls say so, failed (with
     the reason) when a chunk could not be read in `MAX_ATTEMPTS`. `between_chunks` is called
-    between chunks (it may raise to end the run)."""
+    between chunks (it may raise to end the run). Each chunk's sides are read by `hasher`: in
+    this process, or by Spark tasks (`spark_run.py`)."""
     verify_id = request.verify_id
     progress = store.verifies.progress(verify_id)
     slots: list[Slot] = []
     try:
         for _ in range(request.parallelism):
             slots.append(open_slot())
-        attempt = partial(_attempt, store, request, window_timeout_s)
+        attempt = partial(_attempt, store, request, window_timeout_s, hasher)
         with ThreadPoolExecutor(len(slots), thread_name_prefix="dblog-verify") as pool:
             chunk_slots = ChunkSlots(pool, slots, attempt)
             for table in request.tables:
@@ -283,10 +285,13 @@ def _attempt(
     store: StateStore,
     request: VerifyRequest,
     window_timeout_s: float,
+    hasher: ChunkHasher,
     chunk: Chunk,
     slot: Slot,
 ) -> ChunkVerdict:
-    return verify_with_retries(store, slot.source, slot.target, request, chunk, window_timeout_s)
+    return verify_with_retries(
+        store, slot.source, slot.target, request, chunk, window_timeout_s, hasher=hasher
+    )
 
 
 def verify_with_retries(
@@ -297,9 +302,10 @@ def verify_with_retries(
     chunk: Chunk,
     window_timeout_s: float,
     before_close: BeforeClose | None = None,
+    hasher: ChunkHasher = IN_PROCESS,
 ) -> ChunkVerdict:
-    """The chunk verified, read again with new windows while its windows fail (`before_close`:
-    see `verify_chunk`); `ChunkGaveUp` after `MAX_ATTEMPTS`."""
+    """The chunk verified, read again with new windows while its windows fail (`before_close`,
+    `hasher`: see `verify_chunk`); `ChunkGaveUp` after `MAX_ATTEMPTS`."""
     reason = ""
     for _ in range(MAX_ATTEMPTS):
         outcome = verify_chunk(
@@ -311,6 +317,7 @@ def verify_with_retries(
             request.key_columns[chunk.table],
             window_timeout_s=window_timeout_s,
             before_close=before_close,
+            hasher=hasher,
         )
         if isinstance(outcome, ChunkVerdict):
             return outcome
