@@ -15,13 +15,16 @@ never a write in flight.
 Rows are compared by a hash of their canonical JSON (`row_hash`), the JSON an event carries:
 each side's reader converts its database's values with the source's converters, so equal rows
 hash equal whichever side read them, and a remote reader can ship hashes rather than rows.
+When both sides' rows are at hand (`RowsRead`), they are compared as rows, with the verdict
+hashes would give: a chunk whose two reads are the same JSON, row for row, is judged equal
+without a hash, and otherwise only the rows that differ are hashed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
@@ -53,6 +56,43 @@ def row_hashes(rows: Iterable[Row], key_columns: Sequence[str]) -> dict[Key, str
     return {key_of(row, key_columns): row_hash(row) for row in rows}
 
 
+_JSON = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":")).encode
+"""Many rows' JSON in one call, each row's columns in its own order: equal texts of two lists
+of rows mean each row equal, as JSON, to the one at its place (the text tells `True` from `1`
+and from `1.0`, and `-0.0` from `0.0`, which `==` does not)."""
+
+
+class RowsRead(Mapping[Key, str]):
+    """A side's rows of a chunk as they were read, keyed by `key_columns`: a mapping of their
+    `row_hash` by key, hashed only when looked into. `compare_chunk` given two compares the
+    rows themselves."""
+
+    __slots__ = ("_hashes", "key_columns", "rows")
+
+    def __init__(self, rows: Sequence[Row], key_columns: Sequence[str]) -> None:
+        self.rows = rows
+        self.key_columns = tuple(key_columns)
+        self._hashes: dict[Key, str] | None = None
+
+    def by_key(self) -> dict[Key, Row]:
+        return {key_of(row, self.key_columns): row for row in self.rows}
+
+    @property
+    def hashes(self) -> dict[Key, str]:
+        if self._hashes is None:
+            self._hashes = row_hashes(self.rows, self.key_columns)
+        return self._hashes
+
+    def __getitem__(self, key: Key) -> str:
+        return self.hashes[key]
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self.hashes)
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+
 def applied_through(checkpoint: int | None, hw: Position) -> bool:
     """Whether a target whose durable position is `checkpoint` (a commit: every commit at or
     below it applied) holds every event up to hw, so that its read may be compared."""
@@ -80,7 +120,10 @@ def compare_chunk(
 ) -> ChunkVerdict:
     """Compare the row hashes the source read between lw and hw with those the target read once
     it had applied the log through hw, skipping the keys the log changed from lw to the close
-    (`in_flux`; it may name keys of the table outside the chunk: they are not counted)."""
+    (`in_flux`; it may name keys of the table outside the chunk: they are not counted). Two
+    `RowsRead` are compared as rows, to the same verdict."""
+    if isinstance(source, RowsRead) and isinstance(target, RowsRead):
+        return _compare_rows(source, target, in_flux)
     differences: list[tuple[Key, Difference]] = []
     checked = flux = 0
     for key, hashed in source.items():
@@ -95,6 +138,54 @@ def compare_chunk(
             differences.append((key, Difference.CHANGED))
     for key in target:
         if key in source:
+            continue
+        if key in in_flux:
+            flux += 1
+            continue
+        checked += 1
+        differences.append((key, Difference.EXTRA))
+    return ChunkVerdict(checked, flux, tuple(differences))
+
+
+def _compare_rows(source: RowsRead, target: RowsRead, in_flux: AbstractSet[Key]) -> ChunkVerdict:
+    """`compare_chunk` of the two reads' hashes, hashing only rows that may differ. When the
+    two lists of rows are the same JSON (the common case: a target that is equal, read in the
+    same key order), every key is equal and only the keys in flux are looked for. Otherwise the
+    rows are paired by key: a pair `==` calls equal is confirmed equal by the JSON of all such
+    pairs at once (a pair that fails it is hashed), and a pair `==` calls different is hashed,
+    as JSON may call it equal (a NaN)."""
+    if source.rows == target.rows and _JSON(source.rows) == _JSON(target.rows):
+        flux = 0
+        if in_flux:
+            flux = sum(1 for key in source.by_key() if key in in_flux)
+        return ChunkVerdict(len(source.rows) - flux, flux, ())
+    theirs = target.by_key()
+    ours = source.by_key()
+    alike: list[Key] = []
+    changed: set[Key] = set()
+    for key, row in ours.items():
+        held = theirs.get(key)
+        if held is None or key in in_flux:
+            continue
+        if row == held:
+            alike.append(key)
+        elif row_hash(row) != row_hash(held):
+            changed.add(key)
+    if _JSON([ours[k] for k in alike]) != _JSON([theirs[k] for k in alike]):
+        changed.update(k for k in alike if row_hash(ours[k]) != row_hash(theirs[k]))
+    differences: list[tuple[Key, Difference]] = []
+    checked = flux = 0
+    for key in ours:
+        if key in in_flux:
+            flux += 1
+            continue
+        checked += 1
+        if key not in theirs:
+            differences.append((key, Difference.MISSING))
+        elif key in changed:
+            differences.append((key, Difference.CHANGED))
+    for key in theirs:
+        if key in ours:
             continue
         if key in in_flux:
             flux += 1

@@ -24,6 +24,7 @@ from airflow_provider_dblog.core.event import Key, Row
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.verify import (
     Difference,
+    RowsRead,
     applied_through,
     compare_chunk,
     row_hash,
@@ -85,6 +86,7 @@ def run(history: tuple[list[Action], list[int]], protocol: Protocol = CORRECT) -
     marks: dict[str, int] = {}
     source_read: dict[Key, str] = {}
     target_read: dict[Key, str] = {}
+    rows_read: dict[str, list[Row]] = {}
     faithful_at_read: dict[Key, Row] = {}
 
     def apply(upto: int) -> None:
@@ -102,11 +104,13 @@ def run(history: tuple[list[Action], list[int]], protocol: Protocol = CORRECT) -
         marks[name] = len(log)  # every write below it is in the log before it
         if name == "read":
             source_read = row_hashes(source.values(), ("id",))
+            rows_read["source"] = list(source.values())
         elif name == "target_read":
             if protocol.wait_for_target:
                 apply(marks["hw"])  # the wait: the target has applied through hw
                 assert applied_through(applied, Position(marks["hw"], 0))
             target_read = row_hashes(target.values(), ("id",))
+            rows_read["target"] = list(target.values())
             faithful_at_read = replay(initial, log[:applied])
 
     steps = iter(zip(at, STEPS, strict=True))
@@ -135,6 +139,8 @@ def run(history: tuple[list[Action], list[int]], protocol: Protocol = CORRECT) -
     flux_from = marks["lw"] if protocol.flux_from_lw else marks["hw"]
     in_flux = {key for position, (key, _) in enumerate(log) if flux_from <= position < closed_at}
     verdict = compare_chunk(source_read, target_read, in_flux)
+    source_rows, target_rows = (RowsRead(rows_read[side], ("id",)) for side in ("source", "target"))
+    assert compare_chunk(source_rows, target_rows, in_flux) == verdict, "rows as their hashes"
 
     corrupt_keys = {
         key
