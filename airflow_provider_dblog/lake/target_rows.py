@@ -10,7 +10,8 @@ gives. Keys are spelled back as the converters spell them: integer, text (a uuid
 binary (base64) key columns; a table keyed otherwise is refused. Keys sort as Python sorts
 their values (text by code point), which must be how the source sorts them. A chunk's filter
 runs on the table in delta-rs's SQL engine (DataFusion), which reads a plain condition (`amount
-> 10 AND region = 'eu'`) as the source does; one it cannot run stops the run naming it.
+> 10 AND region = 'eu'`) as the source does; one it cannot plan is refused before the run
+is stored (`check_filter`).
 
 Folded through hw: the compaction folds the tailer's NDJSON files and keeps in the lake where
 it stopped reading them (`compaction/segments.CompactState`, `lake.CURSOR_FILE`: the bytes
@@ -87,6 +88,20 @@ class LakeRows:
                     f"the lake table of {table} has a {kind} key column {name}: verify reads "
                     "lake tables keyed by integer, text or binary columns"
                 )
+
+    def check_filter(self, table: TableRef, where: str) -> None:
+        """The filter's query planned by DataFusion (`LIMIT 0`: no file is read): a column or
+        function it does not know, or a type it cannot compare, fails the planning."""
+        lake = LakeTable.open(self._root, table)
+        names = ", ".join(quote(name) for name in lake.key)
+        try:
+            QueryBuilder().register("t", lake.delta).execute(
+                f"SELECT {names} FROM t WHERE {where} LIMIT 0"
+            )
+        except Exception as exc:  # delta-rs raises its DeltaError, which it does not export
+            raise InvalidRequest(
+                f"the lake cannot run the filter on {table}: {_line(exc)}"
+            ) from None
 
     def hash_rows(
         self, table: TableRef, key_columns: tuple[str, ...], rows: Sequence[Row]
@@ -199,8 +214,14 @@ def _matching(lake: LakeTable, where: str) -> set[tuple[Any, ...]]:
     try:
         found = pa.table(QueryBuilder().register("t", lake.delta).execute(query))
     except Exception as exc:  # delta-rs raises its DeltaError, which it does not export
-        raise SourceError(f"the lake cannot run the filter {where!r}: {exc}") from None
+        raise SourceError(f"the lake cannot run the filter {where!r}: {_line(exc)}") from None
     return {tuple(row[name] for name in lake.key) for row in found.to_pylist()}
+
+
+def _line(exc: Exception) -> str:
+    """DataFusion's error, its chain of causes on one line."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    return ": ".join(line for line in lines if line and line != "caused by") or repr(exc)
 
 
 def _hash(row: Mapping[str, Any]) -> str:

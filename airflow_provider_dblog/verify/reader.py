@@ -1,6 +1,7 @@
 """What a target must answer to be verified: whether it holds a table keyed as the source keys
-it, whether it has applied the log through a chunk's hw, and its rows of a key range (or key
-list) of a table as row hashes by key, the source's rows hashed the same way.
+it and can run a filter on it, whether it has applied the log through a chunk's hw, and its
+rows of a key range (or key list) of a table as row hashes by key, the source's rows hashed
+the same way.
 
 A target that keeps rows by key (a SQL database, the lake, a search index) implements it. One
 that holds the event's JSON, as a search index would, hashes both sides with
@@ -12,11 +13,12 @@ A remote one can ship hashes, not rows."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, Row, TableRef
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.verify import RowsRead
 
 
 class TargetReader(Protocol):
@@ -30,6 +32,13 @@ class TargetReader(Protocol):
     def check_table(self, table: TableRef, key_columns: tuple[str, ...]) -> None:
         """Refuse (`InvalidRequest`, one line) a source table the target does not hold, or
         holds keyed otherwise than by `key_columns`, the source's key in its order."""
+        ...
+
+    def check_filter(self, table: TableRef, where: str) -> None:
+        """Refuse (`InvalidRequest`, one line) a filter the source accepted (`where`, a
+        condition on `table`'s columns) that the target cannot run on its table of `table`,
+        reading no row: the filter runs on both sides, and a run should not be stored only
+        to fail at its first chunk."""
         ...
 
     def applied_through(self, hw: Position, checkpoint: int | None) -> bool:
@@ -50,3 +59,14 @@ class TargetReader(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class RowsTarget(Protocol):
+    """A `TargetReader` whose rows read back as the source's JSON (the SQL-apply output's
+    tables, read with the source's converters): `dblog verify` compares its rows with the
+    source's as rows (`core.verify.RowsRead`), hashing only the rows that may differ."""
+
+    def read_rows(self, chunk: Chunk) -> RowsRead:
+        """The target's rows of `chunk`, as `read_hashes` reads them, in the order read."""
+        ...

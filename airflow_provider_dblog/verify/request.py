@@ -5,7 +5,7 @@ What to verify is said as a dump says it, and checked by the dump's own checks
 a filter on one table. A verify also takes a key range of one table (`after` < key <= `upto`,
 either bound optional), each bound checked as a key of the list would be, and the target,
 which must be one the deployment has, that verify can read, and that holds every table named,
-keyed as the source keys it.
+keyed as the source keys it, and can run the filter: a filter runs on both sides.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ def build_verify_request(
 ) -> VerifyRequest:
     """The request checked: the dump's checks of the tables, keys and filter (and the source
     being set up), then the range's bounds, then the target (`reader`, when given, must hold
-    each table keyed as the source keys it). Raises `InvalidRequest` (or the source's error)
-    naming what is wrong."""
+    each table keyed as the source keys it, and run the filter the source accepted). Raises
+    `InvalidRequest` (or the source's error) naming what is wrong."""
     check_target(config, target)
     ranged = after is not None or upto is not None
     if ranged and (table is None or keys is not None):
@@ -130,6 +130,8 @@ def build_verify_request(
     if reader is not None:
         for ref in request.tables:
             reader.check_table(ref, key_columns[ref])
+            if request.where is not None:
+                reader.check_filter(ref, request.where)
     return VerifyRequest(
         verify_id,
         request.tables,

@@ -25,7 +25,7 @@ from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, Key, Row, TableRef
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.core.verify import applied_through, row_hashes
+from airflow_provider_dblog.core.verify import RowsRead, applied_through, row_hashes
 from airflow_provider_dblog.libpq_tls import tls_refusal
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.keyset import TableShape
@@ -87,6 +87,23 @@ class TargetRows:
                 f"{table} by ({', '.join(key_columns)}): give it the source's key to verify it"
             )
 
+    def check_filter(self, table: TableRef, where: str) -> None:
+        """The read of a chunk of the whole table with the filter, planned (EXPLAIN) and not
+        run: a column or function the target table lacks fails its planning."""
+        shape = self._shape(table)
+        whole = Chunk(table, 0, where=where)
+        query, params = KEYSET.chunk(shape, whole, KEYSET.names(shape.key))
+        try:
+            self._conn.execute(sql.Composed([sql.SQL("EXPLAIN "), query]), params)
+        except psycopg.OperationalError as exc:
+            raise SourceUnavailable(f"the sql_apply target went away: {exc}") from None
+        except psycopg.Error as exc:
+            target = self._target_of(table)
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InvalidRequest(
+                f"{self.name} cannot run the filter on {target}: {message}"
+            ) from None
+
     def applied_through(self, hw: Position, checkpoint: int | None) -> bool:
         """The output applies the log in order and checkpoints what it applied."""
         return applied_through(checkpoint, hw)
@@ -97,6 +114,10 @@ class TargetRows:
         return row_hashes(rows, key_columns)
 
     def read_hashes(self, chunk: Chunk) -> dict[Key, str]:
+        return self.read_rows(chunk).hashes
+
+    def read_rows(self, chunk: Chunk) -> RowsRead:
+        """Its rows are the source's JSON (`verify.reader.RowsTarget`): compared as rows."""
         shape = self._shape(chunk.table)
         try:
             rows = self._read(chunk, shape)
@@ -105,7 +126,7 @@ class TargetRows:
         except psycopg.Error as exc:  # a filter the target's table cannot run, say
             target = self._target_of(chunk.table)
             raise SourceError(f"{self.name} refused the read of {target}: {exc}") from None
-        return row_hashes(rows, shape.key_columns)
+        return RowsRead(rows, shape.key_columns)
 
     def _read(self, chunk: Chunk, shape: TableShape[ColumnInfo]) -> list[Row]:
         """The chunk's rows (its whole range: no limit), as this source's JSON."""

@@ -251,6 +251,10 @@ REFUSALS = [
     (("--table", "accounts", "--after", "abc"), "after: "),
     (("--table", "orders", "--upto", "[1, 2, 3]"), "upto: "),
     (("--table", "accounts", "--where", "nope = 1"), "nope"),
+    (
+        ("--table", "accounts", "--where", "only_in_source(id)"),
+        "the sql_apply output cannot run the filter on public.accounts: function only_in_source",
+    ),
     (("--keys", "1,2"), "need --table"),
     (("--table", "accounts", "--keys", "1", "--after", "2"), "no keys"),
 ]
@@ -259,13 +263,22 @@ REFUSALS = [
 def test_bad_input_is_refused_in_one_line_before_anything_is_stored(
     dbs: Databases, redis_server: RedisInfo, tmp_path: Path
 ) -> None:
-    """Each refusal is one `dblog: error:` line, exit 2, no traceback, no run stored; a target
-    whose table map names a table it does not have is refused too."""
+    """Each refusal is one `dblog: error:` line, exit 2, no traceback, no run stored: a filter
+    the source runs but the target cannot (a function only the source has), a target whose
+    table map names a table it does not have, a range of a table without a primary key."""
+    with psycopg.connect(dbs.source_dsn, autocommit=True) as source:
+        source.execute(
+            "CREATE FUNCTION only_in_source(bigint) RETURNS boolean IMMUTABLE LANGUAGE sql "
+            "AS 'SELECT $1 > 0'"
+        )
+        source.execute("CREATE TABLE loose (id bigint, note text)")
     output = {"type": "sql_apply", "dsn_env": TARGET_DSN_ENV}
     config = write_config(tmp_path / "dblog.toml", dbs, redis_server, output)
     missing = write_config(tmp_path / "missing.toml", dbs, redis_server, output)
     with missing.open("a") as toml:
         toml.write('[output.table_map]\n"public.items" = "public.missing"\n')
+    loose = config.read_text().replace('tables = ["', 'tables = ["public.loose", "', 1)
+    (tmp_path / "loose.toml").write_text(loose)
     env = cli_env(dbs, redis_server, **{TARGET_DSN_ENV: dbs.target_dsn})
     store = StateStore(redis_server.client(), dbs.config.name)
     tail = TailProcess(config, "verify-tailer", env, tmp_path / "tail.log")
@@ -273,6 +286,8 @@ def test_bad_input_is_refused_in_one_line_before_anything_is_stored(
         wait_until(lambda: store.tailer.health() is not None, 30, "the tailer beating")
         cases = [((str(config), *args), refusal) for args, refusal in REFUSALS]
         cases.append(((str(missing),), "holds no table public.missing for public.items"))
+        ranged = (str(tmp_path / "loose.toml"), "--table", "loose", "--after", "1")
+        cases.append((ranged, "public.loose has no primary key"))
         for (path, *args), refusal in cases:
             done = run_cli("verify", "-c", path, *args, env=env)
             assert done.returncode == 2, (args, done.stdout + done.stderr)

@@ -138,6 +138,14 @@ def test_an_equal_lake_passes_and_a_rewritten_row_is_named_while_writes_go_on(
 
     own_rows_in_the_lake(dbs, root)
     verify = ("verify", "-c", str(config), "--target", "lake", "--chunk-size", "120")
+    source_only = ("--table", "accounts", "--where", "pg_column_size(owner) > 0")
+    refused = run_cli(*verify, *source_only, env=env)  # PostgreSQL's function, not DataFusion's
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    errors = [line for line in refused.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, refused.stderr
+    assert "the lake cannot run the filter on public.accounts" in errors[0], refused.stderr
+    assert "pg_column_size" in errors[0] and "Traceback" not in refused.stderr
+    assert store.verifies.ids() == []
 
     equal = run_cli(*verify, "--verify-id", "l1", env=env)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import Key, Row, TableRef
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.lake.schema import LakeRow, lake_schema
@@ -89,3 +90,46 @@ def test_a_commit_between_two_chunks_is_read(tmp_path: Path) -> None:
     assert after == expected(
         reader, [changed if r["id"] == 2 and r["region"] == "eu" else r for r in rows], chunk
     )
+
+
+@pytest.mark.parametrize(
+    ("where", "refusal"),
+    [
+        ("nope = 1", "No field named nope"),
+        ("only_here(id)", "Invalid function 'only_here'"),
+        ("id > 'abc'", "Cannot cast string 'abc'"),
+    ],
+)
+def test_a_filter_the_lake_cannot_run_is_refused_in_one_line(
+    tmp_path: Path, where: str, refusal: str
+) -> None:
+    write(tmp_path, source_rows(), 10)
+    reader = LakeRows(tmp_path, dict)
+    with pytest.raises(InvalidRequest) as refused:
+        reader.check_filter(TABLE, where)
+    message = str(refused.value)
+    assert message.startswith("the lake cannot run the filter on app.orders: ")
+    assert refusal in message and "\n" not in message
+
+
+def test_a_filter_the_lake_can_run_passes_its_check_and_narrows_the_chunk(tmp_path: Path) -> None:
+    rows = source_rows()
+    write(tmp_path, rows, 10)
+    reader = LakeRows(tmp_path, dict)
+    reader.check_filter(TABLE, "id >= 3 AND region <> 'z'")
+    found = reader.read_hashes(Chunk(TABLE, 1, where="id >= 3 AND region <> 'z'"))
+    picked = [r for r in rows if r["id"] >= 3 and r["region"] != "z"]
+    assert found == reader.hash_rows(TABLE, KEY, picked)
+
+
+def test_a_lake_table_keyed_by_a_timestamp_is_refused(tmp_path: Path) -> None:
+    table = TableRef("app", "events")
+    described = TableSchema(
+        (Column("at", "timestamp with time zone", False, None), Column("n", "text", True, None)),
+        ("at",),
+    )
+    LakeTable.open_or_create(tmp_path, table, lake_schema("postgres", table, described))
+    with pytest.raises(InvalidRequest, match="a timestamptz key column at: verify reads"):
+        LakeRows(tmp_path, dict).check_table(table, ("at",))
+    with pytest.raises(InvalidRequest, match=r"the lake holds no table of app\.nope"):
+        LakeRows(tmp_path, dict).check_table(TableRef("app", "nope"), ("id",))
