@@ -17,14 +17,16 @@ Any failure (a window that fails or expires, a target that does not catch up in 
 windows; the chunk is read again with new ones.
 
 The two reads are a `ChunkHasher`'s: in this process (`IN_PROCESS`), or by Spark tasks that
-hash a part of the chunk each (`spark_chunk.SparkChunkHasher`); only hashes reach the compare.
+hash a part of the chunk each (`spark_chunk.SparkChunkHasher`); only hashes reach the compare,
+or, in this process from a target whose rows are the source's JSON (`RowsTarget`), the rows
+themselves, compared as their hashes would be (`core.verify.RowsRead`).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Protocol
 
@@ -35,12 +37,13 @@ from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.core.verify import (
     ChunkVerdict,
+    RowsRead,
     compare_chunk,
 )
 from airflow_provider_dblog.dump.chunk import ChunkOutcome, ChunkReadFailed, between_watermarks
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state import StateStore
-from airflow_provider_dblog.verify.reader import TargetReader
+from airflow_provider_dblog.verify.reader import RowsTarget, TargetReader
 
 _TARGET_POLL_S = 0.02
 
@@ -61,7 +64,7 @@ class ChunkHasher(Protocol):
         window_id: str,
         chunk: Chunk,
         key_columns: tuple[str, ...],
-    ) -> dict[Key, str] | None:
+    ) -> Mapping[Key, str] | None:
         """Read the source's rows of `chunk` after the inner window's lw, store what the read
         saw for the tailer's check at hw (its transactions and columns, no row), and give
         each row's hash by its key as `target.hash_rows` gives it; None when the window is
@@ -70,13 +73,14 @@ class ChunkHasher(Protocol):
 
     def target_hashes(
         self, store: StateStore, source: ChunkSource, target: TargetReader, chunk: Chunk
-    ) -> dict[Key, str]:
+    ) -> Mapping[Key, str]:
         """The target's rows of `chunk` as `target.read_hashes` gives them."""
         ...
 
 
 class InProcessHasher:
-    """The `ChunkHasher` of `dblog verify`: both reads on the slot's own connections."""
+    """The `ChunkHasher` of `dblog verify`: both reads on the slot's own connections, as rows
+    when the target's rows are the source's JSON (`RowsTarget`)."""
 
     def source_hashes(
         self,
@@ -86,7 +90,7 @@ class InProcessHasher:
         window_id: str,
         chunk: Chunk,
         key_columns: tuple[str, ...],
-    ) -> dict[Key, str] | None:
+    ) -> Mapping[Key, str] | None:
         read = source.read_chunk(chunk)
         rows = ChunkRows(window_id, key_columns, (), 0, read.invisible_txids)
         if read.snapshot is not None:
@@ -95,11 +99,15 @@ class InProcessHasher:
         columns = tuple(read.rows[0]) if read.rows else ()
         if not store.windows.put_rows(window_id, rows, columns):
             return None
+        if isinstance(target, RowsTarget):
+            return RowsRead(read.rows, key_columns)
         return target.hash_rows(chunk.table, key_columns, read.rows)
 
     def target_hashes(
         self, store: StateStore, source: ChunkSource, target: TargetReader, chunk: Chunk
-    ) -> dict[Key, str]:
+    ) -> Mapping[Key, str]:
+        if isinstance(target, RowsTarget):
+            return target.read_rows(chunk)
         return target.read_hashes(chunk)
 
 
@@ -123,13 +131,13 @@ def verify_chunk(
     completed, with its reason) when the chunk must be read again."""
     outer = Window(uuid.uuid4().hex, verify_id, chunk.table, DumpMode.DIRECT)
     inner = Window(uuid.uuid4().hex, verify_id, chunk.table, DumpMode.DIRECT)
-    target_read: dict[Key, str] = {}
+    target_read: list[Mapping[Key, str]] = []
     inner_record: list[DirectRecord] = []
 
-    def read_source(window_id: str) -> dict[Key, str] | None:
+    def read_source(window_id: str) -> Mapping[Key, str] | None:
         return hasher.source_hashes(store, source, target, window_id, chunk, key_columns)
 
-    def read_both(window_id: str) -> dict[Key, str] | None:
+    def read_both(window_id: str) -> Mapping[Key, str] | None:
         source_read = between_watermarks(
             store, source, inner, chunk, read_source,
             window_timeout_s=window_timeout_s, ended="recorded",
@@ -141,9 +149,9 @@ def verify_chunk(
             raise ChunkReadFailed(f"window {inner.window_id} closed without its record")
         inner_record.append(record)
         _wait_applied(store, target, record.hw_position, window_timeout_s)
-        target_read.update(hasher.target_hashes(store, source, target, chunk))
+        target_read.append(hasher.target_hashes(store, source, target, chunk))
         if before_close is not None:
-            before_close(source_read, dict(target_read))
+            before_close(dict(source_read), dict(target_read[0]))
         marker = ChunkRows(window_id, key_columns, (), 0, frozenset())
         if source.read_only:  # the outer hw: a snapshot's position, after the target's read
             snapshot = source.read_chunk(Chunk(chunk.table, chunk.seq, limit=1)).snapshot
@@ -166,7 +174,7 @@ def verify_chunk(
     if record is None:
         return ChunkOutcome(False, 0, None, f"window {outer.window_id} closed without its record")
     in_flux = record.changed_keys | inner_record[0].changed_keys
-    return compare_chunk(reads, target_read, in_flux)
+    return compare_chunk(reads, target_read[0], in_flux)
 
 
 def _record(store: StateStore, window: Window) -> DirectRecord | None:
