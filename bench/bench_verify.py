@@ -71,10 +71,18 @@ def verify_line(label: str, run: VerifyRun, rows: int) -> str:
 
 
 def postgres_part(
-    env: Env, report: Report, rows: int, rate: int, py_spy: str | None
+    env: Env,
+    report: Report,
+    rows: int,
+    rate: int,
+    py_spy: str | None,
+    *,
+    equal_only: bool,
+    verify_chunk: int | None,
 ) -> dict[str, float]:
-    """The SQL target: equal, corrupted and repaired, under writes; reladiff and the dumps
-    beside. The rows/s and seconds the ratios need."""
+    """The SQL target: equal, corrupted and repaired, under writes (not with `equal_only`);
+    reladiff and the dumps beside, verify's chunks `verify_chunk` rows (None: its default).
+    The rows/s and seconds the ratios need."""
     target_dsn = env.pg.dsn.rsplit("/", 1)[0] + "/vtarget"
     deployment = Deployment(env, "vsql", lake=False, py_spy=py_spy)
     try:
@@ -83,12 +91,12 @@ def postgres_part(
         report.figure(f"V0 fill, sequenced dump: {rows / fill:.0f} rows/s ({fill:.1f} s)")
 
         step("equal")
-        equal = deployment.verify("equal")
+        equal = deployment.verify("equal", chunk_size=verify_chunk)
         report.figure(
             verify_line("V1 verify equal", equal, rows) + f", {len(equal.found)} keys differ"
         )
         report.row("verify, equal", equal.seconds, "", str(len(equal.found)))
-        two = deployment.verify("equal-2", parallelism=2)
+        two = deployment.verify("equal-2", parallelism=2, chunk_size=verify_chunk)
         report.figure(verify_line("V1p verify equal, parallelism 2", two, rows))
         report.row("verify, equal, parallelism 2", two.seconds, "", str(len(two.found)))
         seconds, found = reladiff(env)
@@ -105,6 +113,14 @@ def postgres_part(
             f"V1c read ceiling: {read:.0f} rows/s (the table read in chunks of {CHUNK_SIZE})"
         )
         report.row("read ceiling (one side)", rows / read)
+        figures = {
+            "verify": rows / equal.seconds,
+            "reladiff": rel_rate,
+            "direct": rows / direct,
+            "read": read,
+        }
+        if equal_only:
+            return figures
 
         step("0.1% of the target corrupted")
         corruption = Corruption.pick(rows, seed=1)
@@ -114,11 +130,11 @@ def postgres_part(
         report.figure(f"V2r reladiff corrupted: {rows / seconds:.0f} rows/s, {text}")
         report.row("reladiff, 0.1% corrupted", seconds, f"{right}/{len(corruption)}", str(other))
         trigger_written(target_dsn)
-        repaired = deployment.verify("corrupted", repair=True)
+        repaired = deployment.verify("corrupted", repair=True, chunk_size=verify_chunk)
         keys = written(target_dsn)
         right, other, text = found_line(corruption, repaired.found)
         wrong = len(keys - {key for _, key in corruption.keys})
-        after = deployment.verify("repaired")
+        after = deployment.verify("repaired", chunk_size=verify_chunk)
         report.figure(
             f"V2 verify corrupted with repair: {repaired.seconds:.1f} s, {text}; {len(keys)} keys "
             f"written, {wrong} of them not corrupted; then {len(after.found)} keys differ"
@@ -137,7 +153,7 @@ def postgres_part(
         corruption = Corruption.pick(rows, seed=2)
         corruption.apply_sql(target_dsn)
         with pgbench(env, rows, rate) as load:
-            busy = deployment.verify("writes")
+            busy = deployment.verify("writes", chunk_size=verify_chunk)
         right, other, text = found_line(corruption, busy.found)
         report.figure(
             verify_line("V4 verify under writes", busy, rows)
@@ -158,15 +174,7 @@ def postgres_part(
         )
     finally:
         deployment.close()
-    return {
-        "verify": rows / equal.seconds,
-        "reladiff": rel_rate,
-        "direct": rows / direct,
-        "read": read,
-        "repair_s": repaired.seconds,
-        "redump_s": redump,
-        "wrong": wrong,
-    }
+    return {**figures, "repair_s": repaired.seconds, "redump_s": redump, "wrong": wrong}
 
 
 def lake_part(env: Env, report: Report, rows: int, rate: int, py_spy: str | None) -> None:
@@ -222,6 +230,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--big", action="store_true", help="5,000,000 rows")
     parser.add_argument("--rows", type=int, help="rows in the table (default 1,000,000)")
     parser.add_argument("--rate", type=int, help="updates/s the write load commits (default 500)")
+    parser.add_argument(
+        "--equal-only",
+        action="store_true",
+        help="postgres: the equal target only (V0, V1, V1p, V1r, V1d, V1c), no corruption",
+    )
+    parser.add_argument(
+        "--verify-chunk-size",
+        type=int,
+        help="rows a chunk of the SQL target's verify runs (default: verify's own)",
+    )
     parser.add_argument("--only", help=f"some parts, comma-separated: {', '.join(PARTS)}")
     parser.add_argument(
         "--py-spy",
@@ -261,7 +279,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             step(f"the source table: {rows} rows")
             create_tables(env, rows)
         if "postgres" in parts:
-            ratios = postgres_part(env, report, rows, rate, args.py_spy)
+            ratios = postgres_part(
+                env,
+                report,
+                rows,
+                rate,
+                args.py_spy,
+                equal_only=args.equal_only,
+                verify_chunk=args.verify_chunk_size,
+            )
         if "lake" in parts:
             lake_part(env, report, rows, rate, args.py_spy)
         if mariadb is not None:
@@ -278,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"R verify / read ceiling rows/s: {ratios['verify'] / ratios['read']:.3f} (verify "
             "reads the table twice, the source and the target)"
         )
+    if "redump_s" in ratios:
         report.figure(
             f"R verify+repair / full re-dump time: {ratios['repair_s'] / ratios['redump_s']:.3f} "
             f"(goal <= 0.5), {ratios['wrong']:.0f} keys written that were not corrupted"

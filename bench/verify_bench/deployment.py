@@ -143,13 +143,22 @@ class Deployment:
             raise RuntimeError(f"bench: dblog dump failed:\n{done.stdout[-2000:]}{done.stderr}")
         return seconds
 
-    def verify(self, verify_id: str, *, repair: bool = False, parallelism: int = 1) -> VerifyRun:
-        """`dblog verify` of the bench table against this deployment's target."""
+    def verify(
+        self,
+        verify_id: str,
+        *,
+        repair: bool = False,
+        parallelism: int = 1,
+        chunk_size: int | None = None,
+    ) -> VerifyRun:
+        """`dblog verify` of the bench table against this deployment's target (`chunk_size`
+        None: verify's default)."""
         target = "lake" if self.lake else "output"
+        size = [] if chunk_size is None else ["--chunk-size", str(chunk_size)]
         seconds, done = self._run(
             "verify", "--table", str(TABLE), "--target", target, "--verify-id", verify_id,
             "--show", "0", "--repair", "auto" if repair else "none",
-            "--parallelism", str(parallelism), profile=f"verify-{verify_id}",
+            "--parallelism", str(parallelism), *size, profile=f"verify-{verify_id}",
         )  # fmt: skip
         if done.returncode not in (0, 1):
             raise RuntimeError(f"bench: dblog verify failed:\n{done.stdout[-2000:]}{done.stderr}")
