@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.config is not None:
         config = load_config(args.config)
     else:
-        config = parse_config(_json_object(args.config_json), "--config-json")
+        config = parse_config(json_object(args.config_json), "--config-json")
     use_driver_python()
     builder = SparkSession.builder.appName(f"dblog-dump-{args.dump_id}")
     if args.master:
@@ -118,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if state is DumpState.DONE else 3
 
 
-def _json_object(text: str) -> dict[str, Any]:
+def json_object(text: str) -> dict[str, Any]:
+    """`--config-json`'s object (the verify application reads it too)."""
     try:
         data = json.loads(text)
     except ValueError as exc:

@@ -10,7 +10,8 @@ resumes an unfinished or failed run from its last verified chunk, and shows a fi
 report; while a live process runs it, another is refused in one line (`verify/runner.running`).
 `--repair auto` ends a run that found differences with their repair (`verify/repair.py`): extra
 keys removed from the target, a key dump a table of the others, run in this process; given to a
-finished run, it repairs that run (or resumes its repair).
+finished run, it repairs that run (or resumes its repair). `--master` reads each chunk's sides
+in Spark tasks, this process the driver (`verify/spark_run.py`).
 
 `verify-pause`, `verify-resume`, `verify-cancel` and `verify-throttle` act on a run from anywhere,
 as `dblog pause|resume|cancel|throttle` act on a dump: the runner reads its controls between
@@ -23,6 +24,8 @@ import argparse
 import json
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 from airflow_provider_dblog.cli.common import (
@@ -41,9 +44,11 @@ from airflow_provider_dblog.dump.direct import InProcessDirectReader
 from airflow_provider_dblog.dump.runner import run_dump
 from airflow_provider_dblog.sources.base import ChunkSource, Source
 from airflow_provider_dblog.sources.factory import source_for
+from airflow_provider_dblog.spark_package import ship_package, use_driver_python
 from airflow_provider_dblog.state import DumpControls, DumpState, StateStore, VerifyState
 from airflow_provider_dblog.state.verifies import COUNTERS
 from airflow_provider_dblog.targets import direct_target_for
+from airflow_provider_dblog.verify.chunk import IN_PROCESS, ChunkHasher
 from airflow_provider_dblog.verify.reader import TargetReader
 from airflow_provider_dblog.verify.repair import (
     REPAIRS,
@@ -104,6 +109,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         type=option(values.whole_number(0)),
         default=20,
         help="differing keys the report lists (default: %(default)s; all are stored)",
+    )
+    verify.add_argument(
+        "--master",
+        help="read each chunk's sides in Spark tasks on this Spark master (e.g. local[4], "
+        "yarn), this process the driver (default: read them in this process)",
+    )
+    verify.add_argument(
+        "--tasks",
+        type=option(values.whole_number(1)),
+        help="with --master: Spark tasks a side of a chunk (default: Spark's parallelism)",
     )
     verify.add_argument(
         "--repair",
@@ -205,13 +220,15 @@ def _verify(args: argparse.Namespace) -> int:
                         f"verify {verify_id}: paused until dblog verify-resume {verify_id}",
                         flush=True,
                     )
-                run_verify(
-                    store,
-                    lambda: _open_slot(config, chunk_sources, request.target),
-                    request,
-                    window_timeout_s=args.window_timeout,
-                    between_chunks=still_ours,
-                )
+                with _hasher(args, config, request) as hasher:
+                    run_verify(
+                        store,
+                        lambda: _open_slot(config, chunk_sources, request.target),
+                        request,
+                        window_timeout_s=args.window_timeout,
+                        between_chunks=still_ours,
+                        hasher=hasher,
+                    )
             if remover is not None and _differing(store, verify_id):
                 _repair(store, config, chunk_sources, source, reader, remover, request, args)
     finally:
@@ -230,6 +247,29 @@ def _open_slot(config: Config, sources: Source, target: str) -> Slot:
     except BaseException:
         source.close()
         raise
+
+
+@contextmanager
+def _hasher(
+    args: argparse.Namespace, config: Config, request: VerifyRequest
+) -> Iterator[ChunkHasher]:
+    """Who reads a chunk's sides: this process, or with `--master` Spark tasks, this process
+    the driver of a Spark application started here and stopped after the run."""
+    if args.master is None:
+        yield IN_PROCESS
+        return
+    from pyspark.sql import SparkSession  # only a run on Spark loads pyspark
+
+    from airflow_provider_dblog.verify.spark_run import spark_hasher
+
+    use_driver_python()
+    spark = SparkSession.builder.appName(f"dblog-verify-{request.verify_id}")
+    session = spark.master(args.master).getOrCreate()
+    try:
+        ship_package(session.sparkContext)
+        yield spark_hasher(session.sparkContext, config, request, args.tasks)
+    finally:
+        session.stop()
 
 
 def _control(args: argparse.Namespace) -> int:

@@ -1,14 +1,15 @@
-"""Starting the dump's Spark application, attached or detached, and stopping it.
+"""Starting the dump's Spark application, attached or detached, and stopping it; the verify's
+spark-submit command (`verify_command`: the verify operator starts and watches it).
 
-The application is `spark_jobs/dump.py`, found by import (the `spark_jobs` package ships in
-the same wheel as this one). spark-submit's command comes from the Spark provider's
-`SparkSubmitHook`, so the Spark connection's master, deploy mode and binary apply as they do
-to `SparkSubmitOperator`. Passwords reach the application only as environment variables named
-by the deployment's configuration (`DBLogHook.secret_env`), inherited by spark-submit: never
-argv, never Spark properties, which the Spark UI shows.
+The applications are `spark_jobs/dump.py` and `spark_jobs/verify.py`, found by import (the
+`spark_jobs` package ships in the same wheel as this one). spark-submit's command comes from
+the Spark provider's `SparkSubmitHook`, so the Spark connection's master, deploy mode and
+binary apply as they do to `SparkSubmitOperator`. Passwords reach the application only as
+environment variables named by the deployment's configuration (`DBLogHook.secret_env`),
+inherited by spark-submit: never argv, never Spark properties, which the Spark UI shows.
 
 The provider has no public way to build spark-submit's command without running it, or to
-reach the process it started; this class is the one place that uses those private members
+reach the process it started; this module is the one place that uses those private members
 (`_build_spark_submit_command`, `_submit_sp`), each where it is needed and saying why, so that
 a provider upgrade that changes them breaks here and nowhere else.
 """
@@ -41,10 +42,84 @@ log = logging.getLogger(__name__)
 
 def dump_application() -> str:
     """The path of `spark_jobs/dump.py` where it is installed (a wheel, or this source tree)."""
-    spec = importlib.util.find_spec("spark_jobs.dump")
+    return _application("spark_jobs.dump")
+
+
+def verify_application() -> str:
+    """The path of `spark_jobs/verify.py`, as `dump_application`."""
+    return _application("spark_jobs.verify")
+
+
+def _application(module: str) -> str:
+    spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise DBLogError("the spark_jobs package is not installed beside airflow_provider_dblog")
     return spec.origin
+
+
+def submit_hook(
+    hook: DBLogHook,
+    spark_conn_id: str,
+    application_args: list[str],
+    *,
+    name: str,
+    spark_conf: dict[str, Any],
+) -> SparkSubmitHook:
+    """The Spark provider's hook for one of the applications; building it reads the Spark
+    connection and puts the secrets and the driver's Python spark-submit needs into this
+    process's environment."""
+    hook.export_secrets()
+    # A client-mode driver runs the Python that runs Airflow (it has this package) unless
+    # the deployment says otherwise; the driver then runs its executors' Python workers on
+    # its own interpreter unless `spark.pyspark.python` names theirs
+    # (`spark_package.use_driver_python`), whatever the master.
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return SparkSubmitHook(
+        conn_id=spark_conn_id,
+        conf=spark_conf,
+        application_args=application_args,
+        # The package goes with the application: to the executors, and to the driver
+        # when it runs on the cluster (deploy mode cluster).
+        py_files=str(package_zip()),
+        name=name,
+    )
+
+
+def submit_command(spark: SparkSubmitHook, application: str) -> list[str]:
+    """spark-submit's command line for `application`, as the Spark provider builds it."""
+    # Private: `_build_spark_submit_command` is the only way to get the command without
+    # running it; the public `submit()` runs it and waits, and a deferring task must not.
+    command: list[str] = spark._build_spark_submit_command(application)
+    return command
+
+
+def verify_command(
+    hook: DBLogHook,
+    spark_conn_id: str,
+    verify_id: str,
+    *,
+    window_timeout_s: float,
+    tasks_per_chunk: int | None = None,
+    spark_conf: dict[str, Any] | None = None,
+) -> list[str]:
+    """spark-submit's command running the stored verify run `verify_id` on Spark (its
+    configuration passed as the dump's is: no password)."""
+    args = ["--verify-id", verify_id, *_config_args(hook)]
+    args += ["--window-timeout", str(window_timeout_s)]
+    if tasks_per_chunk:
+        args += ["--tasks", str(tasks_per_chunk)]
+    name = f"dblog-verify-{verify_id}"
+    spark = submit_hook(hook, spark_conn_id, args, name=name, spark_conf=dict(spark_conf or {}))
+    return submit_command(spark, verify_application())
+
+
+def _config_args(hook: DBLogHook) -> list[str]:
+    """The configuration as the applications take it: its TOML's path, or the connection's
+    sections as JSON (they hold no password)."""
+    settings = hook.settings
+    if settings.config_path is not None:
+        return ["--config", settings.config_path]
+    return ["--config-json", json.dumps(settings.config_data)]
 
 
 def driver_log_path(dump_id: str) -> Path:
@@ -108,15 +183,10 @@ class SparkDumpLauncher:
     def application_args(self) -> list[str]:
         """The dump application's arguments: ids, numbers and the configuration (its TOML's
         path, or the connection's sections as JSON: they hold no password)."""
-        settings = self.hook.settings
-        if settings.config_path is not None:
-            config = ["--config", settings.config_path]
-        else:
-            config = ["--config-json", json.dumps(settings.config_data)]
         args = [
             "--dump-id",
             self.dump_id,
-            *config,
+            *_config_args(self.hook),
             "--window-timeout",
             str(self.window_timeout_s),
             "--source-patience",
@@ -128,31 +198,18 @@ class SparkDumpLauncher:
 
     @cached_property
     def spark(self) -> SparkSubmitHook:
-        """The Spark provider's hook for this dump; building it reads the Spark connection and
-        puts the secrets and the driver's Python spark-submit needs into this process's
-        environment."""
-        self.hook.export_secrets()
-        # A client-mode driver runs the Python that runs Airflow (it has this package) unless
-        # the deployment says otherwise; the driver then runs its executors' Python workers on
-        # its own interpreter unless `spark.pyspark.python` names theirs
-        # (`spark_package.use_driver_python`), whatever the master.
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        return SparkSubmitHook(
-            conn_id=self.spark_conn_id,
-            conf=self.spark_conf,
-            application_args=self.application_args(),
-            # The package goes with the application: to the executors, and to the driver
-            # when it runs on the cluster (deploy mode cluster).
-            py_files=str(package_zip()),
+        """The Spark provider's hook for this dump (`submit_hook`)."""
+        return submit_hook(
+            self.hook,
+            self.spark_conn_id,
+            self.application_args(),
             name=f"dblog-dump-{self.dump_id}",
+            spark_conf=self.spark_conf,
         )
 
     def command(self) -> list[str]:
         """spark-submit's command line, as the Spark provider builds it."""
-        # Private: `_build_spark_submit_command` is the only way to get the command without
-        # running it; the public `submit()` runs it and waits, and a deferring task must not.
-        command: list[str] = self.spark._build_spark_submit_command(dump_application())
-        return command
+        return submit_command(self.spark, dump_application())
 
     def run(self) -> None:
         """spark-submit in this process, its output in the task log, until it exits.

@@ -10,6 +10,11 @@ Its run id is stable across task retries, so a retry resumes the run. Given the 
 finished run and `repair="auto"`, it repairs that run: how a DAG repairs after a person
 approved. A run cancelled (`dblog verify-cancel`, or the task killed while not deferred) fails
 the task without a retry; clearing the task resumes it.
+
+With `spark_conn_id` the run is stored here and runs on Spark instead: `spark_jobs/verify.py`
+submitted detached through the Spark connection (`hooks/spark_launcher.verify_command`), its
+output in the same log, watched by the same trigger. A repair runs in `dblog verify`: in a
+task of its own on the finished run, as the `dblog_verify` DAG repairs.
 """
 
 from __future__ import annotations
@@ -29,17 +34,20 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_dblog.core.errors import DBLogError
 from airflow_provider_dblog.hooks.dblog import DBLogHook
+from airflow_provider_dblog.hooks.spark_launcher import verify_command
 from airflow_provider_dblog.operators.request import default_dump_id, optional_filter
 from airflow_provider_dblog.sources.base import SourceUnavailable
 from airflow_provider_dblog.sources.factory import source_for
-from airflow_provider_dblog.state import StateStoreUnavailable
+from airflow_provider_dblog.state import StateStoreUnavailable, VerifyState
 from airflow_provider_dblog.triggers.verify import STALLED, DBLogVerifyTrigger, VerifyOutcome
 from airflow_provider_dblog.verify.repair import REPAIRS, key_remover_for
-from airflow_provider_dblog.verify.request import build_verify_request
+from airflow_provider_dblog.verify.request import VerifyRequest, build_verify_request
 from airflow_provider_dblog.verify.targets import target_reader_for
 
 CLAIM_TIMEOUT_S = 120.0
 """How long the started process may take to claim its run before the task fails."""
+SPARK_CLAIM_TIMEOUT_S = 600.0
+"""The same for a Spark application, which claims its run once its driver has started."""
 
 
 def process_log_path(verify_id: str) -> Path:
@@ -71,6 +79,14 @@ class DBLogVerifyOperator(BaseOperator):
     :param poll_interval: seconds between polls of the run's status when deferred.
     :param runner_timeout_s: when deferred, how long the run may go without a live process
         before the task fails (a retry resumes it).
+    :param spark_conn_id: run the verify on Spark through this Spark connection (master,
+        deploy mode, spark-submit binary), each chunk's reads in Spark tasks; None: in
+        `dblog verify` on the worker. The Spark workers need the passwords' and the target's
+        variables in their environment.
+    :param tasks_per_chunk: with `spark_conn_id`, Spark tasks a side of a chunk (default:
+        Spark's parallelism).
+    :param spark_conf: with `spark_conn_id`, extra Spark properties (never secrets: the UI
+        shows them).
     """
 
     template_fields: Sequence[str] = (
@@ -103,6 +119,9 @@ class DBLogVerifyOperator(BaseOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 5.0,
         runner_timeout_s: float = 180.0,
+        spark_conn_id: str | None = None,
+        tasks_per_chunk: int | None = None,
+        spark_conf: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -120,6 +139,11 @@ class DBLogVerifyOperator(BaseOperator):
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self.runner_timeout_s = runner_timeout_s
+        self.spark_conn_id = spark_conn_id
+        self.tasks_per_chunk = tasks_per_chunk
+        self.spark_conf = spark_conf
+        self._request: VerifyRequest | None = None
+        """A new run's request, once checked."""
 
     @cached_property
     def hook(self) -> DBLogHook:
@@ -134,11 +158,16 @@ class DBLogVerifyOperator(BaseOperator):
         self.hook.export_secrets()
         stored = self.hook.store.verifies.request(verify_id)
         args = self._checked_args(verify_id, stored is not None)
+        command = [sys.executable, "-m", "airflow_provider_dblog.cli", "verify", *args]
+        claim_timeout_s, what = CLAIM_TIMEOUT_S, "dblog verify"
+        if self.spark_conn_id is not None and not self._done(verify_id):
+            command = self._spark_command(verify_id)
+            claim_timeout_s, what = SPARK_CLAIM_TIMEOUT_S, "the Spark verify application"
         log_path = process_log_path(verify_id)
-        self.log.info("verify %s: dblog verify starts, its output in %s", verify_id, log_path)
+        self.log.info("verify %s: %s starts, its output in %s", verify_id, what, log_path)
         with log_path.open("ab") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "airflow_provider_dblog.cli", "verify", *args],
+                command,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -147,7 +176,7 @@ class DBLogVerifyOperator(BaseOperator):
         if not self.deferrable:
             process.wait()
             return self._finish(VerifyOutcome.of(self.hook.store, verify_id))
-        self._wait_claimed(process)
+        self._wait_claimed(process, claim_timeout_s)
         if process.poll() is not None:  # it ended already: nothing to wait for
             return self._finish(VerifyOutcome.of(self.hook.store, verify_id))
         self.defer(
@@ -163,6 +192,30 @@ class DBLogVerifyOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         return self._finish(VerifyOutcome.from_event(event))
+
+    def _done(self, verify_id: str) -> bool:
+        status = self.hook.store.verifies.status(verify_id)
+        return status is not None and status.state is VerifyState.DONE
+
+    def _spark_command(self, verify_id: str) -> list[str]:
+        """spark-submit's command running the run on Spark, the run stored first if new."""
+        if self.repair == "auto":
+            raise AirflowFailException(
+                "repair='auto' runs in dblog verify, not on Spark: verify on Spark with "
+                "repair='none', then repair the finished run in a task of its own (as the "
+                "dblog_verify DAG does)"
+            )
+        if self._request is not None:
+            self.hook.store.verifies.create(verify_id, self._request.to_json())
+        assert self.spark_conn_id is not None
+        return verify_command(
+            self.hook,
+            self.spark_conn_id,
+            verify_id,
+            window_timeout_s=self.window_timeout_s,
+            tasks_per_chunk=self.tasks_per_chunk,
+            spark_conf=self.spark_conf,
+        )
 
     def _checked_args(self, verify_id: str, stored: bool) -> list[str]:
         """The process's arguments, once the request is checked as `dblog verify` checks it
@@ -197,7 +250,7 @@ class DBLogVerifyOperator(BaseOperator):
         reader = None
         try:
             reader = target_reader_for(config, self.target)
-            build_verify_request(
+            self._request = build_verify_request(
                 config,
                 source,
                 verify_id=verify_id,
@@ -230,15 +283,15 @@ class DBLogVerifyOperator(BaseOperator):
         except (DBLogError, ValueError) as exc:
             raise AirflowFailException(f"verify request refused: {exc}") from None
 
-    def _wait_claimed(self, process: subprocess.Popen[bytes]) -> None:
+    def _wait_claimed(self, process: subprocess.Popen[bytes], timeout_s: float) -> None:
         """Until the started process claims the run (or has ended): the trigger then judges a
         run without a process as finished or dead, never as not started yet."""
         store = self.hook.store
-        deadline = time.monotonic() + CLAIM_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         while store.verifies.runner(str(self.verify_id)) is None and process.poll() is None:
             if time.monotonic() > deadline:
                 raise AirflowException(
-                    f"dblog verify did not start its run in {CLAIM_TIMEOUT_S}s: see "
+                    f"the verify did not start its run in {timeout_s}s: see "
                     f"{process_log_path(str(self.verify_id))}"
                 )
             time.sleep(0.2)

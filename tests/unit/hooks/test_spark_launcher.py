@@ -1,6 +1,7 @@
-"""`SparkDumpLauncher` without running Spark: the dump application is found by import, and
-the spark-submit command the Spark provider builds from the connections carries ids, paths
-and numbers, while the passwords go into the environment spark-submit inherits."""
+"""`SparkDumpLauncher` and the verify's command without running Spark: the applications are
+found by import, and the spark-submit command the Spark provider builds from the connections
+carries ids, paths and numbers, while the passwords go into the environment spark-submit
+inherits."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ import pytest
 
 import airflow_provider_dblog
 from airflow_provider_dblog.hooks.dblog import DBLogHook
-from airflow_provider_dblog.hooks.spark_launcher import SparkDumpLauncher, dump_application
+from airflow_provider_dblog.hooks.spark_launcher import (
+    SparkDumpLauncher,
+    dump_application,
+    verify_application,
+    verify_command,
+)
 
 REDIS_PASSWORD, SOURCE_PASSWORD = "redis-pw-5b1e", "source-pw-77c3"
 REDIS_ENV, SOURCE_ENV = "LAUNCHER_UNIT_REDIS_PASSWORD", "LAUNCHER_UNIT_SOURCE_PASSWORD"
@@ -132,3 +138,28 @@ def test_a_connection_holding_the_configuration_hands_it_over_as_json(
     assert not any(REDIS_PASSWORD in arg or SOURCE_PASSWORD in arg for arg in command)
     assert os.environ["DBLOG_SOURCE_PASSWORD"] == SOURCE_PASSWORD
     assert os.environ["DBLOG_REDIS_PASSWORD"] == REDIS_PASSWORD
+
+
+def test_the_verify_command_runs_the_stored_run_with_no_secret(
+    launcher: SparkDumpLauncher,
+) -> None:
+    command = verify_command(
+        launcher.hook, "spark_unit", "v.1", window_timeout_s=7.5, tasks_per_chunk=3
+    )
+    assert command[0] == "spark-submit"
+    assert command[command.index("--name") + 1] == "dblog-verify-v.1"
+    assert command[command.index("--py-files") + 1].endswith(".zip")
+    application = command.index(verify_application())
+    assert Path(verify_application()).parent == Path(dump_application()).parent
+    assert command[application + 1 :] == [
+        "--verify-id",
+        "v.1",
+        "--config",
+        launcher.hook.settings.config_path,
+        "--window-timeout",
+        "7.5",
+        "--tasks",
+        "3",
+    ]
+    assert not any(REDIS_PASSWORD in arg or SOURCE_PASSWORD in arg for arg in command)
+    assert (os.environ[REDIS_ENV], os.environ[SOURCE_ENV]) == (REDIS_PASSWORD, SOURCE_PASSWORD)
