@@ -1,6 +1,14 @@
 """The lake as a verified target (`verify.reader.TargetReader`): a lake table's rows of a chunk's
-key range or key list, and whether the lake has folded the log through a chunk's hw. A chunk's
-rows are cut from the table's in Arrow, which is read again only once a commit changed it.
+key range or key list, and whether the lake has folded the log through a chunk's hw.
+
+A chunk reads the table's current version (a position at or after the chunk's hw, once
+`applied_through`), but only the data files that may hold one of its keys: those whose range
+of the first key column in the Delta log's statistics (the add actions' min and max) meets the
+chunk's range of that column, and every file without statistics. Its rows are then cut from
+theirs in Arrow, less the rows their deletion vectors delete and the tombstones. A data file
+never changes once written (a commit adds and removes files, and marks rows deleted in
+vectors apart), so the last files read are kept decoded: the next chunks, further on in the
+same file, do not decode it again, under writes too unless a commit rewrote it.
 
 Both sides are hashed as the lake holds rows. The source's rows (the converters' JSON) are
 turned into the table's Arrow types by the lake's own conversion (`LakeSchema.values_to_arrow`,
@@ -27,10 +35,12 @@ import datetime
 import decimal
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import QueryBuilder
@@ -41,8 +51,8 @@ from airflow_provider_dblog.core.event import JsonValue, Key, Row, TableRef, key
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.verify import applied_through
 from airflow_provider_dblog.lake import CURSOR_FILE
-from airflow_provider_dblog.lake.clustered import quote
-from airflow_provider_dblog.lake.schema import LakeSchema
+from airflow_provider_dblog.lake.clustered import DataFile, literal, quote
+from airflow_provider_dblog.lake.schema import DELETED, LakeSchema
 from airflow_provider_dblog.lake.table import LakeTable
 from airflow_provider_dblog.sources.base import SourceError
 
@@ -52,6 +62,14 @@ KEY_KINDS: Mapping[str, Callable[[Any], JsonValue]] = {
     "binary": lambda value: base64.b64encode(value).decode("ascii"),
 }
 """The lake kinds a key column may have, and how its stored value is spelled as a key."""
+
+RANGED_KINDS = ("int", "string")
+"""The kinds of a first key column whose files' statistics bound a chunk's read (a binary
+column's are not kept comparable): a table keyed otherwise reads every file."""
+
+DECODED_FILES = 4
+"""The data files a reader keeps decoded: a chunk lies in one or two, and the next ones read
+on from where it ends."""
 
 
 class LakeRows:
@@ -63,9 +81,9 @@ class LakeRows:
         self._event_sizes = event_sizes
         self._schemas: dict[TableRef, LakeSchema] = {}
         self._awaited: tuple[Position, Mapping[str, int]] | None = None
-        self._read: dict[TableRef, tuple[tuple[int, int], pa.Table]] = {}
-        """Each table's rows as last read, with the table's id and version: a chunk of a table
-        that no commit changed since is cut from them."""
+        self._decoded: OrderedDict[tuple[str, str, tuple[str, ...]], pa.Table] = OrderedDict()
+        """The data files last read, by table directory, path and columns, every row of each
+        (those its deletion vector deletes too), the least recently used first."""
 
     @property
     def name(self) -> str:
@@ -113,11 +131,12 @@ class LakeRows:
         lake = LakeTable.open(self._root, chunk.table)
         schema = self._schemas[chunk.table] = lake.schema
         key = schema.key
-        matching = None if chunk.where is None else _matching(lake, chunk.where)
+        bounds = _first_bounds(schema, chunk)
+        matching = None if chunk.where is None else _matching(lake, chunk.where, bounds)
         wanted = _in_chunk(schema, chunk, matching)
         spell = [KEY_KINDS[c.kind] for c in (schema.column(n) for n in key) if c is not None]
         found = {}
-        near = self._rows(lake, chunk.table, schema).filter(_near(schema, chunk))
+        near = self._rows(lake, schema, bounds).filter(_near(schema, chunk))
         for row in near.to_pylist():
             stored = tuple(row[name] for name in key)
             if wanted(stored):
@@ -135,15 +154,38 @@ class LakeRows:
         return all(consumed.get(name, 0) >= size for name, size in self._awaited[1].items())
 
     def close(self) -> None:
-        self._read.clear()
+        self._decoded.clear()
 
-    def _rows(self, lake: LakeTable, table: TableRef, schema: LakeSchema) -> pa.Table:
-        """The table's current rows, read again only when its version moved on."""
-        version = (lake.delta.metadata().id, lake.version)
-        read = self._read.get(table)
-        if read is None or read[0] != version:
-            read = self._read[table] = (version, lake.rows().select(list(schema.names)))
-        return read[1]
+    def _rows(self, lake: LakeTable, schema: LakeSchema, bounds: Bounds | None) -> pa.Table:
+        """The current rows (no tombstone) of the table's data files that may hold a key
+        whose first column lies within `bounds` (None: every file), in `schema`'s columns."""
+        names = (*schema.names, DELETED)
+        columns = pa.schema([lake.arrow_schema.field(name) for name in names])
+        files = [f for f in lake._data_files() if bounds is None or _may_hold(f, bounds)]
+        deleted = lake._deleted_rows([f.path for f in files])
+        parts = []
+        for file in files:
+            part = self._decoded_file(lake, file.path, columns)
+            if file.path in deleted:
+                alive = numpy.ones(part.num_rows, dtype=bool)
+                alive[deleted[file.path]] = False
+                part = part.filter(pa.array(alive))
+            parts.append(part)
+        rows = pa.concat_tables(parts) if parts else columns.empty_table()
+        return rows.filter(pc.invert(rows[DELETED])).select(list(schema.names))
+
+    def _decoded_file(self, lake: LakeTable, path: str, columns: pa.Schema) -> pa.Table:
+        """Every row of the data file `path` in `columns`, decoded once while it stays among
+        the last `DECODED_FILES` read."""
+        at = (lake.directory, path, tuple(columns.names))
+        part = self._decoded.get(at)
+        if part is None:
+            part = self._decoded[at] = lake._read_file(path, columns)
+            while len(self._decoded) > DECODED_FILES:
+                self._decoded.popitem(last=False)
+        else:
+            self._decoded.move_to_end(at)
+        return part
 
     def _schema(self, table: TableRef) -> LakeSchema:
         schema = self._schemas.get(table)
@@ -187,6 +229,40 @@ def _in_chunk(
     return wanted
 
 
+Bounds = tuple[Any, Any]
+"""The lowest and highest value (None: unbounded) a chunk's keys have in the first key column,
+as the lake stores it."""
+
+
+def _first_bounds(schema: LakeSchema, chunk: Chunk) -> Bounds | None:
+    """The bounds of the chunk's keys in the first key column (None: its files' statistics
+    cannot bound it): its range's bounds' first values, or its key list's least and greatest."""
+    first = schema.column(schema.key[0])
+    if first is None or first.kind not in RANGED_KINDS:
+        return None
+
+    def stored(keys: Sequence[Key]) -> list[Any]:
+        found: list[Any] = schema.keys_to_arrow(keys, schema.key).column(first.name).to_pylist()
+        return found
+
+    if chunk.keys is not None:
+        values = stored(chunk.keys)
+        return (min(values), max(values)) if values else None
+    low = None if chunk.after is None else stored([chunk.after])[0]
+    high = None if chunk.upto is None else stored([chunk.upto])[0]
+    return low, high
+
+
+def _may_hold(file: DataFile, bounds: Bounds) -> bool:
+    """Whether a data file's range of the first key column meets `bounds`: the statistics are
+    bounds, not values (a long string's cut to a prefix, its maximum's last character raised),
+    which is all this needs; a file without them may hold any key."""
+    if file.low is None or file.high is None:
+        return True
+    low, high = bounds
+    return (low is None or file.high >= low) and (high is None or file.low <= high)
+
+
 def _near(schema: LakeSchema, chunk: Chunk) -> pc.Expression:
     """The rows whose first key column lies within the chunk's key range or among its keys':
     a superset of the chunk's rows that Arrow finds without a Python object a row (it orders
@@ -207,10 +283,18 @@ def _near(schema: LakeSchema, chunk: Chunk) -> pc.Expression:
     return near
 
 
-def _matching(lake: LakeTable, where: str) -> set[tuple[Any, ...]]:
-    """The stored keys of the table's rows that match the filter `where`."""
+def _matching(lake: LakeTable, where: str, bounds: Bounds | None) -> set[tuple[Any, ...]]:
+    """The stored keys of the table's rows that match the filter `where`, of those whose
+    first key column lies within `bounds` (when not None: DataFusion then reads only the files
+    whose statistics meet them)."""
     names = ", ".join(quote(name) for name in lake.key)
-    query = f"SELECT {names} FROM t WHERE {where}"
+    condition = f"({where})"
+    if bounds is not None:
+        first = quote(lake.key[0])
+        for value, compared in zip(bounds, (">=", "<="), strict=True):
+            if value is not None:
+                condition += f" AND {first} {compared} {literal(value)}"
+    query = f"SELECT {names} FROM t WHERE {condition}"
     try:
         found = pa.table(QueryBuilder().register("t", lake.delta).execute(query))
     except Exception as exc:  # delta-rs raises its DeltaError, which it does not export

@@ -1,7 +1,7 @@
 """`bench/bench_pipeline.py --quick`, `bench/bench_spark_dump.py --quick`,
-`bench/bench_lake.py --quick`, `bench/bench_sustained.py --quick`,
-`bench/bench_read_only.py --quick` and `bench/bench_verify.py --quick` run to the end and print
-their figures.
+`bench/bench_lake.py --quick`, `bench/bench_lake_verify.py --quick`,
+`bench/bench_sustained.py --quick`, `bench/bench_read_only.py --quick` and
+`bench/bench_verify.py --quick` run to the end and print their figures.
 
 Only that the benchmark works is checked; its numbers are never compared with a threshold.
 """
@@ -148,6 +148,26 @@ def test_lake_bench_quick_prints_fold_direct_and_sustained_figures(key: str, vec
     assert re.search(rf"^ratios 100000 / 50000 rows: fold random driver {NUMBER}", out, re.M), out
     sustained = rf"^S sustained 2000 events/s .* freshness p50 {NUMBER} s p99 {NUMBER} s"
     assert re.search(sustained, out, re.M), out
+
+
+@pytest.mark.parametrize("vectors", [False, True])
+def test_lake_verify_bench_quick_prints_quiet_and_written_reads(vectors: bool) -> None:
+    options = ["--deletion-vectors"] if vectors else []
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_lake_verify.py"), "--quick", *options],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    state = "on" if vectors else "off"
+    assert re.search(
+        rf"^20000 rows in \d+ data files, chunks of 2000, deletion vectors {state}", out
+    )
+    for label in ("Q quiet", "W under writes"):
+        line = rf"^{label}: {NUMBER}(?:,\d+)* rows/s \({NUMBER} s, 20000 rows"
+        assert re.search(line, out, re.M), out
 
 
 def test_sustained_bench_quick_prints_each_run_on_both_databases() -> None:
