@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         mariadb = None
         if "mariadb" in parts and shutil.which("pt-table-checksum") is None:
             report.figure(
-                "M pt-table-checksum skipped: not installed (apt-get install percona-toolkit)"
+                "M pt-table-checksum skipped: not installed (scripts/install-system-deps.sh)"
             )
         elif "mariadb" in parts:
             mariadb = stack.enter_context(MariaDBServer(base / "mariadb"))

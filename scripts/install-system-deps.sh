@@ -10,6 +10,8 @@
 #                            Spark JDBC read that bench/bench_spark_dump.py compares with ours
 #   sysbench                 the sustained write load of bench/bench_sustained.py and of the
 #                            MariaDB tailer's kill test (a load generator no one here wrote)
+#   percona-toolkit          pt-table-checksum and pt-table-sync: MySQL users' reference check,
+#                            which bench/bench_verify.py runs on MariaDB beside `dblog verify`
 #   chromium                 a headless browser for the test of Airflow's trigger forms
 #                            (driven through its DevTools protocol; nothing downloads another)
 #   prometheus               /usr/bin/prometheus and /usr/bin/promtool: the checks and unit tests
@@ -25,7 +27,7 @@
 set -euo pipefail
 
 PACKAGES=(postgresql-15 mariadb-server redis-server redis-sentinel openjdk-17-jre-headless
-    libpostgresql-jdbc-java sysbench chromium prometheus gcc python3.11-dev)
+    libpostgresql-jdbc-java sysbench percona-toolkit chromium prometheus gcc python3.11-dev)
 
 missing=()
 for package in "${PACKAGES[@]}"; do
