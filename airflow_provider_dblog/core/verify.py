@@ -16,14 +16,15 @@ Rows are compared by a hash of their canonical JSON (`row_hash`), the JSON an ev
 each side's reader converts its database's values with the source's converters, so equal rows
 hash equal whichever side read them, and a remote reader can ship hashes rather than rows.
 When both sides' rows are at hand (`RowsRead`), they are compared as rows, with the verdict
-hashes would give: a chunk whose two reads are the same JSON, row for row, is judged equal
-without a hash, and otherwise only the rows that differ are hashed.
+hashes would give: a chunk whose two reads are the same values of the same types, row for row,
+is judged equal without a hash, and otherwise only the rows that differ are hashed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -56,10 +57,25 @@ def row_hashes(rows: Iterable[Row], key_columns: Sequence[str]) -> dict[Key, str
     return {key_of(row, key_columns): row_hash(row) for row in rows}
 
 
-_JSON = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":")).encode
-"""Many rows' JSON in one call, each row's columns in its own order: equal texts of two lists
-of rows mean each row equal, as JSON, to the one at its place (the text tells `True` from `1`
-and from `1.0`, and `-0.0` from `0.0`, which `==` does not)."""
+_MARSHAL_VERSION = 2
+"""A version of `marshal`'s format that writes every value in full, with no reference to an
+earlier one (those depend on how objects are shared in memory, not on their values)."""
+
+
+def _same_values(ours: Sequence[Row], theirs: Sequence[Row]) -> bool:
+    """Whether two lists of rows hold the same values of the same types, each row's columns in
+    the same order: then each row's JSON is the one at its place in the other list. `==` alone
+    does not say it (`True == 1 == 1.0`, `-0.0 == 0.0`); the bytes `marshal` writes, in one C
+    call for the whole list, do: they name each value's type and a float's every bit. False
+    is only "not known to be the same" (a NaN's bits, a list against a tuple)."""
+    if ours != theirs:
+        return False
+    try:
+        mine = marshal.dumps(list(ours), _MARSHAL_VERSION)
+        other = marshal.dumps(list(theirs), _MARSHAL_VERSION)
+    except ValueError:  # a value marshal cannot write: not a JSON value, let the hash say
+        return False
+    return mine == other
 
 
 class RowsRead(Mapping[Key, str]):
@@ -149,12 +165,12 @@ def compare_chunk(
 
 def _compare_rows(source: RowsRead, target: RowsRead, in_flux: AbstractSet[Key]) -> ChunkVerdict:
     """`compare_chunk` of the two reads' hashes, hashing only rows that may differ. When the
-    two lists of rows are the same JSON (the common case: a target that is equal, read in the
-    same key order), every key is equal and only the keys in flux are looked for. Otherwise the
-    rows are paired by key: a pair `==` calls equal is confirmed equal by the JSON of all such
-    pairs at once (a pair that fails it is hashed), and a pair `==` calls different is hashed,
-    as JSON may call it equal (a NaN)."""
-    if source.rows == target.rows and _JSON(source.rows) == _JSON(target.rows):
+    two lists of rows hold the same values (`_same_values`; the common case: a target that is
+    equal, read in the same key order), every key is equal and only the keys in flux are looked
+    for. Otherwise the rows are paired by key: the pairs `==` calls equal are confirmed so all
+    at once (when that fails, each of them is hashed), and a pair `==` calls different is
+    hashed, as JSON may call it equal (a NaN)."""
+    if _same_values(source.rows, target.rows):
         flux = 0
         if in_flux:
             flux = sum(1 for key in source.by_key() if key in in_flux)
@@ -171,7 +187,7 @@ def _compare_rows(source: RowsRead, target: RowsRead, in_flux: AbstractSet[Key])
             alike.append(key)
         elif row_hash(row) != row_hash(held):
             changed.add(key)
-    if _JSON([ours[k] for k in alike]) != _JSON([theirs[k] for k in alike]):
+    if not _same_values([ours[k] for k in alike], [theirs[k] for k in alike]):
         changed.update(k for k in alike if row_hash(ours[k]) != row_hash(theirs[k]))
     differences: list[tuple[Key, Difference]] = []
     checked = flux = 0
