@@ -3,6 +3,9 @@ time, each chunk its own windows (`chunk.py`) on a slot of its own (a source and
 reader), the controls obeyed between chunks as a dump obeys them (`dump/runner.run_table`):
 pause, cancel, chunk size, delay and rows/s, the dump's controls (`state/verifies.py`).
 
+Each slot of `dblog verify` keeps `LANES` chunks in flight on its connections: while one waits
+for the target to apply the log through its hw, the next reads the source (`Slot.lanes`).
+
 A table's chunks are planned as a dump's, with split keys (`TablePlanner`, bounded): key ranges
 `after < key <= split` that both sides read, the last one running to the end of the range asked
 (or of the table), so a key the target has and the source has not is met by the chunk whose
@@ -26,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any, cast
 
 from airflow_provider_dblog.core.dump_plan import Chunk, TablePlanner, TableProgress
 from airflow_provider_dblog.core.errors import DBLogError
@@ -50,6 +54,12 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 20
 """How often a chunk whose windows failed is read again before the run fails (a tailer that
 stays away, a table altered again and again); the run resumes from there when asked."""
+
+
+LANES = 2
+"""Chunks in flight on one slot of an in-process verify: a chunk's longest step is often the
+wait for the target to have applied the log through its hw (the tailer checkpoints every
+`checkpoint_s`), and the next chunk's source read and window fit in it."""
 
 
 class ChunkGaveUp(Exception):
@@ -116,11 +126,41 @@ class Slot:
     source: ChunkSource
     target: TargetReader
 
+    def lanes(self, count: int) -> list[Slot]:
+        """`count` slots on this one's connections, for as many chunks in flight: each of its
+        calls on the source, or on the target, waits for the other lanes' to end, so each
+        database still sees one call at a time from the slot. Closed by closing this one."""
+        if count == 1:
+            return [self]
+        source = cast(ChunkSource, _InTurn(self.source, threading.Lock()))
+        target = cast(TargetReader, _InTurn(self.target, threading.Lock()))
+        return [Slot(source, target)] * count
+
     def close(self) -> None:
         try:
             self.target.close()
         finally:
             self.source.close()
+
+
+class _InTurn:
+    """An object whose methods are called one at a time, under `turn`."""
+
+    def __init__(self, inner: object, turn: threading.Lock) -> None:
+        self._inner = inner
+        self._turn = turn
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if not callable(value):
+            return value
+        turn = self._turn
+
+        def in_turn(*args: Any, **kwargs: Any) -> Any:
+            with turn:
+                return value(*args, **kwargs)
+
+        return in_turn
 
 
 def run_verify(
@@ -133,10 +173,11 @@ def run_verify(
     hasher: ChunkHasher = IN_PROCESS,
 ) -> VerifyState:
     """Verify every table of `request` not yet done on `parallelism` slots (`open_slot`,
-    closed after), then mark the run done; cancelled when its controls say so, failed (with
-    the reason) when a chunk could not be read in `MAX_ATTEMPTS`. `between_chunks` is called
-    between chunks (it may raise to end the run). Each chunk's sides are read by `hasher`: in
-    this process, or by Spark tasks (`spark_run.py`)."""
+    closed after; `LANES` chunks in flight on each when `hasher` reads in process), then mark
+    the run done; cancelled when its controls say so, failed (with the reason) when a chunk
+    could not be read in `MAX_ATTEMPTS`. `between_chunks` is called between chunks (it may
+    raise to end the run). Each chunk's sides are read by `hasher`: in this process, or by
+    Spark tasks (`spark_run.py`)."""
     verify_id = request.verify_id
     progress = store.verifies.progress(verify_id)
     slots: list[Slot] = []
@@ -144,8 +185,10 @@ def run_verify(
         for _ in range(request.parallelism):
             slots.append(open_slot())
         attempt = partial(_attempt, store, request, window_timeout_s, hasher)
-        with ThreadPoolExecutor(len(slots), thread_name_prefix="dblog-verify") as pool:
-            chunk_slots = ChunkSlots(pool, slots, attempt)
+        count = LANES if hasher is IN_PROCESS else 1
+        lanes = [lane for slot in slots for lane in slot.lanes(count)]
+        with ThreadPoolExecutor(len(lanes), thread_name_prefix="dblog-verify") as pool:
+            chunk_slots = ChunkSlots(pool, lanes, attempt)
             for table in request.tables:
                 planner = _planner(request, table, progress.get(table))
                 if planner.needs_max_key and not _begun(store, request, planner, slots[0], attempt):
