@@ -80,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--target", default="output", help="what to verify: output (default), or lake"
     )
     verify.add_argument(
-        "--chunk-size", type=option(values.whole_number(1)), help="rows a chunk (default: 5,000)"
+        "--chunk-size", type=option(values.whole_number(1)), help="rows a chunk (default: 50,000)"
     )
     verify.add_argument(
         "--parallelism",

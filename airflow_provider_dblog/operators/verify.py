@@ -68,7 +68,7 @@ class DBLogVerifyOperator(BaseOperator):
     :param upto: with `table`, verify the keys up to this one.
     :param where: with `table`, only the rows matching this condition (as the dump takes it).
     :param target: what to verify: `output` (the tailer's output).
-    :param chunk_size: rows a chunk reads on each side; None: 5,000.
+    :param chunk_size: rows a chunk reads on each side; None: 50,000.
     :param parallelism: chunks of a table verified at once, each its own key range.
     :param repair: `none`, or `auto`: once the run is done, remove the target's extra keys
         and re-send the other differing ones with a key dump a table.

@@ -21,9 +21,11 @@ from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.verify.reader import TargetReader
 from airflow_provider_dblog.verify.targets import check_target
 
-DEFAULT_CHUNK_SIZE = 5000
+DEFAULT_CHUNK_SIZE = 50_000
 """Rows a verify chunk reads on each side: two reads and three log points a chunk, and no row
-passes the tailer, so chunks can be larger than a sequenced dump's."""
+passes the tailer, so chunks can be larger than a sequenced dump's. A chunk also waits for the
+target to have applied the log through its hw (up to the tailer's `checkpoint_s` and more),
+which a large chunk spreads over its rows; both sides' rows of a chunk are held at once."""
 
 
 @dataclass(frozen=True)
