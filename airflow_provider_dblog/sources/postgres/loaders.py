@@ -12,6 +12,7 @@ arrays). The rows are then built in one pass over the result, in psycopg's C cod
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 from psycopg import abc, pq
@@ -79,11 +80,11 @@ def load_rows(result: PGresult | None, columns: Sequence[ColumnInfo]) -> list[Ro
     name to its value as the converters give it."""
     if result is None:
         return []
+    if result.nfields != len(columns):
+        raise ValueError(f"a result of {result.nfields} columns, not {len(columns)}")
     transformer = column_loaders([c.type_oid for c in columns])
     transformer.set_pgresult(result, set_loaders=False)
     names = tuple(c.name for c in columns)
-
-    def make_row(values: Sequence[Any]) -> Row:
-        return dict(zip(names, values, strict=True))
-
-    return transformer.load_rows(0, result.ntuples, make_row)
+    # Each row as a tuple, then each tuple a dict in C's loops: no Python call a row.
+    values: list[tuple[Any, ...]] = transformer.load_rows(0, result.ntuples, tuple)
+    return list(map(dict, map(zip, repeat(names), values)))
