@@ -31,9 +31,10 @@ from verify_bench.writes import pgbench
 from airflow_provider_dblog.devservices.mariadb import MariaDBServer
 from airflow_provider_dblog.devservices.postgres import PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
+from airflow_provider_dblog.verify.request import DEFAULT_CHUNK_SIZE
 
 CHUNK_SIZE = 5_000
-"""Rows a verify chunk and a sequenced dump chunk (verify's default)."""
+"""Rows a chunk of the sequenced dumps (the fill, the re-dump)."""
 PARTS = ("postgres", "lake", "mariadb")
 
 
@@ -108,9 +109,10 @@ def postgres_part(
         direct = deployment.dump(mode="direct")
         report.figure(f"V1d direct dump: {rows / direct:.0f} rows/s ({direct:.1f} s)")
         report.row("direct dump", direct)
-        read = deployment.read_rate(CHUNK_SIZE)
+        read_chunk = verify_chunk or DEFAULT_CHUNK_SIZE
+        read = deployment.read_rate(read_chunk)
         report.figure(
-            f"V1c read ceiling: {read:.0f} rows/s (the table read in chunks of {CHUNK_SIZE})"
+            f"V1c read ceiling: {read:.0f} rows/s (the table read in chunks of {read_chunk})"
         )
         report.row("read ceiling (one side)", rows / read)
         figures = {
@@ -311,7 +313,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     print()
     print(report.table())
-    print(f"\n{rows:,} rows, chunk size {CHUNK_SIZE:,}, writes {rate} updates/s")
+    verify_chunk = args.verify_chunk_size or DEFAULT_CHUNK_SIZE
+    print(
+        f"\n{rows:,} rows, verify's chunks {verify_chunk:,} rows, the dumps' {CHUNK_SIZE:,}, "
+        f"writes {rate} updates/s"
+    )
     print(f"load average (1, 5, 15 min) at the end: {load_average()}")
     return 0
 
