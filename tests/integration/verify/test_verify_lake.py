@@ -3,7 +3,8 @@ the compaction following it into the lake (`dblog lake compact --follow`), a wri
 along. The lake a dump filled is equal to the source while writes go on; a row rewritten and
 one deleted through deltalake, behind the compaction's back, are then named exactly, and again
 once the writes stop (the lake counts as folded through hw when the compaction's cursor has
-read what the event files held, with no later event to move it)."""
+read what the event files held, with no later event to move it), with the same counts when
+Spark tasks read the chunks (`--master`)."""
 
 from __future__ import annotations
 
@@ -183,6 +184,19 @@ def test_an_equal_lake_passes_and_a_rewritten_row_is_named_while_writes_go_on(
     found = [(d.table, d.kind, d.key) for d in store.verifies.differences("l3")]
     assert sorted(found, key=repr) == CORRUPTED
     assert store.verifies.counts("l3")[ACCOUNTS]["in_flux"] == 0
+
+    on_spark = ("--verify-id", "l4", "--window-timeout", "30", "--master", "local[2]")
+    spark = subprocess.run(
+        [DBLOG, *verify, *on_spark, "--tasks", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert spark.returncode == 1, spark.stdout + spark.stderr[-3000:]
+    assert store.verifies.differences("l4") == store.verifies.differences("l3")
+    assert store.verifies.counts("l4") == store.verifies.counts("l3")
 
 
 def test_the_lake_has_folded_through_hw_once_the_cursor_covers_what_the_files_held(
