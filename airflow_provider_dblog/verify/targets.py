@@ -10,7 +10,6 @@ from pathlib import Path
 
 from airflow_provider_dblog.config import Config
 from airflow_provider_dblog.core.errors import InvalidRequest
-from airflow_provider_dblog.lake.target_rows import LakeRows
 from airflow_provider_dblog.outputs.ndjson import event_files
 from airflow_provider_dblog.outputs.sql_apply.target import TableMap
 from airflow_provider_dblog.sources.factory import postgres_target_rows
@@ -50,6 +49,10 @@ def target_reader_for(config: Config, target: str) -> TargetReader:
     check_target(config, target)
     options = config.output
     if target == "lake":
+        # Here, not at the top: it loads pyarrow and deltalake, most of `dblog verify`'s start
+        # when it reads the SQL target.
+        from airflow_provider_dblog.lake.target_rows import LakeRows
+
         assert config.lake_root is not None
         events = Path(str(options["directory"]))
         return LakeRows(
