@@ -75,10 +75,18 @@ class SentinelServer(ServerProcess):
     name: ClassVar[str] = "redis-sentinel"
 
     def __init__(
-        self, base_dir: Path | str, primary: RedisInfo, tls: ServerTLS | None = None
+        self,
+        base_dir: Path | str,
+        primary: RedisInfo,
+        tls: ServerTLS | None = None,
+        *,
+        down_after_ms: int = DOWN_AFTER_MS,
     ) -> None:
         super().__init__(base_dir)
         self.tls = tls
+        self.down_after_ms = down_after_ms
+        """A sentinel that no failover is asked of can wait long: on a crowded machine a
+        primary slow to answer for a second is not down."""
         binary = shutil.which("redis-sentinel") or shutil.which("redis-sentinel", path="/usr/bin")
         if binary is None:
             raise FileNotFoundError("redis-sentinel not found: run scripts/install-system-deps.sh")
@@ -92,7 +100,7 @@ class SentinelServer(ServerProcess):
             config.write(
                 f"sentinel monitor {SERVICE_NAME} {self.primary.host} {self.primary.port} 2\n"
                 f"sentinel auth-pass {SERVICE_NAME} {self.primary.password}\n"
-                f"sentinel down-after-milliseconds {SERVICE_NAME} {DOWN_AFTER_MS}\n"
+                f"sentinel down-after-milliseconds {SERVICE_NAME} {self.down_after_ms}\n"
                 f"sentinel failover-timeout {SERVICE_NAME} {FAILOVER_TIMEOUT_MS}\n"
             )
 

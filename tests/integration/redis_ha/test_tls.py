@@ -198,6 +198,11 @@ def test_a_store_over_tls_sentinels_follows_a_failover_and_refuses_another_ca(
         StateStore(wrong.client(password=group.password), "tls_ha").dumps.get("tls-ha")
 
 
+NO_FAILOVER_MS = 600_000
+"""A lone sentinel's patience: with no failover to test, a primary that a loaded machine keeps
+from answering for a second must not be called down."""
+
+
 class CertificateCheckingSentinel(SentinelServer):
     """A sentinel that checks a client certificate offered to it against its CA (the group's
     do not: a sentinel offers its server certificate when it connects to another)."""
@@ -215,7 +220,10 @@ def test_a_sentinel_that_refuses_the_client_certificate_is_named(
     info, ca = tls_redis.info, tls_redis.ca
     tls = ca.server_tls(["127.0.0.1"])
     other_ca = make_test_ca(tmp_path / "other-ca")
-    with CertificateCheckingSentinel(tmp_path / "sentinel", info, tls=tls) as sentinel:
+    checking = CertificateCheckingSentinel(
+        tmp_path / "sentinel", info, tls=tls, down_after_ms=NO_FAILOVER_MS
+    )
+    with checking as sentinel:
 
         def settings_of(client_cert: tuple[Path, Path]) -> RedisSettings:
             return parse_redis_settings(
