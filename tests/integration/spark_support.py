@@ -54,6 +54,10 @@ def stop_spark(session: SparkSession) -> None:
 
 D = TypeVar("D", Databases, MysqlDatabases)
 
+WINDOW_TTL_S = 30
+"""How long the tailer waits for a window's hw: a chunk's Spark job on a crowded machine can take
+several seconds between lw and hw."""
+
 
 @dataclass
 class Pipeline(Generic[D]):
@@ -97,7 +101,7 @@ def running_pipeline(
         store,
         output,
         owner="spark-test-tailer",
-        settings=TailerSettings(window_ttl_s=5),
+        settings=TailerSettings(window_ttl_s=WINDOW_TTL_S),
     )
     stop = threading.Event()
     thread = tailer.start(stop)
@@ -128,7 +132,7 @@ def running_mysql_pipeline(
         store,
         output,
         owner="spark-test-tailer",
-        settings=TailerSettings(window_ttl_s=5, heartbeat_s=0.2),
+        settings=TailerSettings(window_ttl_s=WINDOW_TTL_S, heartbeat_s=0.2),
     )
     stop = threading.Event()
     thread = tailer.start(stop)
