@@ -48,11 +48,22 @@ _W, _BEGIN, _COMMIT = b"wBC"
 _GATHER_S = 0.001
 """How long `_next_frame` lets a busy stream's next frames arrive before it reads them."""
 _GATHER_HEAVY_S = 0.02
-"""The same on a heavy stream: one whose last gathering found `_HEAVY_FRAMES` frames or more.
-Each wake-up costs the reader, the writer (a batch, its fsync) and the checkpoint a fixed
-amount; under an OLTP load 20 ms between them (at most 50 a second, each event durable 20 ms
-later at most) cost 10 to 40% less CPU an event than 5 ms did (`bench_sustained`)."""
+"""The same on a heavy stream that keeps up: one whose last gathering found `_HEAVY_FRAMES`
+frames or more, and whose last commit was sent less than `_BEHIND_US` after it committed. Each
+wake-up costs the reader, the writer (a batch, its fsync) and the checkpoint a fixed amount;
+under an OLTP load 20 ms between them (at most 50 a second, each event durable 20 ms later at
+most) cost 10 to 40% less CPU an event than 5 ms did (`bench_sustained`)."""
+_GATHER_BEHIND_S = 0.005
+"""The same on a heavy stream that is behind (a backlog): there a longer sleep lets the
+server's sending stall on a full socket (a backlog of small transactions was read at half the
+rate with 20 ms), and a shorter one wakes the reader for less."""
 _HEAVY_FRAMES = 16
+_BEHIND_US = 100_000
+"""A commit sent this long after it committed (both the server's clock: the frame's send time
+and the commit's time) marks the stream as behind."""
+_COMMIT_TIME = struct.Struct("!q")
+_COMMIT_TIME_AT = _MESSAGE_AT + 18
+"""Where a Commit message's commit time is in its frame: after 'C', flags, commit and end LSN."""
 _BUSY_S = 0.02
 """A stream whose last frame came within this is busy: its next wait starts by gathering."""
 
@@ -78,6 +89,8 @@ class _Stream:
     frames: int = 0
     """Frames `items` read from this stream; `gathered_from` where the last gathering began."""
     gathered_from: int = 0
+    behind: bool = False
+    """The last commit read was sent `_BEHIND_US` or more after it committed."""
 
 
 class PostgresLogReader:
@@ -148,8 +161,10 @@ class PostgresLogReader:
                     if mapper.read_begin(frame, _MESSAGE_AT):
                         continue
                 elif tag == _COMMIT:
-                    _, wal_end, _ = _XLOG_DATA_HEADER.unpack_from(frame, 1)
+                    _, wal_end, sent = _XLOG_DATA_HEADER.unpack_from(frame, 1)
                     self._received = max(self._received, wal_end)
+                    committed = _COMMIT_TIME.unpack_from(frame, _COMMIT_TIME_AT)[0]
+                    stream.behind = sent - committed >= _BEHIND_US
                     commit = mapper.read_commit(frame, _MESSAGE_AT)
                     if commit is not None:
                         end, end_lsn = commit
@@ -413,7 +428,10 @@ class PostgresLogReader:
                 gather = False
                 heavy = stream.frames - stream.gathered_from >= _HEAVY_FRAMES
                 stream.gathered_from = stream.frames
-                time.sleep(_GATHER_HEAVY_S if heavy else _GATHER_S)
+                if not heavy:
+                    time.sleep(_GATHER_S)
+                else:
+                    time.sleep(_GATHER_BEHIND_S if stream.behind else _GATHER_HEAVY_S)
                 pgconn.consume_input()
             else:
                 readable, woken = _wait_or_wake(stream.poller, self._wake_in, deadline - now)
