@@ -3,8 +3,9 @@ time, each chunk its own windows (`chunk.py`) on a slot of its own (a source and
 reader), the controls obeyed between chunks as a dump obeys them (`dump/runner.run_table`):
 pause, cancel, chunk size, delay and rows/s, the dump's controls (`state/verifies.py`).
 
-Each slot of `dblog verify` keeps `LANES` chunks in flight on its connections: while one waits
-for the target to apply the log through its hw, the next reads the source (`Slot.lanes`).
+Each slot of `dblog verify` of the SQL target keeps `LANES` chunks in flight on its connections:
+while one waits for the target to apply the log through its hw, the next reads the source
+(`Slot.lanes`).
 
 A table's chunks are planned as a dump's, with split keys (`TablePlanner`, bounded): key ranges
 `after < key <= split` that both sides read, the last one running to the end of the range asked
@@ -46,7 +47,7 @@ from airflow_provider_dblog.dump.runner import (
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state import StateStore, StateStoreUnavailable, VerifyState
 from airflow_provider_dblog.verify.chunk import IN_PROCESS, BeforeClose, ChunkHasher, verify_chunk
-from airflow_provider_dblog.verify.reader import TargetReader
+from airflow_provider_dblog.verify.reader import RowsTarget, TargetReader
 from airflow_provider_dblog.verify.request import VerifyRequest
 
 log = logging.getLogger(__name__)
@@ -57,9 +58,10 @@ stays away, a table altered again and again); the run resumes from there when as
 
 
 LANES = 2
-"""Chunks in flight on one slot of an in-process verify: a chunk's longest step is often the
-wait for the target to have applied the log through its hw (the tailer checkpoints every
-`checkpoint_s`), and the next chunk's source read and window fit in it."""
+"""Chunks in flight on one slot of an in-process verify of a `RowsTarget` (the SQL target, whose
+reader answers each call on its own; the lake's remembers what it waits for between calls): a
+chunk's longest step is often the wait for the target to have applied the log through its hw
+(the tailer checkpoints every `checkpoint_s`), and the next chunk's source read fits in it."""
 
 
 class ChunkGaveUp(Exception):
@@ -173,7 +175,8 @@ def run_verify(
     hasher: ChunkHasher = IN_PROCESS,
 ) -> VerifyState:
     """Verify every table of `request` not yet done on `parallelism` slots (`open_slot`,
-    closed after; `LANES` chunks in flight on each when `hasher` reads in process), then mark
+    closed after; `LANES` chunks in flight on each when `hasher` reads a `RowsTarget` in
+    process), then mark
     the run done; cancelled when its controls say so, failed (with the reason) when a chunk
     could not be read in `MAX_ATTEMPTS`. `between_chunks` is called between chunks (it may
     raise to end the run). Each chunk's sides are read by `hasher`: in this process, or by
@@ -185,8 +188,13 @@ def run_verify(
         for _ in range(request.parallelism):
             slots.append(open_slot())
         attempt = partial(_attempt, store, request, window_timeout_s, hasher)
-        count = LANES if hasher is IN_PROCESS else 1
-        lanes = [lane for slot in slots for lane in slot.lanes(count)]
+        lanes = [
+            lane
+            for slot in slots
+            for lane in slot.lanes(
+                LANES if hasher is IN_PROCESS and isinstance(slot.target, RowsTarget) else 1
+            )
+        ]
         with ThreadPoolExecutor(len(lanes), thread_name_prefix="dblog-verify") as pool:
             chunk_slots = ChunkSlots(pool, lanes, attempt)
             for table in request.tables:
