@@ -176,11 +176,10 @@ def run_verify(
 ) -> VerifyState:
     """Verify every table of `request` not yet done on `parallelism` slots (`open_slot`,
     closed after; `LANES` chunks in flight on each when `hasher` reads a `RowsTarget` in
-    process), then mark
-    the run done; cancelled when its controls say so, failed (with the reason) when a chunk
-    could not be read in `MAX_ATTEMPTS`. `between_chunks` is called between chunks (it may
-    raise to end the run). Each chunk's sides are read by `hasher`: in this process, or by
-    Spark tasks (`spark_run.py`)."""
+    process), then mark the run done; cancelled when its controls say so, failed (with the
+    reason) when a chunk could not be read in `MAX_ATTEMPTS`. `between_chunks` is called
+    between chunks (it may raise to end the run). Each chunk's sides are read by `hasher`: in
+    this process, or by Spark tasks (`spark_run.py`)."""
     verify_id = request.verify_id
     progress = store.verifies.progress(verify_id)
     slots: list[Slot] = []
