@@ -159,8 +159,11 @@ def stop_process(
     victims = [pid, *descendants(pid)]
 
     def gone() -> bool:
-        if popen is not None:
-            popen.poll()  # reap our child, or it stays a zombie
+        # Our own child is gone once reaped: the kernel reaps a process only after all its
+        # threads ended, while its main thread may show as a zombie before the others let go
+        # of its sockets (a port then still bound for a moment after SIGKILL).
+        if popen is not None and popen.poll() is None:
+            return False
         return not any(is_alive(p) for p in victims)
 
     if graceful is not None:
