@@ -63,28 +63,12 @@ log = logging.getLogger("dblog.spark_dump")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dump-id", required=True, help="a dump request stored in Redis")
-    config = parser.add_mutually_exclusive_group(required=True)
-    config.add_argument("--config", help="the dblog TOML file")
-    config.add_argument(
-        "--config-json",
-        help="the TOML's sections as one JSON object (what an Airflow connection holds)",
-    )
-    parser.add_argument("--tasks", type=int, help="tasks per chunk (default: Spark's parallelism)")
-    parser.add_argument("--window-timeout", type=float, default=60.0, help="seconds")
+    parser = job_parser(__doc__, "--dump-id", "a dump request stored in Redis")
     parser.add_argument(
         "--source-patience",
         type=float,
         default=SOURCE_PATIENCE_S,
         help="seconds to wait for a source or Redis that went away before failing",
-    )
-    parser.add_argument("--master", help="when run with python, not spark-submit: e.g. local[2]")
-    parser.add_argument(
-        "--no-ship-package",
-        dest="ship_package",
-        action="store_false",
-        help="the workers have airflow_provider_dblog installed: do not send it to them",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -92,14 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config)
     else:
         config = parse_config(json_object(args.config_json), "--config-json")
-    use_driver_python()
-    builder = SparkSession.builder.appName(f"dblog-dump-{args.dump_id}")
-    if args.master:
-        builder = builder.master(args.master)
-    spark = builder.getOrCreate()
+    spark = spark_session(f"dblog-dump-{args.dump_id}", args)
     try:
-        if args.ship_package:
-            ship_package(spark.sparkContext)
         state = run_spark_dump(
             spark.sparkContext,
             config,
@@ -116,6 +94,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark.stop()
     log.info("dump %s ended %s", args.dump_id, state)
     return 0 if state is DumpState.DONE else 3
+
+
+def job_parser(doc: str | None, id_option: str, id_help: str) -> argparse.ArgumentParser:
+    """The options a stored run's Spark application takes (the verify application's too): the
+    run's id, the configuration, tasks per chunk, the window timeout, where Spark runs."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument(id_option, required=True, help=id_help)
+    config = parser.add_mutually_exclusive_group(required=True)
+    config.add_argument("--config", help="the dblog TOML file")
+    config.add_argument(
+        "--config-json",
+        help="the TOML's sections as one JSON object (what an Airflow connection holds)",
+    )
+    parser.add_argument("--tasks", type=int, help="tasks per chunk (default: Spark's parallelism)")
+    parser.add_argument("--window-timeout", type=float, default=60.0, help="seconds")
+    parser.add_argument("--master", help="when run with python, not spark-submit: e.g. local[2]")
+    parser.add_argument(
+        "--no-ship-package",
+        dest="ship_package",
+        action="store_false",
+        help="the workers have airflow_provider_dblog installed: do not send it to them",
+    )
+    return parser
+
+
+def spark_session(name: str, args: argparse.Namespace) -> SparkSession:
+    """The application's session (`--master`), the package shipped to its workers unless
+    `--no-ship-package`."""
+    use_driver_python()
+    builder = SparkSession.builder.appName(name)
+    if args.master:
+        builder = builder.master(args.master)
+    spark = builder.getOrCreate()
+    if args.ship_package:
+        ship_package(spark.sparkContext)
+    return spark
 
 
 def json_object(text: str) -> dict[str, Any]:

@@ -22,41 +22,21 @@ its report), 2 on an error, 3 when it ended otherwise (cancelled, failed).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from collections.abc import Sequence
 
-from pyspark.sql import SparkSession
-
 from airflow_provider_dblog.config import load_config, parse_config
 from airflow_provider_dblog.core.errors import DBLogError
-from airflow_provider_dblog.spark_package import ship_package, use_driver_python
 from airflow_provider_dblog.state import VerifyState
 from airflow_provider_dblog.verify.spark_run import run_spark_verify
-from spark_jobs.dump import json_object
+from spark_jobs.dump import job_parser, json_object, spark_session
 
 log = logging.getLogger("dblog.spark_verify")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--verify-id", required=True, help="a verify run stored in Redis")
-    config = parser.add_mutually_exclusive_group(required=True)
-    config.add_argument("--config", help="the dblog TOML file")
-    config.add_argument(
-        "--config-json",
-        help="the TOML's sections as one JSON object (what an Airflow connection holds)",
-    )
-    parser.add_argument("--tasks", type=int, help="tasks per chunk (default: Spark's parallelism)")
-    parser.add_argument("--window-timeout", type=float, default=60.0, help="seconds")
-    parser.add_argument("--master", help="when run with python, not spark-submit: e.g. local[2]")
-    parser.add_argument(
-        "--no-ship-package",
-        dest="ship_package",
-        action="store_false",
-        help="the workers have airflow_provider_dblog installed: do not send it to them",
-    )
+    parser = job_parser(__doc__, "--verify-id", "a verify run stored in Redis")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
@@ -67,14 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DBLogError as exc:
         log.error("verify %s: %s", args.verify_id, exc)
         return 2
-    use_driver_python()
-    builder = SparkSession.builder.appName(f"dblog-verify-{args.verify_id}")
-    if args.master:
-        builder = builder.master(args.master)
-    spark = builder.getOrCreate()
+    spark = spark_session(f"dblog-verify-{args.verify_id}", args)
     try:
-        if args.ship_package:
-            ship_package(spark.sparkContext)
         state = run_spark_verify(
             spark.sparkContext,
             loaded,
