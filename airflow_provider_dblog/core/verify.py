@@ -140,20 +140,35 @@ def compare_chunk(
     `RowsRead` are compared as rows, to the same verdict."""
     if isinstance(source, RowsRead) and isinstance(target, RowsRead):
         return _compare_rows(source, target, in_flux)
+    changed = {
+        key
+        for key, hashed in source.items()
+        if key not in in_flux and (held := target.get(key)) is not None and held != hashed
+    }
+    return _verdict(source, target, changed, in_flux)
+
+
+def _verdict(
+    ours: Mapping[Key, object],
+    theirs: Mapping[Key, object],
+    changed: AbstractSet[Key],
+    in_flux: AbstractSet[Key],
+) -> ChunkVerdict:
+    """The counts and differences of a chunk whose two sides hold `ours` and `theirs` keys, of
+    which `changed` differ: every key is in flux, missing, extra, changed or equal."""
     differences: list[tuple[Key, Difference]] = []
     checked = flux = 0
-    for key, hashed in source.items():
+    for key in ours:
         if key in in_flux:
             flux += 1
             continue
         checked += 1
-        held = target.get(key)
-        if held is None:
+        if key not in theirs:
             differences.append((key, Difference.MISSING))
-        elif held != hashed:
+        elif key in changed:
             differences.append((key, Difference.CHANGED))
-    for key in target:
-        if key in source:
+    for key in theirs:
+        if key in ours:
             continue
         if key in in_flux:
             flux += 1
@@ -189,23 +204,4 @@ def _compare_rows(source: RowsRead, target: RowsRead, in_flux: AbstractSet[Key])
             changed.add(key)
     if not _same_values([ours[k] for k in alike], [theirs[k] for k in alike]):
         changed.update(k for k in alike if row_hash(ours[k]) != row_hash(theirs[k]))
-    differences: list[tuple[Key, Difference]] = []
-    checked = flux = 0
-    for key in ours:
-        if key in in_flux:
-            flux += 1
-            continue
-        checked += 1
-        if key not in theirs:
-            differences.append((key, Difference.MISSING))
-        elif key in changed:
-            differences.append((key, Difference.CHANGED))
-    for key in theirs:
-        if key in ours:
-            continue
-        if key in in_flux:
-            flux += 1
-            continue
-        checked += 1
-        differences.append((key, Difference.EXTRA))
-    return ChunkVerdict(checked, flux, tuple(differences))
+    return _verdict(ours, theirs, changed, in_flux)
