@@ -16,6 +16,7 @@ from airflow_provider_dblog.core.errors import DBLogError, InvalidRequest
 from airflow_provider_dblog.core.event import Key, Row, TableRef
 from airflow_provider_dblog.core.log import LogItem
 from airflow_provider_dblog.core.schema import TableSchema
+from airflow_provider_dblog.core.verify import ChunkSum
 from airflow_provider_dblog.sources.snapshot import ReadSnapshot as ReadSnapshot
 from airflow_provider_dblog.sources.text_chunks import ChunkText
 
@@ -234,6 +235,26 @@ class ChunkSource(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSumRead:
+    """A chunk summed by the server (`core.verify.ChunkSum`), not read, and what its read's
+    snapshot was (as `ChunkRead`'s)."""
+
+    sum: ChunkSum
+    invisible_txids: frozenset[int] = field(default_factory=frozenset)
+    snapshot: ReadSnapshot | None = None
+
+
+@runtime_checkable
+class SummingChunkSource(Protocol):
+    """A `ChunkSource` whose server can sum a chunk's rows, for `dblog verify` against a
+    target that can too (`verify.reader.SumsTarget`)."""
+
+    def sum_chunk(self, chunk: Chunk) -> ChunkSumRead:
+        """`read_chunk`'s read of `chunk`, its rows summed over the table's columns."""
+        ...
 
 
 class OpenChunkSource(Protocol):

@@ -20,6 +20,10 @@ The two reads are a `ChunkHasher`'s: in this process (`IN_PROCESS`), or by Spark
 hash a part of the chunk each (`spark_chunk.SparkChunkHasher`); only hashes reach the compare,
 or, in this process from a target whose rows are the source's JSON (`RowsTarget`), the rows
 themselves, compared as their hashes would be (`core.verify.RowsRead`).
+
+In this process, a key range of a source and a target whose databases both sum a chunk's rows
+(`SummingChunkSource`, `SumsTarget`) is first read as two sums (`SERVER_SUMS`): no row leaves
+either database. Only a chunk whose sums differ is read again, as rows, in new windows.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Protocol
+from functools import partial
+from typing import Protocol, cast
 
 from airflow_provider_dblog.core.direct import DirectRecord, DumpMode
 from airflow_provider_dblog.core.dump_plan import Chunk
@@ -36,17 +41,27 @@ from airflow_provider_dblog.core.event import Key
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.reconciler import ChunkRows, Window
 from airflow_provider_dblog.core.verify import (
+    ChunkSum,
     ChunkVerdict,
     RowsRead,
     compare_chunk,
+    sums_verdict,
 )
 from airflow_provider_dblog.dump.chunk import ChunkOutcome, ChunkReadFailed, between_watermarks
-from airflow_provider_dblog.sources.base import ChunkSource
+from airflow_provider_dblog.sources.base import (
+    ChunkRead,
+    ChunkSource,
+    ChunkSumRead,
+    SummingChunkSource,
+)
 from airflow_provider_dblog.state import StateStore
-from airflow_provider_dblog.verify.reader import RowsTarget, TargetReader
+from airflow_provider_dblog.verify.reader import RowsTarget, SumsTarget, TargetReader
 
 _TARGET_POLL_S = 0.02
 
+
+SideRead = Mapping[Key, str] | ChunkSum
+"""One side's read of a chunk: its row hashes by key, or its rows summed by its database."""
 
 BeforeClose = Callable[[dict[Key, str], dict[Key, str]], None]
 """Called with the source's and the target's row hashes after the target's read, before the
@@ -64,7 +79,7 @@ class ChunkHasher(Protocol):
         window_id: str,
         chunk: Chunk,
         key_columns: tuple[str, ...],
-    ) -> Mapping[Key, str] | None:
+    ) -> SideRead | None:
         """Read the source's rows of `chunk` after the inner window's lw, store what the read
         saw for the tailer's check at hw (its transactions and columns, no row), and give
         each row's hash by its key as `target.hash_rows` gives it; None when the window is
@@ -73,7 +88,7 @@ class ChunkHasher(Protocol):
 
     def target_hashes(
         self, store: StateStore, source: ChunkSource, target: TargetReader, chunk: Chunk
-    ) -> Mapping[Key, str]:
+    ) -> SideRead:
         """The target's rows of `chunk` as `target.read_hashes` gives them."""
         ...
 
@@ -92,12 +107,8 @@ class InProcessHasher:
         key_columns: tuple[str, ...],
     ) -> Mapping[Key, str] | None:
         read = source.read_chunk(chunk)
-        rows = ChunkRows(window_id, key_columns, (), 0, read.invisible_txids)
-        if read.snapshot is not None:
-            end = read.snapshot.hw if read.snapshot.exact else None
-            rows = replace(rows, hw=read.snapshot.hw, snapshot_end=end)
         columns = tuple(read.rows[0]) if read.rows else ()
-        if not store.windows.put_rows(window_id, rows, columns):
+        if not _read_stored(store, window_id, key_columns, read, columns):
             return None
         if isinstance(target, RowsTarget):
             return RowsRead(read.rows, key_columns)
@@ -114,6 +125,58 @@ class InProcessHasher:
 IN_PROCESS = InProcessHasher()
 
 
+class ServerSums:
+    """The `ChunkHasher` that has each side's database sum the chunk's rows: of a
+    `SummingChunkSource` and a `SumsTarget` (`summable`)."""
+
+    def source_hashes(
+        self,
+        store: StateStore,
+        source: ChunkSource,
+        target: TargetReader,
+        window_id: str,
+        chunk: Chunk,
+        key_columns: tuple[str, ...],
+    ) -> SideRead | None:
+        read = cast(SummingChunkSource, source).sum_chunk(chunk)
+        columns = tuple(name for name, _ in read.sum.columns) if read.sum.rows else ()
+        if not _read_stored(store, window_id, key_columns, read, columns):
+            return None
+        return read.sum
+
+    def target_hashes(
+        self, store: StateStore, source: ChunkSource, target: TargetReader, chunk: Chunk
+    ) -> SideRead:
+        summed = cast(SumsTarget, target).sum_rows(chunk)
+        return {} if summed is None else summed  # not a sum: the rows are compared
+
+
+SERVER_SUMS = ServerSums()
+
+
+def summable(source: ChunkSource, target: TargetReader) -> bool:
+    """Whether both sides' databases can sum a chunk's rows (`ServerSums`)."""
+    return callable(getattr(source, "sum_chunk", None)) and callable(
+        getattr(target, "sum_rows", None)
+    )
+
+
+def _read_stored(
+    store: StateStore,
+    window_id: str,
+    key_columns: tuple[str, ...],
+    read: ChunkRead | ChunkSumRead,
+    columns: tuple[str, ...],
+) -> bool:
+    """Store what the source read saw (its transactions, its snapshot, the columns it read
+    with) for the tailer's check at hw; False when the window is past open."""
+    rows = ChunkRows(window_id, key_columns, (), 0, read.invisible_txids)
+    if read.snapshot is not None:
+        end = read.snapshot.hw if read.snapshot.exact else None
+        rows = replace(rows, hw=read.snapshot.hw, snapshot_end=end)
+    return store.windows.put_rows(window_id, rows, columns)
+
+
 def verify_chunk(
     store: StateStore,
     source: ChunkSource,
@@ -128,17 +191,45 @@ def verify_chunk(
 ) -> ChunkVerdict | ChunkOutcome:
     """Read `chunk` (a key range with no limit, or a key list: the target reads the same) on
     both sides between the two windows, with `hasher`, and compare; a `ChunkOutcome` (not
-    completed, with its reason) when the chunk must be read again."""
+    completed, with its reason) when the chunk must be read again. A key range read in this
+    process is first compared as two sums where both sides can sum it (`summable`)."""
+    read = partial(
+        _verify_once, store, source, target, verify_id, chunk, key_columns,
+        window_timeout_s=window_timeout_s, before_close=before_close,
+    )  # fmt: skip
+    sums = hasher is IN_PROCESS and before_close is None and chunk.keys is None
+    if sums and summable(source, target):
+        summed = read(SERVER_SUMS)
+        if summed is not None:
+            return summed
+    verdict = read(hasher)
+    assert verdict is not None  # rows and hashes always give one
+    return verdict
+
+
+def _verify_once(
+    store: StateStore,
+    source: ChunkSource,
+    target: TargetReader,
+    verify_id: str,
+    chunk: Chunk,
+    key_columns: tuple[str, ...],
+    hasher: ChunkHasher,
+    *,
+    window_timeout_s: float,
+    before_close: BeforeClose | None,
+) -> ChunkVerdict | ChunkOutcome | None:
+    """`verify_chunk` with one hasher; None when it read two sums that differ."""
     outer = Window(uuid.uuid4().hex, verify_id, chunk.table, DumpMode.DIRECT)
     inner = Window(uuid.uuid4().hex, verify_id, chunk.table, DumpMode.DIRECT)
-    target_read: list[Mapping[Key, str]] = []
+    target_read: list[SideRead] = []
     inner_record: list[DirectRecord] = []
 
-    def read_source(window_id: str) -> Mapping[Key, str] | None:
+    def read_source(window_id: str) -> SideRead | None:
         return hasher.source_hashes(store, source, target, window_id, chunk, key_columns)
 
-    def read_both(window_id: str) -> Mapping[Key, str] | None:
-        source_read = between_watermarks(
+    def read_both(window_id: str) -> SideRead | None:
+        source_read: SideRead | ChunkOutcome = between_watermarks(
             store, source, inner, chunk, read_source,
             window_timeout_s=window_timeout_s, ended="recorded",
         )  # fmt: skip
@@ -151,6 +242,8 @@ def verify_chunk(
         _wait_applied(store, target, record.hw_position, window_timeout_s)
         target_read.append(hasher.target_hashes(store, source, target, chunk))
         if before_close is not None:
+            assert not isinstance(source_read, ChunkSum)
+            assert not isinstance(target_read[0], ChunkSum)
             before_close(dict(source_read), dict(target_read[0]))
         marker = ChunkRows(window_id, key_columns, (), 0, frozenset())
         if source.read_only:  # the outer hw: a snapshot's position, after the target's read
@@ -161,7 +254,7 @@ def verify_chunk(
         return source_read
 
     try:
-        reads = between_watermarks(
+        reads: SideRead | ChunkOutcome = between_watermarks(
             store, source, outer, chunk, read_both,
             window_timeout_s=window_timeout_s, ended="recorded",
         )  # fmt: skip
@@ -173,8 +266,13 @@ def verify_chunk(
         return reads
     if record is None:
         return ChunkOutcome(False, 0, None, f"window {outer.window_id} closed without its record")
+    if isinstance(reads, ChunkSum):
+        summed = target_read[0]
+        return sums_verdict(reads, summed) if isinstance(summed, ChunkSum) else None
+    theirs = target_read[0]
+    assert not isinstance(theirs, ChunkSum)
     in_flux = record.changed_keys | inner_record[0].changed_keys
-    return compare_chunk(reads, target_read[0], in_flux)
+    return compare_chunk(reads, theirs, in_flux)
 
 
 def _record(store: StateStore, window: Window) -> DirectRecord | None:

@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.event import Key, Row, TableRef
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.core.verify import RowsRead
+from airflow_provider_dblog.core.verify import ChunkSum, RowsRead
 
 
 class TargetReader(Protocol):
@@ -69,4 +69,16 @@ class RowsTarget(Protocol):
 
     def read_rows(self, chunk: Chunk) -> RowsRead:
         """The target's rows of `chunk`, as `read_hashes` reads them, in the order read."""
+        ...
+
+
+@runtime_checkable
+class SumsTarget(Protocol):
+    """A `TargetReader` whose database sums a chunk's rows as a source's does
+    (`core.verify.ChunkSum`): `dblog verify` compares the two sums first, and reads the rows
+    of a chunk only where they differ."""
+
+    def sum_rows(self, chunk: Chunk) -> ChunkSum | None:
+        """The target's rows of `chunk` summed as the source sums its own
+        (`sources.base.SummingChunkSource`); None when it cannot sum them so."""
         ...

@@ -28,6 +28,7 @@ from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, Key, TableRef, freeze
 from airflow_provider_dblog.sources.base import (
     ChunkRead,
+    ChunkSumRead,
     InvalidKey,
     NotSetUp,
     ReadSnapshot,
@@ -45,6 +46,7 @@ from airflow_provider_dblog.sources.postgres.errors import session_lost
 from airflow_provider_dblog.sources.postgres.keyset import KEYSET
 from airflow_provider_dblog.sources.postgres.loaders import load_rows
 from airflow_provider_dblog.sources.postgres.lsn import parse_pg_lsn
+from airflow_provider_dblog.sources.postgres.row_sums import sum_chunk
 
 if TYPE_CHECKING:
     from airflow_provider_dblog.sources.text_chunks import ChunkText
@@ -275,6 +277,15 @@ class PostgresChunkSource:
 
         _, read, invisible, snapshot = self._read(chunk, rows)
         return ChunkRead(read, invisible, snapshot)
+
+    def sum_chunk(self, chunk: Chunk) -> ChunkSumRead:
+        """`read_chunk`'s read, its rows summed by the server (`row_sums.py`)."""
+
+        def summed(conn: _Conn, query: sql.Composed, params: Any, shape: _Shape) -> Any:
+            return sum_chunk(conn, shape, chunk)
+
+        _, read, invisible, snapshot = self._read(chunk, summed)
+        return ChunkSumRead(read, invisible, snapshot)
 
     def read_chunk_text(self, chunk: Chunk) -> ChunkText:
         """`read_chunk`, the rows as text columns in Arrow (`text_chunks.py`): for a target

@@ -25,7 +25,7 @@ from airflow_provider_dblog.core.dump_plan import Chunk
 from airflow_provider_dblog.core.errors import InvalidRequest
 from airflow_provider_dblog.core.event import JsonValue, Key, Row, TableRef
 from airflow_provider_dblog.core.position import Position
-from airflow_provider_dblog.core.verify import RowsRead, applied_through, row_hashes
+from airflow_provider_dblog.core.verify import ChunkSum, RowsRead, applied_through, row_hashes
 from airflow_provider_dblog.libpq_tls import tls_refusal
 from airflow_provider_dblog.sources.base import SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.keyset import TableShape
@@ -33,6 +33,7 @@ from airflow_provider_dblog.sources.postgres.catalog import ColumnInfo, table_sh
 from airflow_provider_dblog.sources.postgres.config import SESSION_OPTIONS
 from airflow_provider_dblog.sources.postgres.keyset import KEYSET
 from airflow_provider_dblog.sources.postgres.loaders import load_rows
+from airflow_provider_dblog.sources.postgres.row_sums import sum_chunk
 
 
 class SourceValues(Protocol):
@@ -127,6 +128,21 @@ class TargetRows:
             target = self._target_of(chunk.table)
             raise SourceError(f"{self.name} refused the read of {target}: {exc}") from None
         return RowsRead(rows, shape.key_columns)
+
+    def sum_rows(self, chunk: Chunk) -> ChunkSum | None:
+        """The target's rows of `chunk` summed by the server as a PostgreSQL source sums its
+        own (`verify.reader.SumsTarget`); None when they are read as another source's
+        values."""
+        if self._values is not None:
+            return None
+        shape = self._shape(chunk.table)
+        try:
+            return sum_chunk(self._conn, shape, replace(chunk, limit=None))
+        except psycopg.OperationalError as exc:
+            raise SourceUnavailable(f"the sql_apply target went away: {exc}") from None
+        except psycopg.Error as exc:
+            target = self._target_of(chunk.table)
+            raise SourceError(f"{self.name} refused the read of {target}: {exc}") from None
 
     def _read(self, chunk: Chunk, shape: TableShape[ColumnInfo]) -> list[Row]:
         """The chunk's rows (its whole range: no limit), as this source's JSON."""

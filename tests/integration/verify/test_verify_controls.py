@@ -20,22 +20,26 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_dblog.config import load_config
+from airflow_provider_dblog.config import Config, load_config
+from airflow_provider_dblog.core.dump_plan import Chunk
+from airflow_provider_dblog.core.event import Key
 from airflow_provider_dblog.core.position import Position
+from airflow_provider_dblog.core.verify import ChunkSum, RowsRead
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.operators.verify import DBLogVerifyOperator
 from airflow_provider_dblog.sensors.verify import DBLogVerifySensor
+from airflow_provider_dblog.sources.base import Source
 from airflow_provider_dblog.sources.factory import source_for
 from airflow_provider_dblog.state import StateStore, VerifyState
 from airflow_provider_dblog.triggers.verify import DBLogVerifyTrigger
-from airflow_provider_dblog.verify.reader import TargetReader
-from airflow_provider_dblog.verify.request import build_verify_request
+from airflow_provider_dblog.verify.reader import RowsTarget, SumsTarget, TargetReader
+from airflow_provider_dblog.verify.request import VerifyRequest, build_verify_request
 from airflow_provider_dblog.verify.runner import Slot, run_verify
 from airflow_provider_dblog.verify.targets import target_reader_for
 from tests.integration.airflow_support import dblog_connection
@@ -274,33 +278,28 @@ class Gathering:
         return getattr(self._reader, name)
 
 
-def test_chunks_of_one_table_are_in_flight_together_each_in_its_own_windows(
-    dbs: Databases,  # noqa: F811
-    deployment: Deployment,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+class InProcess(NamedTuple):
+    config: Config
+    sources: Source
+    store: StateStore
+
+
+@pytest.fixture
+def in_process(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> InProcess:
+    """The deployment's configuration, source and store, for a run in this process."""
     config_path, env, store, _ = deployment
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     config = load_config(config_path)
-    sources = source_for(config.source)
-    source = sources.chunk_source()
-    try:
-        request = build_verify_request(
-            *(config, source),
-            verify_id="together",
-            table="accounts",
-            keys=None,
-            where=None,
-            after=None,
-            upto=None,
-            chunk_size=40,
-            target="output",
-            parallelism=3,
-        )
-    finally:
-        source.close()
-    store.verifies.create("together", request.to_json())
+    return InProcess(config, source_for(config.source), store)
+
+
+def test_chunks_of_one_table_are_in_flight_together_each_in_its_own_windows(
+    dbs: Databases,  # noqa: F811
+    in_process: InProcess,
+) -> None:
+    config, sources, store = in_process
+    request = stored_request(store, config, "together", chunk_size=40, parallelism=3)
     open_windows: list[set[str]] = []
 
     def windows_open() -> None:
@@ -319,6 +318,78 @@ def test_chunks_of_one_table_are_in_flight_together_each_in_its_own_windows(
     counted = store.verifies.counts("together")[dbs.table("accounts")]
     assert counted["checked"] == len(keys_of(dbs, dbs.table("accounts")))
     assert (counted["in_flux"], counted["changed"]) == (0, 1), counted
+
+
+def stored_request(
+    store: StateStore, config: Config, verify_id: str, *, chunk_size: int, parallelism: int
+) -> VerifyRequest:
+    """A run of table `accounts`, stored, to run in this process."""
+    source = source_for(config.source).chunk_source()
+    try:
+        request = build_verify_request(
+            *(config, source),
+            verify_id=verify_id,
+            table="accounts",
+            keys=None,
+            where=None,
+            after=None,
+            upto=None,
+            chunk_size=chunk_size,
+            target="output",
+            parallelism=parallelism,
+        )
+    finally:
+        source.close()
+    store.verifies.create(verify_id, request.to_json())
+    return request
+
+
+class Reads:
+    """The SQL target's reader, noting the chunks it sums and those whose rows it reads."""
+
+    def __init__(self, reader: TargetReader) -> None:
+        self._reader = reader
+        self.summed: list[Chunk] = []
+        self.read: list[Chunk] = []
+
+    def sum_rows(self, chunk: Chunk) -> ChunkSum | None:
+        self.summed.append(chunk)
+        return cast(SumsTarget, self._reader).sum_rows(chunk)
+
+    def read_rows(self, chunk: Chunk) -> RowsRead:
+        self.read.append(chunk)
+        return cast(RowsTarget, self._reader).read_rows(chunk)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
+
+
+def test_equal_chunks_are_summed_and_only_chunks_that_differ_are_read(
+    dbs: Databases,  # noqa: F811
+    in_process: InProcess,
+) -> None:
+    config, sources, store = in_process
+    request = stored_request(store, config, "sums", chunk_size=50, parallelism=1)
+    reads = Reads(target_reader_for(config, "output"))
+
+    assert run_verify(store, lambda: Slot(sources.chunk_source(), reads), request) is (
+        VerifyState.DONE
+    )
+
+    accounts = dbs.table("accounts")
+    corrupted = [key for table, _, key in CORRUPTED if table == accounts]
+    counted = store.verifies.counts("sums")[accounts]
+    assert counted["checked"] == len(keys_of(dbs, accounts))
+    assert (counted["in_flux"], counted["missing"], counted["extra"]) == (0, 1, 1), counted
+    assert len(reads.summed) >= 6, "every chunk summed first"
+    assert reads.read, "the chunks that differ read as rows"
+    assert len(reads.read) < len(reads.summed)
+    for chunk in reads.read:
+        assert any(holds(chunk, key) for key in corrupted), (chunk, corrupted)
+
+
+def holds(chunk: Chunk, key: Key) -> bool:
+    return (chunk.after is None or chunk.after < key) and (chunk.upto is None or key <= chunk.upto)
 
 
 def test_a_run_no_process_runs_is_cancelled_at_once(redis_server: RedisInfo) -> None:

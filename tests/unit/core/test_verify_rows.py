@@ -6,17 +6,21 @@ and `0.0`; NaN)."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.event import Row
 from airflow_provider_dblog.core.verify import (
+    ChunkSum,
+    ChunkVerdict,
     Difference,
     RowsRead,
     compare_chunk,
     row_hash,
     row_hashes,
+    sums_verdict,
 )
 
 EXAMPLES = int(os.environ.get("DBLOG_PROPERTY_EXAMPLES", "1000"))
@@ -113,3 +117,14 @@ def test_rows_read_is_the_mapping_of_its_hashes() -> None:
     assert list(read) == [(2,), (1,)]
     assert dict(read) == {(2,): row_hash({"id": 2, "v": "x"}), (1,): row_hash({"v": "y", "id": 1})}
     assert (1,) in read and (3,) not in read and len(read) == 2
+
+
+def test_two_sums_judge_a_chunk_equal_only_when_rows_columns_and_digest_agree() -> None:
+    summed = ChunkSum(3, (("id", "bigint"), ("name", "text")), "12:34")
+    assert sums_verdict(summed, replace(summed)) == ChunkVerdict(3, 0, ())
+    for other in (
+        replace(summed, rows=2),
+        replace(summed, digest="12:35"),
+        replace(summed, columns=(("id", "integer"), ("name", "text"))),
+    ):
+        assert sums_verdict(summed, other) is None
