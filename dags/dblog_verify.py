@@ -12,15 +12,20 @@ asked. Its trigger form takes:
   other differing ones with a key dump), or `approve`: like `auto`, but a repair of more
   keys than **approve_above** first waits for a person to approve it (task `approve`, in
   Airflow's Required actions, showing the counts and the first differing keys).
-- **chunk_size**: rows a chunk reads on each side; empty: 5,000.
+- **target**: `output` (the tailer's `sql_apply` output) or `lake` (the Delta tables the
+  compaction folds the NDJSON output into).
+- **chunk_size**: rows a chunk reads on each side; empty: 50,000. **parallelism**: chunks
+  verified at once.
+- **spark_conn_id**: empty: the verify runs in the worker; a Spark connection: each chunk's
+  reads run in Spark tasks (the repair still runs in the worker).
 
 `verify` checks the request first (an unknown table, a bad bound or filter fail it at once),
 then runs and reports: its XCom holds the counts (checked, in flux, missing, extra, changed),
 the first differing keys and a Markdown report. `decide` picks the next step; `repair`
 repairs that same run and its XCom adds the repair (keys removed, each dump's rows). Both are
 retried twice, a retry resuming the run; a cancelled run is not retried. A rejected approval
-skips the repair. The worker needs the `sql_apply` output's `dsn_env` in its
-environment.
+skips the repair. The worker (and on Spark, its workers) needs the `sql_apply` output's
+`dsn_env` in its environment.
 """
 
 from __future__ import annotations
@@ -32,13 +37,20 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, task
 
-from airflow_provider_dblog.operators.chain import DAG_DEFAULTS, DBLOG_CONN_ID, POLL_S
+from airflow_provider_dblog.operators.chain import (
+    DAG_DEFAULTS,
+    DBLOG_CONN_ID,
+    POLL_S,
+    SPARK_CONN_ID,
+)
 from airflow_provider_dblog.operators.params import (
     ParamValue,
     captured_table_names,
+    parallelism_param,
     where_param,
 )
 from airflow_provider_dblog.operators.verify import DAG_REPAIRS, DBLogVerifyOperator, next_step
+from airflow_provider_dblog.verify.targets import TARGETS
 
 VERIFIED = "ti.xcom_pull(task_ids='verify')"
 """The verify task's outcome, in a template."""
@@ -92,12 +104,25 @@ with DAG(
             description_md="With `approve`: a repair of more differing keys than this waits "
             "for a person's approval.",
         ),
+        "target": Param(
+            "output",
+            enum=list(TARGETS),
+            description_md="`output`: the tailer's `sql_apply` output. `lake`: the Delta "
+            "tables the compaction folds the NDJSON output into.",
+        ),
         "chunk_size": Param(
             None,
             type=["integer", "null"],
             allOf=[{"minimum": 1}],
             description="Rows one chunk reads on each side, a whole number of at least 1. "
-            "Empty: 5,000.",
+            "Empty: 50,000.",
+        ),
+        "parallelism": parallelism_param(1),
+        "spark_conn_id": Param(
+            None,
+            type=["string", "null"],
+            description_md="Empty: the verify runs in the worker. A Spark connection "
+            f"(`{SPARK_CONN_ID}`, say): each chunk's reads run in Spark tasks.",
         ),
     },
 ) as dag:
@@ -108,7 +133,10 @@ with DAG(
         after=ParamValue("after"),
         upto=ParamValue("upto"),
         where=ParamValue("where"),
+        target=ParamValue("target"),
         chunk_size=ParamValue("chunk_size"),
+        parallelism=ParamValue("parallelism"),
+        spark_conn_id=ParamValue("spark_conn_id"),
         deferrable=True,
         poll_interval=POLL_S,
         **RETRIED,

@@ -67,7 +67,7 @@ class DBLogVerifyOperator(BaseOperator):
     :param after: with `table`, verify the keys above this one (`7`, or `["eu", 7]`).
     :param upto: with `table`, verify the keys up to this one.
     :param where: with `table`, only the rows matching this condition (as the dump takes it).
-    :param target: what to verify: `output` (the tailer's output).
+    :param target: what to verify: `output` (the tailer's output) or `lake` (its Delta tables).
     :param chunk_size: rows a chunk reads on each side; None: 50,000.
     :param parallelism: chunks of a table verified at once, each its own key range.
     :param repair: `none`, or `auto`: once the run is done, remove the target's extra keys
@@ -96,9 +96,11 @@ class DBLogVerifyOperator(BaseOperator):
         "upto",
         "where",
         "chunk_size",
+        "target",
         "parallelism",
         "repair",
         "verify_id",
+        "spark_conn_id",
     )
     ui_color = "#d8f0d8"
 
@@ -160,7 +162,7 @@ class DBLogVerifyOperator(BaseOperator):
         args = self._checked_args(verify_id, stored is not None)
         command = [sys.executable, "-m", "airflow_provider_dblog.cli", "verify", *args]
         claim_timeout_s, what = CLAIM_TIMEOUT_S, "dblog verify"
-        if self.spark_conn_id is not None and not self._done(verify_id):
+        if self.spark_conn_id and not self._done(verify_id):
             command = self._spark_command(verify_id)
             claim_timeout_s, what = SPARK_CLAIM_TIMEOUT_S, "the Spark verify application"
         log_path = process_log_path(verify_id)
@@ -207,7 +209,7 @@ class DBLogVerifyOperator(BaseOperator):
             )
         if self._request is not None:
             self.hook.store.verifies.create(verify_id, self._request.to_json())
-        assert self.spark_conn_id is not None
+        assert self.spark_conn_id
         return verify_command(
             self.hook,
             self.spark_conn_id,
@@ -236,6 +238,7 @@ class DBLogVerifyOperator(BaseOperator):
         where = optional_filter(self.where)
         given = {"--table": self.table, "--after": _bound(self.after), "--upto": _bound(self.upto)}
         given["--where"] = where
+        given["--target"] = self.target
         given["--chunk-size"] = None if self.chunk_size in (None, "") else str(self.chunk_size)
         given["--parallelism"] = str(self.parallelism)
         for flag, value in given.items():

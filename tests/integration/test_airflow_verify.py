@@ -1,7 +1,7 @@
 """The `dblog_verify` DAG run with `dag.test()` against real PostgreSQL and Redis, a tailer
 applying into a PostgreSQL SQL target and a writer writing all along. The target is corrupted
-behind the tailer's back: a run with repair `none` reports exactly the corrupted keys and
-repairs nothing; a run with repair `approve` and a threshold above the count repairs without
+behind the tailer's back: a run with repair `none`, on Spark, reports exactly the corrupted keys
+and repairs nothing; a run with repair `approve` and a threshold above the count repairs without
 asking anyone (the verify and the repair each wait in the triggerer, run inline by
 `dag.test()`), after which the target equals the source. A table that is not captured fails
 the run at its first task.
@@ -46,6 +46,8 @@ from tests.integration.verify.test_verify_cli import (
 from tests.integration.verify.test_verify_repair import TABLES, rows_of
 
 pytestmark = pytest.mark.integration
+SPARK = "spark_default"
+"""The Spark connection `airflow_env` defines (local mode)."""
 
 
 @pytest.fixture
@@ -89,7 +91,7 @@ def test_the_verify_dag_reports_then_repairs_what_differs(
         airflow,
         [
             ("dblog_verify", {"table": "public.nope"}),
-            ("dblog_verify", {"repair": "none", "chunk_size": 150}),
+            ("dblog_verify", {"repair": "none", "chunk_size": 150, "spark_conn_id": SPARK}),
             ("dblog_verify", {"repair": "approve", "approve_above": 10}),
         ],
     )
@@ -98,6 +100,7 @@ def test_the_verify_dag_reports_then_repairs_what_differs(
     assert refused.tasks["verify"] == "failed"
     assert "table public.nope is not captured" in refused.output
     assert reported.state == "success", reported.output[-6000:]
+    assert "the Spark verify application starts" in reported.output
     assert reported.tasks == {
         "verify": "success",
         "decide": "success",
@@ -158,10 +161,14 @@ def test_a_repair_above_the_threshold_waits_for_a_person_to_approve_it(
             "Object.fromEntries([...document.querySelectorAll('[role=group] label')]"
             ".map(l => [l.innerText.split('\\n')[0].trim(), l.innerText.includes('*')]))"
         )
-        shown = ("table", "after", "upto", "where", "repair", "approve_above", "chunk_size")
+        shown = (
+            *("table", "after", "upto", "where", "repair", "approve_above", "target"),
+            *("chunk_size", "parallelism", "spark_conn_id"),
+        )
         optional = dict.fromkeys(shown, False)
-        # A count with its default always there, as the dump form's parallelism.
-        assert {k: required.get(k) for k in shown} == {**optional, "approve_above": True}, required
+        # Counts with their defaults always there, as the dump form's parallelism.
+        counts = {"approve_above": True, "parallelism": True}
+        assert {k: required.get(k) for k in shown} == {**optional, **counts}, required
         page.type_into("#element_table", "public.accounts")
         page.type_into("#element_after", "100000")
         page.screenshot(shots / "1-verify-form.png")

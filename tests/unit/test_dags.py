@@ -100,7 +100,8 @@ def test_every_dag_imports_with_its_docs_tasks_and_params() -> None:
 def test_the_verify_dag_repairs_that_run_at_once_or_after_an_approval() -> None:
     dag = dag_bag().dags["dblog_verify"]
     assert set(dag.params.keys()) == {
-        *("table", "after", "upto", "where", "repair", "approve_above", "chunk_size")
+        *("table", "after", "upto", "where", "repair", "approve_above", "target"),
+        *("chunk_size", "parallelism", "spark_conn_id"),
     }
     assert dag.params["repair"] == "none" and dag.doc_md.startswith("### dblog_verify:")
     assert dag.get_task("verify").downstream_task_ids == {"decide"}
