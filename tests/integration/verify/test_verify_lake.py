@@ -8,14 +8,17 @@ Spark tasks read the chunks (`--master`)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import psycopg
 import pyarrow.compute as pc
 import pytest
+from airflow.sdk import Context
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
@@ -27,7 +30,9 @@ from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
 from airflow_provider_dblog.lake.table import LakeTable, table_uri
 from airflow_provider_dblog.lake.target_rows import LakeRows
+from airflow_provider_dblog.operators.verify import DBLogVerifyOperator
 from airflow_provider_dblog.state import StateStore, VerifyState
+from tests.integration.airflow_support import dblog_connection
 from tests.integration.e2e_support import (
     DBLOG,
     Databases,
@@ -126,7 +131,12 @@ def corrupt_lake(root: Path) -> None:
 
 
 def test_an_equal_lake_passes_and_a_rewritten_row_is_named_while_writes_go_on(
-    dbs: Databases, deployment: Deployment, tmp_path: Path
+    dbs: Databases,
+    deployment: Deployment,
+    tmp_path: Path,
+    pg15: PostgresInfo,
+    redis_server: RedisInfo,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config, env, store, writer, root = deployment
     empty = tmp_path / "empty.toml"
@@ -197,6 +207,24 @@ def test_an_equal_lake_passes_and_a_rewritten_row_is_named_while_writes_go_on(
     assert spark.returncode == 1, spark.stdout + spark.stderr[-3000:]
     assert store.verifies.differences("l4") == store.verifies.differences("l3")
     assert store.verifies.counts("l4") == store.verifies.counts("l3")
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    connection = dblog_connection(redis_server, pg15, dbs.config.name, config)
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_LAKE", json.dumps(connection))
+    operator = DBLogVerifyOperator(
+        task_id="verify",
+        dblog_conn_id="dblog_lake",
+        target="lake",
+        verify_id="l5",
+        chunk_size=120,
+        window_timeout_s=30,
+        deferrable=False,
+    )
+    outcome = operator.execute(cast(Context, {}))
+    assert (outcome["outcome"], outcome["differing"]) == ("done", len(CORRUPTED)), outcome
+    assert store.verifies.differences("l5") == store.verifies.differences("l3")
+    assert (store.verifies.request("l5") or {})["target"] == "lake"
 
 
 def test_the_lake_has_folded_through_hw_once_the_cursor_covers_what_the_files_held(
