@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from functools import partial
 from typing import Protocol, cast
@@ -153,6 +154,9 @@ class ServerSums:
 
 SERVER_SUMS = ServerSums()
 
+NO_GATE: AbstractContextManager[object] = nullcontext()
+"""A `rows_gate` that lets any number of chunks read rows at once."""
+
 
 def summable(source: ChunkSource, target: TargetReader) -> bool:
     """Whether both sides' databases can sum a chunk's rows (`ServerSums`)."""
@@ -188,11 +192,13 @@ def verify_chunk(
     window_timeout_s: float,
     before_close: BeforeClose | None = None,
     hasher: ChunkHasher = IN_PROCESS,
+    rows_gate: AbstractContextManager[object] = NO_GATE,
 ) -> ChunkVerdict | ChunkOutcome:
     """Read `chunk` (a key range with no limit, or a key list: the target reads the same) on
     both sides between the two windows, with `hasher`, and compare; a `ChunkOutcome` (not
     completed, with its reason) when the chunk must be read again. A key range read in this
-    process is first compared as two sums where both sides can sum it (`summable`)."""
+    process is first compared as two sums where both sides can sum it (`summable`); the read
+    of rows happens inside `rows_gate`, which bounds how many chunks hold rows at once."""
     read = partial(
         _verify_once, store, source, target, verify_id, chunk, key_columns,
         window_timeout_s=window_timeout_s, before_close=before_close,
@@ -202,7 +208,8 @@ def verify_chunk(
         summed = read(SERVER_SUMS)
         if summed is not None:
             return summed
-    verdict = read(hasher)
+    with rows_gate:
+        verdict = read(hasher)
     assert verdict is not None  # rows and hashes always give one
     return verdict
 

@@ -4,8 +4,8 @@ reader), the controls obeyed between chunks as a dump obeys them (`dump/runner.r
 pause, cancel, chunk size, delay and rows/s, the dump's controls (`state/verifies.py`).
 
 Each slot of `dblog verify` of the SQL target keeps `LANES` chunks in flight on its connections:
-while one waits for the target to apply the log through its hw, the next reads the source
-(`Slot.lanes`).
+while one waits for the tailer (its watermarks, the target applying the log through its hw), the
+others read (`Slot.lanes`); `ROWS_LANES` of them at most read rows, the others sums.
 
 A table's chunks are planned as a dump's, with split keys (`TablePlanner`, bounded): key ranges
 `after < key <= split` that both sides read, the last one running to the end of the range asked
@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, cast
@@ -46,7 +46,13 @@ from airflow_provider_dblog.dump.runner import (
 )
 from airflow_provider_dblog.sources.base import ChunkSource
 from airflow_provider_dblog.state import StateStore, StateStoreUnavailable, VerifyState
-from airflow_provider_dblog.verify.chunk import IN_PROCESS, BeforeClose, ChunkHasher, verify_chunk
+from airflow_provider_dblog.verify.chunk import (
+    IN_PROCESS,
+    NO_GATE,
+    BeforeClose,
+    ChunkHasher,
+    verify_chunk,
+)
 from airflow_provider_dblog.verify.reader import RowsTarget, TargetReader
 from airflow_provider_dblog.verify.request import VerifyRequest
 
@@ -57,11 +63,15 @@ MAX_ATTEMPTS = 20
 stays away, a table altered again and again); the run resumes from there when asked."""
 
 
-LANES = 2
+LANES = 4
 """Chunks in flight on one slot of an in-process verify of a `RowsTarget` (the SQL target, whose
 reader answers each call on its own; the lake's remembers what it waits for between calls): a
-chunk's longest step is often the wait for the target to have applied the log through its hw
-(the tailer checkpoints every `checkpoint_s`), and the next chunk's source read fits in it."""
+chunk waits on the tailer more than on either database (its four watermarks, then the target
+applying the log through its hw: the tailer checkpoints every `checkpoint_s`), and the other
+chunks' reads fit in those waits."""
+ROWS_LANES = 2
+"""Of a slot's chunks in flight, how many read rows at once (`verify_chunk`'s `rows_gate`): each
+holds both sides' rows of its chunk, where a sum holds none."""
 
 
 class ChunkGaveUp(Exception):
@@ -127,16 +137,20 @@ class Slot:
 
     source: ChunkSource
     target: TargetReader
+    rows_gate: AbstractContextManager[object] = NO_GATE
+    """Entered around a chunk's read of rows: the lanes' share of `ROWS_LANES`."""
 
     def lanes(self, count: int) -> list[Slot]:
         """`count` slots on this one's connections, for as many chunks in flight: each of its
         calls on the source, or on the target, waits for the other lanes' to end, so each
-        database still sees one call at a time from the slot. Closed by closing this one."""
+        database still sees one call at a time from the slot, and `ROWS_LANES` of them at
+        most read rows at once. Closed by closing this one."""
         if count == 1:
             return [self]
         source = cast(ChunkSource, _InTurn(self.source, threading.Lock()))
         target = cast(TargetReader, _InTurn(self.target, threading.Lock()))
-        return [Slot(source, target)] * count
+        gate = threading.BoundedSemaphore(ROWS_LANES) if count > ROWS_LANES else NO_GATE
+        return [Slot(source, target, gate)] * count
 
     def close(self) -> None:
         try:
@@ -340,7 +354,14 @@ def _attempt(
     slot: Slot,
 ) -> ChunkVerdict:
     return verify_with_retries(
-        store, slot.source, slot.target, request, chunk, window_timeout_s, hasher=hasher
+        store,
+        slot.source,
+        slot.target,
+        request,
+        chunk,
+        window_timeout_s,
+        hasher=hasher,
+        rows_gate=slot.rows_gate,
     )
 
 
@@ -353,9 +374,10 @@ def verify_with_retries(
     window_timeout_s: float,
     before_close: BeforeClose | None = None,
     hasher: ChunkHasher = IN_PROCESS,
+    rows_gate: AbstractContextManager[object] = NO_GATE,
 ) -> ChunkVerdict:
     """The chunk verified, read again with new windows while its windows fail (`before_close`,
-    `hasher`: see `verify_chunk`); `ChunkGaveUp` after `MAX_ATTEMPTS`."""
+    `hasher`, `rows_gate`: see `verify_chunk`); `ChunkGaveUp` after `MAX_ATTEMPTS`."""
     reason = ""
     for _ in range(MAX_ATTEMPTS):
         outcome = verify_chunk(
@@ -368,6 +390,7 @@ def verify_with_retries(
             window_timeout_s=window_timeout_s,
             before_close=before_close,
             hasher=hasher,
+            rows_gate=rows_gate,
         )
         if isinstance(outcome, ChunkVerdict):
             return outcome

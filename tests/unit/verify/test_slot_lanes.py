@@ -1,4 +1,5 @@
-"""A verify slot's lanes: chunks in flight on one slot's connections, whose calls take turns."""
+"""A verify slot's lanes: chunks in flight on one slot's connections, whose calls take turns, and
+of which two at most read rows at once."""
 
 from __future__ import annotations
 
@@ -79,3 +80,15 @@ def test_a_lane_answers_as_its_slot_and_closes_with_it() -> None:
     assert all(isinstance(lane.target, RowsTarget) for lane in lanes), "read as rows"
     whole.close()
     assert (source.closed, target.closed) == (1, 1)
+
+
+def test_of_four_lanes_two_at_most_read_rows_at_once() -> None:
+    whole, _, _ = slot()
+    lanes = whole.lanes(4)
+    gate = cast(threading.BoundedSemaphore, lanes[0].rows_gate)
+    assert all(lane.rows_gate is gate for lane in lanes)
+    with lanes[0].rows_gate, lanes[1].rows_gate:
+        assert not gate.acquire(blocking=False), "a third chunk waits to read rows"
+    assert gate.acquire(blocking=False)
+    gate.release()
+    assert whole.lanes(2)[0].rows_gate is whole.rows_gate, "two lanes: no gate"
