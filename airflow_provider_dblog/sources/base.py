@@ -247,7 +247,6 @@ class ChunkSumRead:
     snapshot: ReadSnapshot | None = None
 
 
-@runtime_checkable
 class SummingChunkSource(Protocol):
     """A `ChunkSource` whose server can sum a chunk's rows, for `dblog verify` against a
     target that can too (`verify.reader.SumsTarget`)."""

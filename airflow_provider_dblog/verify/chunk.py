@@ -83,8 +83,8 @@ class ChunkHasher(Protocol):
     ) -> SideRead | None:
         """Read the source's rows of `chunk` after the inner window's lw, store what the read
         saw for the tailer's check at hw (its transactions and columns, no row), and give
-        each row's hash by its key as `target.hash_rows` gives it; None when the window is
-        past open (the chunk is read again)."""
+        each row's hash by its key as `target.hash_rows` gives it (or, summing, the rows'
+        sum); None when the window is past open (the chunk is read again)."""
         ...
 
     def target_hashes(

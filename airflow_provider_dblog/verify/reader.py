@@ -72,7 +72,6 @@ class RowsTarget(Protocol):
         ...
 
 
-@runtime_checkable
 class SumsTarget(Protocol):
     """A `TargetReader` whose database sums a chunk's rows as a source's does
     (`core.verify.ChunkSum`): `dblog verify` compares the two sums first, and reads the rows
