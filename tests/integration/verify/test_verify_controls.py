@@ -6,7 +6,8 @@ A run paused from another process verifies no chunk until resumed and shows as p
 throttle changes its chunk size and rate; a cancelled run ends cancelled in one line, its
 Airflow trigger, operator and sensor saying so without a retry, and resumes when run again; a
 run of several chunks in flight, killed and resumed, counts each key once; those chunks are in
-flight together, each in windows of its own. In the store alone: a run no process runs is
+flight together, each in windows of its own; equal chunks are summed by the servers, and only
+the chunks holding a corrupted key are read as rows. In the store alone: a run no process runs is
 cancelled at once, one a process runs when that process sees it, and a cancelled run reopened
 runs again with its pause and cancel cleared."""
 
