@@ -4,10 +4,10 @@ A log reader spells a row change's key and rows as JSON and builds its event her
 the envelope `event_codec.log_line_format` spells for its table, filled with that JSON, its
 position, and what the table's events in one transaction share (`LogOrigin`) and its schema
 version; the event carries the line (`EncodedLogEvent`), which the writer thread writes as it
-is. The PostgreSQL reader fills a table's format a change at a time (`TableLines`); the binlog
-reader, whose transactions hold runs of one table's changes, first fills in what a table's
-events in a transaction share, then a change's or a rows event's run of changes (`LogLines`)
-at a time (`TransactionLines`).
+is. A reader first fills in what a table's events in a transaction share
+(`TableLines.in_transaction`), then each change's or run of changes' own part
+(`TransactionLines`): the binlog reader a change or a rows event at a time, the PostgreSQL
+reader a change at a time into a run (`LogLines`).
 
 Not compiled with the PostgreSQL reader's hot path (`sources/postgres/compiled.py`): called
 from it as plain Python, a change costs the same (measured on the mapping alone).
@@ -27,42 +27,11 @@ from airflow_provider_dblog.core.position import Position
 
 class TableLines:
     """The line formats of one table's row events from one source, one an operation: made
-    once a table description, filled once a change."""
+    once a table description, filled once a transaction (`in_transaction`)."""
 
     def __init__(self, name: str, db: str, table: TableRef) -> None:
-        self.formats = {op: log_line_format(op, name, db, table) for op in _ROW_OPS}
-        self.shared = {op: _shared_format(line_format) for op, line_format in self.formats.items()}
+        self.shared = {op: _shared_format(log_line_format(op, name, db, table)) for op in _ROW_OPS}
         """Each format as a format of a transaction's (`TransactionLines`)."""
-
-    def change(
-        self,
-        op: Op,
-        key: Row,
-        before: Row | None,
-        after: Row | None,
-        key_json: bytes,
-        before_json: bytes,
-        after_json: bytes,
-        position: Position,
-        origin: LogOrigin,
-        version: int,
-    ) -> Change:
-        """The change of one row, its line spelled from the JSON of its key and rows
-        (`b"null"` for a missing row)."""
-        line_format = self.formats[op]
-        line = line_format % (
-            key_json,
-            before_json,
-            after_json,
-            position.commit,
-            position.seq,
-            origin.txid_json,
-            origin.ts_ms,
-            version,
-        )
-        change: Change = _new(Change)
-        _SET_EVENT(change, EncodedLogEvent(line, op, key, before, after, position, origin, version))
-        return change
 
     def in_transaction(self, commit: int, origin: LogOrigin, version: int) -> TransactionLines:
         return TransactionLines(self, commit, origin, version)
@@ -121,6 +90,11 @@ class TransactionLines:
         return LogLines(
             self.origin, self.version, op, self.commit, first, seqs[-1], keys, befores, afters, data
         )
+
+    def line_format(self, op: Op) -> bytes:
+        """The `%` format of a change's line of `op` in this transaction, to fill with its key,
+        before and after JSON (bytes) and its seq."""
+        return self.formats.get(op) or self._format(op)
 
     def _format(self, op: Op) -> bytes:
         origin = self.origin

@@ -1,10 +1,10 @@
-"""Events handed over as their lines: a run of one commit's events at consecutive seqs, their
-lines (each with its newline) joined in one bytes.
+"""Events handed over as their lines: a run of one commit's events at evenly spaced seqs,
+their lines (each with its newline) joined in one bytes.
 
 The tailer's thread handles such a run as one item, and the NDJSON output writes its bytes as
 they are: nothing a line between the reader and the file. Two kinds: a page of a dump chunk's
-rows (`core.encoded_rows.PageLines`) and the changes of one binlog rows event (`LogLines`).
-An output that takes events gets one a line (`events`).
+rows (`core.encoded_rows.PageLines`) and a run of one table's changes a log reader read
+together (`LogLines`). An output that takes events gets one a line (`events`).
 """
 
 from __future__ import annotations
@@ -20,15 +20,16 @@ from airflow_provider_dblog.core.position import Position
 
 
 class Lines:
-    """Seqs `first` to `last` of one commit, one line each, in order, in `data`. Not an
-    `ABC`: the writer and the outputs ask `isinstance(item, Lines)` of every item they get,
-    which for an `ABC` is a Python-level call."""
+    """Seqs `first` to `last` of one commit, `step` apart, one line each, in order, in `data`.
+    Not an `ABC`: the writer and the outputs ask `isinstance(item, Lines)` of every item they
+    get, which for an `ABC` is a Python-level call."""
 
     __slots__ = ()
 
     first: int
     last: int
     data: bytes
+    step: int = 1
 
     @abstractmethod
     def events(self) -> list[Event]:
@@ -39,7 +40,7 @@ class Lines:
         """The run of seqs `first` to `last` of these, whose lines are `data`."""
 
     def __len__(self) -> int:
-        return self.last - self.first + 1
+        return (self.last - self.first) // self.step + 1
 
     @property
     @abstractmethod
@@ -55,9 +56,9 @@ class Lines:
             return None
         if position < self.first_position:
             return self
-        skipped = position.seq - self.first + 1
+        skipped = (position.seq - self.first) // self.step + 1
         rest = self.data.split(b"\n", skipped)[-1]
-        return self._part(position.seq + 1, self.last, rest)
+        return self._part(self.first + skipped * self.step, self.last, rest)
 
     def cut(self, size: int) -> tuple[Self, Self | None]:
         """The first lines that fit in `size` bytes (at least one) and the rest (None if
@@ -67,22 +68,26 @@ class Lines:
         end = self.data.rfind(b"\n", 0, size) + 1 or self.data.find(b"\n") + 1
         if end == len(self.data):
             return self, None
-        split = self.first + self.data.count(b"\n", 0, end)
+        split = self.first + self.data.count(b"\n", 0, end) * self.step
         return (
-            self._part(self.first, split - 1, self.data[:end]),
+            self._part(self.first, split - self.step, self.data[:end]),
             self._part(split, self.last, self.data[end:]),
         )
 
 
 @dataclass(slots=True)
 class LogLines(Lines):
-    """The changes of one table a log reader read together (a binlog rows event's rows), all
-    of one `op`, at seqs `first` to `last` of `commit`, with their lines as
-    `event_codec.log_line_format` spells them. A log item (`core.log`): the tailer hands it to
-    the reconciler (every row's key) and to the writer as one, and builds no object a row.
-    `befores` is None for creates, `afters` for deletes; else one row a seq, as `keys`.
-    Nothing changes one once built; not a frozen dataclass, whose `__init__` costs several
-    times as much, as one is built for every rows event, most of one row."""
+    """The changes of one table a log reader read together in one transaction (a binlog rows
+    event's rows; a run of a pgoutput transaction's changes), at seqs `first` to `last` of
+    `commit`, `step` apart, with their lines as `event_codec.log_line_format` spells them. A
+    log item (`core.log`): the tailer hands it to the reconciler (every row's key) and to the
+    writer as one, and builds no object a row.
+
+    Every change is an `op`, unless `ops` names each one's. `befores` is None where no change
+    has a row before it (creates), `afters` where none has one after (deletes); else one row
+    or None a change, as `keys`. Nothing changes one once built; not a frozen dataclass, whose
+    `__init__` costs several times as much, as one is built for every rows event, most of one
+    row."""
 
     origin: LogOrigin
     schema_version: int
@@ -91,9 +96,11 @@ class LogLines(Lines):
     first: int
     last: int
     keys: Sequence[Row]
-    befores: Sequence[Row] | None
-    afters: Sequence[Row] | None
+    befores: Sequence[Row | None] | None
+    afters: Sequence[Row | None] | None
     data: bytes
+    ops: Sequence[Op] | None = None
+    step: int = 1
 
     @property
     def first_position(self) -> Position:
@@ -110,19 +117,23 @@ class LogLines(Lines):
             map(
                 EncodedLogEvent,
                 lines,
-                repeat(self.op, count),
+                repeat(self.op, count) if self.ops is None else self.ops,
                 self.keys,
                 repeat(None, count) if self.befores is None else self.befores,
                 repeat(None, count) if self.afters is None else self.afters,
-                map(Position, repeat(self.commit, count), range(self.first, self.last + 1)),
+                map(
+                    Position,
+                    repeat(self.commit, count),
+                    range(self.first, self.last + 1, self.step),
+                ),
                 repeat(self.origin, count),
                 repeat(self.schema_version, count),
             )
         )
 
     def _part(self, first: int, last: int, data: bytes) -> LogLines:
-        start, stop = first - self.first, last - self.first + 1
-        befores, afters = self.befores, self.afters
+        start, stop = (first - self.first) // self.step, (last - self.first) // self.step + 1
+        befores, afters, ops = self.befores, self.afters, self.ops
         return LogLines(
             self.origin,
             self.schema_version,
@@ -134,4 +145,6 @@ class LogLines(Lines):
             None if befores is None else befores[start:stop],
             None if afters is None else afters[start:stop],
             data,
+            None if ops is None else ops[start:stop],
+            self.step,
         )

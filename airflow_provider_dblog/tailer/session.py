@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -295,8 +296,14 @@ class Session:
         self._writer.put_lines(item)
         stats, origin, count = self._stats, item.origin, len(item)
         stats.events += count
-        counted = (origin.schema, origin.table_name, item.op)
-        stats.events_by_table[counted] = stats.events_by_table.get(counted, 0) + count
+        by_table = stats.events_by_table
+        if item.ops is None:
+            counted = (origin.schema, origin.table_name, item.op)
+            by_table[counted] = by_table.get(counted, 0) + count
+        else:
+            for op, ops_count in Counter(item.ops).items():
+                counted = (origin.schema, origin.table_name, op)
+                by_table[counted] = by_table.get(counted, 0) + ops_count
         stats.last_ts_ms = origin.ts_ms or stats.last_ts_ms
         stats.caught_up = False
 

@@ -3,11 +3,12 @@
 No socket and no SQL: the one catalog question, what a Relation message's columns are (with
 the nullability, defaults and primary key pgoutput does not send), is asked through an injected
 `RelationLookup`, so the mapping is tested on bytes without a server (`replication.py` is the
-transport that feeds it). `map_bytes` takes a message's bytes: it reads an insert, update or
-delete of a captured table straight from them (with the table's `tuples.TupleReader`), with its
-event's line (`core.envelope`), and decodes any other
-message, or a row change that reading declines (an unchanged TOAST value, a changed key), with
-`pgoutput.decode` for `map`; the two give the same items (tests/unit/sources/postgres).
+transport that feeds it). `add_change` reads an insert, update or delete of a captured table
+straight from a message's bytes (with the table's `tuples.TupleReader`) into a run of one
+table's changes in one transaction, each with its line (`core.envelope`); the run goes out as
+one `LogLines`, so the tailer's thread does nothing a change. Any other message, or a row
+change that reading declines (an unchanged TOAST value, a changed key), is decoded with
+`pgoutput.decode` for `map`; the two give the same events (tests/unit/sources/postgres).
 
 Positions are `[commit LSN of the transaction, seq]`; the commit LSN comes in Begin (final_lsn)
 before the first change. The n-th change, watermark write or truncated table of a transaction
@@ -15,8 +16,8 @@ takes seq 2n+1; a Relation message of a captured table becomes a `SchemaDescript
 seq just before the change it precedes. pgoutput sends a Relation message before a table's first
 change on every new stream and after each ALTER, so where descriptions fall depends on where the
 stream started; the changes' own positions do not, and a replay gives them the same ones. Items
-come message by message (`map` returns one message's), never a transaction at a time, so memory
-stays bounded whatever the transaction size.
+come message by message (`map` returns one message's), or in runs of at most `RUN_CHANGES`
+changes, never a transaction at a time, so memory stays bounded whatever the transaction size.
 
 Schema descriptions: pgoutput sends the columns' names and types only, and only before the next
 change of the table after an ALTER (an ALTER with no later write reaches the log reader only at
@@ -40,7 +41,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from airflow_provider_dblog.core.envelope import TableLines
+from airflow_provider_dblog.core.envelope import TableLines, TransactionLines
 from airflow_provider_dblog.core.event import (
     JsonValue,
     LogOrigin,
@@ -52,6 +53,7 @@ from airflow_provider_dblog.core.event import (
     TableRef,
 )
 from airflow_provider_dblog.core.event_codec import plain_row_encoder, row_json_encoder
+from airflow_provider_dblog.core.lines import LogLines
 from airflow_provider_dblog.core.log import (
     Change,
     LogItem,
@@ -220,6 +222,82 @@ class _Transaction:
         return Position(self.commit, 2 * self.changes)
 
 
+class _Run:
+    """A run of one table's changes in the transaction being read, each with its line, until
+    it is taken as one `LogLines`."""
+
+    def __init__(
+        self, table: _Table, transaction: _Transaction, origin: LogOrigin, version: int
+    ) -> None:
+        self.table = table
+        self.commit = transaction.commit
+        self.origin = origin
+        self.version = version
+        self.lines: TransactionLines = table.lines.in_transaction(
+            transaction.commit, origin, version
+        )
+        self.formats: dict[Op, bytes] = {}
+        self.first = 0
+        self.last = 0
+        self.ops: list[Op] = []
+        self.keys: list[Row] = []
+        self.befores: list[Row | None] = []
+        self.afters: list[Row | None] = []
+        self.data: list[bytes] = []
+        self.mixed = False
+        self.any_before = False
+        self.any_after = False
+
+    def add(
+        self,
+        op: Op,
+        key: Row,
+        before: Row | None,
+        after: Row | None,
+        json: tuple[bytes, bytes, bytes],
+        seq: int,
+    ) -> int:
+        """Add a change at `seq` whose key, before and after spell as `json`; the run's length."""
+        line_format = self.formats.get(op)
+        if line_format is None:
+            line_format = self.formats[op] = self.lines.line_format(op)
+        self.data.append(line_format % (json[0], json[1], json[2], seq))
+        ops = self.ops
+        if not ops:
+            self.first = seq
+        elif op is not ops[0]:
+            self.mixed = True
+        self.last = seq
+        ops.append(op)
+        self.keys.append(key)
+        self.befores.append(before)
+        self.afters.append(after)
+        if before is not None:
+            self.any_before = True
+        if after is not None:
+            self.any_after = True
+        return len(ops)
+
+    def taken(self) -> LogLines:
+        ops = self.ops
+        return LogLines(
+            self.origin,
+            self.version,
+            ops[0],
+            self.commit,
+            self.first,
+            self.last,
+            self.keys,
+            self.befores if self.any_before else None,
+            self.afters if self.any_after else None,
+            b"".join(self.data),
+            ops if self.mixed else None,
+            2,
+        )
+
+
+RUN_CHANGES = 512
+"""The most changes a run holds: what the reader holds before it hands them over."""
 _ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
 _INSERT, _UPDATE, _BEGIN, _COMMIT = b"IUBC"
 _NEW_TUPLE, _OLD_KEY, _OLD_ROW = b"NKO"
@@ -257,7 +335,11 @@ class ChangeMapper:
         self._tables: dict[int, _Table] = {}
         self._transaction: _Transaction | None = None
         self._spell = row_json_encoder()
-        """Spells the rows of the inserts read from bytes (`_insert`) into their lines."""
+        """Spells the rows of the changes read from bytes (`_add`) into their lines."""
+        self._run: _Run | None = None
+        self.done: LogLines | None = None
+        """A run `add_change` completed: the caller takes it (`take_done`) before anything
+        else."""
 
     @property
     def open_commit(self) -> int | None:
@@ -267,6 +349,19 @@ class ChangeMapper:
     def drop_transaction(self) -> None:
         """The stream was lost: the slot sends an unacknowledged transaction again, whole."""
         self._transaction = None
+        self._run = None
+        self.done = None
+
+    def take_run(self) -> LogLines | None:
+        """The changes read so far into the current run (`add_change`), if any: taken before
+        any other message is mapped, and before the reader waits."""
+        run, self._run = self._run, None
+        return None if run is None else run.taken()
+
+    def take_done(self) -> LogLines | None:
+        """The run `add_change` completed, if any."""
+        done, self.done = self.done, None
+        return done
 
     def map(self, message: pgoutput.Message) -> list[LogItem]:
         """The items of one message (most give one or none)."""
@@ -287,15 +382,16 @@ class ChangeMapper:
         return []
 
     def map_bytes(self, data: bytes, start: int = 0) -> list[LogItem]:
-        """`map(pgoutput.decode(data[start:]))`: the items of the message at `start`. A row
-        change of a captured table, a Begin and a Commit are read straight from the bytes
-        (`read_change`, `read_begin`, `read_commit`); any other message, or one those decline,
-        is decoded the general way."""
+        """`map(pgoutput.decode(data[start:]))`, but for a change read into a run of its own:
+        the items of the message at `start`. A row change of a captured table, a Begin and a
+        Commit are read straight from the bytes (`add_change`, `read_begin`, `read_commit`);
+        any other message, or one those decline, is decoded the general way."""
         tag = data[start] if len(data) > start else 0
         if tag in ROW_CHANGE_TAGS:
-            change = self.read_change(data, start)
-            if change is not None:
-                return [change]
+            if self.add_change(data, start):
+                run = self.take_run()
+                assert run is not None
+                return [run]
         elif tag == _BEGIN:
             if self.read_begin(data, start):
                 return []
@@ -325,18 +421,20 @@ class ChangeMapper:
         self._transaction = None
         return TransactionEnd(commit_lsn), end_lsn
 
-    def read_change(self, data: bytes, start: int) -> Change | None:
-        """The change of the Insert, Update or Delete message at `start`, read straight from
-        the bytes, or None when the message must be decoded the general way (see
-        `map_bytes`): an unchanged TOAST value, an update that changes the key (two events),
-        a key-only old tuple without the whole key, or bytes that do not fit the relation."""
+    def add_change(self, data: bytes, start: int) -> bool:
+        """Read the change of the Insert, Update or Delete message at `start` straight from the
+        bytes into the current run (`take_run`); False when the message must be decoded the
+        general way (see `map_bytes`): an unchanged TOAST value, an update that changes the
+        key (two events), a key-only old tuple without the whole key, or bytes that do not
+        fit the relation. A change of another table than the run's, or one that fills it,
+        completes the run: it is then `done`."""
         transaction = self._transaction
         if transaction is None or len(data) < start + 8:
-            return None
+            return False
         (relation_id,) = pgoutput.U32_AT(data, start + 1)
         table = self._tables.get(relation_id)
         if table is None or not table.reads_bytes:
-            return None
+            return False
         read = table.tuples.read
         tag, marker, end = data[start], data[start + 5], len(data)
         if marker == _NEW_TUPLE:  # an insert, or an update under the default identity
@@ -345,35 +443,35 @@ class ChangeMapper:
             elif tag == _UPDATE:
                 op = Op.UPDATE
             else:
-                return None
+                return False
             new = read(data, start + 6)
             if new is None or new[2] != end:
-                return None
-            return self._encoded(table, transaction, op, new[1], None, new[0])
+                return False
+            return self._add(table, transaction, op, new[1], None, new[0])
         identity = None
         if marker == _OLD_KEY:
             if (identity := table.identity_names) is None:
-                return None
+                return False
         elif marker != _OLD_ROW:
-            return None
+            return False
         old = read(data, start + 6)
         if old is None:
-            return None
+            return False
         before, key, at = old
         if identity is not None:  # a key-only old tuple: its other columns are nulls
             before = {name: before[name] for name in identity}
         if tag == _UPDATE:
             if at >= end or data[at] != _NEW_TUPLE:
-                return None
+                return False
             new = read(data, at + 1)
             if new is None or new[2] != end or new[1] != key:
-                return None
-            return self._encoded(table, transaction, Op.UPDATE, key, before, new[0])
+                return False
+            return self._add(table, transaction, Op.UPDATE, key, before, new[0])
         if tag != _INSERT and at == end:
-            return self._encoded(table, transaction, Op.DELETE, key, before, None)
-        return None
+            return self._add(table, transaction, Op.DELETE, key, before, None)
+        return False
 
-    def _encoded(
+    def _add(
         self,
         table: _Table,
         transaction: _Transaction,
@@ -381,8 +479,8 @@ class ChangeMapper:
         key: Row,
         before: Row | None,
         after: Row | None,
-    ) -> Change | None:
-        """The change read from bytes, with its line; None when a value cannot be spelled (the
+    ) -> bool:
+        """Add the change read from bytes to the run; False when a value cannot be spelled (the
         general way raises it then)."""
         spell = table.plain_json
         if spell is None:
@@ -393,15 +491,22 @@ class ChangeMapper:
             after_json = b"null" if after is None else spell(after)
         except Exception:  # a value JSON cannot hold: the writer's encoding raises it
             self._spell = row_json_encoder()
-            return None
-        position = transaction.next_position()
-        origin = transaction.last_origin
-        if origin is None or origin.table is not table.ref:
-            origin = transaction.origin(table, self._source, self._db)
-        version = self.schema_versions.get(table.ref, 0)
-        return table.lines.change(
-            op, key, before, after, key_json, before_json, after_json, position, origin, version
-        )
+            return False
+        run = self._run
+        if run is None or run.table is not table:
+            if run is not None:
+                self.done = run.taken()
+            origin = transaction.last_origin
+            if origin is None or origin.table is not table.ref:
+                origin = transaction.origin(table, self._source, self._db)
+            version = self.schema_versions.get(table.ref, 0)
+            run = self._run = _Run(table, transaction, origin, version)
+        transaction.changes = changes = transaction.changes + 1
+        json = (key_json, before_json, after_json)
+        if run.add(op, key, before, after, json, 2 * changes - 1) >= RUN_CHANGES:
+            self.done = run.taken()
+            self._run = None
+        return True
 
     def _open(self, what: str) -> _Transaction:
         if self._transaction is None:

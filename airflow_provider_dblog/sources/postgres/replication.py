@@ -146,6 +146,8 @@ class PostgresLogReader:
                 if size > 0 and frames & _STATUS_CHECK_FRAMES:
                     frame = bytes(data)
                 else:
+                    if size == 0 and (run := mapper.take_run()) is not None:
+                        yield run  # what was read goes out before the reader waits
                     frame = self._next_frame(stream, size, data)
                 if frame is None:
                     if stream.mapper.open_commit is None:
@@ -153,11 +155,14 @@ class PostgresLogReader:
                     continue
                 tag = frame[_MESSAGE_AT] if len(frame) > _MESSAGE_AT and frame[0] == _W else 0
                 if tag in ROW_CHANGE_TAGS:  # nearly every frame: a row change
-                    change = mapper.read_change(frame, _MESSAGE_AT)
-                    if change is not None:
-                        yield change
+                    if mapper.add_change(frame, _MESSAGE_AT):
+                        if (done := mapper.take_done()) is not None:
+                            yield done
                         continue
-                elif tag == _BEGIN:
+                # Any other message, or a change read the general way: the run goes out first.
+                if (run := mapper.take_run()) is not None:
+                    yield run
+                if tag == _BEGIN:
                     if mapper.read_begin(frame, _MESSAGE_AT):
                         continue
                 elif tag == _COMMIT:

@@ -90,7 +90,6 @@ def test_a_change_carries_encodes_line_of_its_event(
     expected = plain(op, key, before, after, position, origin, version)
     in_transaction = lines.in_transaction(commit, origin, version)
     for change in (
-        lines.change(op, key, before, after, *jsons, position, origin, version),
         in_transaction.change(op, key, before, after, *jsons, position),
         in_transaction.change(op, key, before, after, *jsons, position),  # its format kept
     ):

@@ -1,11 +1,12 @@
-"""`ChangeMapper.map_bytes`, which reads inserts, updates and deletes of captured tables straight
-from the message bytes, gives what `map(decode(...))` gives: the same items, or the same error;
-and the line it builds with each event is `encode`'s. Over every column type, NULLs, unchanged
-TOAST values, the default and the full replica identity, keys kept and keys changed."""
+"""The row changes read straight from the message bytes into runs (`ChangeMapper.add_change`,
+as the log reader reads them, and `map_bytes`) give what `map(decode(...))` gives: the same
+events, or the same error; and the line each event carries is `encode`'s. Over every column
+type, NULLs, unchanged TOAST values, the default and the full replica identity, keys kept and
+keys changed, runs broken by other tables and by changes read the general way."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 
 import pytest
@@ -14,9 +15,11 @@ from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.event import EncodedLogEvent, TableRef
 from airflow_provider_dblog.core.event_codec import encode, encode_lines
-from airflow_provider_dblog.core.log import Change, LogItem, TransactionEnd
+from airflow_provider_dblog.core.event import Op
+from airflow_provider_dblog.core.lines import LogLines
+from airflow_provider_dblog.core.log import Change, LogItem, TransactionEnd, single_changes
 from airflow_provider_dblog.core.schema import Column, TableSchema
-from airflow_provider_dblog.sources.postgres.changes import ChangeMapper
+from airflow_provider_dblog.sources.postgres.changes import ROW_CHANGE_TAGS, ChangeMapper
 from airflow_provider_dblog.sources.postgres.pgoutput import Relation, decode
 from tests.unit.pgoutput_bytes import (
     TOAST,
@@ -128,6 +131,33 @@ def row_changes(draw: st.DrawFn) -> tuple[list[tuple[str, int, bool]], list[byte
     return columns, messages
 
 
+def read_as_the_stream_does(mapper: ChangeMapper, data: bytes, start: int) -> Iterator[LogItem]:
+    """The items the log reader (`PostgresLogReader.items`) yields for one message: a change
+    goes into the run, and the run goes out when it is complete or before any other item."""
+    tag = data[start] if len(data) > start else 0
+    if tag in ROW_CHANGE_TAGS and mapper.add_change(data, start):
+        if (done := mapper.take_done()) is not None:
+            yield done
+        return
+    if (run := mapper.take_run()) is not None:
+        yield run
+    yield from mapper.map_bytes(data, start)
+
+
+def read_all(
+    read: Callable[[bytes], Iterable[LogItem]], messages: list[bytes]
+) -> tuple[list[LogItem], object]:
+    """The items of `messages`, and the error that ended them (None if none did)."""
+    items: list[LogItem] = []
+    for message in messages:
+        try:
+            for item in read(message):
+                items.append(item)
+        except Exception as exc:
+            return items, (type(exc), str(exc))
+    return items, None
+
+
 @settings(max_examples=600, deadline=None)
 @given(row_changes(), st.integers(0, 30))
 def test_row_changes_read_from_bytes_are_what_the_decoded_messages_give(
@@ -135,19 +165,20 @@ def test_row_changes_read_from_bytes_are_what_the_decoded_messages_give(
 ) -> None:
     columns, messages = case
     general, from_bytes = mapper_for(columns), mapper_for(columns)
-    for message in messages:
-        expected = outcome(partial(decoded, general, message))
-        got = outcome(partial(from_bytes.map_bytes, b"w" * offset + message, offset))
-        assert got == expected
-        if expected[0] == "error":
-            return
-        assert isinstance(got[1], list) and isinstance(expected[1], list)
-        for read, decoded_item in zip(got[1], expected[1], strict=True):
-            if isinstance(read, Change) and isinstance(read.event, EncodedLogEvent):
-                assert isinstance(decoded_item, Change)
-                plain = decoded_item.event
-                assert read.event.line == (encode(plain) + "\n").encode()
-                assert encode_lines([plain, read.event]) == [read.event.line] * 2
+    expected, expected_error = read_all(partial(decoded, general), messages)
+    got, error = read_all(
+        lambda message: read_as_the_stream_does(from_bytes, b"w" * offset + message, offset),
+        messages,
+    )
+    assert error == expected_error
+    assert list(single_changes(got)) == expected
+    for item in got:
+        if isinstance(item, LogLines):
+            assert item.step == 2 and len(item) == len(item.keys)
+            for event in item.events():
+                assert isinstance(event, EncodedLogEvent)
+                assert event.line == (encode(event) + "\n").encode()
+                assert encode_lines([event]) == [event.line]
 
 
 def test_an_insert_outside_a_transaction_is_refused_as_before() -> None:
@@ -175,8 +206,43 @@ def test_updates_and_deletes_keeping_their_key_are_read_from_bytes(full: bool) -
         delete(TABLE, old, old_is_key_only=not full),
     ]
     read = [item for message in messages for item in mapper.map_bytes(message)]
-    assert all(isinstance(i, Change) and type(i.event) is EncodedLogEvent for i in read)
-    assert [i.event.op.value for i in read if isinstance(i, Change)] == ["c", "u", "u", "d"]
+    assert all(isinstance(i, LogLines) for i in read)
+    assert [e.event.op.value for e in single_changes(read) if isinstance(e, Change)] == [
+        "c",
+        "u",
+        "u",
+        "d",
+    ]
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_a_transactions_changes_of_one_table_go_out_as_one_run(full: bool) -> None:
+    """An OLTP transaction's update, update, delete and insert of one table are one `LogLines`
+    at seqs 1, 3, 5 and 7, whose events are the decoded messages'; a change of another table
+    starts a run of its own."""
+    columns = [("id", INT8, True), ("k", INT4, full), ("c", TEXT, full)]
+    old: list[TupleValue] = ["7", "1", "a"] if full else ["7", None, None]
+    messages = [
+        begin(0x500, 9),
+        relation(TABLE, "app", "t", columns, "f" if full else "d"),
+        relation(OTHER, "app", "other", [("id", INT8, True)]),
+        update(TABLE, ["7", "2", "b"]),
+        update(TABLE, ["7", "2", "c"], old=old, old_is_key_only=not full),
+        delete(TABLE, old, old_is_key_only=not full),
+        insert(TABLE, ["8", "1", "a"]),
+        insert(OTHER, ["1"]),
+        commit(0x500, 0x530),
+    ]
+    general, from_bytes = mapper_for(columns), mapper_for(columns)
+    expected = [item for message in messages for item in decoded(general, message)]
+    got = [item for m in messages for item in read_as_the_stream_does(from_bytes, m, 0)]
+    assert list(single_changes(got)) == expected
+    runs = [item for item in got if isinstance(item, LogLines)]
+    assert len(runs) == 1  # the other table is not captured: read the general way, as nothing
+    (run,) = runs
+    assert (run.first, run.last, run.step, len(run)) == (1, 7, 2, 4)
+    assert run.ops == [Op.UPDATE, Op.UPDATE, Op.DELETE, Op.CREATE]
+    assert got[-1] == TransactionEnd(0x500)
 
 
 @pytest.mark.parametrize(
