@@ -31,7 +31,8 @@ class TableLines:
 
     def __init__(self, name: str, db: str, table: TableRef) -> None:
         self.shared = {op: _shared_format(log_line_format(op, name, db, table)) for op in _ROW_OPS}
-        """Each format as a format of a transaction's (`TransactionLines`)."""
+        """Each format as a format of a transaction's (`TransactionLines`): to fill with a
+        transaction's commit, txid JSON, ts_ms and schema version."""
 
     def in_transaction(self, commit: int, origin: LogOrigin, version: int) -> TransactionLines:
         return TransactionLines(self, commit, origin, version)
@@ -90,11 +91,6 @@ class TransactionLines:
         return LogLines(
             self.origin, self.version, op, self.commit, first, seqs[-1], keys, befores, afters, data
         )
-
-    def line_format(self, op: Op) -> bytes:
-        """The `%` format of a change's line of `op` in this transaction, to fill with its key,
-        before and after JSON (bytes) and its seq."""
-        return self.formats.get(op) or self._format(op)
 
     def _format(self, op: Op) -> bytes:
         origin = self.origin

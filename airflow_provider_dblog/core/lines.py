@@ -52,11 +52,14 @@ class Lines:
 
     def after(self, position: Position) -> Self | None:
         """The lines positioned after `position` (a replay's end), None if none is."""
-        if position >= self.last_position:
-            return None
-        if position < self.first_position:
+        commit, seq, own = position.commit, position.seq, self.first_position.commit
+        if commit != own:
+            return self if commit < own else None
+        if seq < self.first:
             return self
-        skipped = (position.seq - self.first) // self.step + 1
+        if seq >= self.last:
+            return None
+        skipped = (seq - self.first) // self.step + 1
         rest = self.data.split(b"\n", skipped)[-1]
         return self._part(self.first + skipped * self.step, self.last, rest)
 
@@ -104,11 +107,11 @@ class LogLines(Lines):
 
     @property
     def first_position(self) -> Position:
-        return Position(self.commit, self.first)
+        return Position.trusted(self.commit, self.first)  # a reader's, in range
 
     @property
     def last_position(self) -> Position:
-        return Position(self.commit, self.last)
+        return Position.trusted(self.commit, self.last)
 
     def events(self) -> list[Event]:
         lines = self.data.splitlines(keepends=True)  # JSON escapes every CR and LF it holds

@@ -214,7 +214,7 @@ class Reconciler:
         """`change` of each of a run of log events of one table and transaction, which the
         caller emits at once: their keys leave every open chunk of T."""
         origin = lines.origin
-        if origin.txid is not None:
+        if origin.txid is not None and origin.txid != self._recent.last:
             self._recent.add(origin.txid, lines.commit)
         windows = self._open_by_table.get(origin.table) if self._open_by_table else None
         if windows:

@@ -389,36 +389,38 @@ class NdjsonOutput(Output):
         """`drop_replayed` of events and pages: what comes after the last position written."""
         kept: list[Event | Lines] = []
         last = self.last_position
-        offered = taken = start = 0
+        skipped = start = 0
         for index in range(len(items) + 1):
             item = items[index] if index < len(items) else None
             if item is not None and not isinstance(item, Lines):
                 continue
-            run = cast(list[Event], items[start:index])
-            events = drop_replayed(run, last)
-            if kept and len(events) < len(run):
-                raise OutputError(
-                    f"event at {run[0].position} after {last} in one batch: positions must "
-                    "strictly increase in output order"
-                )
-            offered, taken = offered + len(run), taken + len(events)
-            kept += events
-            last = events[-1].position if events else last
+            if start < index:
+                run = cast(list[Event], items[start:index])
+                events = drop_replayed(run, last)
+                if kept and len(events) < len(run):
+                    raise OutputError(
+                        f"event at {run[0].position} after {last} in one batch: positions must "
+                        "strictly increase in output order"
+                    )
+                skipped += len(run) - len(events)
+                kept += events
+                last = events[-1].position if events else last
             start = index + 1
             if item is None:
                 break
             rest = item if last is None else item.after(last)
-            if kept and rest is not item:
-                raise OutputError(
-                    f"dump rows at {item.first_position} after {last} in one batch: positions "
-                    "must strictly increase in output order"
-                )
-            offered, taken = offered + len(item), taken + (len(rest) if rest else 0)
+            if rest is not item:
+                if kept:
+                    raise OutputError(
+                        f"lines at {item.first_position} after {last} in one batch: positions "
+                        "must strictly increase in output order"
+                    )
+                skipped += len(item) - (len(rest) if rest else 0)
             if rest is not None:
                 kept.append(rest)
                 last = rest.last_position
-        if taken < offered:
-            log.info("skipped %d replayed events", offered - taken)
+        if skipped:
+            log.info("skipped %d replayed events", skipped)
         return kept
 
     def _append_pieces(self, pieces: list[bytes], owners: list[Event | Lines], token: int) -> None:

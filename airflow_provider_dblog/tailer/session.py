@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -301,9 +300,10 @@ class Session:
             counted = (origin.schema, origin.table_name, item.op)
             by_table[counted] = by_table.get(counted, 0) + count
         else:
-            for op, ops_count in Counter(item.ops).items():
-                counted = (origin.schema, origin.table_name, op)
-                by_table[counted] = by_table.get(counted, 0) + ops_count
+            schema, table = origin.schema, origin.table_name
+            for op in item.ops:
+                counted = (schema, table, op)
+                by_table[counted] = by_table.get(counted, 0) + 1
         stats.last_ts_ms = origin.ts_ms or stats.last_ts_ms
         stats.caught_up = False
 

@@ -236,7 +236,9 @@ class Writer(threading.Thread):
         """Log events `put_event` holds, not handed over yet (the session's thread only)."""
         self._room = self._limit
         """How many more items `_pending` takes: `batch_events` less the events beyond the
-        first of each `LogLines` it holds."""
+        first of each `LogLines` it holds and the ends `put_commit` was given."""
+        self._end: TransactionEnd | None = None
+        """The last transaction end `put_commit` was given, not handed over yet."""
         self.durable_commit = 0
         self.failure: BaseException | None = None
         self.idle = threading.Event()
@@ -268,16 +270,18 @@ class Writer(threading.Thread):
             self.hand_over()
 
     def put_commit(self, end: TransactionEnd) -> None:
-        """Hand a transaction's end over with the events held once `batch_events` are held,
-        before the next item `put` hands over, or, unless `commits_wait_for_hand_over`, at
-        once if the writer has nothing left to write (its next batch starts now). The
-        transactions read while the writer writes thus go out in its next batch, one write
-        and one fsync (group commit), and a run of small transactions costs one hand-over,
-        not one each. Held ends reach the writer at the latest with the session's next
-        `hand_over` (the reader's idle beat, or its announced wait: `AnnouncesWaits`)."""
-        pending = self._pending
-        pending.append(end)
-        if len(pending) >= self._room or (
+        """Hand a transaction's end over with the events held once `batch_events` are held
+        (ends count as events), before the next item `put` hands over, or, unless
+        `commits_wait_for_hand_over`, at once if the writer has nothing left to write (its
+        next batch starts now). The transactions read while the writer writes thus go out in
+        its next batch, one write and one fsync (group commit), and a run of small
+        transactions costs one hand-over, not one each. Held ends reach the writer at the
+        latest with the session's next `hand_over` (the reader's idle beat, or its announced
+        wait: `AnnouncesWaits`). Only the last end held goes: an end says that everything
+        before it is durable once written, and the last says it of all the others'."""
+        self._end = end
+        self._room -= 1
+        if len(self._pending) >= self._room or (
             not self.commits_wait_for_hand_over and self.idle.is_set()
         ):
             self.hand_over()
@@ -289,7 +293,10 @@ class Writer(threading.Thread):
         self._hand(item)
 
     def hand_over(self) -> None:
-        """Hand over the events `put_event` holds."""
+        """Hand over the events `put_event` holds, and the end `put_commit` holds after them."""
+        if self._end is not None:
+            self._pending.append(self._end)
+            self._end = None
         if self._pending:
             pending, self._pending = self._pending, _Held()
             pending.weight = len(pending) + self._limit - self._room

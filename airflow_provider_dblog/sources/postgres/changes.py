@@ -41,7 +41,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from airflow_provider_dblog.core.envelope import TableLines, TransactionLines
+from airflow_provider_dblog.core.envelope import TableLines
 from airflow_provider_dblog.core.event import (
     JsonValue,
     LogOrigin,
@@ -233,10 +233,8 @@ class _Run:
         self.commit = transaction.commit
         self.origin = origin
         self.version = version
-        self.lines: TransactionLines = table.lines.in_transaction(
-            transaction.commit, origin, version
-        )
         self.formats: dict[Op, bytes] = {}
+        """Each operation's line format in this transaction (`TableLines.shared`, filled)."""
         self.first = 0
         self.last = 0
         self.ops: list[Op] = []
@@ -260,7 +258,13 @@ class _Run:
         """Add a change at `seq` whose key, before and after spell as `json`; the run's length."""
         line_format = self.formats.get(op)
         if line_format is None:
-            line_format = self.formats[op] = self.lines.line_format(op)
+            origin = self.origin
+            line_format = self.formats[op] = self.table.lines.shared[op] % (
+                self.commit,
+                origin.txid_json,
+                origin.ts_ms,
+                self.version,
+            )
         self.data.append(line_format % (json[0], json[1], json[2], seq))
         ops = self.ops
         if not ops:

@@ -154,11 +154,11 @@ class PostgresLogReader:
                         self._send_status(stream, reply_wanted=True)
                     continue
                 tag = frame[_MESSAGE_AT] if len(frame) > _MESSAGE_AT and frame[0] == _W else 0
-                if tag in ROW_CHANGE_TAGS:  # nearly every frame: a row change
-                    if mapper.add_change(frame, _MESSAGE_AT):
-                        if (done := mapper.take_done()) is not None:
-                            yield done
-                        continue
+                # Nearly every frame: a row change, read into the run.
+                if tag in ROW_CHANGE_TAGS and mapper.add_change(frame, _MESSAGE_AT):
+                    if (done := mapper.take_done()) is not None:
+                        yield done
+                    continue
                 # Any other message, or a change read the general way: the run goes out first.
                 if (run := mapper.take_run()) is not None:
                     yield run

@@ -371,7 +371,8 @@ def test_transaction_ends_are_held_while_the_writer_writes_and_go_out_in_one_bat
 def test_ends_wait_for_the_readers_announced_wait_when_it_announces_them() -> None:
     """With a reader that announces its waits, an idle writer is not woken for each
     transaction: the ends are held until the session's `hand_over` (the reader has read all
-    there is for now) or until `batch_events` are held, then go out in one batch."""
+    there is for now) or until `batch_events` events and ends are held, then go out in one
+    batch, behind their events, as the last end (which says what the others do)."""
     journal = Journal()
     writer = new_writer(journal, TailerSettings(batch_events=6))
     writer.commits_wait_for_hand_over = True
@@ -380,15 +381,14 @@ def test_ends_wait_for_the_readers_announced_wait_when_it_announces_them() -> No
         writer.put_commit(TransactionEnd(commit))
     assert writer.idle.is_set() and writer._queue.empty()
     writer.hand_over()  # the reader is about to wait
-    assert writer._queue.get_nowait() == [
-        event(1, 1), TransactionEnd(1), event(2, 1), TransactionEnd(2)
-    ]  # fmt: skip
-    for commit in (3, 4, 5):  # the sixth item fills the batch: handed over without a wait
+    assert writer._queue.get_nowait() == [event(1, 1), event(2, 1), TransactionEnd(2)]
+    for commit in (3, 4, 5):  # the sixth fills the batch: handed over without a wait
         writer.put_event(event(commit, 1))
         writer.put_commit(TransactionEnd(commit))
-    assert writer._queue.get_nowait() == [
-        item for commit in (3, 4, 5) for item in (event(commit, 1), TransactionEnd(commit))
-    ]
+    assert writer._queue.get_nowait() == [event(3, 1), event(4, 1), event(5, 1), TransactionEnd(5)]
+    for commit in range(6, 12):  # ends alone (transactions of other tables) count as well
+        writer.put_commit(TransactionEnd(commit))
+    assert writer._queue.get_nowait() == [TransactionEnd(11)]
 
 
 def test_log_lines_are_held_with_log_events_and_weigh_their_events() -> None:

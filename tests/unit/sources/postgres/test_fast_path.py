@@ -13,9 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_dblog.core.event import EncodedLogEvent, TableRef
+from airflow_provider_dblog.core.event import EncodedLogEvent, Op, TableRef
 from airflow_provider_dblog.core.event_codec import encode, encode_lines
-from airflow_provider_dblog.core.event import Op
 from airflow_provider_dblog.core.lines import LogLines
 from airflow_provider_dblog.core.log import Change, LogItem, TransactionEnd, single_changes
 from airflow_provider_dblog.core.schema import Column, TableSchema
