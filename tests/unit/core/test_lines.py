@@ -1,0 +1,100 @@
+"""A run of log lines (`LogLines`) cut into parts and trimmed after a replay's end keeps each
+line with its own event, whatever the seqs' step (a binlog rows event's are consecutive, a
+pgoutput run's two apart) and with mixed operations."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from airflow_provider_dblog.core.event import EncodedLogEvent, LogOrigin, Op, TableRef
+from airflow_provider_dblog.core.event_codec import encode, log_line_format
+from airflow_provider_dblog.core.lines import LogLines
+from airflow_provider_dblog.core.position import Position
+
+pytestmark = pytest.mark.unit
+
+ORIGIN = LogOrigin("src", "db", TableRef("app", "t"), 7, 1_700_000_000_000)
+COMMIT = 0x500
+BEFORE: dict[Op, bool] = {Op.CREATE: False, Op.UPDATE: True, Op.DELETE: True}
+AFTER: dict[Op, bool] = {Op.CREATE: True, Op.UPDATE: True, Op.DELETE: False}
+
+
+def run_of(ops: list[Op], first: int, step: int) -> LogLines:
+    """A run of `ops` at seqs `first`, `first + step`, ..., each line `encode`'s for its event."""
+    keys = [{"id": i} for i in range(len(ops))]
+    befores = [{"id": i, "v": "old"} if BEFORE[op] else None for i, op in enumerate(ops)]
+    afters = [{"id": i, "v": "new"} if AFTER[op] else None for i, op in enumerate(ops)]
+    data = b"".join(
+        log_line_format(op, ORIGIN.name, ORIGIN.db, ORIGIN.table)
+        % (
+            b'{"id":%d}' % i,
+            b'{"id":%d,"v":"old"}' % i if BEFORE[op] else b"null",
+            b'{"id":%d,"v":"new"}' % i if AFTER[op] else b"null",
+            COMMIT,
+            first + i * step,
+            ORIGIN.txid_json,
+            ORIGIN.ts_ms,
+            1,
+        )
+        for i, op in enumerate(ops)
+    )
+    mixed = len(set(ops)) > 1
+    return LogLines(
+        ORIGIN,
+        1,
+        ops[0],
+        COMMIT,
+        first,
+        first + (len(ops) - 1) * step,
+        keys,
+        befores if any(b is not None for b in befores) else None,
+        afters if any(a is not None for a in afters) else None,
+        data,
+        ops if mixed else None,
+        step,
+    )
+
+
+def check(lines: LogLines) -> list[EncodedLogEvent]:
+    """Its events, each carrying the line `encode` gives it, at seqs `step` apart."""
+    events = lines.events()
+    assert len(events) == len(lines)
+    assert [e.position for e in events] == [
+        Position(lines.commit, seq) for seq in range(lines.first, lines.last + 1, lines.step)
+    ]
+    for event in events:
+        assert isinstance(event, EncodedLogEvent)
+        assert event.line == (encode(event) + "\n").encode()
+    assert b"".join(e.line for e in events if isinstance(e, EncodedLogEvent)) == lines.data
+    return [e for e in events if isinstance(e, EncodedLogEvent)]
+
+
+RUNS = st.tuples(
+    st.lists(st.sampled_from([Op.CREATE, Op.UPDATE, Op.DELETE]), min_size=1, max_size=8),
+    st.integers(0, 50),
+    st.sampled_from([1, 2]),
+)
+
+
+@given(RUNS, st.integers(0, 4000))
+def test_a_cut_run_is_its_events_in_two_parts(run: tuple[list[Op], int, int], size: int) -> None:
+    lines = run_of(*run)
+    whole = check(lines)
+    fits, rest = lines.cut(size)
+    parts = check(fits) + (check(rest) if rest is not None else [])
+    assert parts == whole
+    assert len(fits.data) <= size or len(fits) == 1
+
+
+@given(RUNS, st.integers(0, 70), st.integers(-1, 1))
+def test_the_lines_after_a_replays_end_are_the_events_after_it(
+    run: tuple[list[Op], int, int], seq: int, commit_offset: int
+) -> None:
+    lines = run_of(*run)
+    whole = check(lines)
+    end = Position(COMMIT + commit_offset, seq)
+    rest = lines.after(end)
+    expected = [e for e in whole if e.position > end]
+    assert (check(rest) if rest is not None else []) == expected
