@@ -308,11 +308,15 @@ class ProbedNdjson(NdjsonOutput):
         for item in items:  # as cheap as can be: this is the tailer's writer thread
             if isinstance(item, PageLines):  # a dump's rows
                 continue
-            if isinstance(item, LogLines):  # a binlog rows event's changes
-                if item.origin.table_name != PROBE_TABLE:
+            if isinstance(item, LogLines):  # changes read together
+                if item.origins is None and item.origin.table_name != PROBE_TABLE:
                     self.log_events += len(item.keys)
-                elif item.op is Op.CREATE:
-                    self.probes_durable.update((int(key["id"]), now) for key in item.keys)
+                    continue
+                for event in item.events():  # a probe's transaction, or one beside it
+                    if event.table.name != PROBE_TABLE:
+                        self.log_events += 1
+                    elif event.op is Op.CREATE:
+                        self.probes_durable[int(event.key["id"])] = now
             elif item.table.name != PROBE_TABLE:
                 self.log_events += 1
             elif item.op is Op.CREATE:

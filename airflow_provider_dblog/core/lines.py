@@ -86,11 +86,12 @@ class LogLines(Lines):
     log item (`core.log`): the tailer hands it to the reconciler (every row's key) and to the
     writer as one, and builds no object a row.
 
-    Every change is an `op`, unless `ops` names each one's. `befores` is None where no change
-    has a row before it (creates), `afters` where none has one after (deletes); else one row
-    or None a change, as `keys`. Nothing changes one once built; not a frozen dataclass, whose
-    `__init__` costs several times as much, as one is built for every rows event, most of one
-    row."""
+    Every change is an `op`, unless `ops` names each one's; every change is of `origin`'s
+    table at `schema_version`, unless `origins` and `versions` name each one's (a run over
+    several tables of one transaction). `befores` is None where no change has a row before it
+    (creates), `afters` where none has one after (deletes); else one row or None a change, as
+    `keys`. Nothing changes one once built; not a frozen dataclass, whose `__init__` costs
+    several times as much, as one is built for every rows event, most of one row."""
 
     origin: LogOrigin
     schema_version: int
@@ -104,6 +105,8 @@ class LogLines(Lines):
     data: bytes
     ops: Sequence[Op] | None = None
     step: int = 1
+    origins: Sequence[LogOrigin] | None = None
+    versions: Sequence[int] | None = None
 
     @property
     def first_position(self) -> Position:
@@ -129,18 +132,19 @@ class LogLines(Lines):
                     repeat(self.commit, count),
                     range(self.first, self.last + 1, self.step),
                 ),
-                repeat(self.origin, count),
-                repeat(self.schema_version, count),
+                repeat(self.origin, count) if self.origins is None else self.origins,
+                repeat(self.schema_version, count) if self.versions is None else self.versions,
             )
         )
 
     def _part(self, first: int, last: int, data: bytes) -> LogLines:
         start, stop = (first - self.first) // self.step, (last - self.first) // self.step + 1
         befores, afters, ops = self.befores, self.afters, self.ops
+        origins, versions = self.origins, self.versions
         return LogLines(
-            self.origin,
-            self.schema_version,
-            self.op,
+            self.origin if origins is None else origins[start],
+            self.schema_version if versions is None else versions[start],
+            self.op if ops is None else ops[start],
             self.commit,
             first,
             last,
@@ -150,4 +154,6 @@ class LogLines(Lines):
             data,
             None if ops is None else ops[start:stop],
             self.step,
+            None if origins is None else origins[start:stop],
+            None if versions is None else versions[start:stop],
         )

@@ -211,12 +211,19 @@ class Reconciler:
                 open_window.changed.add(key)
 
     def log_lines(self, lines: LogLines) -> None:
-        """`change` of each of a run of log events of one table and transaction, which the
-        caller emits at once: their keys leave every open chunk of T."""
+        """`change` of each of a run of log events of one transaction, which the caller emits
+        at once: their keys leave every open chunk of their table."""
         origin = lines.origin
         if origin.txid is not None and origin.txid != self._recent.last:
             self._recent.add(origin.txid, lines.commit)
-        windows = self._open_by_table.get(origin.table) if self._open_by_table else None
+        if not self._open_by_table:
+            return
+        if lines.origins is not None:  # several tables
+            for line_origin, key in zip(lines.origins, lines.keys, strict=True):
+                for open_window in self._open_by_table.get(line_origin.table, ()):
+                    open_window.changed.add(tuple(map(freeze, key.values())))
+            return
+        windows = self._open_by_table.get(origin.table)
         if windows:
             keys = [tuple(map(freeze, key.values())) for key in lines.keys]  # `key_value`'s
             for open_window in windows:

@@ -5,8 +5,8 @@ the nullability, defaults and primary key pgoutput does not send), is asked thro
 `RelationLookup`, so the mapping is tested on bytes without a server (`replication.py` is the
 transport that feeds it). `add_change` reads an insert, update or delete of a captured table
 straight from a message's bytes (with the table's `tuples.TupleReader`) into a run of one
-table's changes in one transaction, each with its line (`core.envelope`); the run goes out as
-one `LogLines`, so the tailer's thread does nothing a change. Any other message, or a row
+transaction's changes, each with its line (`core.envelope`); the run goes out as one
+`LogLines`, so the tailer's thread does nothing a change. Any other message, or a row
 change that reading declines (an unchanged TOAST value, a changed key), is decoded with
 `pgoutput.decode` for `map`; the two give the same events (tests/unit/sources/postgres).
 
@@ -222,19 +222,40 @@ class _Transaction:
         return Position(self.commit, 2 * self.changes)
 
 
-class _Run:
-    """A run of one table's changes in the transaction being read, each with its line, until
-    it is taken as one `LogLines`."""
+class _RunTable:
+    """What a run's changes of one table share: their origin, schema version and line formats
+    (`TableLines.shared`, filled in for the transaction the first time an operation is met)."""
 
-    def __init__(
-        self, table: _Table, transaction: _Transaction, origin: LogOrigin, version: int
-    ) -> None:
+    def __init__(self, table: _Table, commit: int, origin: LogOrigin, version: int) -> None:
         self.table = table
-        self.commit = transaction.commit
+        self.commit = commit
         self.origin = origin
         self.version = version
         self.formats: dict[Op, bytes] = {}
-        """Each operation's line format in this transaction (`TableLines.shared`, filled)."""
+
+    def line_format(self, op: Op) -> bytes:
+        line_format = self.formats.get(op)
+        if line_format is None:
+            origin = self.origin
+            line_format = self.formats[op] = self.table.lines.shared[op] % (
+                self.commit,
+                origin.txid_json,
+                origin.ts_ms,
+                self.version,
+            )
+        return line_format
+
+
+class _Run:
+    """A run of changes in the transaction being read, each with its line, until it is taken
+    as one `LogLines`."""
+
+    def __init__(self, first: _RunTable) -> None:
+        self.first_table = first
+        self.tables: dict[int, _RunTable] = {first.table.relation.relation_id: first}
+        """The run's tables, by relation id."""
+        self.table = first
+        """The table of the last change."""
         self.first = 0
         self.last = 0
         self.ops: list[Op] = []
@@ -242,7 +263,10 @@ class _Run:
         self.befores: list[Row | None] = []
         self.afters: list[Row | None] = []
         self.data: list[bytes] = []
+        self.origins: list[LogOrigin] = []
+        self.versions: list[int] = []
         self.mixed = False
+        self.several_tables = False
         self.any_before = False
         self.any_after = False
 
@@ -255,17 +279,10 @@ class _Run:
         json: tuple[bytes, bytes, bytes],
         seq: int,
     ) -> int:
-        """Add a change at `seq` whose key, before and after spell as `json`; the run's length."""
-        line_format = self.formats.get(op)
-        if line_format is None:
-            origin = self.origin
-            line_format = self.formats[op] = self.table.lines.shared[op] % (
-                self.commit,
-                origin.txid_json,
-                origin.ts_ms,
-                self.version,
-            )
-        self.data.append(line_format % (json[0], json[1], json[2], seq))
+        """Add a change of `table`'s at `seq` whose key, before and after spell as `json`; the
+        run's length."""
+        table = self.table
+        self.data.append(table.line_format(op) % (json[0], json[1], json[2], seq))
         ops = self.ops
         if not ops:
             self.first = seq
@@ -276,6 +293,8 @@ class _Run:
         self.keys.append(key)
         self.befores.append(before)
         self.afters.append(after)
+        self.origins.append(table.origin)
+        self.versions.append(table.version)
         if before is not None:
             self.any_before = True
         if after is not None:
@@ -283,12 +302,12 @@ class _Run:
         return len(ops)
 
     def taken(self) -> LogLines:
-        ops = self.ops
+        ops, first = self.ops, self.first_table
         return LogLines(
-            self.origin,
-            self.version,
+            first.origin,
+            first.version,
             ops[0],
-            self.commit,
+            first.commit,
             self.first,
             self.last,
             self.keys,
@@ -297,6 +316,8 @@ class _Run:
             b"".join(self.data),
             ops if self.mixed else None,
             2,
+            self.origins if self.several_tables else None,
+            self.versions if self.several_tables else None,
         )
 
 
@@ -306,7 +327,7 @@ _ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
 _INSERT, _UPDATE, _BEGIN, _COMMIT = b"IUBC"
 _NEW_TUPLE, _OLD_KEY, _OLD_ROW = b"NKO"
 ROW_CHANGE_TAGS = frozenset(b"IUD")
-"""The first bytes of the messages `read_change` reads."""
+"""The first bytes of the messages `add_change` reads."""
 
 
 class ChangeMapper:
@@ -430,8 +451,7 @@ class ChangeMapper:
         bytes into the current run (`take_run`); False when the message must be decoded the
         general way (see `map_bytes`): an unchanged TOAST value, an update that changes the
         key (two events), a key-only old tuple without the whole key, or bytes that do not
-        fit the relation. A change of another table than the run's, or one that fills it,
-        completes the run: it is then `done`."""
+        fit the relation. A change that fills the run completes it: it is then `done`."""
         transaction = self._transaction
         if transaction is None or len(data) < start + 8:
             return False
@@ -497,20 +517,28 @@ class ChangeMapper:
             self._spell = row_json_encoder()
             return False
         run = self._run
-        if run is None or run.table is not table:
-            if run is not None:
-                self.done = run.taken()
-            origin = transaction.last_origin
-            if origin is None or origin.table is not table.ref:
-                origin = transaction.origin(table, self._source, self._db)
-            version = self.schema_versions.get(table.ref, 0)
-            run = self._run = _Run(table, transaction, origin, version)
+        if run is None:
+            run = self._run = _Run(self._run_table(table, transaction))
+        elif run.table.table is not table:
+            known = run.tables.get(table.relation.relation_id)
+            if known is None or known.table is not table:
+                known = run.tables[table.relation.relation_id] = self._run_table(table, transaction)
+            run.table = known
+            run.several_tables = True
         transaction.changes = changes = transaction.changes + 1
         json = (key_json, before_json, after_json)
         if run.add(op, key, before, after, json, 2 * changes - 1) >= RUN_CHANGES:
             self.done = run.taken()
             self._run = None
         return True
+
+    def _run_table(self, table: _Table, transaction: _Transaction) -> _RunTable:
+        """`table` in a run: its row events' origin in `transaction`, and its schema version
+        now, which holds for the whole run (any message but a change ends a run, so no schema
+        item comes inside one)."""
+        origin = transaction.origin(table, self._source, self._db)
+        version = self.schema_versions.get(table.ref, 0)
+        return _RunTable(table, transaction.commit, origin, version)
 
     def _open(self, what: str) -> _Transaction:
         if self._transaction is None:

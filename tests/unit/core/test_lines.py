@@ -1,6 +1,6 @@
 """A run of log lines (`LogLines`) cut into parts and trimmed after a replay's end keeps each
 line with its own event, whatever the seqs' step (a binlog rows event's are consecutive, a
-pgoutput run's two apart) and with mixed operations."""
+pgoutput run's two apart), with mixed operations and tables."""
 
 from __future__ import annotations
 
@@ -16,31 +16,35 @@ from airflow_provider_dblog.core.position import Position
 pytestmark = pytest.mark.unit
 
 ORIGIN = LogOrigin("src", "db", TableRef("app", "t"), 7, 1_700_000_000_000)
+OTHER = LogOrigin("src", "db", TableRef("app", "other"), 7, 1_700_000_000_000)
+VERSIONS = {ORIGIN.table: 1, OTHER.table: 3}
 COMMIT = 0x500
 BEFORE: dict[Op, bool] = {Op.CREATE: False, Op.UPDATE: True, Op.DELETE: True}
 AFTER: dict[Op, bool] = {Op.CREATE: True, Op.UPDATE: True, Op.DELETE: False}
 
 
-def run_of(ops: list[Op], first: int, step: int) -> LogLines:
-    """A run of `ops` at seqs `first`, `first + step`, ..., each line `encode`'s for its event."""
+def run_of(ops: list[Op], first: int, step: int, several_tables: bool = False) -> LogLines:
+    """A run of `ops` at seqs `first`, `first + step`, ..., each line `encode`'s for its event;
+    every other change of another table if `several_tables`."""
     keys = [{"id": i} for i in range(len(ops))]
     befores = [{"id": i, "v": "old"} if BEFORE[op] else None for i, op in enumerate(ops)]
     afters = [{"id": i, "v": "new"} if AFTER[op] else None for i, op in enumerate(ops)]
+    origins = [OTHER if several_tables and i % 2 else ORIGIN for i in range(len(ops))]
     data = b"".join(
-        log_line_format(op, ORIGIN.name, ORIGIN.db, ORIGIN.table)
+        log_line_format(op, origin.name, origin.db, origin.table)
         % (
             b'{"id":%d}' % i,
             b'{"id":%d,"v":"old"}' % i if BEFORE[op] else b"null",
             b'{"id":%d,"v":"new"}' % i if AFTER[op] else b"null",
             COMMIT,
             first + i * step,
-            ORIGIN.txid_json,
-            ORIGIN.ts_ms,
-            1,
+            origin.txid_json,
+            origin.ts_ms,
+            VERSIONS[origin.table],
         )
-        for i, op in enumerate(ops)
+        for i, (op, origin) in enumerate(zip(ops, origins, strict=True))
     )
-    mixed = len(set(ops)) > 1
+    mixed, several = len(set(ops)) > 1, len(set(origins)) > 1
     return LogLines(
         ORIGIN,
         1,
@@ -54,6 +58,8 @@ def run_of(ops: list[Op], first: int, step: int) -> LogLines:
         data,
         ops if mixed else None,
         step,
+        origins if several else None,
+        [VERSIONS[o.table] for o in origins] if several else None,
     )
 
 
@@ -75,11 +81,14 @@ RUNS = st.tuples(
     st.lists(st.sampled_from([Op.CREATE, Op.UPDATE, Op.DELETE]), min_size=1, max_size=8),
     st.integers(0, 50),
     st.sampled_from([1, 2]),
+    st.booleans(),
 )
 
 
 @given(RUNS, st.integers(0, 4000))
-def test_a_cut_run_is_its_events_in_two_parts(run: tuple[list[Op], int, int], size: int) -> None:
+def test_a_cut_run_is_its_events_in_two_parts(
+    run: tuple[list[Op], int, int, bool], size: int
+) -> None:
     lines = run_of(*run)
     whole = check(lines)
     fits, rest = lines.cut(size)
@@ -90,7 +99,7 @@ def test_a_cut_run_is_its_events_in_two_parts(run: tuple[list[Op], int, int], si
 
 @given(RUNS, st.integers(0, 70), st.integers(-1, 1))
 def test_the_lines_after_a_replays_end_are_the_events_after_it(
-    run: tuple[list[Op], int, int], seq: int, commit_offset: int
+    run: tuple[list[Op], int, int, bool], seq: int, commit_offset: int
 ) -> None:
     lines = run_of(*run)
     whole = check(lines)

@@ -51,10 +51,13 @@ GARBAGE = st.sampled_from(["", "x", "1.5", " 7", "1_000", "\ud7ff"])
 
 
 def mapper_for(
-    columns: list[tuple[str, int, bool]], primary_key: tuple[str, ...] = ("id",)
+    columns: list[tuple[str, int, bool]],
+    primary_key: tuple[str, ...] = ("id",),
+    *,
+    capture_other: bool = False,
 ) -> ChangeMapper:
     """A mapper of the captured table `app.t`, whose primary key is `primary_key` (the replica
-    identity may be more: FULL)."""
+    identity may be more: FULL), and of `app.other` if `capture_other`."""
 
     def describe(rel: Relation) -> TableSchema:
         key = tuple(c.name for c in rel.columns if c.name in primary_key)
@@ -65,7 +68,7 @@ def mapper_for(
     return ChangeMapper(
         source='pg-%d"main',
         db="sh%bop",
-        captured=[TableRef("app", "t")],
+        captured=[TableRef("app", "t")] + ([TableRef("app", "other")] if capture_other else []),
         watermark=TableRef("dblog", "watermark"),
         describe=describe,
     )
@@ -158,12 +161,13 @@ def read_all(
 
 
 @settings(max_examples=600, deadline=None)
-@given(row_changes(), st.integers(0, 30))
+@given(row_changes(), st.integers(0, 30), st.booleans())
 def test_row_changes_read_from_bytes_are_what_the_decoded_messages_give(
-    case: tuple[list[tuple[str, int, bool]], list[bytes]], offset: int
+    case: tuple[list[tuple[str, int, bool]], list[bytes]], offset: int, capture_other: bool
 ) -> None:
     columns, messages = case
-    general, from_bytes = mapper_for(columns), mapper_for(columns)
+    general = mapper_for(columns, capture_other=capture_other)
+    from_bytes = mapper_for(columns, capture_other=capture_other)
     expected, expected_error = read_all(partial(decoded, general), messages)
     got, error = read_all(
         lambda message: read_as_the_stream_does(from_bytes, b"w" * offset + message, offset),
@@ -215,10 +219,9 @@ def test_updates_and_deletes_keeping_their_key_are_read_from_bytes(full: bool) -
 
 
 @pytest.mark.parametrize("full", [False, True])
-def test_a_transactions_changes_of_one_table_go_out_as_one_run(full: bool) -> None:
-    """An OLTP transaction's update, update, delete and insert of one table are one `LogLines`
-    at seqs 1, 3, 5 and 7, whose events are the decoded messages'; a change of another table
-    starts a run of its own."""
+def test_a_transactions_changes_go_out_as_one_run(full: bool) -> None:
+    """An OLTP transaction's update, update, delete and insert, over two tables, are one
+    `LogLines` at seqs 1, 3, 5, 7 and 9, whose events are the decoded messages'."""
     columns = [("id", INT8, True), ("k", INT4, full), ("c", TEXT, full)]
     old: list[TupleValue] = ["7", "1", "a"] if full else ["7", None, None]
     messages = [
@@ -228,19 +231,22 @@ def test_a_transactions_changes_of_one_table_go_out_as_one_run(full: bool) -> No
         update(TABLE, ["7", "2", "b"]),
         update(TABLE, ["7", "2", "c"], old=old, old_is_key_only=not full),
         delete(TABLE, old, old_is_key_only=not full),
-        insert(TABLE, ["8", "1", "a"]),
         insert(OTHER, ["1"]),
+        insert(TABLE, ["8", "1", "a"]),
         commit(0x500, 0x530),
     ]
-    general, from_bytes = mapper_for(columns), mapper_for(columns)
+    general = mapper_for(columns, capture_other=True)
+    from_bytes = mapper_for(columns, capture_other=True)
     expected = [item for message in messages for item in decoded(general, message)]
     got = [item for m in messages for item in read_as_the_stream_does(from_bytes, m, 0)]
     assert list(single_changes(got)) == expected
     runs = [item for item in got if isinstance(item, LogLines)]
-    assert len(runs) == 1  # the other table is not captured: read the general way, as nothing
+    assert len(runs) == 1
     (run,) = runs
-    assert (run.first, run.last, run.step, len(run)) == (1, 7, 2, 4)
-    assert run.ops == [Op.UPDATE, Op.UPDATE, Op.DELETE, Op.CREATE]
+    assert (run.first, run.last, run.step, len(run)) == (1, 9, 2, 5)
+    assert run.ops == [Op.UPDATE, Op.UPDATE, Op.DELETE, Op.CREATE, Op.CREATE]
+    assert run.origins is not None
+    assert [o.table.name for o in run.origins] == ["t", "t", "t", "other", "t"]
     assert got[-1] == TransactionEnd(0x500)
 
 
