@@ -49,6 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -309,14 +310,21 @@ class ProbedNdjson(NdjsonOutput):
             if isinstance(item, PageLines):  # a dump's rows
                 continue
             if isinstance(item, LogLines):  # changes read together
-                if item.origins is None and item.origin.table_name != PROBE_TABLE:
-                    self.log_events += len(item.keys)
+                count = len(item.keys)
+                origins = repeat(item.origin, count) if item.origins is None else item.origins
+                if item.origins is None:
+                    if item.origin.table_name != PROBE_TABLE:
+                        self.log_events += count
+                        continue
+                elif all(origin.table_name != PROBE_TABLE for origin in item.origins):
+                    self.log_events += count
                     continue
-                for event in item.events():  # a probe's transaction, or one beside it
-                    if event.table.name != PROBE_TABLE:
+                ops = repeat(item.op, count) if item.ops is None else item.ops
+                for origin, op, key in zip(origins, ops, item.keys, strict=True):
+                    if origin.table_name != PROBE_TABLE:
                         self.log_events += 1
-                    elif event.op is Op.CREATE:
-                        self.probes_durable[int(event.key["id"])] = now
+                    elif op is Op.CREATE:
+                        self.probes_durable[int(key["id"])] = now
             elif item.table.name != PROBE_TABLE:
                 self.log_events += 1
             elif item.op is Op.CREATE:
