@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from airflow_provider_dblog.core.log import LogItem
+from airflow_provider_dblog.core.log import LogItem, single_changes
 from airflow_provider_dblog.devservices.postgres import PostgresServer
 from tests.deadlines import deadline_s
 
@@ -23,11 +23,12 @@ def read_until(
     done: Callable[[list[LogItem]], bool],
     timeout: float = 30.0,
 ) -> list[LogItem]:
-    """Items from `items` until `done(items so far)`; fails after `timeout` seconds. The reader
-    yields Idle when nothing happens, so the deadline is checked often."""
+    """Items from `items` until `done(items so far)`, each run of changes as a `Change` a row
+    (`single_changes`); fails after `timeout` seconds. The reader yields Idle when nothing
+    happens, so the deadline is checked often."""
     deadline = time.monotonic() + timeout
     seen: list[LogItem] = []
-    for item in items:
+    for item in single_changes(items):
         seen.append(item)
         if done(seen):
             return seen
