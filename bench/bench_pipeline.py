@@ -176,6 +176,12 @@ class P4Result:
 def bench_p1(env: Env, rows: int, rows_per_tx: int, name: str = "bench_p1") -> P1Result:
     """The tailer and pg_recvlogical reading one backlog of `rows` inserts committed
     `rows_per_tx` a transaction: 1000 measures rows, 4 (sysbench's size) a transaction's cost."""
+    return read_backlog(env, name, rows, *inserts_backlog(env, name, rows, rows_per_tx))
+
+
+def inserts_backlog(env: Env, name: str, rows: int, rows_per_tx: int) -> tuple[str, str, str]:
+    """P1's table, made here, and the procedure and call that write its backlog of `rows`
+    inserts, `rows_per_tx` a transaction: (table, procedure, call)."""
     table = f"{name}_rows"
     env.sql(
         f"CREATE TABLE public.{table} (id bigint PRIMARY KEY, name text, n int, ts timestamptz)"
@@ -188,13 +194,20 @@ def bench_p1(env: Env, rows: int, rows_per_tx: int, name: str = "bench_p1") -> P
         "  FROM generate_series(lo, least(lo + per_tx - 1, total)) AS i;"
         " COMMIT; END LOOP; END $$"
     )
-    return read_backlog(env, name, table, rows, fill, f"CALL {name}_fill({rows}, {rows_per_tx})")
+    return table, fill, f"CALL {name}_fill({rows}, {rows_per_tx})"
 
 
 def bench_p1u(env: Env, rows: int, name: str = "bench_p1u") -> P1Result:
     """The tailer and pg_recvlogical reading a backlog of `rows` events in transactions of
-    sysbench's oltp_write_only: an update of the indexed `k`, an update of `c`, a delete and
-    an insert of the deleted id, on a table of sysbench's columns filled before the slots."""
+    sysbench's oltp_write_only (`oltp_backlog`)."""
+    return read_backlog(env, name, rows, *oltp_backlog(env, name, rows))
+
+
+def oltp_backlog(env: Env, name: str, rows: int) -> tuple[str, str, str]:
+    """A table of sysbench's columns, made and filled here, and the procedure and call that
+    write a backlog of `rows` events in transactions of sysbench's oltp_write_only: an update
+    of the indexed `k`, an update of `c`, a delete and an insert of the deleted id:
+    (table, procedure, call)."""
     table, size = f"{name}_rows", min(100_000, max(1_000, rows))
     env.sql(
         f"CREATE TABLE public.{table} (id int PRIMARY KEY, k int NOT NULL DEFAULT 0,"
@@ -217,10 +230,10 @@ def bench_p1u(env: Env, rows: int, name: str = "bench_p1u") -> P1Result:
         f" INSERT INTO {table} VALUES (d, i % 1000, md5(d::text) || md5(i::text), md5(i::text));"
         " COMMIT; END LOOP; END $$"
     )
-    return read_backlog(env, name, table, rows, fill, f"CALL {name}_fill({rows // 4})")
+    return table, fill, f"CALL {name}_fill({rows // 4})"
 
 
-def read_backlog(env: Env, name: str, table: str, rows: int, procedure: str, call: str) -> P1Result:
+def read_backlog(env: Env, name: str, rows: int, table: str, procedure: str, call: str) -> P1Result:
     """Slots for the tailer and the ceiling, a backlog of `rows` events written by `call` (of
     `procedure`) into `table`, then pg_recvlogical and the tailer each reading all of it."""
     ceiling_slot = f"{name}_ceiling"
