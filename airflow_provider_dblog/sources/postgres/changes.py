@@ -279,8 +279,8 @@ class _Run:
         json: tuple[bytes, bytes, bytes],
         seq: int,
     ) -> int:
-        """Add a change of `table`'s at `seq` whose key, before and after spell as `json`; the
-        run's length."""
+        """Add a change of the current table (`table`) at `seq` whose key, before and after
+        spell as `json`; the run's length."""
         table = self.table
         self.data.append(table.line_format(op) % (json[0], json[1], json[2], seq))
         ops = self.ops

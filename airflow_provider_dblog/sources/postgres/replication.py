@@ -66,6 +66,10 @@ _COMMIT_TIME_AT = _MESSAGE_AT + 18
 """Where a Commit message's commit time is in its frame: after 'C', flags, commit and end LSN."""
 _BUSY_S = 0.02
 """A stream whose last frame came within this is busy: its next wait starts by gathering."""
+_KEEPALIVE_IDLE_S = 0.02
+"""A keepalive the reader did not ask for is an `Idle` item if the last one came this long ago
+or more. A walsender that keeps up with a busy log sends one each time it waits for WAL, often
+several a transaction: each would cost the tailer a look at its writer and its windows."""
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +95,10 @@ class _Stream:
     gathered_from: int = 0
     behind: bool = False
     """The last commit read was sent `_BEHIND_US` or more after it committed."""
+    last_idle: float = 0.0
+    """When `items` last yielded an `Idle` for a keepalive."""
+    asked: bool = False
+    """A keepalive was asked for (the reader was idle, or woken): the next one is an `Idle`."""
 
 
 class PostgresLogReader:
@@ -152,6 +160,7 @@ class PostgresLogReader:
                 if frame is None:
                     if stream.mapper.open_commit is None:
                         self._send_status(stream, reply_wanted=True)
+                        stream.asked = True
                     continue
                 tag = frame[_MESSAGE_AT] if len(frame) > _MESSAGE_AT and frame[0] == _W else 0
                 # Nearly every frame: a row change, read into the run.
@@ -181,7 +190,12 @@ class PostgresLogReader:
                     self._received = max(self._received, wal_end)
                     if reply_wanted:
                         self._send_status(stream)
-                    if stream.mapper.open_commit is None:
+                    now = time.monotonic()
+                    if stream.mapper.open_commit is None and (
+                        stream.asked or now - stream.last_idle >= _KEEPALIVE_IDLE_S
+                    ):
+                        stream.asked = False
+                        stream.last_idle = now
                         yield Idle(wal_end)
                 elif frame[:1] == b"w":
                     _, wal_end, _ = _XLOG_DATA_HEADER.unpack_from(frame, 1)
