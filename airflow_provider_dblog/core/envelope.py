@@ -4,10 +4,10 @@ A log reader spells a row change's key and rows as JSON and builds its event her
 the envelope `event_codec.log_line_format` spells for its table, filled with that JSON, its
 position, and what the table's events in one transaction share (`LogOrigin`) and its schema
 version; the event carries the line (`EncodedLogEvent`), which the writer thread writes as it
-is. A reader first fills in what a table's events in a transaction share
-(`TableLines.in_transaction`), then each change's or run of changes' own part
-(`TransactionLines`): the binlog reader a change or a rows event at a time, the PostgreSQL
-reader a change at a time into a run (`LogLines`).
+is. A reader first fills in what a table's events in a transaction share, then each change's
+or run of changes' own part: the binlog reader with `TransactionLines`, a change or a rows
+event (`LogLines`) at a time; the PostgreSQL reader fills `TableLines.shared` itself, for each
+table of a run (`sources/postgres/changes.py`), and adds a change at a time to the run.
 
 Not compiled with the PostgreSQL reader's hot path (`sources/postgres/compiled.py`): called
 from it as plain Python, a change costs the same (measured on the mapping alone).

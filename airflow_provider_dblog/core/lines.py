@@ -3,7 +3,7 @@ their lines (each with its newline) joined in one bytes.
 
 The tailer's thread handles such a run as one item, and the NDJSON output writes its bytes as
 they are: nothing a line between the reader and the file. Two kinds: a page of a dump chunk's
-rows (`core.encoded_rows.PageLines`) and a run of one table's changes a log reader read
+rows (`core.encoded_rows.PageLines`) and a run of one transaction's changes a log reader read
 together (`LogLines`). An output that takes events gets one a line (`events`).
 """
 
@@ -80,8 +80,8 @@ class Lines:
 
 @dataclass(slots=True)
 class LogLines(Lines):
-    """The changes of one table a log reader read together in one transaction (a binlog rows
-    event's rows; a run of a pgoutput transaction's changes), at seqs `first` to `last` of
+    """The changes a log reader read together in one transaction (a binlog rows event's rows,
+    of one table; a run of a pgoutput transaction's changes), at seqs `first` to `last` of
     `commit`, `step` apart, with their lines as `event_codec.log_line_format` spells them. A
     log item (`core.log`): the tailer hands it to the reconciler (every row's key) and to the
     writer as one, and builds no object a row.
