@@ -6,8 +6,8 @@ position, and what the table's events in one transaction share (`LogOrigin`) and
 version; the event carries the line (`EncodedLogEvent`), which the writer thread writes as it
 is. A reader first fills in what a table's events in a transaction share, then each change's
 or run of changes' own part: the binlog reader with `TransactionLines`, a change or a rows
-event (`LogLines`) at a time; the PostgreSQL reader fills `TableLines.shared` itself, for each
-table of a run (`sources/postgres/changes.py`), and adds a change at a time to the run.
+event (`LogLines`) at a time; the PostgreSQL reader with `TableLines.transaction_format` for
+each table of a run (`sources/postgres/changes.py`), adding a change at a time to the run.
 
 Not compiled with the PostgreSQL reader's hot path (`sources/postgres/compiled.py`): called
 from it as plain Python, a change costs the same (measured on the mapping alone).
@@ -36,6 +36,11 @@ class TableLines:
 
     def in_transaction(self, commit: int, origin: LogOrigin, version: int) -> TransactionLines:
         return TransactionLines(self, commit, origin, version)
+
+    def transaction_format(self, op: Op, commit: int, origin: LogOrigin, version: int) -> bytes:
+        """The format of a change's line of `op` in the transaction of `commit` and `origin`,
+        at schema `version`: to fill with its key, before and after JSON and its seq."""
+        return self.shared[op] % (commit, origin.txid_json, origin.ts_ms, version)
 
 
 class TransactionLines:
@@ -93,13 +98,8 @@ class TransactionLines:
         )
 
     def _format(self, op: Op) -> bytes:
-        origin = self.origin
-        self.formats[op] = line_format = self.table.shared[op] % (
-            self.commit,
-            origin.txid_json,
-            origin.ts_ms,
-            self.version,
-        )
+        line_format = self.table.transaction_format(op, self.commit, self.origin, self.version)
+        self.formats[op] = line_format
         return line_format
 
 

@@ -224,7 +224,7 @@ class _Transaction:
 
 class _RunTable:
     """What a run's changes of one table share: their origin, schema version and line formats
-    (`TableLines.shared`, filled in for the transaction the first time an operation is met)."""
+    (`TableLines.transaction_format`, the first time an operation is met)."""
 
     def __init__(self, table: _Table, commit: int, origin: LogOrigin, version: int) -> None:
         self.table = table
@@ -236,13 +236,10 @@ class _RunTable:
     def line_format(self, op: Op) -> bytes:
         line_format = self.formats.get(op)
         if line_format is None:
-            origin = self.origin
-            line_format = self.formats[op] = self.table.lines.shared[op] % (
-                self.commit,
-                origin.txid_json,
-                origin.ts_ms,
-                self.version,
+            line_format = self.table.lines.transaction_format(
+                op, self.commit, self.origin, self.version
             )
+            self.formats[op] = line_format
         return line_format
 
 
