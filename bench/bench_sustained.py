@@ -78,6 +78,8 @@ from airflow_provider_dblog.state import StateStore
 from airflow_provider_dblog.tailer import tune_gc
 
 PROBE_TABLE = "lag_probe"
+PROBE_IN_LINE = b'"table":"%s"' % PROBE_TABLE.encode()
+"""What a line of a probe's change holds (in its source), and no other line."""
 PROBE_INTERVAL_S = 0.1
 CEILING_SAMPLE_S = 0.1
 DUMP_CHUNK = 5000
@@ -311,17 +313,13 @@ class ProbedNdjson(NdjsonOutput):
                 continue
             if isinstance(item, LogLines):  # changes read together
                 count = len(item.keys)
-                origins = repeat(item.origin, count) if item.origins is None else item.origins
-                if item.origins is None:
-                    if item.origin.table_name != PROBE_TABLE:
-                        self.log_events += count
-                        continue
-                elif all(origin.table_name != PROBE_TABLE for origin in item.origins):
+                if PROBE_IN_LINE not in item.data:  # nearly every run: one search of its bytes
                     self.log_events += count
                     continue
                 ops = repeat(item.op, count) if item.ops is None else item.ops
-                for origin, op, key in zip(origins, ops, item.keys, strict=True):
-                    if origin.table_name != PROBE_TABLE:
+                tables = repeat(item.origin.table, count) if item.tables is None else item.tables
+                for table, op, key in zip(tables, ops, item.keys, strict=True):
+                    if table.name != PROBE_TABLE:
                         self.log_events += 1
                     elif op is Op.CREATE:
                         self.probes_durable[int(key["id"])] = now

@@ -276,6 +276,12 @@ class LogOrigin:
         self.table_name = table.name
         self.txid_json = b"null" if txid is None else b"%d" % txid
 
+    def for_table(self, table: TableRef) -> LogOrigin:
+        """The origin of `table`'s row events in the same transaction."""
+        if table == self.table:
+            return self
+        return LogOrigin(self.name, self.db, table, self.txid, self.ts_ms)
+
     def __repr__(self) -> str:
         return f"LogOrigin({self.name!r}, {self.db!r}, {self.table!r}, {self.txid}, {self.ts_ms})"
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Self
 
-from airflow_provider_dblog.core.event import EncodedLogEvent, Event, LogOrigin, Op, Row
+from airflow_provider_dblog.core.event import EncodedLogEvent, Event, LogOrigin, Op, Row, TableRef
 from airflow_provider_dblog.core.position import Position
 
 
@@ -87,11 +87,13 @@ class LogLines(Lines):
     writer as one, and builds no object a row.
 
     Every change is an `op`, unless `ops` names each one's; every change is of `origin`'s
-    table at `schema_version`, unless `origins` and `versions` name each one's (a run over
-    several tables of one transaction). `befores` is None where no change has a row before it
-    (creates), `afters` where none has one after (deletes); else one row or None a change, as
-    `keys`. Nothing changes one once built; not a frozen dataclass, whose `__init__` costs
-    several times as much, as one is built for every rows event, most of one row."""
+    table at `schema_version`, unless `tables` and `versions` name each one's (a run over
+    several tables of one transaction: `origin` is the first's, and each table's is
+    `origin.for_table`, built only for `events`). `befores` is None where no change has a row
+    before it (creates), `afters` where none has one after (deletes); else one row or None a
+    change, as `keys`. Nothing changes one once built; not a frozen dataclass, whose
+    `__init__` costs several times as much, as one is built for every rows event, most of one
+    row."""
 
     origin: LogOrigin
     schema_version: int
@@ -105,7 +107,7 @@ class LogLines(Lines):
     data: bytes
     ops: Sequence[Op] | None = None
     step: int = 1
-    origins: Sequence[LogOrigin] | None = None
+    tables: Sequence[TableRef] | None = None
     versions: Sequence[int] | None = None
 
     @property
@@ -132,17 +134,26 @@ class LogLines(Lines):
                     repeat(self.commit, count),
                     range(self.first, self.last + 1, self.step),
                 ),
-                repeat(self.origin, count) if self.origins is None else self.origins,
+                repeat(self.origin, count) if self.tables is None else self._origins(),
                 repeat(self.schema_version, count) if self.versions is None else self.versions,
             )
         )
 
+    def _origins(self) -> list[LogOrigin]:
+        """Each change's origin, one made a table (`tables` is not None)."""
+        assert self.tables is not None
+        made = {self.origin.table: self.origin}
+        for table in self.tables:
+            if table not in made:
+                made[table] = self.origin.for_table(table)
+        return [made[table] for table in self.tables]
+
     def _part(self, first: int, last: int, data: bytes) -> LogLines:
         start, stop = (first - self.first) // self.step, (last - self.first) // self.step + 1
         befores, afters, ops = self.befores, self.afters, self.ops
-        origins, versions = self.origins, self.versions
+        tables, versions = self.tables, self.versions
         return LogLines(
-            self.origin if origins is None else origins[start],
+            self.origin if tables is None else self.origin.for_table(tables[start]),
             self.schema_version if versions is None else versions[start],
             self.op if ops is None else ops[start],
             self.commit,
@@ -154,6 +165,6 @@ class LogLines(Lines):
             data,
             None if ops is None else ops[start:stop],
             self.step,
-            None if origins is None else origins[start:stop],
+            None if tables is None else tables[start:stop],
             None if versions is None else versions[start:stop],
         )

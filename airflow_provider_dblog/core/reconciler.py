@@ -218,9 +218,9 @@ class Reconciler:
             self._recent.add(origin.txid, lines.commit)
         if not self._open_by_table:
             return
-        if lines.origins is not None:  # several tables
-            for line_origin, key in zip(lines.origins, lines.keys, strict=True):
-                for open_window in self._open_by_table.get(line_origin.table, ()):
+        if lines.tables is not None:  # several tables
+            for table, key in zip(lines.tables, lines.keys, strict=True):
+                for open_window in self._open_by_table.get(table, ()):
                     open_window.changed.add(tuple(map(freeze, key.values())))
             return
         windows = self._open_by_table.get(origin.table)

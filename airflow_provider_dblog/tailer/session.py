@@ -297,14 +297,14 @@ class Session:
         stats, origin, count = self._stats, item.origin, len(item)
         stats.events += count
         by_table = stats.events_by_table
-        if item.ops is None and item.origins is None:
+        if item.ops is None and item.tables is None:
             counted = (origin.schema, origin.table_name, item.op)
             by_table[counted] = by_table.get(counted, 0) + count
         else:  # a run of several operations or tables
             ops = repeat(item.op, count) if item.ops is None else item.ops
-            origins = repeat(origin, count) if item.origins is None else item.origins
-            for line_origin, op in zip(origins, ops, strict=True):
-                counted = (line_origin.schema, line_origin.table_name, op)
+            tables = repeat(origin.table, count) if item.tables is None else item.tables
+            for table, op in zip(tables, ops, strict=True):
+                counted = (table.schema, table.name, op)
                 by_table[counted] = by_table.get(counted, 0) + 1
         stats.last_ts_ms = origin.ts_ms or stats.last_ts_ms
         stats.caught_up = False

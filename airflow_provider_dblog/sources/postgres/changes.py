@@ -199,6 +199,8 @@ class _Transaction:
         self.xid = xid
         self.ts_ms = ts_ms
         """The commit time in milliseconds, as events carry it."""
+        self.txid_json = b"%d" % xid
+        """The xid as lines spell it (`LogOrigin.txid_json`)."""
         self.changes = 0
         self.last_origin: LogOrigin | None = None
         """The origin of the last row event built (`origin`)."""
@@ -223,24 +225,42 @@ class _Transaction:
 
 
 class _RunTable:
-    """What a run's changes of one table share: their origin, schema version and line formats
-    (`TableLines.transaction_format`, the first time an operation is met)."""
+    """What a run's changes of one table share: their transaction, schema version and line
+    formats."""
 
-    def __init__(self, table: _Table, commit: int, origin: LogOrigin, version: int) -> None:
+    def __init__(self, table: _Table, transaction: _Transaction, version: int) -> None:
         self.table = table
-        self.commit = commit
-        self.origin = origin
+        self.transaction = transaction
         self.version = version
         self.formats: dict[Op, bytes] = {}
+        """By operation: its transaction format (`TableLines.transaction_format`) once a
+        second change of it came, empty bytes after the first."""
 
-    def line_format(self, op: Op) -> bytes:
+    def line(self, op: Op, json: tuple[bytes, bytes, bytes], seq: int) -> bytes:
+        """The line of a change of `op` at `seq` whose key, before and after spell as `json`.
+        A transaction of an OLTP load changes a row or two of each of its tables: its first
+        change of an operation fills the table's format whole, and only a second makes the
+        transaction's format, which each later one fills."""
         line_format = self.formats.get(op)
+        if line_format:
+            return line_format % (json[0], json[1], json[2], seq)
+        transaction, lines = self.transaction, self.table.lines
         if line_format is None:
-            line_format = self.table.lines.transaction_format(
-                op, self.commit, self.origin, self.version
+            self.formats[op] = b""
+            return lines.formats[op] % (
+                json[0],
+                json[1],
+                json[2],
+                transaction.commit,
+                seq,
+                transaction.txid_json,
+                transaction.ts_ms,
+                self.version,
             )
-            self.formats[op] = line_format
-        return line_format
+        line_format = self.formats[op] = lines.transaction_format(
+            op, transaction.commit, transaction.txid_json, transaction.ts_ms, self.version
+        )
+        return line_format % (json[0], json[1], json[2], seq)
 
 
 class _Run:
@@ -249,7 +269,7 @@ class _Run:
 
     def __init__(self, first: _RunTable) -> None:
         self.first_table = first
-        self.tables: dict[int, _RunTable] = {first.table.relation.relation_id: first}
+        self.by_relation: dict[int, _RunTable] = {first.table.relation.relation_id: first}
         """The run's tables, by relation id."""
         self.table = first
         """The table of the last change."""
@@ -260,7 +280,7 @@ class _Run:
         self.befores: list[Row | None] = []
         self.afters: list[Row | None] = []
         self.data: list[bytes] = []
-        self.origins: list[LogOrigin] = []
+        self.tables: list[TableRef] = []
         self.versions: list[int] = []
         self.mixed = False
         self.several_tables = False
@@ -279,7 +299,7 @@ class _Run:
         """Add a change of the current table (`table`) at `seq` whose key, before and after
         spell as `json`; the run's length."""
         table = self.table
-        self.data.append(table.line_format(op) % (json[0], json[1], json[2], seq))
+        self.data.append(table.line(op, json, seq))
         ops = self.ops
         if not ops:
             self.first = seq
@@ -290,7 +310,7 @@ class _Run:
         self.keys.append(key)
         self.befores.append(before)
         self.afters.append(after)
-        self.origins.append(table.origin)
+        self.tables.append(table.table.ref)
         self.versions.append(table.version)
         if before is not None:
             self.any_before = True
@@ -298,13 +318,14 @@ class _Run:
             self.any_after = True
         return len(ops)
 
-    def taken(self) -> LogLines:
+    def taken(self, source: str, db: str) -> LogLines:
+        """The run as one `LogLines` of `source` and `db`."""
         ops, first = self.ops, self.first_table
         return LogLines(
-            first.origin,
+            first.transaction.origin(first.table, source, db),
             first.version,
             ops[0],
-            first.commit,
+            first.transaction.commit,
             self.first,
             self.last,
             self.keys,
@@ -313,7 +334,7 @@ class _Run:
             b"".join(self.data),
             ops if self.mixed else None,
             2,
-            self.origins if self.several_tables else None,
+            self.tables if self.several_tables else None,
             self.versions if self.several_tables else None,
         )
 
@@ -378,7 +399,7 @@ class ChangeMapper:
         """The changes read so far into the current run (`add_change`), if any: taken before
         any other message is mapped, and before the reader waits."""
         run, self._run = self._run, None
-        return None if run is None else run.taken()
+        return None if run is None else run.taken(self._source, self._db)
 
     def take_done(self) -> LogLines | None:
         """The run `add_change` completed, if any."""
@@ -517,25 +538,23 @@ class ChangeMapper:
         if run is None:
             run = self._run = _Run(self._run_table(table, transaction))
         elif run.table.table is not table:
-            known = run.tables.get(table.relation.relation_id)
+            known = run.by_relation.get(table.relation.relation_id)
             if known is None or known.table is not table:
-                known = run.tables[table.relation.relation_id] = self._run_table(table, transaction)
+                known = self._run_table(table, transaction)
+                run.by_relation[table.relation.relation_id] = known
             run.table = known
             run.several_tables = True
         transaction.changes = changes = transaction.changes + 1
         json = (key_json, before_json, after_json)
         if run.add(op, key, before, after, json, 2 * changes - 1) >= RUN_CHANGES:
-            self.done = run.taken()
+            self.done = run.taken(self._source, self._db)
             self._run = None
         return True
 
     def _run_table(self, table: _Table, transaction: _Transaction) -> _RunTable:
-        """`table` in a run: its row events' origin in `transaction`, and its schema version
-        now, which holds for the whole run (any message but a change ends a run, so no schema
-        item comes inside one)."""
-        origin = transaction.origin(table, self._source, self._db)
-        version = self.schema_versions.get(table.ref, 0)
-        return _RunTable(table, transaction.commit, origin, version)
+        """`table` in a run of `transaction`, at its schema version now, which holds for the
+        whole run (any message but a change ends a run, so no schema item comes inside one)."""
+        return _RunTable(table, transaction, self.schema_versions.get(table.ref, 0))
 
     def _open(self, what: str) -> _Transaction:
         if self._transaction is None:

@@ -58,7 +58,7 @@ def run_of(ops: list[Op], first: int, step: int, several_tables: bool = False) -
         data,
         ops if mixed else None,
         step,
-        origins if several else None,
+        [origin.table for origin in origins] if several else None,
         [VERSIONS[o.table] for o in origins] if several else None,
     )
 

@@ -284,7 +284,6 @@ def test_log_lines_are_reconciled_as_each_of_their_events(several_tables: bool) 
         origin = LogOrigin("src", "db", T, txid, 0)
         if not several_tables:
             return LogLines(origin, 1, Op.CREATE, commit, 0, 2, keys, None, keys, b"l\n" * 3)
-        origins = [origin, LogOrigin("src", "db", other, txid, 0), origin]
         return LogLines(
             origin,
             1,
@@ -298,7 +297,7 @@ def test_log_lines_are_reconciled_as_each_of_their_events(several_tables: bool) 
             b"l\n" * 3,
             None,
             2,
-            origins,
+            [T, other, T],
             [1, 1, 1],
         )
 

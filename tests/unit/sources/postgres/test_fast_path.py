@@ -245,8 +245,9 @@ def test_a_transactions_changes_go_out_as_one_run(full: bool) -> None:
     (run,) = runs
     assert (run.first, run.last, run.step, len(run)) == (1, 9, 2, 5)
     assert run.ops == [Op.UPDATE, Op.UPDATE, Op.DELETE, Op.CREATE, Op.CREATE]
-    assert run.origins is not None
-    assert [o.table.name for o in run.origins] == ["t", "t", "t", "other", "t"]
+    assert run.tables is not None
+    assert [table.name for table in run.tables] == ["t", "t", "t", "other", "t"]
+    assert [event.source.table for event in run.events()] == ["t", "t", "t", "other", "t"]
     assert got[-1] == TransactionEnd(0x500)
 
 
