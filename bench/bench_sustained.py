@@ -68,7 +68,7 @@ from support import (
 
 from airflow_provider_dblog.core.encoded_rows import PageLines
 from airflow_provider_dblog.core.event import Event, Op
-from airflow_provider_dblog.core.lines import Lines, LogLines
+from airflow_provider_dblog.core.lines import Lines, LogLines, LogRuns
 from airflow_provider_dblog.devservices.mariadb import MariaDBServer
 from airflow_provider_dblog.devservices.postgres import SYSTEM_BIN_DIR, PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
@@ -311,18 +311,19 @@ class ProbedNdjson(NdjsonOutput):
         for item in items:  # as cheap as can be: this is the tailer's writer thread
             if isinstance(item, PageLines):  # a dump's rows
                 continue
-            if isinstance(item, LogLines):  # changes read together
-                count = len(item.keys)
+            if isinstance(item, LogLines | LogRuns):  # changes read together
                 if PROBE_IN_LINE not in item.data:  # nearly every run: one search of its bytes
-                    self.log_events += count
+                    self.log_events += len(item)
                     continue
-                ops = repeat(item.op, count) if item.ops is None else item.ops
-                tables = repeat(item.origin.table, count) if item.tables is None else item.tables
-                for table, op, key in zip(tables, ops, item.keys, strict=True):
-                    if table.name != PROBE_TABLE:
-                        self.log_events += 1
-                    elif op is Op.CREATE:
-                        self.probes_durable[int(key["id"])] = now
+                for run in item.runs if isinstance(item, LogRuns) else (item,):
+                    count = len(run.keys)
+                    ops = repeat(run.op, count) if run.ops is None else run.ops
+                    tables = repeat(run.origin.table, count) if run.tables is None else run.tables
+                    for table, op, key in zip(tables, ops, run.keys, strict=True):
+                        if table.name != PROBE_TABLE:
+                            self.log_events += 1
+                        elif op is Op.CREATE:
+                            self.probes_durable[int(key["id"])] = now
             elif item.table.name != PROBE_TABLE:
                 self.log_events += 1
             elif item.op is Op.CREATE:

@@ -25,7 +25,7 @@ from pathlib import Path
 from bench_pipeline import inserts_backlog, oltp_backlog
 from support import Env, load_average, reader_form
 
-from airflow_provider_dblog.core.lines import LogLines
+from airflow_provider_dblog.core.lines import LogLines, LogRuns
 from airflow_provider_dblog.core.log import Change
 from airflow_provider_dblog.devservices.postgres import PostgresServer
 from airflow_provider_dblog.devservices.redis import RedisServer
@@ -51,7 +51,7 @@ def read(env: Env, figure: str, profile: cProfile.Profile | None) -> tuple[int, 
     started, cpu_started = time.monotonic(), time.thread_time()
     with profile or contextlib.nullcontext():
         for item in reader.items():
-            if type(item) is LogLines:
+            if type(item) is LogLines or type(item) is LogRuns:
                 read += len(item)
             elif type(item) is Change:
                 read += 1

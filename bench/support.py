@@ -22,7 +22,7 @@ import pymysql
 
 from airflow_provider_dblog.core.encoded_rows import PageLines
 from airflow_provider_dblog.core.event import Event, Op
-from airflow_provider_dblog.core.lines import Lines, LogLines
+from airflow_provider_dblog.core.lines import Lines
 from airflow_provider_dblog.devservices.mariadb import MariaDBInfo
 from airflow_provider_dblog.devservices.postgres import PostgresInfo
 from airflow_provider_dblog.devservices.redis import RedisInfo
@@ -249,7 +249,7 @@ class TimedNdjson(NdjsonOutput):
             for item in items:
                 if isinstance(item, PageLines):  # a dump's rows
                     continue
-                for event in item.events() if isinstance(item, LogLines) else (item,):
+                for event in item.events() if isinstance(item, Lines) else (item,):
                     if event.op is Op.CREATE and event.source.table == self.timed_table:
                         assert event.after is not None
                         self.latency[int(event.key["id"])] = now - float(event.after["created"])

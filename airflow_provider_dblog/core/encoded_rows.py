@@ -34,7 +34,7 @@ from airflow_provider_dblog.core.event import (
     SourceInfo,
     TableRef,
 )
-from airflow_provider_dblog.core.lines import Lines
+from airflow_provider_dblog.core.lines import SeqLines
 from airflow_provider_dblog.core.position import Position
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -169,7 +169,7 @@ class DumpLine:
 
 
 @dataclass(frozen=True, slots=True)
-class PageLines(Lines):
+class PageLines(SeqLines):
     """A page of a window's rows stamped into their lines (`DumpLine.page`): seqs `first` to
     `last` of the window's commit, each line with its newline, in `data`. The tailer hands it
     to the writer as one item and the NDJSON output writes it as it is."""

@@ -1,10 +1,10 @@
-"""Events handed over as their lines: a run of one commit's events at evenly spaced seqs,
-their lines (each with its newline) joined in one bytes.
+"""Events handed over as their lines (each with its newline) joined in one bytes.
 
-The tailer's thread handles such a run as one item, and the NDJSON output writes its bytes as
-they are: nothing a line between the reader and the file. Two kinds: a page of a dump chunk's
-rows (`core.encoded_rows.PageLines`) and a run of one transaction's changes a log reader read
-together (`LogLines`). An output that takes events gets one a line (`events`).
+The tailer's thread handles such lines as one item, and the NDJSON output writes their bytes as
+they are: nothing a line between the reader and the file. Three kinds: a page of a dump chunk's
+rows (`core.encoded_rows.PageLines`), a run of one transaction's changes a log reader read
+together (`LogLines`), and the runs of transactions it read one after another (`LogRuns`). An
+output that takes events gets one a line (`events`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Self
 
 from airflow_provider_dblog.core.event import EncodedLogEvent, Event, LogOrigin, Op, Row, TableRef
@@ -20,27 +20,20 @@ from airflow_provider_dblog.core.position import Position
 
 
 class Lines:
-    """Seqs `first` to `last` of one commit, `step` apart, one line each, in order, in `data`.
-    Not an `ABC`: the writer and the outputs ask `isinstance(item, Lines)` of every item they
-    get, which for an `ABC` is a Python-level call."""
+    """Events at increasing positions, one line each, in order, in `data`. Not an `ABC`: the
+    writer and the outputs ask `isinstance(item, Lines)` of every item they get, which for an
+    `ABC` is a Python-level call."""
 
     __slots__ = ()
 
-    first: int
-    last: int
     data: bytes
-    step: int = 1
 
     @abstractmethod
     def events(self) -> list[Event]:
         """One event a line."""
 
     @abstractmethod
-    def _part(self, first: int, last: int, data: bytes) -> Self:
-        """The run of seqs `first` to `last` of these, whose lines are `data`."""
-
-    def __len__(self) -> int:
-        return (self.last - self.first) // self.step + 1
+    def __len__(self) -> int: ...
 
     @property
     @abstractmethod
@@ -50,8 +43,33 @@ class Lines:
     @abstractmethod
     def last_position(self) -> Position: ...
 
+    @abstractmethod
     def after(self, position: Position) -> Self | None:
         """The lines positioned after `position` (a replay's end), None if none is."""
+
+    @abstractmethod
+    def cut(self, size: int) -> tuple[Self, Self | None]:
+        """The first lines that fit in `size` bytes (at least one) and the rest (None if
+        every line fits)."""
+
+
+class SeqLines(Lines):
+    """Seqs `first` to `last` of one commit, `step` apart."""
+
+    __slots__ = ()
+
+    first: int
+    last: int
+    step: int = 1
+
+    @abstractmethod
+    def _part(self, first: int, last: int, data: bytes) -> Self:
+        """The run of seqs `first` to `last` of these, whose lines are `data`."""
+
+    def __len__(self) -> int:
+        return (self.last - self.first) // self.step + 1
+
+    def after(self, position: Position) -> Self | None:
         commit, seq, own = position.commit, position.seq, self.first_position.commit
         if commit != own:
             return self if commit < own else None
@@ -64,8 +82,6 @@ class Lines:
         return self._part(self.first + skipped * self.step, self.last, rest)
 
     def cut(self, size: int) -> tuple[Self, Self | None]:
-        """The first lines that fit in `size` bytes (at least one) and the rest (None if
-        every line fits)."""
         if len(self.data) <= size:
             return self, None
         end = self.data.rfind(b"\n", 0, size) + 1 or self.data.find(b"\n") + 1
@@ -79,7 +95,7 @@ class Lines:
 
 
 @dataclass(slots=True)
-class LogLines(Lines):
+class LogLines(SeqLines):
     """The changes a log reader read together in one transaction (a binlog rows event's rows,
     of one table; a run of a pgoutput transaction's changes), at seqs `first` to `last` of
     `commit`, `step` apart, with their lines as `event_codec.log_line_format` spells them. A
@@ -121,14 +137,15 @@ class LogLines(Lines):
     def events(self) -> list[Event]:
         lines = self.data.splitlines(keepends=True)  # JSON escapes every CR and LF it holds
         count = len(lines)
+        befores, afters = self.befores, self.afters
         return list(
             map(
                 EncodedLogEvent,
                 lines,
                 repeat(self.op, count) if self.ops is None else self.ops,
                 self.keys,
-                repeat(None, count) if self.befores is None else self.befores,
-                repeat(None, count) if self.afters is None else self.afters,
+                repeat(None, count) if befores is None else befores,
+                repeat(None, count) if afters is None else afters,
                 map(
                     Position,
                     repeat(self.commit, count),
@@ -168,3 +185,58 @@ class LogLines(Lines):
             None if tables is None else tables[start:stop],
             None if versions is None else versions[start:stop],
         )
+
+
+@dataclass(slots=True)
+class LogRuns(Lines):
+    """The runs of changes (`LogLines`) of whole transactions a log reader read one after
+    another, in log order, and `data`, their lines joined: the tailer looks at their keys,
+    hands them over and writes them once for all, so a load of small transactions costs it
+    about what one large transaction does. `changes` is how many lines there are. Not empty;
+    the reader follows it with the last transaction's end."""
+
+    runs: Sequence[LogLines]
+    data: bytes
+    changes: int
+
+    @classmethod
+    def of(cls, runs: Sequence[LogLines]) -> LogRuns:
+        return cls(runs, b"".join(run.data for run in runs), sum(len(run.keys) for run in runs))
+
+    def __len__(self) -> int:
+        return self.changes
+
+    @property
+    def first_position(self) -> Position:
+        return self.runs[0].first_position
+
+    @property
+    def last_position(self) -> Position:
+        return self.runs[-1].last_position
+
+    def events(self) -> list[Event]:
+        return list(chain.from_iterable(run.events() for run in self.runs))
+
+    def after(self, position: Position) -> LogRuns | None:
+        for index, run in enumerate(self.runs):
+            rest = run.after(position)
+            if rest is run and index == 0:
+                return self
+            if rest is not None:
+                return LogRuns.of([rest, *self.runs[index + 1 :]])
+        return None
+
+    def cut(self, size: int) -> tuple[LogRuns, LogRuns | None]:
+        if len(self.data) <= size:
+            return self, None
+        runs, index, used = self.runs, 0, 0
+        while used + len(runs[index].data) <= size:  # the run in which `size` falls
+            used += len(runs[index].data)
+            index += 1
+        fits, rest = runs[index].cut(size - used)
+        if index and (rest is None or len(fits.data) > size - used):
+            head, tail = runs[:index], runs[index:]  # not even its first line fits: cut before
+        else:
+            head = [*runs[:index], fits]
+            tail = [*([] if rest is None else [rest]), *runs[index + 1 :]]
+        return LogRuns.of(head), LogRuns.of(tail) if tail else None

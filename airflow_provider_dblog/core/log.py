@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from airflow_provider_dblog.core.event import Event, TableRef
-from airflow_provider_dblog.core.lines import LogLines
+from airflow_provider_dblog.core.lines import LogLines, LogRuns
 from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import TableSchema
 
@@ -90,17 +90,34 @@ class Idle:
     log_end: int
 
 
-LogItem = Change | LogLines | Truncate | SchemaDescription | WatermarkWrite | TransactionEnd | Idle
-"""`LogLines` is several changes of one table at once, positioned as that many `Change`s would be: a
-reader hands one where it read them together (a binlog rows event), so that the tailer's
-thread does no work a row (`single_changes` undoes it for a consumer that wants them one by
-one)."""
+LogItem = (
+    Change
+    | LogLines
+    | LogRuns
+    | Truncate
+    | SchemaDescription
+    | WatermarkWrite
+    | TransactionEnd
+    | Idle
+)
+"""`LogLines` is several changes of one transaction at once, positioned as that many `Change`s
+would be: a reader hands one where it read them together (a binlog rows event, a run of a
+pgoutput transaction), so that the tailer's thread does no work a row; `LogRuns` is the runs of
+several whole transactions, followed by the last one's end (`single_changes` undoes both for a
+consumer that wants them one by one)."""
 
 
 def single_changes(items: Iterable[LogItem]) -> Iterator[LogItem]:
-    """`items` with each `LogLines` as a `Change` a row, in order."""
+    """`items` with each `LogLines` as a `Change` a row, and each `LogRuns` as its runs' so,
+    each run but the last followed by its transaction's end (the reader's next item is the
+    last one's), in order."""
     for item in items:
         if type(item) is LogLines:
             yield from map(Change, item.events())
+        elif type(item) is LogRuns:
+            for run in item.runs[:-1]:
+                yield from map(Change, run.events())
+                yield TransactionEnd(run.commit)
+            yield from map(Change, item.runs[-1].events())
         else:
             yield item

@@ -40,7 +40,7 @@ from airflow_provider_dblog.core.event import (
     TableRef,
     table_event,
 )
-from airflow_provider_dblog.core.lines import LogLines
+from airflow_provider_dblog.core.lines import LogLines, LogRuns
 from airflow_provider_dblog.core.log import (
     Change,
     Idle,
@@ -214,7 +214,7 @@ class Session:
                     if changes & _CHANGES_BETWEEN_CHECKS:
                         continue
                     self._writer.check()
-                elif isinstance(item, LogLines):  # a rows event's changes, checked as one
+                elif isinstance(item, (LogLines, LogRuns)):  # changes read together
                     self.log_lines(item)
                     changes += 1
                     if changes & _CHANGES_BETWEEN_CHECKS:
@@ -285,28 +285,31 @@ class Session:
         stats.last_ts_ms = ts_ms or stats.last_ts_ms
         stats.caught_up = False
 
-    def log_lines(self, item: LogLines) -> None:
-        """`change` of each of a run of changes, as one: one look at the open windows, one
-        hand-over of their lines, one count."""
+    def log_lines(self, item: LogLines | LogRuns) -> None:
+        """`change` of each of a run of changes, or of the runs of whole transactions, as one:
+        a look at the open windows a run, one hand-over of their lines."""
         if not self._stamped:  # only a reader that stamps versions builds these; in case not
             for event in item.events():
                 self.change(Change(event))
             return
-        self._reconciler.log_lines(item)
-        self._writer.put_lines(item)
-        stats, origin, count = self._stats, item.origin, len(item)
-        stats.events += count
+        runs = item.runs if isinstance(item, LogRuns) else (item,)
+        stats, reconciler = self._stats, self._reconciler
         by_table = stats.events_by_table
-        if item.ops is None and item.tables is None:
-            counted = (origin.schema, origin.table_name, item.op)
-            by_table[counted] = by_table.get(counted, 0) + count
-        else:  # a run of several operations or tables
-            ops = repeat(item.op, count) if item.ops is None else item.ops
-            tables = repeat(origin.table, count) if item.tables is None else item.tables
-            for table, op in zip(tables, ops, strict=True):
-                counted = (table.schema, table.name, op)
-                by_table[counted] = by_table.get(counted, 0) + 1
-        stats.last_ts_ms = origin.ts_ms or stats.last_ts_ms
+        for run in runs:
+            reconciler.log_lines(run)
+            origin, count = run.origin, len(run.keys)
+            if run.ops is None and run.tables is None:
+                counted = (origin.schema, origin.table_name, run.op)
+                by_table[counted] = by_table.get(counted, 0) + count
+            else:  # a run of several operations or tables
+                ops = repeat(run.op, count) if run.ops is None else run.ops
+                tables = repeat(origin.table, count) if run.tables is None else run.tables
+                for table, op in zip(tables, ops, strict=True):
+                    counted = (table.schema, table.name, op)
+                    by_table[counted] = by_table.get(counted, 0) + 1
+        self._writer.put_lines(item)
+        stats.events += len(item)
+        stats.last_ts_ms = runs[-1].origin.ts_ms or stats.last_ts_ms
         stats.caught_up = False
 
     def truncate(self, item: Truncate) -> None:

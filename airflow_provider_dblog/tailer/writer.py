@@ -33,7 +33,7 @@ from prometheus_client import Histogram
 from airflow_provider_dblog.core.direct import DirectRecord
 from airflow_provider_dblog.core.encoded_rows import EncodedEvent
 from airflow_provider_dblog.core.event import Event
-from airflow_provider_dblog.core.lines import Lines, LogLines
+from airflow_provider_dblog.core.lines import Lines, LogLines, LogRuns
 from airflow_provider_dblog.core.log import TransactionEnd
 from airflow_provider_dblog.core.schema_versions import KnownSchema
 from airflow_provider_dblog.outputs.base import Output
@@ -119,6 +119,9 @@ class Buffer(queue.Queue[object]):
 _LINE = operator.attrgetter("line")
 
 
+_LOG_LINES = (LogLines, LogRuns)
+
+
 class _Held(list[object]):
     """The log events `Writer.put_event` and `put_lines` held, handed over as one item that
     weighs `weight`: each event of a `LogLines` counts, as when each was an item."""
@@ -192,8 +195,8 @@ def _fitting(item: list[object], room: int) -> tuple[int, int]:
     room the whole list takes if they all do: one an event, but a unit per KiB of lines for
     encoded chunk rows (at least one), so that a chunk of small rows and the log events behind
     it share one write (one fsync), and a batch of wide rows stays about `limit` KiB."""
-    if type(item) is _Held and item.weight > len(item):  # some of its items are `LogLines`
-        events = list(accumulate(len(i) if type(i) is LogLines else 1 for i in item))
+    if type(item) is _Held and item.weight > len(item):  # some are `LogLines` or `LogRuns`
+        events = list(accumulate(len(i) if isinstance(i, _LOG_LINES) else 1 for i in item))
         return max(1, bisect_right(events, room)), events[-1]
     if not item or type(item[0]) is not EncodedEvent:
         return min(len(item), room), len(item)
@@ -260,9 +263,9 @@ class Writer(threading.Thread):
         if len(pending) >= self._room:
             self.hand_over()
 
-    def put_lines(self, lines: LogLines) -> None:
-        """Hand a run of log events over as one (`LogLines`), held with the events
-        `put_event` holds and weighing as many."""
+    def put_lines(self, lines: LogLines | LogRuns) -> None:
+        """Hand a run of log events over as one (`LogLines`, or `LogRuns` of several), held
+        with the events `put_event` holds and weighing as many."""
         self._room -= len(lines) - 1
         pending = self._pending
         pending.append(lines)

@@ -6,7 +6,9 @@ the nullability, defaults and primary key pgoutput does not send), is asked thro
 transport that feeds it). `add_change` reads an insert, update or delete of a captured table
 straight from a message's bytes (with the table's `tuples.TupleReader`) into a run of one
 transaction's changes, each with its line (`core.envelope`); the run goes out as one
-`LogLines`, so the tailer's thread does nothing a change. Any other message, or a row
+`LogLines`, so the tailer's thread does nothing a change. The runs of transactions read one
+after another go out together, as one `LogRuns` followed by the last one's end, so it does
+little a transaction either (`take_all`). Any other message, or a row
 change that reading declines (an unchanged TOAST value, a changed key), is decoded with
 `pgoutput.decode` for `map`; the two give the same events (tests/unit/sources/postgres).
 
@@ -16,8 +18,9 @@ takes seq 2n+1; a Relation message of a captured table becomes a `SchemaDescript
 seq just before the change it precedes. pgoutput sends a Relation message before a table's first
 change on every new stream and after each ALTER, so where descriptions fall depends on where the
 stream started; the changes' own positions do not, and a replay gives them the same ones. Items
-come message by message (`map` returns one message's), or in runs of at most `RUN_CHANGES`
-changes, never a transaction at a time, so memory stays bounded whatever the transaction size.
+come message by message (`map` returns one message's), or at most `RUN_CHANGES` changes at a
+time (`take_all`), never a large transaction at once, so memory stays bounded whatever its
+size.
 
 Schema descriptions: pgoutput sends the columns' names and types only, and only before the next
 change of the table after an ALTER (an ALTER with no later write reaches the log reader only at
@@ -53,7 +56,7 @@ from airflow_provider_dblog.core.event import (
     TableRef,
 )
 from airflow_provider_dblog.core.event_codec import plain_row_encoder, row_json_encoder
-from airflow_provider_dblog.core.lines import LogLines
+from airflow_provider_dblog.core.lines import LogLines, LogRuns
 from airflow_provider_dblog.core.log import (
     Change,
     LogItem,
@@ -340,7 +343,7 @@ class _Run:
 
 
 RUN_CHANGES = 512
-"""The most changes a run holds: what the reader holds before it hands them over."""
+"""The most changes the reader holds (`ChangeMapper.take_all`) before it hands them over."""
 _ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
 _INSERT, _UPDATE, _BEGIN, _COMMIT = b"IUBC"
 _NEW_TUPLE, _OLD_KEY, _OLD_ROW = b"NKO"
@@ -380,31 +383,55 @@ class ChangeMapper:
         self._spell = row_json_encoder()
         """Spells the rows of the changes read from bytes (`_add`) into their lines."""
         self._run: _Run | None = None
-        self.done: LogLines | None = None
-        """A run `add_change` completed: the caller takes it (`take_done`) before anything
-        else."""
+        """The changes of the transaction being read, since it began or since they were last
+        taken."""
+        self._batch: list[LogLines] = []
+        """The runs of the transactions read whole and not taken yet, in log order."""
+        self._batch_changes = 0
+        self._end = 0
+        """The commit LSN of the last transaction read whole and not taken yet; 0 if none."""
+        self.full = False
+        """The changes held (`_batch` and `_run`) reached `RUN_CHANGES`: take them
+        (`take_all`) before anything else."""
 
     @property
     def open_commit(self) -> int | None:
         """The commit LSN of the transaction being read; None between transactions."""
         return None if self._transaction is None else self._transaction.commit
 
+    @property
+    def holding(self) -> bool:
+        """Whether changes or a transaction's end were read and not taken yet (`take_all`)."""
+        return self._run is not None or self._end != 0
+
     def drop_transaction(self) -> None:
-        """The stream was lost: the slot sends an unacknowledged transaction again, whole."""
+        """The stream was lost: the slot sends every unacknowledged transaction again, whole,
+        including those read and not taken yet."""
         self._transaction = None
         self._run = None
-        self.done = None
+        self._batch = []
+        self._batch_changes = self._end = 0
+        self.full = False
 
-    def take_run(self) -> LogLines | None:
-        """The changes read so far into the current run (`add_change`), if any: taken before
-        any other message is mapped, and before the reader waits."""
+    def take_all(self) -> list[LogItem]:
+        """What was read and not taken yet, in log order: the runs of the transactions read
+        whole (one `LogLines`, or a `LogRuns` of several) and the last one's end, then the run
+        of the transaction being read. Taken before any other message is mapped, before an
+        `Idle`, before the reader waits, and once `full`."""
+        items: list[LogItem] = []
+        batch = self._batch
+        if batch:
+            items.append(batch[0] if len(batch) == 1 else LogRuns.of(batch))
+            self._batch = []
+            self._batch_changes = 0
+        if self._end:
+            items.append(TransactionEnd(self._end))
+            self._end = 0
         run, self._run = self._run, None
-        return None if run is None else run.taken(self._source, self._db)
-
-    def take_done(self) -> LogLines | None:
-        """The run `add_change` completed, if any."""
-        done, self.done = self.done, None
-        return done
+        if run is not None:
+            items.append(run.taken(self._source, self._db))
+        self.full = False
+        return items
 
     def map(self, message: pgoutput.Message) -> list[LogItem]:
         """The items of one message (most give one or none)."""
@@ -432,16 +459,12 @@ class ChangeMapper:
         tag = data[start] if len(data) > start else 0
         if tag in ROW_CHANGE_TAGS:
             if self.add_change(data, start):
-                run = self.take_run()
-                assert run is not None
-                return [run]
+                return self.take_all()
         elif tag == _BEGIN:
             if self.read_begin(data, start):
                 return []
-        elif tag == _COMMIT:
-            commit = self.read_commit(data, start)
-            if commit is not None:
-                return [commit[0]]
+        elif tag == _COMMIT and self.read_commit(data, start) is not None:
+            return self.take_all()
         return self.map(pgoutput.decode(data[start:] if start else data))
 
     def read_begin(self, data: bytes, start: int) -> bool:
@@ -455,21 +478,32 @@ class ChangeMapper:
         )
         return True
 
-    def read_commit(self, data: bytes, start: int) -> tuple[TransactionEnd, int] | None:
-        """The Commit message at `start`, read straight from the bytes: its `TransactionEnd`
-        and the end of its commit record; None when it is not a whole Commit."""
+    def read_commit(self, data: bytes, start: int) -> tuple[int, int] | None:
+        """End the transaction with the Commit message at `start`, read straight from the
+        bytes: its run joins the runs held and its end is held (`take_all`); without a run
+        held, its end goes out at once (`full`). Its commit LSN and the end of its commit
+        record; None when it is not a whole Commit."""
         if len(data) != start + 1 + pgoutput.COMMIT_SIZE or data[start] != _COMMIT:
             return None
         _, commit_lsn, end_lsn, _ = pgoutput.COMMIT_AT(data, start + 1)
         self._transaction = None
-        return TransactionEnd(commit_lsn), end_lsn
+        run, self._run = self._run, None
+        if run is not None:
+            self._batch.append(run.taken(self._source, self._db))
+            self._batch_changes += len(run.ops)
+            if self._batch_changes >= RUN_CHANGES:
+                self.full = True
+        elif not self._batch:  # its items went out already, if any: so does its end
+            self.full = True
+        self._end = commit_lsn
+        return commit_lsn, end_lsn
 
     def add_change(self, data: bytes, start: int) -> bool:
         """Read the change of the Insert, Update or Delete message at `start` straight from the
-        bytes into the current run (`take_run`); False when the message must be decoded the
+        bytes into the current run (`take_all`); False when the message must be decoded the
         general way (see `map_bytes`): an unchanged TOAST value, an update that changes the
         key (two events), a key-only old tuple without the whole key, or bytes that do not
-        fit the relation. A change that fills the run completes it: it is then `done`."""
+        fit the relation. A change may make the changes held `full`."""
         transaction = self._transaction
         if transaction is None or len(data) < start + 8:
             return False
@@ -546,9 +580,10 @@ class ChangeMapper:
             run.several_tables = True
         transaction.changes = changes = transaction.changes + 1
         json = (key_json, before_json, after_json)
-        if run.add(op, key, before, after, json, 2 * changes - 1) >= RUN_CHANGES:
-            self.done = run.taken(self._source, self._db)
-            self._run = None
+        if run.add(op, key, before, after, json, 2 * changes - 1) + self._batch_changes >= (
+            RUN_CHANGES
+        ):
+            self.full = True
         return True
 
     def _run_table(self, table: _Table, transaction: _Transaction) -> _RunTable:

@@ -154,8 +154,8 @@ class PostgresLogReader:
                 if size > 0 and frames & _STATUS_CHECK_FRAMES:
                     frame = bytes(data)
                 else:
-                    if size == 0 and (run := mapper.take_run()) is not None:
-                        yield run  # what was read goes out before the reader waits
+                    if size == 0 and mapper.holding:
+                        yield from mapper.take_all()  # what was read goes out before a wait
                     frame = self._next_frame(stream, size, data)
                 if frame is None:
                     if stream.mapper.open_commit is None:
@@ -165,12 +165,10 @@ class PostgresLogReader:
                 tag = frame[_MESSAGE_AT] if len(frame) > _MESSAGE_AT and frame[0] == _W else 0
                 # Nearly every frame: a row change, read into the run.
                 if tag in ROW_CHANGE_TAGS and mapper.add_change(frame, _MESSAGE_AT):
-                    if (done := mapper.take_done()) is not None:
-                        yield done
+                    if mapper.full:
+                        yield from mapper.take_all()
                     continue
-                # Any other message, or a change read the general way: the run goes out first.
-                if (run := mapper.take_run()) is not None:
-                    yield run
+                # A transaction's begin and commit: the runs go out together later.
                 if tag == _BEGIN:
                     if mapper.read_begin(frame, _MESSAGE_AT):
                         continue
@@ -179,11 +177,11 @@ class PostgresLogReader:
                     self._received = max(self._received, wal_end)
                     committed = _COMMIT_TIME.unpack_from(frame, _COMMIT_TIME_AT)[0]
                     stream.behind = sent - committed >= _BEHIND_US
-                    commit = mapper.read_commit(frame, _MESSAGE_AT)
-                    if commit is not None:
-                        end, end_lsn = commit
-                        self._commit_ends.append((end.commit, end_lsn))
-                        yield end
+                    ends = mapper.read_commit(frame, _MESSAGE_AT)
+                    if ends is not None:
+                        self._commit_ends.append(ends)
+                        if mapper.full:
+                            yield from mapper.take_all()
                         continue
                 if frame[:1] == b"k":
                     wal_end, _, reply_wanted = _KEEPALIVE.unpack_from(frame, 1)
@@ -196,8 +194,13 @@ class PostgresLogReader:
                     ):
                         stream.asked = False
                         stream.last_idle = now
+                        yield from mapper.take_all()
                         yield Idle(wal_end)
-                elif frame[:1] == b"w":
+                    continue
+                # Any other message, or one read the general way: what was read goes out first.
+                if mapper.holding:
+                    yield from mapper.take_all()
+                if frame[:1] == b"w":
                     _, wal_end, _ = _XLOG_DATA_HEADER.unpack_from(frame, 1)
                     self._received = max(self._received, wal_end)
                     message = pgoutput.decode(frame[_MESSAGE_AT:])

@@ -26,6 +26,7 @@ from airflow_provider_dblog.core.log import (
     TransactionEnd,
     Truncate,
     WatermarkWrite,
+    single_changes,
 )
 from airflow_provider_dblog.core.schema import Column, TableSchema
 from airflow_provider_dblog.devservices.postgres import PostgresInfo, PostgresServer
@@ -314,7 +315,10 @@ def test_the_reader_announces_its_waits_after_yielding_what_it_received(
         # Idle at each idle beat, which is when `read_until` looks again.)
         read_until(
             noted(),
-            lambda _: any(sum(isinstance(i, TransactionEnd) for i in b) == 20 for b in announced),
+            lambda _: any(
+                sum(isinstance(i, TransactionEnd) for i in single_changes(b)) == 20
+                for b in announced
+            ),
         )
     finally:
         reader.close()

@@ -15,10 +15,21 @@ from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.event import EncodedLogEvent, Op, TableRef
 from airflow_provider_dblog.core.event_codec import encode, encode_lines
-from airflow_provider_dblog.core.lines import LogLines
-from airflow_provider_dblog.core.log import Change, LogItem, TransactionEnd, single_changes
+from airflow_provider_dblog.core.lines import LogLines, LogRuns
+from airflow_provider_dblog.core.log import (
+    Change,
+    LogItem,
+    SchemaDescription,
+    TransactionEnd,
+    single_changes,
+)
+from airflow_provider_dblog.core.position import Position
 from airflow_provider_dblog.core.schema import Column, TableSchema
-from airflow_provider_dblog.sources.postgres.changes import ROW_CHANGE_TAGS, ChangeMapper
+from airflow_provider_dblog.sources.postgres.changes import (
+    ROW_CHANGE_TAGS,
+    RUN_CHANGES,
+    ChangeMapper,
+)
 from airflow_provider_dblog.sources.postgres.pgoutput import Relation, decode
 from tests.unit.pgoutput_bytes import (
     TOAST,
@@ -34,6 +45,7 @@ from tests.unit.pgoutput_bytes import (
 pytestmark = pytest.mark.unit
 
 TABLE, OTHER, WATERMARK = 16385, 16386, 16400
+BEGIN, COMMIT = b"BC"
 INT8, INT4, TEXT, BOOL, FLOAT8, JSONB, NUMERIC, TIMESTAMPTZ = 20, 23, 25, 16, 701, 3802, 1700, 1184
 
 VALUES: dict[int, st.SearchStrategy[str]] = {
@@ -134,16 +146,29 @@ def row_changes(draw: st.DrawFn) -> tuple[list[tuple[str, int, bool]], list[byte
 
 
 def read_as_the_stream_does(mapper: ChangeMapper, data: bytes, start: int) -> Iterator[LogItem]:
-    """The items the log reader (`PostgresLogReader.items`) yields for one message: a change
-    goes into the run, and the run goes out when it is complete or before any other item."""
+    """The items the log reader (`PostgresLogReader.items`) yields for one message of a stream
+    that goes on: a change goes into the run, a commit's run joins the runs held, and what is
+    held goes out once `full` or before any other item (`take_all`; and at the stream's end:
+    `read_stream`)."""
     tag = data[start] if len(data) > start else 0
     if tag in ROW_CHANGE_TAGS and mapper.add_change(data, start):
-        if (done := mapper.take_done()) is not None:
-            yield done
+        if mapper.full:
+            yield from mapper.take_all()
         return
-    if (run := mapper.take_run()) is not None:
-        yield run
-    yield from mapper.map_bytes(data, start)
+    if tag == BEGIN and mapper.read_begin(data, start):
+        return
+    if tag == COMMIT and mapper.read_commit(data, start) is not None:
+        if mapper.full:
+            yield from mapper.take_all()
+        return
+    yield from mapper.take_all()
+    yield from mapper.map(decode(data[start:]))
+
+
+def read_stream(mapper: ChangeMapper, messages: list[bytes]) -> list[LogItem]:
+    """The items of `messages` read as the stream does, and what is held at their end."""
+    items = [item for m in messages for item in read_as_the_stream_does(mapper, m, 0)]
+    return items + mapper.take_all()
 
 
 def read_all(
@@ -173,6 +198,8 @@ def test_row_changes_read_from_bytes_are_what_the_decoded_messages_give(
         lambda message: read_as_the_stream_does(from_bytes, b"w" * offset + message, offset),
         messages,
     )
+    if error is None:  # the stream's end: what is held goes out
+        got += from_bytes.take_all()
     assert error == expected_error
     assert list(single_changes(got)) == expected
     for item in got:
@@ -238,7 +265,7 @@ def test_a_transactions_changes_go_out_as_one_run(full: bool) -> None:
     general = mapper_for(columns, capture_other=True)
     from_bytes = mapper_for(columns, capture_other=True)
     expected = [item for message in messages for item in decoded(general, message)]
-    got = [item for m in messages for item in read_as_the_stream_does(from_bytes, m, 0)]
+    got = read_stream(from_bytes, messages)
     assert list(single_changes(got)) == expected
     runs = [item for item in got if isinstance(item, LogLines)]
     assert len(runs) == 1
@@ -249,6 +276,74 @@ def test_a_transactions_changes_go_out_as_one_run(full: bool) -> None:
     assert [table.name for table in run.tables] == ["t", "t", "t", "other", "t"]
     assert [event.source.table for event in run.events()] == ["t", "t", "t", "other", "t"]
     assert got[-1] == TransactionEnd(0x500)
+
+
+def changes_of(items: list[LogItem]) -> list[LogItem]:
+    """Every item but the transactions' ends, a change a row."""
+    return [item for item in single_changes(items) if not isinstance(item, TransactionEnd)]
+
+
+def test_transactions_read_one_after_another_go_out_together() -> None:
+    """Small transactions read one after another are one `LogRuns` followed by the last one's
+    end, which stands for an empty transaction's after them too: each change at its own
+    commit, as decoded."""
+    columns = [("id", INT8, True), ("k", INT4, False)]
+    messages = [
+        begin(0x400, 8),
+        relation(TABLE, "app", "t", columns),
+        relation(OTHER, "app", "other", [("id", INT8, True)]),
+        commit(0x400, 0x430),
+    ]
+    for n in range(5):
+        lsn = 0x500 + n * 0x100
+        messages += [
+            begin(lsn, 10 + n),
+            update(TABLE, [str(n), "1"]),
+            insert(OTHER, [str(n)]),
+            commit(lsn, lsn + 0x30),
+        ]
+    messages += [begin(0x1000, 20), commit(0x1000, 0x1030)]
+    general = mapper_for(columns, capture_other=True)
+    from_bytes = mapper_for(columns, capture_other=True)
+    expected = [item for message in messages for item in decoded(general, message)]
+    got = read_stream(from_bytes, messages)
+    assert changes_of(got) == changes_of(expected)
+    descriptions, first_end, runs, end = got[:2], *got[2:]
+    assert all(isinstance(item, SchemaDescription) for item in descriptions)
+    assert first_end == TransactionEnd(0x400)  # no run was held: its end went out at once
+    assert isinstance(runs, LogRuns) and end == TransactionEnd(0x1000)
+    assert (len(runs.runs), len(runs)) == (5, 10)
+    assert runs.data == b"".join(run.data for run in runs.runs)
+    assert [event.position for event in runs.events()] == [
+        Position(0x500 + n * 0x100, seq) for n in range(5) for seq in (1, 3)
+    ]
+
+
+def test_the_changes_held_go_out_at_run_changes() -> None:
+    """However many transactions come one after another, or however large one is, the reader
+    holds at most `RUN_CHANGES` changes."""
+    columns = [("id", INT8, True)]
+    messages = [begin(0x100, 1), relation(TABLE, "app", "t", columns), commit(0x100, 0x130)]
+    transactions = RUN_CHANGES  # of two changes each
+    for n in range(transactions):
+        lsn = 0x1000 + n * 0x100
+        messages += [
+            begin(lsn, 10 + n),
+            insert(TABLE, [str(2 * n)]),
+            insert(TABLE, [str(2 * n + 1)]),
+        ]
+        messages.append(commit(lsn, lsn + 0x30))
+    big = 0x1000 + transactions * 0x100
+    messages.append(begin(big, 99))
+    messages += [insert(TABLE, [str(-1 - i)]) for i in range(RUN_CHANGES + 3)]
+    messages.append(commit(big, big + 0x30))
+    general, from_bytes = mapper_for(columns), mapper_for(columns)
+    expected = [item for message in messages for item in decoded(general, message)]
+    got = read_stream(from_bytes, messages)
+    assert changes_of(got) == changes_of(expected)
+    held = [len(item) for item in got if isinstance(item, LogLines | LogRuns)]
+    assert max(held) == RUN_CHANGES and sum(held) == 2 * transactions + RUN_CHANGES + 3
+    assert got[-1] == TransactionEnd(big)
 
 
 @pytest.mark.parametrize(
