@@ -9,6 +9,7 @@ output that takes events gets one a line (`events`).
 
 from __future__ import annotations
 
+import json
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -107,7 +108,9 @@ class LogLines(SeqLines):
     several tables of one transaction: `origin` is the first's, and each table's is
     `origin.for_table`, built only for `events`). `befores` is None where no change has a row
     before it (creates), `afters` where none has one after (deletes); else one row or None a
-    change, as `keys`. Nothing changes one once built; not a frozen dataclass, whose
+    change, as `keys`. With `rows_in_lines`, both are None and `events` reads each change's
+    rows back from its line: a reader that spelled them need not keep them, and the writer
+    need not free them. Nothing changes one once built; not a frozen dataclass, whose
     `__init__` costs several times as much, as one is built for every rows event, most of one
     row."""
 
@@ -125,6 +128,7 @@ class LogLines(SeqLines):
     step: int = 1
     tables: Sequence[TableRef] | None = None
     versions: Sequence[int] | None = None
+    rows_in_lines: bool = False
 
     @property
     def first_position(self) -> Position:
@@ -138,6 +142,9 @@ class LogLines(SeqLines):
         lines = self.data.splitlines(keepends=True)  # JSON escapes every CR and LF it holds
         count = len(lines)
         befores, afters = self.befores, self.afters
+        if self.rows_in_lines:
+            read = [json.loads(line) for line in lines]
+            befores, afters = [r["before"] for r in read], [r["after"] for r in read]
         return list(
             map(
                 EncodedLogEvent,
@@ -184,6 +191,7 @@ class LogLines(SeqLines):
             self.step,
             None if tables is None else tables[start:stop],
             None if versions is None else versions[start:stop],
+            self.rows_in_lines,
         )
 
 

@@ -280,27 +280,15 @@ class _Run:
         self.last = 0
         self.ops: list[Op] = []
         self.keys: list[Row] = []
-        self.befores: list[Row | None] = []
-        self.afters: list[Row | None] = []
         self.data: list[bytes] = []
         self.tables: list[TableRef] = []
         self.versions: list[int] = []
         self.mixed = False
         self.several_tables = False
-        self.any_before = False
-        self.any_after = False
 
-    def add(
-        self,
-        op: Op,
-        key: Row,
-        before: Row | None,
-        after: Row | None,
-        json: tuple[bytes, bytes, bytes],
-        seq: int,
-    ) -> int:
+    def add(self, op: Op, key: Row, json: tuple[bytes, bytes, bytes], seq: int) -> int:
         """Add a change of the current table (`table`) at `seq` whose key, before and after
-        spell as `json`; the run's length."""
+        spell as `json`; the run's length. Its rows are not kept: they are in its line."""
         table = self.table
         self.data.append(table.line(op, json, seq))
         ops = self.ops
@@ -311,14 +299,8 @@ class _Run:
         self.last = seq
         ops.append(op)
         self.keys.append(key)
-        self.befores.append(before)
-        self.afters.append(after)
         self.tables.append(table.table.ref)
         self.versions.append(table.version)
-        if before is not None:
-            self.any_before = True
-        if after is not None:
-            self.any_after = True
         return len(ops)
 
     def taken(self, source: str, db: str) -> LogLines:
@@ -332,13 +314,14 @@ class _Run:
             self.first,
             self.last,
             self.keys,
-            self.befores if self.any_before else None,
-            self.afters if self.any_after else None,
+            None,
+            None,
             b"".join(self.data),
             ops if self.mixed else None,
             2,
             self.tables if self.several_tables else None,
             self.versions if self.several_tables else None,
+            True,
         )
 
 
@@ -580,9 +563,7 @@ class ChangeMapper:
             run.several_tables = True
         transaction.changes = changes = transaction.changes + 1
         json = (key_json, before_json, after_json)
-        if run.add(op, key, before, after, json, 2 * changes - 1) + self._batch_changes >= (
-            RUN_CHANGES
-        ):
+        if run.add(op, key, json, 2 * changes - 1) + self._batch_changes >= (RUN_CHANGES):
             self.full = True
         return True
 
