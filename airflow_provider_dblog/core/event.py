@@ -14,6 +14,7 @@ event's `schema_version` is the version of the last `s` event of its table befor
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -363,6 +364,39 @@ class EncodedLogEvent(Event):
 
     def __repr__(self) -> str:
         return f"EncodedLogEvent({self.line[:-1].decode()!r})"
+
+
+class RowsInLineLogEvent(EncodedLogEvent):
+    """An `EncodedLogEvent` that reads its rows from its line when first asked for them: a
+    reader that spelled them into the line need not keep them, and an output that writes the
+    line does not pay for them (`LogLines.rows_in_lines`)."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(
+        self, line: bytes, op: Op, key: Row, position: Position, origin: LogOrigin, version: int
+    ) -> None:
+        self.line = line
+        self.op = op
+        self.key = key
+        self.position = position
+        self.origin = origin
+        self.schema_version = version
+        self._rows: tuple[Row | None, Row | None] | None = None
+
+    @property
+    def before(self) -> Row | None:  # type: ignore[override]
+        return self._read()[0]
+
+    @property
+    def after(self) -> Row | None:  # type: ignore[override]
+        return self._read()[1]
+
+    def _read(self) -> tuple[Row | None, Row | None]:
+        if self._rows is None:
+            read = json.loads(self.line)
+            self._rows = (read["before"], read["after"])
+        return self._rows
 
 
 def table_event(

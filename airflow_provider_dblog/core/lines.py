@@ -9,14 +9,21 @@ output that takes events gets one a line (`events`).
 
 from __future__ import annotations
 
-import json
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from typing import Self
 
-from airflow_provider_dblog.core.event import EncodedLogEvent, Event, LogOrigin, Op, Row, TableRef
+from airflow_provider_dblog.core.event import (
+    EncodedLogEvent,
+    Event,
+    LogOrigin,
+    Op,
+    Row,
+    RowsInLineLogEvent,
+    TableRef,
+)
 from airflow_provider_dblog.core.position import Position
 
 
@@ -108,11 +115,11 @@ class LogLines(SeqLines):
     several tables of one transaction: `origin` is the first's, and each table's is
     `origin.for_table`, built only for `events`). `befores` is None where no change has a row
     before it (creates), `afters` where none has one after (deletes); else one row or None a
-    change, as `keys`. With `rows_in_lines`, both are None and `events` reads each change's
-    rows back from its line: a reader that spelled them need not keep them, and the writer
-    need not free them. Nothing changes one once built; not a frozen dataclass, whose
-    `__init__` costs several times as much, as one is built for every rows event, most of one
-    row."""
+    change, as `keys`. With `rows_in_lines`, both are None and each event reads its rows back
+    from its line when asked (`RowsInLineLogEvent`): a reader that spelled them need not keep
+    them, and the writer need not free them. Nothing changes one once built; not a frozen
+    dataclass, whose `__init__` costs several times as much, as one is built for every rows
+    event, most of one row."""
 
     origin: LogOrigin
     schema_version: int
@@ -141,25 +148,26 @@ class LogLines(SeqLines):
     def events(self) -> list[Event]:
         lines = self.data.splitlines(keepends=True)  # JSON escapes every CR and LF it holds
         count = len(lines)
-        befores, afters = self.befores, self.afters
+        ops = repeat(self.op, count) if self.ops is None else self.ops
+        seqs = range(self.first, self.last + 1, self.step)
+        positions = map(Position, repeat(self.commit, count), seqs)
+        origins = repeat(self.origin, count) if self.tables is None else self._origins()
+        versions = repeat(self.schema_version, count) if self.versions is None else self.versions
         if self.rows_in_lines:
-            read = [json.loads(line) for line in lines]
-            befores, afters = [r["before"] for r in read], [r["after"] for r in read]
+            return list(
+                map(RowsInLineLogEvent, lines, ops, self.keys, positions, origins, versions)
+            )
         return list(
             map(
                 EncodedLogEvent,
                 lines,
-                repeat(self.op, count) if self.ops is None else self.ops,
+                ops,
                 self.keys,
-                repeat(None, count) if befores is None else befores,
-                repeat(None, count) if afters is None else afters,
-                map(
-                    Position,
-                    repeat(self.commit, count),
-                    range(self.first, self.last + 1, self.step),
-                ),
-                repeat(self.origin, count) if self.tables is None else self._origins(),
-                repeat(self.schema_version, count) if self.versions is None else self.versions,
+                repeat(None, count) if self.befores is None else self.befores,
+                repeat(None, count) if self.afters is None else self.afters,
+                positions,
+                origins,
+                versions,
             )
         )
 

@@ -457,7 +457,7 @@ def test_updates_and_deletes_of_every_type_log_what_a_chunk_reads(all_types: All
             assert set(row) - set(event.after) <= {"twice", "t", "by", "jb", "j", "a_t", "a_i4"}
         if event.before is not None:  # FULL identity, and every delete: the whole old row
             assert_same_json([event.before], [{c: v for c, v in row.items() if c != "twice"}])
-    from_bytes = [e for e in logged if type(e) is EncodedLogEvent]
+    from_bytes = [e for e in logged if isinstance(e, EncodedLogEvent)]
     assert len(from_bytes) >= len(ROWS) * 2  # the deletes and the rows without TOAST at least
 
 
