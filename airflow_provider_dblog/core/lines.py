@@ -10,7 +10,7 @@ output that takes events gets one a line (`events`).
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from typing import Self
@@ -208,12 +208,14 @@ class LogRuns(Lines):
     """The runs of changes (`LogLines`) of whole transactions a log reader read one after
     another, in log order, and `data`, their lines joined: the tailer looks at their keys,
     hands them over and writes them once for all, so a load of small transactions costs it
-    about what one large transaction does. `changes` is how many lines there are. Not empty;
+    about what one large transaction does. `changes` is how many lines there are; `counts`,
+    when the reader counted them, how many are of each (schema, table, operation). Not empty;
     the reader follows it with the last transaction's end."""
 
     runs: Sequence[LogLines]
     data: bytes
     changes: int
+    counts: Mapping[tuple[str, str, Op], int] | None = None
 
     @classmethod
     def of(cls, runs: Sequence[LogLines]) -> LogRuns:

@@ -293,20 +293,25 @@ class Session:
                 self.change(Change(event))
             return
         runs = item.runs if isinstance(item, LogRuns) else (item,)
-        stats, reconciler = self._stats, self._reconciler
-        by_table = stats.events_by_table
         for run in runs:
-            reconciler.log_lines(run)
-            origin, count = run.origin, len(run.keys)
-            if run.ops is None and run.tables is None:
-                counted = (origin.schema, origin.table_name, run.op)
+            self._reconciler.log_lines(run)
+        stats = self._stats
+        by_table = stats.events_by_table
+        if type(item) is LogRuns and item.counts is not None:  # the reader counted them
+            for counted, count in item.counts.items():
                 by_table[counted] = by_table.get(counted, 0) + count
-            else:  # a run of several operations or tables
-                ops = repeat(run.op, count) if run.ops is None else run.ops
-                tables = repeat(origin.table, count) if run.tables is None else run.tables
-                for table, op in zip(tables, ops, strict=True):
-                    counted = (table.schema, table.name, op)
-                    by_table[counted] = by_table.get(counted, 0) + 1
+        else:
+            for run in runs:
+                origin, count = run.origin, len(run.keys)
+                if run.ops is None and run.tables is None:
+                    counted = (origin.schema, origin.table_name, run.op)
+                    by_table[counted] = by_table.get(counted, 0) + count
+                else:  # a run of several operations or tables
+                    ops = repeat(run.op, count) if run.ops is None else run.ops
+                    tables = repeat(origin.table, count) if run.tables is None else run.tables
+                    for table, op in zip(tables, ops, strict=True):
+                        counted = (table.schema, table.name, op)
+                        by_table[counted] = by_table.get(counted, 0) + 1
         self._writer.put_lines(item)
         stats.events += len(item)
         stats.last_ts_ms = runs[-1].origin.ts_ms or stats.last_ts_ms

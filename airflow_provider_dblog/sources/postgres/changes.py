@@ -235,6 +235,8 @@ class _RunTable:
         self.table = table
         self.transaction = transaction
         self.version = version
+        self.counts: dict[Op, int] = {}
+        """How many changes of each operation the run has of the table."""
         self.formats: dict[Op, bytes] = {}
         """By operation: its transaction format (`TableLines.transaction_format`) once a
         second change of it came, empty bytes after the first."""
@@ -291,6 +293,8 @@ class _Run:
         spell as `json`; the run's length. Its rows are not kept: they are in its line."""
         table = self.table
         self.data.append(table.line(op, json, seq))
+        counts = table.counts
+        counts[op] = counts.get(op, 0) + 1
         ops = self.ops
         if not ops:
             self.first = seq
@@ -371,6 +375,8 @@ class ChangeMapper:
         self._batch: list[LogLines] = []
         """The runs of the transactions read whole and not taken yet, in log order."""
         self._batch_changes = 0
+        self._batch_counts: dict[tuple[str, str, Op], int] = {}
+        """How many of the changes in `_batch` are of each (schema, table, operation)."""
         self._end = 0
         """The commit LSN of the last transaction read whole and not taken yet; 0 if none."""
         self.full = False
@@ -394,6 +400,7 @@ class ChangeMapper:
         self._run = None
         self._batch = []
         self._batch_changes = self._end = 0
+        self._batch_counts = {}
         self.full = False
 
     def take_all(self) -> list[LogItem]:
@@ -403,10 +410,15 @@ class ChangeMapper:
         `Idle`, before the reader waits, and once `full`."""
         items: list[LogItem] = []
         batch = self._batch
+        if len(batch) == 1:
+            items.append(batch[0])
+        elif batch:
+            data = b"".join([run.data for run in batch])
+            items.append(LogRuns(batch, data, self._batch_changes, self._batch_counts))
         if batch:
-            items.append(batch[0] if len(batch) == 1 else LogRuns.of(batch))
             self._batch = []
             self._batch_changes = 0
+            self._batch_counts = {}
         if self._end:
             items.append(TransactionEnd(self._end))
             self._end = 0
@@ -474,6 +486,12 @@ class ChangeMapper:
         if run is not None:
             self._batch.append(run.taken(self._source, self._db))
             self._batch_changes += len(run.ops)
+            counts = self._batch_counts
+            for run_table in run.by_relation.values():
+                ref = run_table.table.ref
+                for op, count in run_table.counts.items():
+                    counted = (ref.schema, ref.name, op)
+                    counts[counted] = counts.get(counted, 0) + count
             if self._batch_changes >= RUN_CHANGES:
                 self.full = True
         elif not self._batch:  # its items went out already, if any: so does its end

@@ -6,6 +6,7 @@ keys changed, runs broken by other tables and by changes read the general way.""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_dblog.core.event import EncodedLogEvent, Op, TableRef
+from airflow_provider_dblog.core.event import EncodedLogEvent, Event, Op, TableRef
 from airflow_provider_dblog.core.event_codec import encode, encode_lines
 from airflow_provider_dblog.core.lines import LogLines, LogRuns
 from airflow_provider_dblog.core.log import (
@@ -171,6 +172,11 @@ def read_stream(mapper: ChangeMapper, messages: list[bytes]) -> list[LogItem]:
     return items + mapper.take_all()
 
 
+def counted(events: Iterable[Event]) -> Counter[tuple[str, str, Op]]:
+    """How many of `events` are of each (schema, table, operation)."""
+    return Counter((event.table.schema, event.table.name, event.op) for event in events)
+
+
 def read_all(
     read: Callable[[bytes], Iterable[LogItem]], messages: list[bytes]
 ) -> tuple[list[LogItem], object]:
@@ -203,6 +209,8 @@ def test_row_changes_read_from_bytes_are_what_the_decoded_messages_give(
     assert error == expected_error
     assert list(single_changes(got)) == expected
     for item in got:
+        if isinstance(item, LogRuns):
+            assert item.counts == counted(item.events())
         if isinstance(item, LogLines):
             assert item.step == 2 and len(item) == len(item.keys)
             for event in item.events():
@@ -313,6 +321,7 @@ def test_transactions_read_one_after_another_go_out_together() -> None:
     assert first_end == TransactionEnd(0x400)  # no run was held: its end went out at once
     assert isinstance(runs, LogRuns) and end == TransactionEnd(0x1000)
     assert (len(runs.runs), len(runs)) == (5, 10)
+    assert runs.counts == {("app", "t", Op.UPDATE): 5, ("app", "other", Op.CREATE): 5}
     assert runs.data == b"".join(run.data for run in runs.runs)
     assert [event.position for event in runs.events()] == [
         Position(0x500 + n * 0x100, seq) for n in range(5) for seq in (1, 3)
@@ -342,6 +351,7 @@ def test_the_changes_held_go_out_at_run_changes() -> None:
     got = read_stream(from_bytes, messages)
     assert changes_of(got) == changes_of(expected)
     held = [len(item) for item in got if isinstance(item, LogLines | LogRuns)]
+    assert all(item.counts == counted(item.events()) for item in got if isinstance(item, LogRuns))
     assert max(held) == RUN_CHANGES and sum(held) == 2 * transactions + RUN_CHANGES + 3
     assert got[-1] == TransactionEnd(big)
 
