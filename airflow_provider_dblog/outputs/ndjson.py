@@ -380,9 +380,10 @@ class NdjsonOutput(Output):
                 pieces.append(item.data)
                 owners.append(item)
                 start = index + 1
-        events = cast(list[Event], kept[start:])
-        pieces += encode_lines(events)
-        owners += events
+        if start < len(kept):
+            events = cast(list[Event], kept[start:])
+            pieces += encode_lines(events)
+            owners += events
         self._append_pieces(pieces, owners, token)
 
     def _unreplayed(self, items: Sequence[Event | Lines]) -> list[Event | Lines]:
