@@ -25,7 +25,7 @@ from psycopg import pq, sql
 from psycopg.rows import TupleRow
 
 from airflow_provider_dblog.core.event import TableRef
-from airflow_provider_dblog.core.log import Idle, LogItem
+from airflow_provider_dblog.core.log import Idle, LogItem, WatermarkWrite
 from airflow_provider_dblog.core.schema import TableSchema
 from airflow_provider_dblog.sources.base import LogBacklog, SourceError, SourceUnavailable
 from airflow_provider_dblog.sources.postgres import pgoutput
@@ -47,12 +47,18 @@ _W, _BEGIN, _COMMIT = b"wBC"
 """The first bytes of an XLogData frame and of the Begin and Commit messages."""
 _GATHER_S = 0.001
 """How long `_next_frame` lets a busy stream's next frames arrive before it reads them."""
-_GATHER_HEAVY_S = 0.02
+_GATHER_HEAVY_S = 0.05
 """The same on a heavy stream that keeps up: one whose last gathering found `_HEAVY_FRAMES`
 frames or more, and whose last commit was sent less than `_BEHIND_US` after it committed. Each
 wake-up costs the reader, the writer (a batch, its fsync) and the checkpoint a fixed amount;
-under an OLTP load 20 ms between them (at most 50 a second, each event durable 20 ms later at
-most) cost 10 to 40% less CPU an event than 5 ms did (`bench_sustained`)."""
+under an OLTP load 50 ms between them (at most 20 a second, each event durable 50 ms later at
+most) cost 15% less CPU an event than 20 ms did, and 20 ms 10 to 40% less than 5 ms
+(`bench_sustained`)."""
+_GATHER_DUMPING_S = 0.02
+"""`_GATHER_HEAVY_S` while a dump's watermarks come (`_DUMPING_S`): each of its chunks waits
+for the reader twice, at its low and at its high watermark."""
+_DUMPING_S = 1.0
+"""A watermark write read this recently means a dump is running."""
 _GATHER_BEHIND_S = 0.005
 """The same on a heavy stream that is behind (a backlog): there a longer sleep lets the
 server's sending stall on a full socket (a backlog of small transactions was read at half the
@@ -97,6 +103,8 @@ class _Stream:
     """The last commit read was sent `_BEHIND_US` or more after it committed."""
     last_idle: float = 0.0
     """When `items` last yielded an `Idle` for a keepalive."""
+    last_watermark: float = -_DUMPING_S
+    """When `items` last yielded a `WatermarkWrite`."""
     asked: bool = False
     """A keepalive was asked for (the reader was idle, or woken): the next one is an `Idle`."""
 
@@ -206,7 +214,10 @@ class PostgresLogReader:
                     message = pgoutput.decode(frame[_MESSAGE_AT:])
                     if isinstance(message, pgoutput.Commit):
                         self._commit_ends.append((message.commit_lsn, message.end_lsn))
-                    yield from stream.mapper.map(message)
+                    for item in stream.mapper.map(message):
+                        if isinstance(item, WatermarkWrite):
+                            stream.last_watermark = time.monotonic()
+                        yield item
                 else:
                     raise SourceError(f"unexpected replication message {frame[:1]!r}")
         except psycopg.Error as exc:
@@ -448,12 +459,12 @@ class PostgresLogReader:
             self._before_waiting()
             if gather:
                 gather = False
-                heavy = stream.frames - stream.gathered_from >= _HEAVY_FRAMES
+                frames, watermark_s = (
+                    stream.frames - stream.gathered_from,
+                    now - stream.last_watermark,
+                )
+                time.sleep(gathering_s(frames, stream.behind, watermark_s))
                 stream.gathered_from = stream.frames
-                if not heavy:
-                    time.sleep(_GATHER_S)
-                else:
-                    time.sleep(_GATHER_BEHIND_S if stream.behind else _GATHER_HEAVY_S)
                 pgconn.consume_input()
             else:
                 readable, woken = _wait_or_wake(stream.poller, self._wake_in, deadline - now)
@@ -474,6 +485,19 @@ class PostgresLogReader:
         while pgconn.flush() > 0:
             _wait(pgconn.socket, select.POLLOUT)
         stream.last_status = time.monotonic()
+
+
+def gathering_s(frames: int, behind: bool, watermark_s: float) -> float:
+    """How long a wait on a busy stream lets its next frames arrive: longer on a heavy one
+    (`frames` at its last gathering), less so while it is `behind` or a dump's watermarks come
+    (the last read `watermark_s` ago)."""
+    if frames < _HEAVY_FRAMES:
+        return _GATHER_S
+    if behind:
+        return _GATHER_BEHIND_S
+    if watermark_s < _DUMPING_S:
+        return _GATHER_DUMPING_S
+    return _GATHER_HEAVY_S
 
 
 def _nothing() -> None:
