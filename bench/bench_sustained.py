@@ -17,7 +17,8 @@ the sysbench tables, counted by the server: MariaDB's TABLE_STATISTICS with user
 PostgreSQL's pg_stat_user_tables); events/s read (log events of those tables the tailer made
 durable in NDJSON during the run); the tailer's lag p50/p99/worst over one sample a second;
 how long after the load it caught up; the tailer's CPU per event read (its reading and writer
-threads); on PostgreSQL the live ceiling, `pg_recvlogical` following the same load on a slot of
+threads), and with a dump per event or dump row (a sequenced dump's rows go through the tailer);
+on PostgreSQL the live ceiling, `pg_recvlogical` following the same load on a slot of
 its own (`LiveCeiling`), with its lag; and the load average.
 
 The lag: every 100 ms a probe row is committed into a captured table of its own, beside
@@ -576,6 +577,9 @@ class Run:
         if self.read:
             reader, writer = (cpu / self.read * 1e6 for cpu in self.cpu_s)
             text += f", tailer CPU {reader + writer:.1f} us/event (writer {writer:.1f})"
+            if self.dump_rows:  # a sequenced dump's rows go through the tailer too
+                both = sum(self.cpu_s) / (self.read + self.dump_rows) * 1e6
+                text += f", {both:.1f} us an event or dump row"
         if self.ceiling_lag is not None:
             ordered = sorted(self.ceiling_lag) or [math.nan]
             text += (
