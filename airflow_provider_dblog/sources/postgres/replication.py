@@ -459,11 +459,8 @@ class PostgresLogReader:
             self._before_waiting()
             if gather:
                 gather = False
-                frames, watermark_s = (
-                    stream.frames - stream.gathered_from,
-                    now - stream.last_watermark,
-                )
-                time.sleep(gathering_s(frames, stream.behind, watermark_s))
+                frames = stream.frames - stream.gathered_from
+                time.sleep(gathering_s(frames, stream.behind, now - stream.last_watermark))
                 stream.gathered_from = stream.frames
                 pgconn.consume_input()
             else:

@@ -22,4 +22,3 @@ def test_a_dumps_watermarks_shorten_the_gathering_for_a_while() -> None:
     assert 0 < dumping < heavy  # each chunk waits for its low and its high watermark
     assert gathering_s(500, False, 5.0) == heavy  # the dump ended a while ago
     assert gathering_s(3, False, 0.1) == gathering_s(3, False, 60.0)
-
