@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Protocol
@@ -297,21 +297,9 @@ class Session:
             self._reconciler.log_lines(run)
         stats = self._stats
         by_table = stats.events_by_table
-        if type(item) is LogRuns and item.counts is not None:  # the reader counted them
-            for counted, count in item.counts.items():
-                by_table[counted] = by_table.get(counted, 0) + count
-        else:
-            for run in runs:
-                origin, count = run.origin, len(run.keys)
-                if run.ops is None and run.tables is None:
-                    counted = (origin.schema, origin.table_name, run.op)
-                    by_table[counted] = by_table.get(counted, 0) + count
-                else:  # a run of several operations or tables
-                    ops = repeat(run.op, count) if run.ops is None else run.ops
-                    tables = repeat(origin.table, count) if run.tables is None else run.tables
-                    for table, op in zip(tables, ops, strict=True):
-                        counted = (table.schema, table.name, op)
-                        by_table[counted] = by_table.get(counted, 0) + 1
+        counts = item.counts if type(item) is LogRuns else None  # the reader's, if it counted
+        for counted, count in (counts or _counts(runs)).items():
+            by_table[counted] = by_table.get(counted, 0) + count
         self._writer.put_lines(item)
         stats.events += len(item)
         stats.last_ts_ms = runs[-1].origin.ts_ms or stats.last_ts_ms
@@ -459,6 +447,23 @@ class Session:
                 if expired is not None:
                     self._windows.fail(expired)
         self._store.tailer.beat(owner, self._stats.metrics())
+
+
+def _counts(runs: Sequence[LogLines]) -> dict[tuple[str, str, Op], int]:
+    """How many of the runs' events are of each (schema, table, operation)."""
+    counts: dict[tuple[str, str, Op], int] = {}
+    for run in runs:
+        origin, count = run.origin, len(run.keys)
+        if run.ops is None and run.tables is None:
+            counted = (origin.schema, origin.table_name, run.op)
+            counts[counted] = counts.get(counted, 0) + count
+            continue
+        ops = repeat(run.op, count) if run.ops is None else run.ops  # several operations
+        tables = repeat(origin.table, count) if run.tables is None else run.tables  # or tables
+        for table, op in zip(tables, ops, strict=True):
+            counted = (table.schema, table.name, op)
+            counts[counted] = counts.get(counted, 0) + 1
+    return counts
 
 
 class WriterStuck(RuntimeError):
